@@ -1,0 +1,225 @@
+"""The recording format: one HDF5 file, plain compound tables, versioned.
+
+Writer and reader both take every name and dtype from here, so the two can only
+change together. docs/format.md describes the same schema for people using h5py or
+pandas directly; a change here that is not backwards compatible bumps
+``SCHEMA_VERSION``.
+
+Every table is a 1-D resizable, chunked dataset created before SWMR starts, so
+everything the writer does afterwards, full tensor captures included, is an append.
+Strings are fixed-width bytes: SWMR has no safe way to append variable-length data.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+
+FORMAT = "hookdbg-recording"
+SCHEMA_VERSION = 1
+
+
+class Phase(IntEnum):
+    """When a row was observed."""
+
+    FWD = 0
+    BWD = 1
+    OPT = 2  # an optimizer step
+
+    @property
+    def label(self) -> str:
+        return ("fwd", "bwd", "opt")[self]
+
+
+class Slot(IntEnum):
+    """Which tensor of a module call a summary describes."""
+
+    INPUT = 0
+    OUTPUT = 1
+    GRAD_OUTPUT = 2  # gradient of the loss w.r.t. an output
+    GRAD_INPUT = 3  # gradient of the loss w.r.t. an input
+    PARAM_GRAD = 4  # a parameter's .grad after accumulation
+    PARAM = 5  # a parameter's value after an optimizer step
+
+    @property
+    def label(self) -> str:
+        return ("input", "output", "grad_output", "grad_input", "param_grad", "param")[self]
+
+
+class ModuleKind(IntEnum):
+    MODULE = 0
+    OPTIMIZER = 1
+
+
+class CaptureReason(IntEnum):
+    EXPLICIT = 0  # --capture
+    FLIGHT = 1  # the flight recorder, written when an alert fired
+
+
+NAME_BYTES = 256
+TYPE_BYTES = 64
+PATH_BYTES = 64
+SHAPE_BYTES = 64
+MESSAGE_BYTES = 512
+
+MODULES = np.dtype(
+    [
+        ("id", "<i4"),
+        ("name", f"S{NAME_BYTES}"),
+        ("type", f"S{TYPE_BYTES}"),
+        ("parent", "<i4"),
+        ("root", "<i4"),
+        ("depth", "<i2"),
+        ("kind", "u1"),
+        ("params", "<i8"),
+    ]
+)
+
+CALLS = np.dtype(
+    [
+        ("call", "<i8"),
+        ("phase", "u1"),
+        ("step", "<i4"),
+        ("module", "<i4"),
+        ("index", "<i4"),
+        ("parent", "<i8"),
+        ("depth", "<i2"),
+        ("start", "<f8"),
+        ("total", "<f8"),
+        ("self", "<f8"),
+    ]
+)
+
+TENSORS = np.dtype(
+    [
+        ("call", "<i8"),
+        ("step", "<i4"),
+        ("module", "<i4"),
+        ("phase", "u1"),
+        ("slot", "u1"),
+        ("path", f"S{PATH_BYTES}"),
+        ("shape", f"S{SHAPE_BYTES}"),
+        ("dtype", "S16"),
+        ("device", "S16"),
+        ("numel", "<i8"),
+        ("min", "<f8"),
+        ("max", "<f8"),
+        ("mean", "<f8"),
+        ("std", "<f8"),
+        ("norm", "<f8"),
+        ("nan", "<i8"),
+        ("posinf", "<i8"),
+        ("neginf", "<i8"),
+        ("zero_frac", "<f4"),
+    ]
+)
+
+STEPS = np.dtype(
+    [
+        ("step", "<i4"),
+        ("start", "<f8"),
+        ("end", "<f8"),
+        ("calls", "<i4"),
+        ("optimizer_steps", "<i4"),
+        ("backward", "u1"),
+        ("recorded", "u1"),
+    ]
+)
+
+ALERTS = np.dtype(
+    [
+        ("step", "<i4"),
+        ("call", "<i8"),
+        ("module", "<i4"),
+        ("phase", "u1"),
+        ("slot", "u1"),
+        ("path", f"S{PATH_BYTES}"),
+        ("numel", "<i8"),
+        ("nan", "<i8"),
+        ("posinf", "<i8"),
+        ("neginf", "<i8"),
+        ("first", "u1"),
+        ("time", "<f8"),
+        ("message", f"S{MESSAGE_BYTES}"),
+    ]
+)
+
+CAPTURES = np.dtype(
+    [
+        ("step", "<i4"),
+        ("call", "<i8"),
+        ("module", "<i4"),
+        ("phase", "u1"),
+        ("slot", "u1"),
+        ("path", f"S{PATH_BYTES}"),
+        ("dtype", "S16"),
+        ("shape", f"S{SHAPE_BYTES}"),
+        ("offset", "<i8"),
+        ("nbytes", "<i8"),
+        ("reason", "u1"),
+    ]
+)
+
+PROGRESS = np.dtype(
+    [
+        ("time", "<f8"),
+        ("steps", "<i4"),
+        ("rows", "<i8"),
+        ("dropped", "<i8"),
+    ]
+)
+
+END = np.dtype(
+    [
+        ("time", "<f8"),
+        ("status", "S16"),
+        ("exit_code", "<i4"),
+        ("steps", "<i4"),
+        ("calls", "<i8"),
+        ("alerts", "<i4"),
+        ("dropped", "<i8"),
+        ("message", f"S{MESSAGE_BYTES}"),
+    ]
+)
+
+# name -> (row dtype, rows per chunk)
+TABLES: dict[str, tuple[np.dtype, int]] = {
+    "modules": (MODULES, 256),
+    "calls": (CALLS, 4096),
+    "tensors": (TENSORS, 2048),
+    "steps": (STEPS, 1024),
+    "alerts": (ALERTS, 64),
+    "captures": (CAPTURES, 64),
+    "progress": (PROGRESS, 256),
+    "end": (END, 1),
+}
+# Raw bytes of captured tensors; "captures" rows point into it (offset, nbytes).
+CAPTURE_DATA = "capture_data"
+CAPTURE_CHUNK = 1 << 20
+
+# File attributes written before SWMR starts (all str or int).
+META_KEYS = (
+    "format",
+    "schema_version",
+    "hookdbg_version",
+    "torch_version",
+    "python_version",
+    "created",
+    "host",
+    "pid",
+    "argv",
+    "cwd",
+    "options",
+    "rank",
+    "world_size",
+    "local_rank",
+    "backend",
+)
+
+
+def slot_label(slot: int, path: str) -> str:
+    """How a tensor's place is written everywhere: ``input[0]``, ``output``,
+    ``grad_output[1.0]``, ``param_grad[weight]``."""
+    name = Slot(slot).label
+    return f"{name}[{path}]" if path else name
