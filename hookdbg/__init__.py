@@ -1,0 +1,26 @@
+"""hookdbg: a debugger and profiler for PyTorch training, built on PyTorch's own hooks.
+
+Record from Python::
+
+    import hookdbg
+    with hookdbg.record("run.h5"):
+        train()
+
+or run a script unchanged: ``hookdbg record -o run.h5 train.py``.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "record"]
+
+
+def __getattr__(name: str) -> object:
+    # torch is imported only when the recorder is used, so that the reader, the CLI
+    # reports and the TUI start fast and work without it.
+    if name == "record":
+        from hookdbg.recorder import record
+
+        return record
+    raise AttributeError(f"module 'hookdbg' has no attribute {name!r}")

@@ -1,0 +1,169 @@
+"""What to record: level, module selection, step sampling. Shared by the CLI and the API.
+
+Parsing lives here (not in the CLI) so that ``hookdbg.record(...)`` and
+``hookdbg record`` reject the same bad input with the same message.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+
+class OptionError(ValueError):
+    """An option value that cannot be used; the message says what is wrong and what works."""
+
+
+class Level(IntEnum):
+    """How much to record per module call; each level includes the ones before it."""
+
+    TIMING = 0  # forward/backward times only
+    SHAPES = 1  # + shape, dtype, device of every tensor
+    STATS = 2  # + min/max/mean/std/norm/NaN/inf/zero fraction, NaN/inf alerts
+
+    @classmethod
+    def parse(cls, text: str | Level) -> Level:
+        if isinstance(text, Level):
+            return text
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            raise OptionError(
+                f"unknown level {text!r}; use one of: timing, shapes, stats"
+            ) from None
+
+
+@dataclass(frozen=True)
+class StepRange:
+    """Steps ``start <= step < stop`` (``stop`` None: to the end), written ``A:B``."""
+
+    start: int = 0
+    stop: int | None = None
+
+    @classmethod
+    def parse(cls, text: str | StepRange | None) -> StepRange:
+        if text is None:
+            return cls()
+        if isinstance(text, StepRange):
+            return text
+        m = re.fullmatch(r"\s*(\d*)\s*(:?)\s*(\d*)\s*", text)
+        if not m or (not m.group(2) and not m.group(1)):
+            raise OptionError(f"bad step range {text!r}; write A:B (steps A to B-1), A: , :B or N")
+        start = int(m.group(1)) if m.group(1) else 0
+        if not m.group(2):  # a single step N
+            return cls(start, start + 1)
+        stop = int(m.group(3)) if m.group(3) else None
+        if stop is not None and stop <= start:
+            raise OptionError(f"empty step range {text!r}: B must be greater than A in A:B")
+        return cls(start, stop)
+
+    def __contains__(self, step: int) -> bool:
+        return step >= self.start and (self.stop is None or step < self.stop)
+
+    def __str__(self) -> str:
+        return f"{self.start}:{'' if self.stop is None else self.stop}"
+
+
+@dataclass(frozen=True)
+class ModuleFilter:
+    """Glob selection of modules; ``!GLOB`` excludes. A glob matches a module's full
+    name (``model.layer3.0.conv1``) or its path inside its model (``layer3.0.conv1``)."""
+
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, globs: tuple[str, ...] | list[str] | None) -> ModuleFilter:
+        include: list[str] = []
+        exclude: list[str] = []
+        for glob in globs or ():
+            pattern = glob.strip()
+            negate = pattern.startswith("!")
+            pattern = pattern[1:].strip() if negate else pattern
+            if not pattern:
+                raise OptionError(f"empty module glob {glob!r}; write e.g. 'layer3.*' or '!*.bn*'")
+            (exclude if negate else include).append(pattern)
+        return cls(tuple(include), tuple(exclude))
+
+    def selects(self, name: str, path: str) -> bool:
+        def hit(patterns: tuple[str, ...]) -> bool:
+            return any(
+                fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(path, p) for p in patterns
+            )
+
+        if self.include and not hit(self.include):
+            return False
+        return not hit(self.exclude)
+
+    def unmatched(self, names: list[tuple[str, str]]) -> list[str]:
+        """Include globs that matched none of ``(name, path)``: almost always a typo."""
+        return [
+            p
+            for p in self.include
+            if not any(fnmatch.fnmatchcase(n, p) or fnmatch.fnmatchcase(q, p) for n, q in names)
+        ]
+
+    def __str__(self) -> str:
+        return " ".join([*self.include, *(f"!{p}" for p in self.exclude)]) or "*"
+
+
+ON_NAN_ACTIONS = ("warn", "break", "raise", "stop")
+
+
+@dataclass(frozen=True)
+class RecordOptions:
+    """Everything that shapes a recording, validated on construction."""
+
+    level: Level = Level.STATS
+    modules: ModuleFilter = field(default_factory=ModuleFilter)
+    every: int = 1
+    steps: StepRange = field(default_factory=StepRange)
+    on_nan: str = "warn"
+    flush_interval: float = 1.0
+    max_backlog_rows: int = 2_000_000
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        if self.every < 1:
+            raise OptionError(f"--every must be at least 1, not {self.every}")
+        if self.on_nan not in ON_NAN_ACTIONS:
+            raise OptionError(
+                f"unknown --on-nan action {self.on_nan!r}; use one of: {', '.join(ON_NAN_ACTIONS)}"
+            )
+        if not self.flush_interval > 0:
+            raise OptionError(f"flush interval must be positive, not {self.flush_interval}")
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        level: str | Level = Level.STATS,
+        modules: tuple[str, ...] | list[str] | None = None,
+        every: int = 1,
+        steps: str | StepRange | None = None,
+        **rest: object,
+    ) -> RecordOptions:
+        """Options from user-facing values (strings as typed on the command line)."""
+        return cls(
+            level=Level.parse(level),
+            modules=ModuleFilter.parse(modules),
+            every=every,
+            steps=StepRange.parse(steps),
+            **rest,  # type: ignore[arg-type]
+        )
+
+    def records_step(self, step: int) -> bool:
+        return step in self.steps and (step - self.steps.start) % self.every == 0
+
+    def describe(self) -> dict[str, object]:
+        """The options as plain values, for the recording's metadata."""
+        return {
+            "level": self.level.name.lower(),
+            "modules": str(self.modules),
+            "every": self.every,
+            "steps": str(self.steps),
+            "on_nan": self.on_nan,
+            "flush_interval": self.flush_interval,
+        }

@@ -1,0 +1,39 @@
+"""The torch side of hookdbg: everything that runs inside the training process."""
+
+from __future__ import annotations
+
+import os
+
+from hookdbg.options import Level, RecordOptions, StepRange
+from hookdbg.recorder.core import Recorder, RecordError
+
+__all__ = ["Level", "RecordError", "RecordOptions", "Recorder", "StepRange", "record"]
+
+
+def record(
+    path: str | os.PathLike[str] = "hookdbg.h5",
+    *,
+    level: str | Level = "stats",
+    modules: list[str] | tuple[str, ...] | None = None,
+    every: int = 1,
+    steps: str | StepRange | None = None,
+    on_nan: str = "warn",
+    force: bool = False,
+    quiet: bool = False,
+    flush_interval: float = 1.0,
+) -> Recorder:
+    """A recorder for ``with hookdbg.record("run.h5"): train()``.
+
+    Same options as ``hookdbg record``: ``level`` timing|shapes|stats, ``modules``
+    globs (``!glob`` excludes), ``every`` N steps, ``steps`` "A:B", ``on_nan`` action.
+    """
+    options = RecordOptions.build(
+        level=level,
+        modules=modules,
+        every=every,
+        steps=steps,
+        on_nan=on_nan,
+        quiet=quiet,
+        flush_interval=flush_interval,
+    )
+    return Recorder(path, options, force=force)

@@ -1,0 +1,44 @@
+"""The run metadata stored as file attributes: what ran, where, with what, how recorded."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import socket
+
+import torch
+
+from hookdbg import __version__
+from hookdbg.options import RecordOptions
+from hookdbg.store import schema
+
+
+def run_metadata(argv: list[str], options: RecordOptions) -> dict[str, str | int]:
+    """Plain str/int attributes (JSON text for lists and dicts): nothing that runs code."""
+    env = os.environ
+    return {
+        "format": schema.FORMAT,
+        "schema_version": schema.SCHEMA_VERSION,
+        "hookdbg_version": __version__,
+        "torch_version": str(torch.__version__),
+        "python_version": platform.python_version(),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "argv": json.dumps(argv),
+        "cwd": os.getcwd(),
+        "options": json.dumps(options.describe()),
+        "rank": int(env.get("RANK", 0)),
+        "world_size": int(env.get("WORLD_SIZE", 1)),
+        "local_rank": int(env.get("LOCAL_RANK", 0)),
+        "backend": _backend(),
+    }
+
+
+def _backend() -> str:
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return str(dist.get_backend())
+    return ""

@@ -1,0 +1,265 @@
+"""Module names: what a user calls each module, found once per model, looked up per call.
+
+A module called with no other module around it is a *root* (the model, the loss
+module, each of a GAN's two networks). A root is labelled with the variable that holds
+it in the calling code (``model``, ``netD``, ``criterion``), else its class name, and
+every module inside it is named ``label.path`` with ``path`` from ``named_modules()``:
+``model.layer3.0.conv1``. Data-parallel wrappers (DDP, DataParallel) are transparent:
+the wrapped model takes the wrapper's label, so single-process and per-rank recordings
+name modules alike.
+
+Lookup runs on every module call, so it is a dict hit on ``id(module)`` checked
+against a weak reference (ids are reused after garbage collection); everything else
+happens once, when a module is first seen.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+import weakref
+from collections.abc import Callable
+
+import torch
+
+from hookdbg.store.schema import ModuleKind
+
+_SKIP_SEGMENTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})
+_HOOKDBG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+class ModuleInfo:
+    """One module (or optimizer) as hookdbg knows it."""
+
+    __slots__ = (
+        "depth",
+        "id",
+        "kind",
+        "n_params",
+        "name",
+        "parent",
+        "path",
+        "ref",
+        "root",
+        "selected",
+        "transparent",
+        "type",
+    )
+
+    def __init__(
+        self,
+        id: int,
+        obj: object,
+        name: str,
+        path: str,
+        parent: int,
+        root: int,
+        depth: int,
+        kind: ModuleKind = ModuleKind.MODULE,
+    ) -> None:
+        self.id = id
+        self.name = name
+        self.path = path
+        self.type = type(obj).__name__
+        self.ref = weakref.ref(obj)
+        self.parent = parent
+        self.root = root
+        self.depth = depth
+        self.kind = kind
+        self.selected = True
+        self.transparent = False
+        self.n_params = (
+            sum(p.numel() for p in obj.parameters(recurse=False))
+            if isinstance(obj, torch.nn.Module)
+            else 0
+        )
+
+    def row(self) -> tuple:
+        return (
+            self.id,
+            self.name,
+            self.type,
+            self.parent,
+            self.root,
+            self.depth,
+            int(self.kind),
+            self.n_params,
+        )
+
+    def __repr__(self) -> str:
+        return f"<ModuleInfo {self.id} {self.name} ({self.type})>"
+
+
+def _is_wrapper(module: torch.nn.Module) -> bool:
+    return isinstance(
+        module, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)
+    ) and isinstance(getattr(module, "module", None), torch.nn.Module)
+
+
+def _clean_path(path: str) -> str:
+    return ".".join(p for p in path.split(".") if p not in _SKIP_SEGMENTS)
+
+
+class ModuleRegistry:
+    """Names and ids for every module and optimizer seen; ``on_new`` hears of each once."""
+
+    def __init__(
+        self, select: Callable[[str, str], bool], on_new: Callable[[ModuleInfo, object], None]
+    ) -> None:
+        self._select = select
+        self._on_new = on_new
+        self.by_id: dict[int, ModuleInfo] = {}
+        self._labels: set[str] = set()
+        self._unnamed: dict[tuple[int, str], int] = {}
+        self.infos: list[ModuleInfo] = []
+
+    def lookup(self, module: torch.nn.Module, parent: ModuleInfo | None) -> ModuleInfo:
+        """The info of a module being called inside ``parent`` (None: a root call)."""
+        info = self.by_id.get(id(module))
+        if info is not None and info.ref() is module:
+            return info
+        return self._discover(module, parent)
+
+    def optimizer(self, opt: torch.optim.Optimizer) -> ModuleInfo:
+        """Optimizers get a row in the module table too, labelled like roots."""
+        info = self.by_id.get(id(opt))
+        if info is None or info.ref() is not opt:
+            label = self._unique(_find_label(opt) or type(opt).__name__)
+            info = self._add(opt, label, "", -1, None, 0, ModuleKind.OPTIMIZER)
+        return info
+
+    def known(self, obj: object) -> ModuleInfo | None:
+        info = self.by_id.get(id(obj))
+        return info if info is not None and info.ref() is obj else None
+
+    # -- discovery (rare) ------------------------------------------------------------
+
+    def _discover(self, module: torch.nn.Module, parent: ModuleInfo | None) -> ModuleInfo:
+        if parent is None:
+            self._add_root(module)
+        else:
+            root = self.infos[parent.root]
+            root_module = root.ref()
+            if root_module is not None:  # modules added to the model since we named it
+                self._add_tree(root_module, root)
+        info = self.known(module)
+        if info is None:  # not reachable by named_modules(): e.g. held in a plain list
+            assert parent is not None
+            kind = type(module).__name__
+            k = self._unnamed.get((parent.id, kind), 0)
+            self._unnamed[(parent.id, kind)] = k + 1
+            suffix = f"<{kind}>" if k == 0 else f"<{kind}#{k + 1}>"
+            path = f"{parent.path}.{suffix}" if parent.path else suffix
+            info = self._add(
+                module,
+                f"{parent.name}.{suffix}",
+                path,
+                parent.id,
+                self.infos[parent.root],
+                parent.depth + 1,
+            )
+            self._add_tree(module, info)
+        return info
+
+    def _add_root(self, module: torch.nn.Module) -> None:
+        label = self._unique(_find_label(module) or type(module).__name__)
+        wrappers = []
+        target = module
+        while _is_wrapper(target):
+            wrappers.append(target)
+            target = target.module
+        root = self.known(target) or self._add(target, label, "", -1, None, 0)
+        for wrapper in wrappers:
+            self._add(wrapper, label, "", -1, root, 0).transparent = True
+        self._add_tree(target, root)
+
+    def _add_tree(self, module: torch.nn.Module, top: ModuleInfo) -> None:
+        """Name every not-yet-known module under ``module`` (whose info is ``top``)."""
+        root = self.infos[top.root]
+        for sub_path, sub in module.named_modules():
+            if not sub_path or self.known(sub) is not None:
+                continue
+            sub_path = _clean_path(sub_path)
+            path = f"{top.path}.{sub_path}" if top.path else sub_path
+            parent_path = path.rpartition(".")[0]
+            parent = self._find_path(root, parent_path) or top
+            self._add(sub, f"{root.name}.{path}", path, parent.id, root, path.count(".") + 1)
+
+    def _find_path(self, root: ModuleInfo, path: str) -> ModuleInfo | None:
+        if not path:
+            return root
+        for info in reversed(self.infos):
+            if info.root == root.id and info.path == path:
+                return info
+        return None
+
+    def _add(
+        self,
+        obj: object,
+        name: str,
+        path: str,
+        parent: int,
+        root: ModuleInfo | None,
+        depth: int,
+        kind: ModuleKind = ModuleKind.MODULE,
+    ) -> ModuleInfo:
+        info_id = len(self.infos)
+        info = ModuleInfo(
+            info_id, obj, name, path, parent, info_id if root is None else root.id, depth, kind
+        )
+        info.selected = kind == ModuleKind.MODULE and self._select(name, path)
+        self.by_id[id(obj)] = info
+        self.infos.append(info)
+        self._on_new(info, obj)
+        return info
+
+    def _unique(self, label: str) -> str:
+        candidate, k = label, 1
+        while candidate in self._labels:
+            k += 1
+            candidate = f"{label}#{k}"
+        self._labels.add(candidate)
+        return candidate
+
+
+def _find_label(obj: object) -> str | None:
+    """The variable that holds ``obj`` in the code that called it, if one is easy to see.
+
+    Looks through the user's frames (not torch's, not hookdbg's) for a local bound to
+    ``obj``, or an attribute of a local (``self.model``), then ``__main__``'s globals.
+    """
+    frame = sys._getframe(1)
+    seen = 0
+    while frame is not None and seen < 8:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not filename.startswith((_HOOKDBG_DIR, _TORCH_DIR)) and "<frozen" not in filename:
+            seen += 1
+            found = _label_in(frame.f_locals, obj)
+            if found:
+                return found
+        frame = frame.f_back
+    main = sys.modules.get("__main__")
+    return _label_in(vars(main), obj) if main is not None else None
+
+
+_NOT_HOLDERS = (torch.nn.Module, type, types.ModuleType, types.FunctionType)
+
+
+def _label_in(namespace: dict[str, object], target: object) -> str | None:
+    holders = []
+    for name, value in list(namespace.items()):
+        if value is target and name.isidentifier() and name not in ("self", "_"):
+            return name
+        if not isinstance(value, _NOT_HOLDERS) and hasattr(value, "__dict__"):
+            holders.append(value)
+    for holder in holders:
+        try:
+            attrs = vars(holder)
+        except TypeError:
+            continue
+        for name, attr in attrs.items():
+            if attr is target and name.isidentifier() and not name.startswith("_"):
+                return name
+    return None

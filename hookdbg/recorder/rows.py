@@ -1,0 +1,84 @@
+"""Raw rows -> numpy rows, run on the writer thread so the training thread does not.
+
+The recorder hands over Python tuples holding whatever was cheapest to produce there
+(``torch.Size``, ``torch.dtype``, ``str``); these converters do the formatting and the
+UTF-8 encoding, truncating text to the schema's fixed widths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from hookdbg.store import schema
+
+_text_cache: dict[object, bytes] = {}
+
+
+def _text(value: object, width: int) -> bytes:
+    """Encoded and cut to ``width`` bytes without splitting a UTF-8 character."""
+    data = str(value).encode("utf-8")
+    if len(data) > width:
+        data = data[:width].decode("utf-8", "ignore").encode("utf-8")
+    return data
+
+
+def _cached(value: object, make: Callable[[object], bytes]) -> bytes:
+    out = _text_cache.get(value)
+    if out is None:
+        out = _text_cache[value] = make(value)
+    return out
+
+
+def shape_text(shape: tuple[int, ...]) -> bytes:
+    return _cached(tuple(shape), lambda s: _text(",".join(map(str, s)), schema.SHAPE_BYTES))
+
+
+def dtype_text(dtype: object) -> bytes:
+    return _cached(dtype, lambda d: _text(str(d).removeprefix("torch."), 16))
+
+
+def device_text(device: object) -> bytes:
+    return _cached(device, lambda d: _text(d, 16))
+
+
+def tensor_rows(rows: list) -> np.ndarray:
+    """(call, step, module, phase, slot, path, summary) -> TENSORS rows."""
+    out = []
+    for call, step, module, phase, slot, path, s in rows:
+        out.append(
+            (
+                call,
+                step,
+                module,
+                phase,
+                slot,
+                _text(path, schema.PATH_BYTES),
+                shape_text(s[0]),
+                dtype_text(s[1]),
+                device_text(s[2]),
+                *s[3:],
+            )
+        )
+    return np.array(out, dtype=schema.TENSORS)
+
+
+def _texts_encoded(dtype: np.dtype) -> Callable[[list], np.ndarray]:
+    """Converter for a table whose rows are already in schema order, strings as str."""
+    widths = [dtype[i].itemsize if dtype[i].kind == "S" else 0 for i in range(len(dtype))]
+
+    def convert(rows: list) -> np.ndarray:
+        fixed = [
+            tuple(_text(v, w) if w else v for v, w in zip(row, widths, strict=True)) for row in rows
+        ]
+        return np.array(fixed, dtype=dtype)
+
+    return convert
+
+
+CONVERTERS = {
+    "tensors": tensor_rows,
+    "modules": _texts_encoded(schema.MODULES),
+    "alerts": _texts_encoded(schema.ALERTS),
+}

@@ -1,0 +1,239 @@
+"""Tensor summaries: the numbers hookdbg keeps for every tensor it sees.
+
+A summary is a plain tuple (see ``FIELDS``) so that building one on the training
+thread costs as little as possible; the writer thread turns it into an HDF5 row.
+
+Speed matters more here than anywhere else in hookdbg (it runs once per new tensor
+per step), so the statistics come from three one-pass reductions, measured to be the
+cheapest exact set on CPU:
+
+* ``aminmax``  -> min, max; NaN propagates and +/-inf show up, so this doubles
+  as the finiteness check and the slow NaN/inf counting runs only when needed;
+* ``sum``      -> mean;
+* ``dot(v, v)`` -> sum of squares, hence L2 norm and (population) std.
+
+``torch.std_mean`` is ~60x slower on CPU and ``count_nonzero`` over a ReLU output
+is pathological (2.5 ms per million elements), so the zero fraction of a tensor
+larger than ``ZERO_SAMPLE`` elements is estimated from a strided sample of at most
+that many elements (standard error under 0.8 percentage points), whose stride is
+prime so that it does not lock onto rows or channels.
+
+On a CUDA (or other non-CPU) device nothing may be read back inside a hook: the
+``device_stats`` variant leaves an 8-vector on the device, to be read in batches.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# The order of values in a summary tuple.
+FIELDS = (
+    "shape",
+    "dtype",
+    "device",
+    "numel",
+    "min",
+    "max",
+    "mean",
+    "std",
+    "norm",
+    "nan",
+    "posinf",
+    "neginf",
+    "zero_frac",
+)
+STAT_FIELDS = FIELDS[4:]
+
+ZERO_SAMPLE = 4096
+_FLOATS = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16})
+_NATIVE = frozenset({torch.float32, torch.float64})
+_NAN = float("nan")
+_NO_STATS = (_NAN, _NAN, _NAN, _NAN, _NAN, -1, -1, -1, _NAN)
+_EMPTY_FLOAT_STATS = (_NAN, _NAN, _NAN, _NAN, 0.0, 0, 0, 0, _NAN)
+
+
+def has_stats(t: torch.Tensor) -> bool:
+    """Only non-empty floating-point tensors get statistics; others get shape and dtype."""
+    return t.dtype in _FLOATS and t.numel() > 0
+
+
+def shape_only(t: torch.Tensor) -> tuple:
+    """Summary of a tensor whose values are not looked at (``--level shapes``, ints, bools)."""
+    stats = _EMPTY_FLOAT_STATS if t.dtype in _FLOATS else _NO_STATS
+    return (tuple(t.shape), t.dtype, t.device, t.numel(), *stats)
+
+
+def summarise(t: torch.Tensor) -> tuple:
+    """Summary of a host tensor, read back at once (cheap on CPU: no device to wait for).
+
+    Must be called with autograd disabled: the reductions then record no graph.
+    """
+    dtype = t.dtype
+    n = t.numel()
+    if dtype not in _FLOATS or n == 0:
+        return shape_only(t)
+    v = t.reshape(-1)
+    if dtype not in _NATIVE:
+        v = v.float()  # half types: accumulate in float32, not in 8 mantissa bits
+    lo, hi = torch.aminmax(v)
+    lo = lo.item()
+    hi = hi.item()
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return _nonfinite_summary(t, v)
+    total = v.sum().item()
+    squares = torch.dot(v, v).item()
+    mean = total / n
+    return (
+        tuple(t.shape),
+        dtype,
+        t.device,
+        n,
+        lo,
+        hi,
+        mean,
+        _std(v, n, lo, hi, mean, squares),
+        math.sqrt(squares),
+        0,
+        0,
+        0,
+        _zero_fraction(v, n),
+    )
+
+
+def _std(v: torch.Tensor, n: int, lo: float, hi: float, mean: float, squares: float) -> float:
+    """Population std from the one-pass sums, exact where the shortcut would cancel.
+
+    ``E[x^2] - mean^2`` loses every digit when the spread is tiny next to the mean
+    (a scalar loss, a constant tensor), so those rare tensors get a two-pass float64.
+    """
+    if lo == hi:
+        return 0.0
+    var = squares / n - mean * mean
+    if var > 1e-4 * mean * mean:
+        return math.sqrt(var)
+    exact = v.double()
+    return math.sqrt(torch.dot(exact - exact.mean(), exact - exact.mean()).item() / n)
+
+
+def _zero_fraction(v: torch.Tensor, n: int) -> float:
+    if n <= ZERO_SAMPLE:
+        return 1.0 - torch.count_nonzero(v).item() / n
+    sample = v[:: _sample_stride(n)]
+    return 1.0 - torch.count_nonzero(sample).item() / sample.numel()
+
+
+_STRIDES: dict[int, int] = {}
+
+
+def _sample_stride(n: int) -> int:
+    """Smallest prime stride that leaves at most ``ZERO_SAMPLE`` elements (memoised)."""
+    stride = _STRIDES.get(n)
+    if stride is None:
+        stride = max(2, -(-n // ZERO_SAMPLE))
+        while any(stride % p == 0 for p in range(2, math.isqrt(stride) + 1)):
+            stride += 1
+        _STRIDES[n] = stride
+    return stride
+
+
+def _nonfinite_summary(t: torch.Tensor, v: torch.Tensor) -> tuple:
+    """Counts of NaN/+inf/-inf, with min/max/mean/std/norm over the finite elements."""
+    nan = int(torch.isnan(v).sum())
+    posinf = int(torch.isposinf(v).sum())
+    neginf = int(torch.isneginf(v).sum())
+    finite = v[torch.isfinite(v)]
+    n = v.numel()
+    if finite.numel() == 0:
+        stats: tuple = (_NAN, _NAN, _NAN, _NAN, _NAN)
+    else:
+        lo, hi = torch.aminmax(finite)
+        m = finite.numel()
+        total = finite.sum().item()
+        squares = torch.dot(finite, finite).item()
+        mean = total / m
+        lo, hi = lo.item(), hi.item()
+        stats = (lo, hi, mean, _std(finite, m, lo, hi, mean, squares), math.sqrt(squares))
+    zero = 1.0 - torch.count_nonzero(v).item() / n
+    return (tuple(t.shape), t.dtype, t.device, n, *stats, nan, posinf, neginf, zero)
+
+
+def is_finite(summary: tuple) -> bool:
+    """Whether a summary saw no NaN and no inf (shape-only summaries count as finite)."""
+    return summary[9] <= 0 and summary[10] <= 0 and summary[11] <= 0
+
+
+# -- device tensors: statistics stay on the device until read in a batch ------------
+
+
+def device_stats(t: torch.Tensor) -> torch.Tensor:
+    """The 8 raw statistics of a device tensor as one float64 device vector, no sync.
+
+    Order: min, max, sum, sum of squares, nonzero count (of the zero-fraction sample),
+    NaN count, +inf count, -inf count. min/max/sum include any non-finite values.
+    """
+    v = t.reshape(-1)
+    if v.dtype not in _NATIVE:
+        v = v.float()
+    n = v.numel()
+    sample = v if n <= ZERO_SAMPLE else v[:: _sample_stride(n)]
+    lo, hi = torch.aminmax(v)
+    parts = (
+        lo,
+        hi,
+        v.sum(),
+        torch.dot(v, v),
+        torch.count_nonzero(sample),
+        torch.isnan(v).sum(),
+        torch.isposinf(v).sum(),
+        torch.isneginf(v).sum(),
+    )
+    return torch.stack([p.to(torch.float64) for p in parts])
+
+
+def from_device_stats(t_meta: tuple, raw: list[float]) -> tuple:
+    """Turn one row of ``device_stats`` (read back to the host) into a summary tuple."""
+    shape, dtype, device, n = t_meta
+    lo, hi, total, squares, nonzero, nan, posinf, neginf = raw
+    sample = n if n <= ZERO_SAMPLE else len(range(0, n, _sample_stride(n)))
+    mean = total / n
+    if math.isfinite(squares) and math.isfinite(mean):
+        std = math.sqrt(max(squares / n - mean * mean, 0.0))
+        norm = math.sqrt(squares)
+    else:
+        std = norm = _NAN
+    return (
+        shape,
+        dtype,
+        device,
+        n,
+        lo,
+        hi,
+        mean,
+        std,
+        norm,
+        int(nan),
+        int(posinf),
+        int(neginf),
+        1.0 - nonzero / sample,
+    )
+
+
+def norms_only(tensors: list[torch.Tensor]) -> list[tuple]:
+    """Summaries holding just the L2 norm, for many tensors in one fused call.
+
+    Used for parameter values after each optimizer step: a full summary of every
+    weight every step costs as much as all the activations' summaries together, and
+    the norm is what weight tracking and replica comparison need. A non-finite norm
+    gets the full summary, with its NaN/inf counts.
+    """
+    if not tensors:
+        return []
+    norms = [n.item() for n in torch._foreach_norm(tensors)]
+    return [
+        (tuple(t.shape), t.dtype, t.device, t.numel(), _NAN, _NAN, _NAN, _NAN, norm, 0, 0, 0, _NAN)
+        if math.isfinite(norm)
+        else summarise(t)
+        for t, norm in zip(tensors, norms, strict=True)
+    ]
