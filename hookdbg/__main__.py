@@ -1,0 +1,5 @@
+"""``python -m hookdbg`` (what torchrun runs: ``torchrun -m hookdbg record ...``)."""
+
+from hookdbg.cli import main
+
+main(prog_name="hookdbg")

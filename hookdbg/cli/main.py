@@ -1,0 +1,23 @@
+"""The click group. Each command lives in its own module and registers itself here;
+none imports torch at import time, so reports start fast."""
+
+import click
+
+from hookdbg import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hookdbg")
+def main() -> None:
+    """hookdbg: record, inspect and debug PyTorch training.
+
+    Record a run with `hookdbg record train.py`, then look at it with `hookdbg
+    summary`, `profile`, `alerts`, `show`, `search`, `diff`, `export` or `tui`.
+    """
+
+
+def _register() -> None:
+    from hookdbg.cli import record  # noqa: F401
+
+
+_register()

@@ -1,0 +1,155 @@
+"""``hookdbg record``: run a training script unchanged, with every module call recorded."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from hookdbg.cli.common import BadInput, human_bytes, plural
+from hookdbg.cli.main import main
+from hookdbg.options import ON_NAN_ACTIONS, OptionError, RecordOptions
+
+
+@main.command(
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+    epilog="""\b
+Examples:
+  hookdbg record -o run.h5 train.py --epochs 1
+  hookdbg record -o run.h5 -m mypkg.train -- --lr 0.1
+  hookdbg record --modules 'layer3.*' --modules '!*.bn*' --steps 10:20 train.py
+  torchrun --nproc-per-node 2 -m hookdbg record -o run.h5 train_ddp.py""",
+)
+@click.option(
+    "-o",
+    "--output",
+    metavar="FILE",
+    help="Recording to write [default: hookdbg-SCRIPT.PID.h5]. Under torchrun "
+    "each rank writes FILE with .rankN before the suffix.",
+)
+@click.option("-m", "as_module", is_flag=True, help="Run TARGET as a module, like python -m.")
+@click.option(
+    "--level",
+    type=click.Choice(["timing", "shapes", "stats"]),
+    default="stats",
+    show_default=True,
+    help="timing: forward/backward times; shapes: + tensor shapes and dtypes; "
+    "stats: + min/max/mean/std/norm/NaN/inf and NaN alerts.",
+)
+@click.option(
+    "--modules",
+    "module_globs",
+    multiple=True,
+    metavar="GLOB",
+    help="Record only modules matching GLOB (repeatable); !GLOB excludes. Globs "
+    "match 'model.layer3.0.conv1' or 'layer3.0.conv1'.",
+)
+@click.option(
+    "--every", type=int, default=1, show_default=True, metavar="N", help="Record every Nth step."
+)
+@click.option(
+    "--steps",
+    "step_range",
+    metavar="A:B",
+    help="Record steps A to B-1 only (A:, :B and N work too).",
+)
+@click.option(
+    "--on-nan",
+    type=click.Choice(ON_NAN_ACTIONS),
+    default="warn",
+    show_default=True,
+    help="What a NaN/inf origin does: warn and go on, break into pdb, raise "
+    "hookdbg.NonFiniteError, or stop the run.",
+)
+@click.option("-f", "--force", is_flag=True, help="Overwrite FILE if it exists.")
+@click.option("-q", "--quiet", is_flag=True, help="No status lines from hookdbg.")
+@click.option(
+    "--flush-interval",
+    type=float,
+    default=1.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Longest time recorded rows wait before they are on disk.",
+)
+@click.argument("target")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def record(
+    output: str | None,
+    as_module: bool,
+    level: str,
+    module_globs: tuple[str, ...],
+    every: int,
+    step_range: str | None,
+    on_nan: str,
+    force: bool,
+    quiet: bool,
+    flush_interval: float,
+    target: str,
+    args: tuple[str, ...],
+) -> None:
+    """Run TARGET (a script, or a module with -m) with every module call recorded.
+
+    ARGS go to the script untouched; a `--` right after TARGET is dropped, so
+    `hookdbg record train.py -- --help` shows the script's help. The script's output
+    and exit status come through unchanged; hookdbg's status lines go to stderr.
+    """
+    from hookdbg.recorder import Recorder, RecordError
+    from hookdbg.recorder.runner import Target, run
+
+    script_args = list(args[1:] if args[:1] == ("--",) else args)
+    try:
+        options = RecordOptions.build(
+            level=level,
+            modules=module_globs,
+            every=every,
+            steps=step_range,
+            on_nan=on_nan,
+            quiet=quiet,
+            flush_interval=flush_interval,
+        )
+        goal = Target(target, as_module)
+        path = rank_path(Path(output) if output else Path(f"hookdbg-{goal.stem}.{os.getpid()}.h5"))
+        recorder = Recorder(path, options, force=force, argv=[target, *script_args])
+    except (OptionError, RecordError) as exc:
+        raise BadInput(str(exc)) from None
+    say = (lambda _msg: None) if quiet else (lambda msg: click.echo(f"hookdbg: {msg}", err=True))
+    say(f"recording {target} -> {path} (level {level})")
+    try:
+        code = run(goal, script_args, recorder)
+    except RecordError as exc:
+        raise BadInput(str(exc)) from None
+    say(_status_line(recorder, path))
+    unmatched = options.modules.unmatched([(i.name, i.path) for i in recorder.modules])
+    for glob in unmatched:
+        say(f"--modules {glob!r} matched no module (names look like {_example_name(recorder)})")
+    sys.stdout.flush()
+    sys.exit(code)
+
+
+def rank_path(path: Path) -> Path:
+    """run.h5 -> run.rank1.h5 when running as one of several torch.distributed ranks."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return path.with_name(f"{path.stem}.rank{int(os.environ.get('RANK', '0'))}{path.suffix}")
+    return path
+
+
+def _status_line(recorder: object, path: Path) -> str:
+    size = human_bytes(path.stat().st_size) if path.exists() else "no file"
+    parts = [
+        plural(recorder.steps_recorded, "step"),
+        plural(recorder.calls_recorded, "module call"),
+        plural(recorder.detector.alerts, "alert"),
+    ]  # type: ignore[attr-defined]
+    line = f"recorded {', '.join(parts)} -> {path} ({size})"
+    if recorder.dropped_rows:  # type: ignore[attr-defined]
+        line += f"; {recorder.dropped_rows:,} rows DROPPED (the writer fell behind)"  # type: ignore[attr-defined]
+    if recorder.write_error:  # type: ignore[attr-defined]
+        line += f"; writing stopped early: {recorder.write_error}"  # type: ignore[attr-defined]
+    return line
+
+
+def _example_name(recorder: object) -> str:
+    names = [i.name for i in recorder.modules if i.depth > 0][:2]  # type: ignore[attr-defined]
+    return ", ".join(repr(n) for n in names) or "none were recorded"
