@@ -13,14 +13,16 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "record"]
+__all__ = ["RecordError", "Recorder", "__version__", "record"]
+
+_RECORDER_NAMES = {"record", "Recorder", "RecordError"}
 
 
 def __getattr__(name: str) -> object:
     # torch is imported only when the recorder is used, so that the reader, the CLI
     # reports and the TUI start fast and work without it.
-    if name == "record":
-        from hookdbg.recorder import record
+    if name in _RECORDER_NAMES:
+        from hookdbg import recorder
 
-        return record
+        return getattr(recorder, name)
     raise AttributeError(f"module 'hookdbg' has no attribute {name!r}")

@@ -110,16 +110,14 @@ def record(
             flush_interval=flush_interval,
         )
         goal = Target(target, as_module)
+        goal.check()
         path = rank_path(Path(output) if output else Path(f"hookdbg-{goal.stem}.{os.getpid()}.h5"))
-        recorder = Recorder(path, options, force=force, argv=[target, *script_args])
+        recorder = Recorder(path, options, force=force, argv=[target, *script_args]).start()
     except (OptionError, RecordError) as exc:
         raise BadInput(str(exc)) from None
     say = (lambda _msg: None) if quiet else (lambda msg: click.echo(f"hookdbg: {msg}", err=True))
     say(f"recording {target} -> {path} (level {level})")
-    try:
-        code = run(goal, script_args, recorder)
-    except RecordError as exc:
-        raise BadInput(str(exc)) from None
+    code = run(goal, script_args, recorder)
     say(_status_line(recorder, path))
     unmatched = options.modules.unmatched([(i.name, i.path) for i in recorder.modules])
     for glob in unmatched:

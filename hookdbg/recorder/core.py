@@ -311,7 +311,7 @@ class Recorder:
             now = t0 - self._ovh
             if self._step >= 0:
                 self._end_step(now)
-            steps.begin()
+            steps.begin(inference)
             self._begin_step(steps.step, now)
         steps.root_seen(info.root)
         return self._recording

@@ -48,29 +48,25 @@ class Target:
 
 
 def run(target: Target, args: list[str], recorder: Recorder) -> int:
-    """Run ``target`` with ``args`` under ``recorder``; returns the exit status."""
-    target.check()
+    """Run ``target`` (already ``check()``-ed) with ``args`` under ``recorder`` (already
+    started), close the recorder, and return the exit status."""
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     status, code, message = "complete", 0, ""
     try:
         if target.as_module:
             sys.argv = [target.name, *args]  # runpy puts the module's file in argv[0]
             sys.path[0] = os.getcwd()
-            recorder.start()
             runpy.run_module(target.name, run_name="__main__", alter_sys=True)
         else:
             script = os.path.abspath(target.name)
             sys.argv = [target.name, *args]
             sys.path[0] = os.path.dirname(script)
-            recorder.start()
             runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         code = _exit_code(exc)
     except KeyboardInterrupt as exc:
         _print_user_traceback(exc)
         status, code, message = "interrupted", 130, "KeyboardInterrupt"
-    except RecordError:
-        raise
     except BaseException as exc:
         _print_user_traceback(exc)
         status, code, message = "exception", 1, f"{type(exc).__name__}: {exc}"
@@ -99,8 +95,9 @@ def _print_user_traceback(exc: BaseException) -> None:
 
 
 def _internal(filename: str) -> bool:
-    path = os.path.abspath(filename)
-    return path.startswith(_HOOKDBG_DIR) or os.path.basename(path) == "runpy.py"
+    if filename == "<frozen runpy>" or os.path.basename(filename) == "runpy.py":
+        return True
+    return os.path.abspath(filename).startswith(_HOOKDBG_DIR)
 
 
 class _sys_path_first:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
+import os
+import re
 import sys
 import threading
 import time
@@ -137,6 +139,9 @@ class Writer:
         except Exception as exc:
             f.close()
             raise WriterError(f"cannot create {self.path}: {_reason(exc)}") from None
+        # one handle per dataset for the file's lifetime: cheaper than a lookup per
+        # append, and no handle is freed while HDF5 is in an error state
+        self._datasets = {name: f[name] for name in f}
         return f
 
     def _run(self) -> None:
@@ -185,14 +190,14 @@ class Writer:
         self._append_array(table, np.array(rows, dtype=schema.TABLES[table][0]))
 
     def _append_array(self, table: str, data: np.ndarray) -> None:
-        ds = self._file[table]
+        ds = self._datasets[table]
         n = ds.shape[0]
         ds.resize((n + len(data),))
         ds[n:] = data
 
     def _store_capture_bytes(self, rows: list) -> list:
         """Capture rows arrive as (fields..., payload bytes); append payloads, set offsets."""
-        ds = self._file[schema.CAPTURE_DATA]
+        ds = self._datasets[schema.CAPTURE_DATA]
         offset = ds.shape[0]
         payload = b"".join(row[-1] for row in rows)
         ds.resize((offset + len(payload),))
@@ -215,9 +220,24 @@ class Writer:
                 self._file.flush()
         except Exception as exc:
             self._fail(exc)
-        # a failed disk may refuse even this; what was flushed stays readable
+        if self.failed is not None:
+            self._abandon()
         with contextlib.suppress(Exception):
             self._file.close()
+
+    def _abandon(self) -> None:
+        """After a write error, point the file's descriptor at /dev/null before closing.
+
+        HDF5 retries its metadata flush on close and at exit; on a full disk that
+        fails again, and HDF5 2.0 then crashes the process (measured: SIGSEGV at
+        exit), which would change the script's exit status. Writes to /dev/null
+        succeed, so nothing more reaches the file, which keeps what was flushed.
+        """
+        with contextlib.suppress(Exception):
+            fd = self._file.id.get_vfd_handle()
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fd)
+            os.close(null)
 
     def _fail(self, exc: BaseException) -> None:
         self.failed = _reason(exc)
@@ -228,9 +248,14 @@ class Writer:
 
 
 def _reason(exc: BaseException) -> str:
+    """The OS's words for an I/O error ("No space left on device") where HDF5 buries them."""
+    errno = getattr(exc, "errno", None)
+    if not errno:
+        found = re.search(r"errno = (\d+)", str(exc))
+        errno = int(found.group(1)) if found else None
+    if errno:
+        return os.strerror(errno)
     text = str(exc) or type(exc).__name__
-    if isinstance(exc, OSError) and exc.strerror:
-        text = exc.strerror
     return text.splitlines()[0]
 
 

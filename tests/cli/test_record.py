@@ -1,0 +1,150 @@
+"""``hookdbg record`` behaves like ``python`` for the script, and fails cleanly on bad input."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.helpers import SAMPLES, hookdbg, tables
+
+PROBE = """
+import json, sys
+import torch
+print(json.dumps({"argv": sys.argv, "name": __name__, "path0": sys.path[0]}))
+torch.nn.Linear(2, 2)(torch.ones(1, 2))
+print("to stderr", file=sys.stderr)
+sys.exit(int(sys.argv[-1]) if sys.argv[-1].isdigit() else 0)
+"""
+
+
+@pytest.fixture
+def probe(tmp_path):
+    script = tmp_path / "scripts" / "probe.py"
+    script.parent.mkdir()
+    script.write_text(PROBE)
+    return script
+
+
+def test_script_sees_what_python_would_give_it(tmp_path, probe):
+    plain = subprocess.run(
+        [sys.executable, probe, "--lr", "0.1", "3"], capture_output=True, text=True, cwd=tmp_path
+    )
+    out = hookdbg("record", "-o", "run.h5", probe, "--lr", "0.1", "3", cwd=tmp_path)
+    assert out.returncode == plain.returncode == 3
+    assert out.stdout == plain.stdout  # byte for byte
+    assert json.loads(out.stdout)["name"] == "__main__"
+    assert json.loads(out.stdout)["path0"] == str(probe.parent)
+    assert "to stderr" in out.stderr and "hookdbg: recorded 1 step" in out.stderr
+    assert len(tables(tmp_path / "run.h5")["calls"]) == 1
+
+
+def test_double_dash_after_the_script_is_dropped(tmp_path, probe):
+    out = hookdbg("record", "-o", "run.h5", probe, "--", "--level", "x", cwd=tmp_path)
+    assert json.loads(out.stdout)["argv"] == [str(probe), "--level", "x"]
+
+
+def test_module_mode_like_python_dash_m(tmp_path):
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text(PROBE)
+    out = hookdbg("record", "-o", "run.h5", "-m", "mypkg.train", "--", "--lr", "0.1", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    assert seen["argv"] == [str(pkg / "train.py"), "--lr", "0.1"] and seen["name"] == "__main__"
+    assert seen["path0"] == str(tmp_path)
+
+
+def test_uncaught_exception_prints_the_scripts_traceback_and_exits_1(tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text(
+        "import torch\n\ndef train():\n    raise RuntimeError('diverged')\n\ntrain()\n"
+    )
+    out = hookdbg("record", "-o", "run.h5", script, cwd=tmp_path)
+    assert out.returncode == 1
+    assert "Traceback (most recent call last)" in out.stderr
+    assert 'fails.py", line 4, in train' in out.stderr and "RuntimeError: diverged" in out.stderr
+    assert "hookdbg/" not in out.stderr.split("Traceback")[1] and "runpy" not in out.stderr
+    assert tables(tmp_path / "run.h5")["end"]["status"][0] == b"exception"
+
+
+def test_non_int_exit_value_is_printed_like_python(tmp_path):
+    script = tmp_path / "bye.py"
+    script.write_text("import sys\nsys.exit('giving up')\n")
+    out = hookdbg("record", "-o", "run.h5", script, cwd=tmp_path)
+    assert out.returncode == 1 and "giving up" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing.py"], "script 'missing.py' not found"),
+        (["-m", "no_such_module_xyz"], "no module named 'no_such_module_xyz'"),
+        (["--steps", "5:2", "{probe}"], "empty step range '5:2'"),
+        (["--steps", "x", "{probe}"], "bad step range 'x'"),
+        (["--modules", "!", "{probe}"], "empty module glob"),
+        (["--every", "0", "{probe}"], "--every must be at least 1"),
+        (["-o", "{tmp}/nodir/run.h5", "{probe}"], "cannot create"),
+        (["-o", "{tmp}", "{probe}"], "is a directory"),
+    ],
+)
+def test_bad_input_is_one_clean_line_and_exit_2(tmp_path, probe, args, message):
+    args = [a.format(probe=probe, tmp=tmp_path) for a in args]
+    out = hookdbg("record", *args, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("*.h5"))
+
+
+def test_existing_output_needs_force(tmp_path, probe):
+    (tmp_path / "run.h5").write_bytes(b"precious")
+    out = hookdbg("record", "-o", "run.h5", probe, cwd=tmp_path)
+    assert out.returncode == 2 and "already exists; pass --force" in out.stderr
+    assert (tmp_path / "run.h5").read_bytes() == b"precious"
+    out = hookdbg("record", "-f", "-o", "run.h5", probe, cwd=tmp_path)
+    assert out.returncode == 0 and len(tables(tmp_path / "run.h5")["calls"]) == 1
+
+
+def test_default_output_name_and_quiet(tmp_path, probe):
+    out = hookdbg("record", "-q", probe, cwd=tmp_path)
+    assert out.returncode == 0 and "hookdbg:" not in out.stderr
+    [made] = tmp_path.glob("hookdbg-probe.*.h5")
+    assert len(tables(made)["calls"]) == 1
+
+
+def test_unmatched_module_glob_is_pointed_out(tmp_path):
+    out = hookdbg(
+        "record",
+        "-o",
+        "run.h5",
+        "--modules",
+        "layr3.*",
+        SAMPLES / "numnet_mlp.py",
+        "--steps",
+        "2",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0
+    assert "--modules 'layr3.*' matched no module (names look like 'model.body'" in out.stderr
+
+
+def test_help_documents_every_option(tmp_path):
+    out = hookdbg("record", "--help")
+    for option in (
+        "--output",
+        "-m",
+        "--level",
+        "--modules",
+        "--every",
+        "--steps",
+        "--on-nan",
+        "--force",
+        "--quiet",
+        "--flush-interval",
+        "Examples:",
+    ):
+        assert option in out.stdout
+    assert textwrap.dedent(out.stdout).count("\n") > 20

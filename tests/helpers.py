@@ -1,0 +1,49 @@
+"""Helpers shared by the tests: running hookdbg for real and reading files with h5py alone."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+
+
+def hookdbg(
+    *args: str | os.PathLike[str],
+    cwd: str | os.PathLike[str] | None = None,
+    timeout: float = 180,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run the real ``hookdbg`` command line in a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "hookdbg", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=input,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def tables(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Every table of a recording, read with h5py alone (as any user could)."""
+    with h5py.File(path, "r", swmr=True) as f:
+        return {name: f[name][()] for name in f if name != "capture_data"}
+
+
+def module_names(t: dict[str, np.ndarray]) -> dict[int, str]:
+    return {int(r["id"]): r["name"].decode() for r in t["modules"]}
+
+
+def module_id(t: dict[str, np.ndarray], name: str) -> int:
+    ids = [i for i, n in module_names(t).items() if n == name]
+    assert ids, f"no module {name!r} in {sorted(module_names(t).values())}"
+    return ids[0]

@@ -1,0 +1,64 @@
+"""Module names: what users call their modules, stable across runs and ranks."""
+
+import torch
+from torch import nn
+
+import hookdbg
+from tests.helpers import module_names, tables
+
+
+class Trainer:
+    def __init__(self) -> None:
+        self.net = nn.Sequential(nn.Linear(2, 2))
+
+    def step(self) -> None:
+        self.net(torch.randn(1, 2))
+
+
+def names(path) -> set[str]:
+    return set(module_names(tables(path)).values())
+
+
+def test_roots_take_the_variable_or_attribute_name(tmp_path):
+    classifier = nn.Sequential(nn.Linear(2, 3), nn.ReLU())
+    trainer = Trainer()
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        classifier(torch.randn(1, 2))
+        trainer.step()
+        nn.Tanh()(torch.randn(1))  # no variable holds it: its class name
+    assert {"classifier", "classifier.0", "classifier.1", "net", "net.0", "Tanh"} <= names(
+        tmp_path / "run.h5"
+    )
+
+
+def test_wrappers_are_transparent_so_names_match_unwrapped_runs(tmp_path):
+    model = nn.DataParallel(nn.Sequential(nn.Linear(2, 2)))  # no GPU: calls the module
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        model(torch.randn(1, 2))
+    t = tables(tmp_path / "run.h5")
+    recorded = {module_names(t)[int(m)] for m in t["calls"]["module"]}
+    assert recorded == {"model", "model.0"}
+
+
+def test_modules_outside_named_modules_get_a_clear_name(tmp_path):
+    class Odd(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.hidden = [nn.Linear(2, 2), nn.Linear(2, 2)]  # a plain list: not registered
+
+        def forward(self, x):
+            return self.hidden[1](self.hidden[0](x))
+
+    odd = Odd()
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        odd(torch.randn(1, 2))
+    assert {"odd", "odd.<Linear>", "odd.<Linear#2>"} <= names(tmp_path / "run.h5")
+
+
+def test_submodules_added_after_the_first_call_are_named(tmp_path):
+    model = nn.Sequential(nn.Linear(2, 2))
+    with hookdbg.record(tmp_path / "run.h5", quiet=True), torch.no_grad():
+        model(torch.randn(1, 2))
+        model.append(nn.ReLU())
+        model(torch.randn(1, 2))
+    assert "model.1" in names(tmp_path / "run.h5")

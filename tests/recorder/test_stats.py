@@ -1,0 +1,108 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from hookdbg.recorder import stats
+
+
+def reference(t: torch.Tensor) -> dict[str, float]:
+    a = t.detach().double().numpy().ravel()
+    finite = a[np.isfinite(a)]
+    return {
+        "min": finite.min(),
+        "max": finite.max(),
+        "mean": finite.mean(),
+        "std": finite.std(),
+        "norm": np.linalg.norm(finite),
+        "nan": int(np.isnan(a).sum()),
+        "posinf": int(np.isposinf(a).sum()),
+        "neginf": int(np.isneginf(a).sum()),
+        "zero_frac": float((a == 0).mean()),
+    }
+
+
+def as_dict(summary: tuple) -> dict[str, object]:
+    return dict(zip(stats.FIELDS, summary, strict=True))
+
+
+@pytest.mark.parametrize("shape", [(1,), (7,), (64, 33), (3, 5, 16, 16)])
+def test_summary_matches_numpy(shape):
+    t = torch.randn(*shape, generator=torch.Generator().manual_seed(0)) * 3 + 1
+    got, want = as_dict(stats.summarise(t)), reference(t)
+    assert got["shape"] == shape and got["numel"] == t.numel() and got["dtype"] == torch.float32
+    for key in ("min", "max", "mean", "std", "norm"):
+        assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-6), key
+    assert (got["nan"], got["posinf"], got["neginf"]) == (0, 0, 0)
+
+
+def test_std_is_exact_for_constants_and_scalars():
+    assert as_dict(stats.summarise(torch.tensor(1.4225)))["std"] == 0.0
+    assert as_dict(stats.summarise(torch.full((1000,), 0.1)))["std"] == 0.0
+    # a large mean over a tiny spread: the one-pass shortcut would cancel to noise
+    t = torch.randn(5000, generator=torch.Generator().manual_seed(1)) * 1e-3 + 100
+    assert as_dict(stats.summarise(t))["std"] == pytest.approx(reference(t)["std"], rel=1e-4)
+
+
+def test_nonfinite_counts_and_stats_over_finite_values():
+    t = torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), 3.0, 0.0, float("nan")])
+    got = as_dict(stats.summarise(t))
+    assert (got["nan"], got["posinf"], got["neginf"]) == (2, 1, 1)
+    assert (got["min"], got["max"], got["mean"]) == (0.0, 3.0, pytest.approx(4 / 3))
+    assert not stats.is_finite(stats.summarise(t))
+    assert stats.is_finite(stats.summarise(torch.ones(3)))
+
+
+def test_all_nan_tensor():
+    got = as_dict(stats.summarise(torch.full((4,), float("nan"))))
+    assert got["nan"] == 4 and math.isnan(got["mean"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_other_float_dtypes(dtype):
+    t = torch.linspace(-2, 2, 101).to(dtype)
+    got = as_dict(stats.summarise(t))
+    assert got["dtype"] == dtype
+    assert got["mean"] == pytest.approx(0.0, abs=1e-2) and got["max"] == pytest.approx(2.0)
+
+
+def test_non_float_and_empty_tensors_get_shape_only():
+    ints = as_dict(stats.summarise(torch.arange(10)))
+    assert ints["shape"] == (10,) and ints["dtype"] == torch.int64 and ints["nan"] == -1
+    assert math.isnan(ints["mean"])
+    empty = as_dict(stats.summarise(torch.empty(0, 3)))
+    assert empty["numel"] == 0 and empty["nan"] == 0 and math.isnan(empty["min"])
+
+
+def test_zero_fraction_exact_when_small_and_close_when_sampled():
+    small = torch.relu(torch.randn(1000, generator=torch.Generator().manual_seed(2)))
+    assert as_dict(stats.summarise(small))["zero_frac"] == pytest.approx(
+        reference(small)["zero_frac"]
+    )
+    big = torch.relu(torch.randn(16, 64, 32, 32, generator=torch.Generator().manual_seed(3)))
+    big[:, :8] = 0  # whole channels dead: a sample locked onto channels would miss them
+    estimate = as_dict(stats.summarise(big))["zero_frac"]
+    assert estimate == pytest.approx(reference(big)["zero_frac"], abs=0.03)
+
+
+def test_non_contiguous_tensor():
+    t = torch.randn(8, 6, generator=torch.Generator().manual_seed(4)).t()
+    assert as_dict(stats.summarise(t))["mean"] == pytest.approx(reference(t)["mean"], abs=1e-6)
+
+
+def test_norms_only_fuses_and_falls_back_on_nonfinite():
+    a, b = torch.ones(4), torch.tensor([1.0, float("inf")])
+    first, second = stats.norms_only([a, b])
+    assert first[8] == pytest.approx(2.0) and math.isnan(first[4])
+    assert second[10] == 1 and not stats.is_finite(second)
+
+
+def test_device_stats_round_trip_matches_host_summary():
+    t = torch.randn(3000, generator=torch.Generator().manual_seed(5))
+    t[::7] = 0
+    raw = stats.device_stats(t).tolist()
+    via_device = stats.from_device_stats((tuple(t.shape), t.dtype, t.device, t.numel()), raw)
+    direct = stats.summarise(t)
+    for i in range(4, 13):
+        assert via_device[i] == pytest.approx(direct[i], rel=1e-5, abs=1e-6), stats.FIELDS[i]
