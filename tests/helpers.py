@@ -34,9 +34,17 @@ def hookdbg(
 
 
 def tables(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-    """Every table of a recording, read with h5py alone (as any user could)."""
+    """Every table of a recording as a structured array, read with h5py alone (as any
+    user could): each table is a group of equal-length columns."""
+    out = {}
     with h5py.File(path, "r", swmr=True) as f:
-        return {name: f[name][()] for name in f if name != "capture_data"}
+        for name, group in f.items():
+            if isinstance(group, h5py.Group):
+                columns = {c: group[c][()] for c in group}
+                n = min(len(c) for c in columns.values())
+                out[name] = np.rec.fromarrays([c[:n] for c in columns.values()],
+                                              names=list(columns))
+    return out
 
 
 def module_names(t: dict[str, np.ndarray]) -> dict[int, str]:

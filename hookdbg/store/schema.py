@@ -5,9 +5,14 @@ change together. docs/format.md describes the same schema for people using h5py 
 pandas directly; a change here that is not backwards compatible bumps
 ``SCHEMA_VERSION``.
 
-Every table is a 1-D resizable, chunked dataset created before SWMR starts, so
+Every table is an HDF5 group of equal-length 1-D column datasets (one per field of
+the table's row dtype below), so that a query decompresses only the columns it reads:
+one module's std across 2M rows took 0.065 s this way against 1.08 s from a compound
+table. All columns are resizable, chunked and created before SWMR starts, so
 everything the writer does afterwards, full tensor captures included, is an append.
 Strings are fixed-width bytes: SWMR has no safe way to append variable-length data.
+While a file is being written a reader may see one column a batch ahead of another;
+the table's length is that of its shortest column.
 """
 
 from __future__ import annotations
@@ -183,16 +188,16 @@ END = np.dtype(
     ]
 )
 
-# name -> (row dtype, rows per chunk)
+# name -> (row dtype, rows per chunk of each column)
 TABLES: dict[str, tuple[np.dtype, int]] = {
-    "modules": (MODULES, 256),
-    "calls": (CALLS, 4096),
-    "tensors": (TENSORS, 2048),
-    "steps": (STEPS, 1024),
-    "alerts": (ALERTS, 64),
-    "captures": (CAPTURES, 64),
-    "progress": (PROGRESS, 256),
-    "end": (END, 1),
+    "modules": (MODULES, 1024),
+    "calls": (CALLS, 8192),
+    "tensors": (TENSORS, 8192),
+    "steps": (STEPS, 4096),
+    "alerts": (ALERTS, 256),
+    "captures": (CAPTURES, 256),
+    "progress": (PROGRESS, 1024),
+    "end": (END, 16),
 }
 # Raw bytes of captured tensors; "captures" rows point into it (offset, nbytes).
 CAPTURE_DATA = "capture_data"

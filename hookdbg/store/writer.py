@@ -116,16 +116,18 @@ class Writer:
             for key, value in meta.items():
                 f.attrs[key] = value
             for name, (dtype, chunk) in schema.TABLES.items():
-                f.create_dataset(
-                    name,
-                    shape=(0,),
-                    maxshape=(None,),
-                    dtype=dtype,
-                    chunks=(chunk,),
-                    compression="gzip",
-                    compression_opts=1,
-                    shuffle=True,
-                )
+                group = f.create_group(name)
+                for field in dtype.names:
+                    group.create_dataset(
+                        field,
+                        shape=(0,),
+                        maxshape=(None,),
+                        dtype=dtype[field],
+                        chunks=(chunk,),
+                        compression="gzip",
+                        compression_opts=1,
+                        shuffle=True,
+                    )
             f.create_dataset(
                 schema.CAPTURE_DATA,
                 shape=(0,),
@@ -141,7 +143,11 @@ class Writer:
             raise WriterError(f"cannot create {self.path}: {_reason(exc)}") from None
         # one handle per dataset for the file's lifetime: cheaper than a lookup per
         # append, and no handle is freed while HDF5 is in an error state
-        self._datasets = {name: f[name] for name in f}
+        self._columns = {
+            name: [(field, f[name][field]) for field in dtype.names]
+            for name, (dtype, _) in schema.TABLES.items()
+        }
+        self._capture_data = f[schema.CAPTURE_DATA]
         return f
 
     def _run(self) -> None:
@@ -190,14 +196,14 @@ class Writer:
         self._append_array(table, np.array(rows, dtype=schema.TABLES[table][0]))
 
     def _append_array(self, table: str, data: np.ndarray) -> None:
-        ds = self._datasets[table]
-        n = ds.shape[0]
-        ds.resize((n + len(data),))
-        ds[n:] = data
+        for field, ds in self._columns[table]:
+            n = ds.shape[0]
+            ds.resize((n + len(data),))
+            ds[n:] = data[field]
 
     def _store_capture_bytes(self, rows: list) -> list:
         """Capture rows arrive as (fields..., payload bytes); append payloads, set offsets."""
-        ds = self._datasets[schema.CAPTURE_DATA]
+        ds = self._capture_data
         offset = ds.shape[0]
         payload = b"".join(row[-1] for row in rows)
         ds.resize((offset + len(payload),))
