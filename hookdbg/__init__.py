@@ -13,7 +13,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["RecordError", "Recorder", "__version__", "record"]
+__all__ = ["RecordError", "Recorder", "RecordingError", "__version__", "open_recording", "record"]
 
 _RECORDER_NAMES = {"record", "Recorder", "RecordError"}
 
@@ -25,4 +25,8 @@ def __getattr__(name: str) -> object:
         from hookdbg import recorder
 
         return getattr(recorder, name)
+    if name in ("open_recording", "RecordingError"):
+        from hookdbg import read
+
+        return getattr(read, name)
     raise AttributeError(f"module 'hookdbg' has no attribute {name!r}")

@@ -2,4 +2,4 @@
 
 from hookdbg.cli import main
 
-main(prog_name="hookdbg")
+main()

@@ -24,3 +24,46 @@ def _global_hooks_untouched():
 @pytest.fixture(autouse=True)
 def _few_threads():
     torch.set_num_threads(1)
+
+
+def _record(tmp_path_factory, name: str, *args: str):
+    from tests.helpers import hookdbg
+
+    path = tmp_path_factory.mktemp("recordings") / f"{name}.h5"
+    out = hookdbg("record", "-q", "-o", path, *args)
+    assert out.returncode == 0, out.stderr
+    return path
+
+
+@pytest.fixture(scope="session")
+def mlp_h5(tmp_path_factory):
+    """samples/numnet_mlp.py, 4 steps."""
+    from tests.helpers import SAMPLES
+
+    return _record(tmp_path_factory, "mlp", SAMPLES / "numnet_mlp.py", "--steps", "4")
+
+
+@pytest.fixture(scope="session")
+def nan_h5(tmp_path_factory):
+    """samples/nan_blowup.py: NaN born in model.standardize's forward at step 3."""
+    from tests.helpers import SAMPLES
+
+    return _record(tmp_path_factory, "nan", SAMPLES / "nan_blowup.py", "--steps", "5")
+
+
+@pytest.fixture(scope="session")
+def resnet_h5(tmp_path_factory):
+    """samples/resnet_fakedata.py: torchvision resnet18, 2 steps of 4x3x32x32."""
+    from tests.helpers import SAMPLES
+
+    return _record(
+        tmp_path_factory,
+        "resnet",
+        SAMPLES / "resnet_fakedata.py",
+        "--steps",
+        "2",
+        "--batch",
+        "4",
+        "--size",
+        "32",
+    )

@@ -42,8 +42,9 @@ def tables(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
             if isinstance(group, h5py.Group):
                 columns = {c: group[c][()] for c in group}
                 n = min(len(c) for c in columns.values())
-                out[name] = np.rec.fromarrays([c[:n] for c in columns.values()],
-                                              names=list(columns))
+                out[name] = np.rec.fromarrays(
+                    [c[:n] for c in columns.values()], names=list(columns)
+                )
     return out
 
 

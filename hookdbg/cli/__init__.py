@@ -1,5 +1,5 @@
 """The ``hookdbg`` command line: one click group, one module per command."""
 
-from hookdbg.cli.main import main
+from hookdbg.cli.app import cli, main
 
-__all__ = ["main"]
+__all__ = ["cli", "main"]

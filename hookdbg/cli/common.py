@@ -19,5 +19,6 @@ def human_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def plural(n: int, word: str) -> str:
-    return f"{n:,} {word}{'' if n == 1 else 's'}"
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """'1 step', '3 steps', '2 matches' (with ``many`` for irregular plurals)."""
+    return f"{n:,} {word if n == 1 else many or word + 's'}"

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import click
 
+from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput, human_bytes, plural
-from hookdbg.cli.main import main
 from hookdbg.options import ON_NAN_ACTIONS, OptionError, RecordOptions
 
 
-@main.command(
+@cli.command(
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
     epilog="""\b
 Examples:

@@ -1,1 +1,14 @@
-"""hookdbg read."""
+"""Reading recordings: one validated API for the CLI reports, the TUI and users."""
+
+from hookdbg.read.modules import Module, ModuleTable
+from hookdbg.read.recording import Recording, RecordingError, RunInfo, Status, open_recording
+
+__all__ = [
+    "Module",
+    "ModuleTable",
+    "Recording",
+    "RecordingError",
+    "RunInfo",
+    "Status",
+    "open_recording",
+]

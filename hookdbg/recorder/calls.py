@@ -26,6 +26,7 @@ class Call:
         "index",
         "info",
         "inputs_finite",
+        "param_end",
         "parent",
         "tainted",
         "total",
@@ -44,7 +45,8 @@ class Call:
         self.total = 0.0
         self.child_time = 0.0
         self.bwd_start: float | None = None  # first gradient w.r.t. an output arrived
-        self.bwd_end = NEVER  # last gradient w.r.t. an input / own parameter arrived
+        self.bwd_end = NEVER  # last gradient w.r.t. an input arrived
+        self.param_end = NEVER  # last own parameter gradient was accumulated
         self.inputs_finite = True
         self.tainted = False  # a non-finite tensor was seen in this call or below
         self.bad_grad = False  # a gradient w.r.t. one of its outputs was non-finite

@@ -424,7 +424,7 @@ class Recorder:
             v = t0 - self._ovh
             calls = self._module_calls.get(info.id, [])
             for call in calls:
-                call.bwd_end = max(call.bwd_end, v)
+                call.param_end = max(call.param_end, v)
             summary = self._summarise(param.grad)
             if summary is not None:
                 finite = stats.is_finite(summary)
@@ -573,17 +573,29 @@ class Recorder:
         self._memo = {}  # drop references to this step's tensors now, not at the next step
 
     def _backward_rows(self) -> None:
-        """Backward span of each call: first output gradient -> last input/parameter
-        gradient of the call or anything below it; self time excludes recorded children."""
-        ends: dict[int, float] = {}
+        """Backward span of each call, from the first gradient at its outputs to its end.
+
+        A call without recorded children ends at its earliest own end event (an input's
+        gradient arrived, or its parameters' gradients were accumulated): a gradient
+        w.r.t. an input shared with other modules (a residual path) only completes
+        after them, and a shared module's parameters after all its calls. A call with
+        children ends with its last child (or its own parameters). Self time excludes
+        recorded children.
+        """
+        ends: dict[int, float] = {}  # call id -> latest end among its children
         totals: dict[int, float] = {}
         rows = self._rows.setdefault("calls", [])
         for call in reversed(self._calls):  # children before parents
-            end = max(call.bwd_end, ends.get(call.id, NEVER))
+            start = call.bwd_start
+            child_end = ends.get(call.id)
+            if child_end is not None:
+                end = max(child_end, call.param_end)
+            else:
+                own = [e for e in (call.bwd_end, call.param_end) if start is not None and e > start]
+                end = min(own) if own else NEVER
             parent = call.parent
             if parent is not None and end > NEVER:
                 ends[parent.id] = max(ends.get(parent.id, NEVER), end)
-            start = call.bwd_start
             if start is None or end <= start:
                 continue
             total = end - start

@@ -59,8 +59,7 @@ class StepTracker:
             return self._known <= self._stepped  # also inside an optimizer: LBFGS
         if self._in_optimizer or root not in self._roots:
             return False
-        return (inference or self._inference
-                or (not self._known and self._backward))  # fmt: skip
+        return inference or self._inference or (not self._known and self._backward)
 
     def begin(self, inference: bool) -> None:
         """Start the next step (after the recorder has closed the previous one)."""

@@ -137,6 +137,12 @@ class Writer:
                 compression="gzip",
                 compression_opts=1,
             )
+            # a first heartbeat before SWMR starts: a reader that opens the file before
+            # the first flush still sees a live writer
+            f["progress"]["time"].resize((1,))
+            f["progress"]["time"][0] = time.time()
+            for column in ("steps", "rows", "dropped"):
+                f["progress"][column].resize((1,))
             f.swmr_mode = True
         except Exception as exc:
             f.close()

@@ -8,7 +8,7 @@ from hookdbg import __version__
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="hookdbg")
-def main() -> None:
+def cli() -> None:
     """hookdbg: record, inspect and debug PyTorch training.
 
     Record a run with `hookdbg record train.py`, then look at it with `hookdbg
@@ -17,7 +17,21 @@ def main() -> None:
 
 
 def _register() -> None:
-    from hookdbg.cli import record  # noqa: F401
+    from hookdbg.cli import (  # noqa: F401
+        alerts,
+        diff,
+        export,
+        profile,
+        record,
+        search,
+        show,
+        summary,
+    )
 
 
 _register()
+
+
+def main(args: list[str] | None = None) -> None:
+    """The ``hookdbg`` entry point (click already exits quietly when a pipe closes)."""
+    cli.main(args=args, prog_name="hookdbg")

@@ -1,0 +1,83 @@
+"""NaN/inf alerts with their context: the offending tensor, and what was still finite."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hookdbg.read.modules import Module
+from hookdbg.read.recording import Recording
+from hookdbg.store.schema import Phase, Slot
+
+ROW_COLUMNS = [
+    "step",
+    "call",
+    "module",
+    "phase",
+    "slot",
+    "path",
+    "shape",
+    "dtype",
+    "numel",
+    "min",
+    "max",
+    "mean",
+    "std",
+    "norm",
+    "nan",
+    "posinf",
+    "neginf",
+    "zero_frac",
+]
+
+
+@dataclass(frozen=True)
+class AlertReport:
+    """One alert: its row, the module, the offending tensor's summary, and the tensors
+    that fed it (forward: the call's inputs; backward: its output gradients; optimizer
+    step: the parameter's gradient), which the origin rule says were finite."""
+
+    alert: np.void
+    module: Module
+    tensor: np.void | None
+    context_label: str
+    context: np.ndarray
+
+
+def alert_reports(recording: Recording) -> list[AlertReport]:
+    reports = []
+    for alert in recording.alerts:
+        step = int(alert["step"])
+        rows = recording.tensors(step, step, ROW_COLUMNS)
+        phase, slot, call = int(alert["phase"]), int(alert["slot"]), int(alert["call"])
+        same = rows[
+            (rows["module"] == alert["module"])
+            & (rows["phase"] == phase)
+            & (rows["slot"] == slot)
+            & (rows["path"] == alert["path"])
+        ]
+        if call >= 0 and len(same[same["call"] == call]):
+            same = same[same["call"] == call]
+        if phase == Phase.FWD:
+            label, context = "inputs", rows[(rows["call"] == call) & (rows["slot"] == Slot.INPUT)]
+        elif phase == Phase.BWD:
+            label = "gradients w.r.t. its outputs"
+            context = rows[(rows["call"] == call) & (rows["slot"] == Slot.GRAD_OUTPUT)]
+        else:
+            label = "the parameter's gradient"
+            context = rows[
+                (rows["module"] == alert["module"])
+                & (rows["slot"] == Slot.PARAM_GRAD)
+                & (rows["path"] == alert["path"])
+            ]
+        reports.append(
+            AlertReport(
+                alert=alert,
+                module=recording.modules[int(alert["module"])],
+                tensor=same[0] if len(same) else None,
+                context_label=label,
+                context=context,
+            )
+        )
+    return reports

@@ -1,0 +1,172 @@
+"""Where two recordings part ways: the first divergent module, and the largest gaps.
+
+Rows are aligned by (step, module, nth call of the module in the step, phase, slot,
+path) with ``by="name"``, or with the module replaced by the call's position in the
+step with ``by="order"`` (for renamed modules). Two aligned rows agree when shape,
+dtype and NaN/inf counts are equal and min, max, mean, std and norm are close:
+``|a - b| <= atol + rtol * |b|`` (NaN equals NaN). The zero fraction is not compared:
+it may be a sampled estimate. Rows are compared step by step, so memory stays bounded
+by one step's rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hookdbg.read.recording import Recording
+
+STATS = ("min", "max", "mean", "std", "norm")
+EXACT = ("shape", "dtype", "nan", "posinf", "neginf")
+COLUMNS = ["call", "step", "module", "phase", "slot", "path", *EXACT, *STATS]
+
+
+@dataclass(frozen=True)
+class Divergence:
+    step: int
+    module: str
+    type: str
+    index: int  # nth call of the module in the step
+    phase: int
+    slot: int
+    path: str
+    stat: str  # the statistic that differs most
+    a: object
+    b: object
+    rel_diff: float  # inf for shape/dtype/count mismatches
+
+
+@dataclass
+class DiffResult:
+    rtol: float
+    atol: float
+    by: str
+    steps_a: int
+    steps_b: int
+    compared_steps: list[int] = field(default_factory=list)
+    compared_rows: int = 0
+    only_a: list[str] = field(default_factory=list)  # modules (or rows) not in b
+    only_b: list[str] = field(default_factory=list)
+    unmatched_rows: int = 0
+    divergences: list[Divergence] = field(default_factory=list)
+
+    @property
+    def equal(self) -> bool:
+        return not self.divergences and not self.unmatched_rows and self.compared_rows > 0
+
+    @property
+    def first(self) -> Divergence | None:
+        return self.divergences[0] if self.divergences else None
+
+    def ranked(self, top: int = 20) -> list[tuple[str, str, int, Divergence]]:
+        """(module, type, rows, worst divergence) per module, largest first."""
+        worst: dict[str, tuple[int, Divergence]] = {}
+        for d in self.divergences:
+            n, w = worst.get(d.module, (0, d))
+            worst[d.module] = (n + 1, d if d.rel_diff > w.rel_diff else w)
+        ranked = sorted(worst.items(), key=lambda kv: -kv[1][1].rel_diff)
+        return [(name, d.type, n, d) for name, (n, d) in ranked[:top]]
+
+
+def diff(
+    a: Recording,
+    b: Recording,
+    *,
+    rtol: float = 1e-5,
+    atol: float = 1e-8,
+    by: str = "name",
+    first: int | None = None,
+    last: int | None = None,
+) -> DiffResult:
+    """Compare two recordings' tensor summaries, step by step."""
+    result = DiffResult(rtol, atol, by, len(a.recorded_steps), len(b.recorded_steps))
+    names_a = {m.name for m in a.modules if not m.is_optimizer}
+    names_b = {m.name for m in b.modules if not m.is_optimizer}
+    if by == "name":
+        result.only_a = sorted(names_a - names_b)
+        result.only_b = sorted(names_b - names_a)
+    common = sorted(set(a.recorded_steps.tolist()) & set(b.recorded_steps.tolist()))
+    common = [s for s in common if (first is None or s >= first) and (last is None or s <= last)]
+    result.compared_steps = common
+    for step in common:
+        _compare_step(a, b, step, result)
+    return result
+
+
+def _keys(rec: Recording, rows: np.ndarray, step: int, by: str) -> list[tuple]:
+    calls = rec.calls(step, step, ["call", "phase", "index"])
+    calls = calls[calls["phase"] != 1]  # a backward row shares its forward row's call id
+    index = dict(zip(calls["call"].tolist(), calls["index"].tolist(), strict=True))
+    position = {c: i for i, c in enumerate(sorted(index))}
+    names = rec.modules
+    keys = []
+    seen: dict[tuple, int] = {}  # a key can repeat (gradient accumulation): number repeats
+    for call, module, phase, slot, path in zip(
+        rows["call"].tolist(),
+        rows["module"].tolist(),
+        rows["phase"].tolist(),
+        rows["slot"].tolist(),
+        rows["path"].tolist(),
+        strict=True,
+    ):
+        if by == "name":
+            key: tuple = (names.name(module), index.get(call, -1), phase, slot, path)
+        else:
+            key = (position.get(call, -1), phase, slot, path)
+        repeat = seen.get(key, 0)
+        seen[key] = repeat + 1
+        keys.append((*key, repeat))
+    return keys
+
+
+def _compare_step(a: Recording, b: Recording, step: int, result: DiffResult) -> None:
+    rows_a, rows_b = a.tensors(step, step, COLUMNS), b.tensors(step, step, COLUMNS)
+    keys_a, keys_b = _keys(a, rows_a, step, result.by), _keys(b, rows_b, step, result.by)
+    where_b = {k: i for i, k in enumerate(keys_b)}
+    ia, ib = [], []
+    for i, key in enumerate(keys_a):
+        j = where_b.pop(key, None)
+        if j is not None:
+            ia.append(i)
+            ib.append(j)
+    result.unmatched_rows += (len(keys_a) - len(ia)) + len(where_b)
+    if not ia:
+        return
+    x, y = rows_a[np.array(ia)], rows_b[np.array(ib)]
+    result.compared_rows += len(x)
+    worst = np.zeros(len(x))
+    worst_stat = np.full(len(x), "", dtype=object)
+    for stat in EXACT:
+        bad = x[stat] != y[stat]
+        update = bad & (worst < np.inf)
+        worst[update], worst_stat[update] = np.inf, stat
+    for stat in STATS:
+        u, v = x[stat], y[stat]
+        with np.errstate(invalid="ignore", over="ignore"):
+            both_nan = np.isnan(u) & np.isnan(v)
+            gap = np.abs(u - v)
+            bad = ~both_nan & ~(gap <= result.atol + result.rtol * np.abs(v))
+            rel = np.where(np.isnan(gap), np.inf, gap / np.maximum(np.abs(v), 1e-300))
+        update = bad & (rel > worst)
+        worst[update], worst_stat[update] = rel[update], stat
+    for i in np.flatnonzero(worst_stat != ""):
+        stat = worst_stat[i]
+        va, vb = x[stat][i], y[stat][i]
+        module = a.modules[int(x["module"][i])]
+        key = keys_a[ia[i]]
+        result.divergences.append(
+            Divergence(
+                step=step,
+                module=module.name,
+                type=module.type,
+                index=key[1] if result.by == "name" else key[0],
+                phase=int(x["phase"][i]),
+                slot=int(x["slot"][i]),
+                path=x["path"][i].decode(),
+                stat=stat,
+                a=va.decode() if isinstance(va, bytes) else float(va),
+                b=vb.decode() if isinstance(vb, bytes) else float(vb),
+                rel_diff=float(worst[i]),
+            )
+        )

@@ -1,0 +1,123 @@
+"""A recording at a glance: the run, its steps, and a torchinfo-like module table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hookdbg.read.modules import Module
+from hookdbg.read.recording import Recording
+from hookdbg.store.schema import Phase, Slot
+
+
+@dataclass(frozen=True)
+class ModuleLine:
+    """One module in one step: the torchinfo view plus what hookdbg measured."""
+
+    module: Module
+    calls: int
+    output_shape: str
+    params: int  # including submodules'
+    fwd: float  # seconds, all calls in the step
+    bwd: float
+
+
+@dataclass(frozen=True)
+class Overview:
+    steps: int
+    recorded_steps: int
+    module_calls: int
+    step_median: float
+    modules: int
+    params: int
+    optimizers: list[str]
+    step: int | None  # the step the module table describes
+    lines: list[ModuleLine]
+
+
+def shape_text(shape: bytes) -> str:
+    """'16,64,32,32' -> '(16, 64, 32, 32)'; scalars -> '()'."""
+    text = shape.decode()
+    return f"({text.replace(',', ', ')})" if text else "()"
+
+
+def overview(recording: Recording, step: int | None = None) -> Overview:
+    """Run-level counts and the module table of ``step`` (default: first recorded)."""
+    recorded = recording.recorded_steps
+    steps = recording.steps
+    durations = (steps["end"] - steps["start"])[steps["recorded"] == 1]
+    calls_table = recording.calls_table
+    phases = calls_table.column("phase")
+    modules = [m for m in recording.modules if not m.is_optimizer]
+    if step is None and len(recorded):
+        step = int(recorded[0])
+    lines = _module_lines(recording, step, modules) if step is not None else []
+    totals = _param_totals(recording, modules)
+    return Overview(
+        steps=len(steps),
+        recorded_steps=len(recorded),
+        module_calls=int(np.count_nonzero(phases == Phase.FWD)),
+        step_median=float(np.median(durations)) if len(durations) else 0.0,
+        modules=len(modules),
+        params=sum(totals[m.id] for m in recording.modules.roots()),
+        optimizers=[f"{m.name} ({m.type})" for m in recording.modules if m.is_optimizer],
+        step=step,
+        lines=lines,
+    )
+
+
+def _param_totals(recording: Recording, modules: list[Module]) -> dict[int, int]:
+    totals = {m.id: m.params for m in modules}
+    for m in sorted(modules, key=lambda m: -m.depth):
+        if m.parent in totals:
+            totals[m.parent] += totals[m.id]
+    return totals
+
+
+def _module_lines(recording: Recording, step: int, modules: list[Module]) -> list[ModuleLine]:
+    calls = recording.calls(step, step, ["module", "phase", "index", "total"])
+    tensors = recording.tensors(step, step, ["module", "phase", "slot", "path", "shape", "call"])
+    outputs = tensors[(tensors["phase"] == Phase.FWD) & (tensors["slot"] == Slot.OUTPUT)]
+    totals = _param_totals(recording, modules)
+    lines = []
+    for m in _tree_order(recording, modules):
+        mine = calls[calls["module"] == m.id]
+        fwd = mine[mine["phase"] == Phase.FWD]
+        out = outputs[outputs["module"] == m.id]
+        if len(out):
+            first_call = out["call"][0]
+            shapes = [shape_text(s) for s in out["shape"][out["call"] == first_call]]
+            shape = (
+                shapes[0]
+                if len(shapes) == 1
+                else "[" + ", ".join(shapes[:3]) + (", ...]" if len(shapes) > 3 else "]")
+            )
+        else:
+            shape = "-"
+        lines.append(
+            ModuleLine(
+                module=m,
+                calls=len(fwd),
+                output_shape=shape,
+                params=totals[m.id],
+                fwd=float(fwd["total"].sum()),
+                bwd=float(mine[mine["phase"] == Phase.BWD]["total"].sum()),
+            )
+        )
+    return lines
+
+
+def _tree_order(recording: Recording, modules: list[Module]) -> list[Module]:
+    ids = {m.id for m in modules}
+    out: list[Module] = []
+
+    def visit(m: Module) -> None:
+        out.append(m)
+        for child in recording.modules.children(m.id):
+            if child.id in ids and child.id != m.id:
+                visit(child)
+
+    for root in recording.modules.roots():
+        visit(root)
+    return out

@@ -1,0 +1,101 @@
+"""Where the time goes: per-module forward/backward/optimizer times over a range of steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hookdbg.read.modules import Module
+from hookdbg.read.recording import Recording
+
+SORT_KEYS = ("self", "total", "calls", "name")
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    module: Module
+    phase: int
+    steps: int  # steps in which the module ran in this phase
+    calls_per_step: float
+    self_mean: float  # seconds per step (over the steps it ran in)
+    self_median: float
+    total_mean: float
+    total_median: float
+    share: float  # of all step time in the range, by self time
+
+
+@dataclass(frozen=True)
+class Profile:
+    first: int
+    last: int
+    steps: int
+    step_mean: float
+    step_median: float
+    rows: list[ProfileRow]
+
+    def sorted(self, key: str = "self", top: int | None = None) -> list[ProfileRow]:
+        order = {
+            "self": lambda r: -r.self_mean * r.steps,
+            "total": lambda r: -r.total_mean * r.steps,
+            "calls": lambda r: -r.calls_per_step,
+            "name": lambda r: (r.module.name, r.phase),
+        }[key]
+        rows = sorted(self.rows, key=order)
+        return rows if top is None else rows[:top]
+
+
+def profile(
+    recording: Recording,
+    first: int | None = None,
+    last: int | None = None,
+    phases: tuple[int, ...] | None = None,
+) -> Profile:
+    """Per (module, phase): time per step (mean and median over the steps it ran in),
+    calls per step, and its share of the total step time of the range."""
+    first, last = recording.step_range(first, last)
+    calls = recording.calls(first, last, ["step", "module", "phase", "total", "self"])
+    if phases is not None:
+        calls = calls[np.isin(calls["phase"], phases)]
+    steps = recording.steps
+    in_range = steps[(steps["step"] >= first) & (steps["step"] <= last) & (steps["recorded"] == 1)]
+    durations = in_range["end"] - in_range["start"]
+    all_step_time = float(durations.sum()) or 1.0
+
+    rows = []
+    if len(calls):
+        # per (module, phase, step) sums, then statistics over steps
+        keys = np.stack([calls["module"], calls["phase"], calls["step"]], axis=1)
+        uniq, inverse, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+        inverse = inverse.ravel()
+        self_sum = np.bincount(inverse, weights=calls["self"])
+        total_sum = np.bincount(inverse, weights=calls["total"])
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i, (module, phase, _) in enumerate(uniq):
+            groups.setdefault((int(module), int(phase)), []).append(i)
+        for (module, phase), idx in groups.items():
+            info = recording.modules.get(module)
+            if info is None:
+                continue
+            s, t = self_sum[idx], total_sum[idx]
+            rows.append(
+                ProfileRow(
+                    module=info,
+                    phase=phase,
+                    steps=len(idx),
+                    calls_per_step=float(counts[idx].mean()),
+                    self_mean=float(s.mean()),
+                    self_median=float(np.median(s)),
+                    total_mean=float(t.mean()),
+                    total_median=float(np.median(t)),
+                    share=float(s.sum()) / all_step_time,
+                )
+            )
+    return Profile(
+        first=first,
+        last=last,
+        steps=len(in_range),
+        step_mean=float(durations.mean()) if len(durations) else 0.0,
+        step_median=float(np.median(durations)) if len(durations) else 0.0,
+        rows=rows,
+    )

@@ -1,0 +1,256 @@
+"""How report commands open recordings and print: rich tables on a terminal, plain JSON
+for machines, and one clean line for every bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from functools import wraps
+from typing import Any
+
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from hookdbg.cli.common import BadInput
+from hookdbg.options import OptionError, StepRange
+from hookdbg.read import Recording, RecordingError, Status, open_recording
+
+
+def open_or_fail(path: str, *, quiet: bool = False) -> Recording:
+    """Open a recording, or exit 2 with the reader's one-line reason."""
+    try:
+        recording = open_recording(path)
+    except RecordingError as exc:
+        raise BadInput(str(exc)) from None
+    if not quiet:
+        notice = status_notice(recording)
+        if notice:
+            click.echo(f"hookdbg: {notice}", err=True)
+    return recording
+
+
+def status_notice(recording: Recording) -> str | None:
+    status = recording.status
+    if status is Status.CUT_SHORT:
+        return (
+            f"note: {recording.path} was cut short (the recording process ended without "
+            "closing it); showing everything that was flushed"
+        )
+    if status is Status.LIVE:
+        return f"note: {recording.path} is still being written; showing what is there so far"
+    return None
+
+
+def require_calls(recording: Recording) -> None:
+    if len(recording.calls_table) == 0:
+        raise BadInput(
+            f"{recording.path} holds no module calls (did the script call a model while "
+            "recording? was every step left out by --steps/--every?)"
+        )
+
+
+def step_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--step N / --steps A:B, handed to the command as ``steps=(first, last)``."""
+
+    @click.option("--step", "one_step", type=int, metavar="N", help="Only step N.")
+    @click.option("--steps", "step_range", metavar="A:B", help="Steps A to B-1 (A:, :B work too).")
+    @wraps(func)
+    def wrapper(*args: Any, one_step: int | None, step_range: str | None, **kwargs: Any) -> Any:
+        if one_step is not None and step_range is not None:
+            raise BadInput("give --step or --steps, not both")
+        first = last = None
+        if one_step is not None:
+            first = last = one_step
+        elif step_range is not None:
+            try:
+                r = StepRange.parse(step_range)
+            except OptionError as exc:
+                raise BadInput(str(exc)) from None
+            first, last = r.start, None if r.stop is None else r.stop - 1
+        return func(*args, steps=(first, last), **kwargs)
+
+    return wrapper
+
+
+def check_steps(recording: Recording, steps: tuple[int | None, int | None]) -> tuple[int, int]:
+    """The recorded steps inside the requested range, or exit 2 saying what exists."""
+    first, last = recording.step_range(*steps)
+    if first > last:
+        recorded = recording.recorded_steps
+        have = f"steps {recorded[0]}..{recorded[-1]}" if len(recorded) else "no steps"
+        raise BadInput(f"no recorded step in the range asked for; {recording.path} has {have}")
+    return first, last
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
+def emit_json(data: object) -> None:
+    click.echo(json.dumps(_plain(data), indent=2))
+
+
+def _plain(value: object) -> object:
+    """JSON has no NaN or infinity: NaN becomes null, infinities the strings "inf"/"-inf"."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item"):
+        return _plain(value.item())  # numpy scalars
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+class Output:
+    """Prints rich markup and tables to stdout, without the trailing spaces rich pads
+    lines with (they clutter files and CI logs), and without colour when piped."""
+
+    def __init__(self) -> None:
+        tty = sys.stdout.isatty()
+        self._console = Console(
+            highlight=False,
+            soft_wrap=False,
+            width=None if tty else 200,
+            force_terminal=tty,
+            no_color=not tty,
+        )
+
+    def print(self, *renderables: Any) -> None:
+        with self._console.capture() as capture:
+            self._console.print(*renderables)
+        text = "\n".join(line.rstrip() for line in capture.get().splitlines())
+        click.echo(text)
+
+
+def console() -> Output:
+    return Output()
+
+
+class DataTable(Table):
+    """A table whose title and string cells are shown as they are: module names, slots
+    (``param_grad[weight]``) and queries are data, not rich markup."""
+
+    def add_row(self, *cells: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        super().add_row(*(Text(c) if isinstance(c, str) else c for c in cells), **kwargs)
+
+
+def table(title: str | None, columns: Sequence[str | tuple[str, str]]) -> Table:
+    """A plain table; a column given as (name, "right") is right-aligned."""
+    t = DataTable(
+        title=Text(title) if title is not None else None,
+        box=box.SIMPLE_HEAD,
+        title_justify="left",
+        pad_edge=False,
+    )
+    for col in columns:
+        name, justify = (col, "left") if isinstance(col, str) else col
+        t.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    return t
+
+
+def num(value: float, digits: int = 4) -> str:
+    """Compact numbers for tables: 0.1234, 1.234e+05, nan, inf."""
+    value = float(value)
+    if math.isnan(value):
+        return "-"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if value == 0:
+        return "0"
+    if 1e-3 <= abs(value) < 1e5:
+        return f"{value:.{digits}g}"
+    return f"{value:.{max(digits - 1, 1)}e}"
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f}"
+
+
+def tensor_table(
+    title: str | None, rows: Any, modules: Any, *, module_column: bool = True
+) -> Table:
+    """Tensor summary rows as a table: where (step, module, phase, slot) and statistics."""
+    from hookdbg.analysis.overview import shape_text
+    from hookdbg.store.schema import Phase, slot_label
+
+    cols: list[str | tuple[str, str]] = [("step", "right")]
+    if module_column:
+        cols.append("module")
+    cols += [
+        "phase",
+        "slot",
+        "shape",
+        "dtype",
+        ("min", "right"),
+        ("max", "right"),
+        ("mean", "right"),
+        ("std", "right"),
+        ("norm", "right"),
+        ("nan/inf", "right"),
+        ("zeros", "right"),
+    ]
+    t = table(title, cols)
+    for r in rows:
+        bad = int(r["nan"]) + int(r["posinf"]) + int(r["neginf"]) if r["nan"] >= 0 else -1
+        cells = [str(int(r["step"]))]
+        if module_column:
+            cells.append(modules.name(int(r["module"])))
+        zeros = float(r["zero_frac"])
+        cells += [
+            Phase(int(r["phase"])).label,
+            slot_label(int(r["slot"]), r["path"].decode()),
+            shape_text(r["shape"]),
+            r["dtype"].decode(),
+            num(r["min"]),
+            num(r["max"]),
+            num(r["mean"]),
+            num(r["std"]),
+            num(r["norm"]),
+            "-" if bad < 0 else (Text(f"{bad:,}", style="bold red") if bad else "0"),
+            "-" if math.isnan(zeros) else f"{zeros:.0%}",
+        ]
+        t.add_row(*cells)
+    return t
+
+
+def tensor_json(row: Any, modules: Any) -> dict[str, object]:
+    from hookdbg.analysis.overview import shape_text
+    from hookdbg.store.schema import Phase, Slot
+
+    out: dict[str, object] = {
+        "step": int(row["step"]),
+        "module": modules.name(int(row["module"])),
+        "phase": Phase(int(row["phase"])).label,
+        "slot": Slot(int(row["slot"])).label,
+        "path": row["path"].decode(),
+    }
+    for name in (
+        "shape",
+        "dtype",
+        "numel",
+        "min",
+        "max",
+        "mean",
+        "std",
+        "norm",
+        "nan",
+        "posinf",
+        "neginf",
+        "zero_frac",
+    ):
+        if name in row.dtype.names:
+            value = row[name]
+            out[name] = shape_text(value) if name == "shape" else value
+    return out

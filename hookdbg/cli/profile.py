@@ -1,0 +1,128 @@
+"""``hookdbg profile``: which modules take the time, forward and backward."""
+
+from __future__ import annotations
+
+import click
+
+from hookdbg.analysis.profile import SORT_KEYS, profile
+from hookdbg.cli.app import cli
+from hookdbg.cli.output import (
+    check_steps,
+    console,
+    emit_json,
+    json_option,
+    ms,
+    open_or_fail,
+    require_calls,
+    step_options,
+    table,
+)
+from hookdbg.store.schema import Phase
+
+_PHASES = {"fwd": (Phase.FWD,), "bwd": (Phase.BWD,), "opt": (Phase.OPT,), "all": None}
+
+
+@cli.command(name="profile")
+@click.argument("recording")
+@step_options
+@click.option(
+    "--sort",
+    type=click.Choice(SORT_KEYS),
+    default="self",
+    show_default=True,
+    help="Order rows by self time, total time, calls per step or name.",
+)
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    metavar="K",
+    help="Show the K first rows.",
+)
+@click.option(
+    "--phase",
+    type=click.Choice(list(_PHASES)),
+    default="all",
+    show_default=True,
+    help="Forward, backward, optimizer steps, or all.",
+)
+@json_option
+def profile_command(
+    recording: str,
+    steps: tuple[int | None, int | None],
+    sort: str,
+    top: int,
+    phase: str,
+    as_json: bool,
+) -> None:
+    """Per-module time in RECORDING: self time (without recorded submodules) and total
+    time per step, mean and median over the steps, calls per step, and share of the
+    step time. Times exclude hookdbg's own overhead."""
+    rec = open_or_fail(recording, quiet=as_json)
+    require_calls(rec)
+    first, last = check_steps(rec, steps)
+    prof = profile(rec, first, last, _PHASES[phase])
+    rows = prof.sorted(sort, top)
+    if as_json:
+        emit_json(
+            {
+                "recording": str(rec.path),
+                "first_step": prof.first,
+                "last_step": prof.last,
+                "steps": prof.steps,
+                "step_seconds_mean": prof.step_mean,
+                "step_seconds_median": prof.step_median,
+                "rows": [
+                    {
+                        "module": r.module.name,
+                        "type": r.module.type,
+                        "phase": Phase(r.phase).label,
+                        "steps": r.steps,
+                        "calls_per_step": r.calls_per_step,
+                        "self_mean": r.self_mean,
+                        "self_median": r.self_median,
+                        "total_mean": r.total_mean,
+                        "total_median": r.total_median,
+                        "share": r.share,
+                    }
+                    for r in rows
+                ],
+            }
+        )
+        return
+    span = f"step {first}" if first == last else f"steps {first}-{last}"
+    title = (
+        f"{rec.path}: {span} ({prof.steps} recorded), {ms(prof.step_median)} ms per step "
+        f"(median); seconds per step in ms, sorted by {sort}"
+    )
+    t = table(
+        title,
+        [
+            "module",
+            "type",
+            "phase",
+            ("calls", "right"),
+            ("self mean", "right"),
+            ("self median", "right"),
+            ("total mean", "right"),
+            ("total median", "right"),
+            ("share", "right"),
+        ],
+    )
+    for r in rows:
+        t.add_row(
+            r.module.name,
+            r.module.type,
+            Phase(r.phase).label,
+            f"{r.calls_per_step:g}",
+            ms(r.self_mean),
+            ms(r.self_median),
+            ms(r.total_mean),
+            ms(r.total_median),
+            f"{r.share:.1%}",
+        )
+    console().print(t)
+    hidden = len(prof.rows) - len(rows)
+    if hidden > 0:
+        console().print(f"  ... {hidden} more rows (--top {len(prof.rows)} shows all)")

@@ -1,0 +1,119 @@
+"""``hookdbg search``: find module calls and tensors by name, type and statistics."""
+
+from __future__ import annotations
+
+import click
+from rich.markup import escape
+
+from hookdbg.analysis.query import QueryError, parse
+from hookdbg.analysis.search import search as run_search
+from hookdbg.cli.app import cli
+from hookdbg.cli.common import BadInput, plural
+from hookdbg.cli.output import (
+    console,
+    emit_json,
+    json_option,
+    ms,
+    open_or_fail,
+    require_calls,
+    table,
+    tensor_json,
+    tensor_table,
+)
+from hookdbg.store.schema import Phase
+
+
+@cli.command(
+    epilog="""\b
+Query terms (all must match; !term negates; | separates alternatives):
+  layer3.*  name:GLOB     module name or path glob
+  type:Conv2d|Linear      module class
+  phase:fwd|bwd|opt       slot:input|output|grad_output|grad_input|param_grad|param|grad
+  step:5  step:3:7        dtype:float16  path:mask
+  nan  inf  nonfinite     tensors holding NaN / inf
+  max>1e4  std<1e-6       min max mean std norm absmax numel nan posinf neginf zero_frac
+\b
+Examples:
+  hookdbg search run.h5 nan
+  hookdbg search run.h5 'type:BatchNorm2d std<1e-6'
+  hookdbg search run.h5 'layer4.* phase:bwd norm>10'"""
+)
+@click.argument("recording")
+@click.argument("query", nargs=-1, required=True)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    help="Show at most this many matches.",
+)
+@json_option
+def search(recording: str, query: tuple[str, ...], limit: int, as_json: bool) -> None:
+    """Find the module calls or tensor summaries in RECORDING that match QUERY."""
+    try:
+        parsed = parse(" ".join(query))
+    except QueryError as exc:
+        raise BadInput(f"bad query: {exc}") from None
+    rec = open_or_fail(recording, quiet=as_json)
+    require_calls(rec)
+    hits = run_search(rec, parsed)
+    if as_json:
+        rows = (
+            [tensor_json(r, rec.modules) for r in hits[:limit]]
+            if parsed.on_tensors
+            else [
+                {
+                    "step": int(r["step"]),
+                    "module": rec.modules.name(int(r["module"])),
+                    "phase": Phase(int(r["phase"])).label,
+                    "call": int(r["index"]),
+                    "total_seconds": float(r["total"]),
+                    "self_seconds": float(r["self"]),
+                }
+                for r in hits[:limit]
+            ]
+        )
+        emit_json(
+            {"recording": str(rec.path), "query": parsed.text, "matches": len(hits), "rows": rows}
+        )
+        return
+    out = console()
+    what = (
+        plural(len(hits), "tensor summary", "tensor summaries")
+        if parsed.on_tensors
+        else plural(len(hits), "module call")
+    )
+    title = f"{rec.path}: {what} match {parsed.text!r}"
+    if not len(hits):
+        out.print(escape(title))
+        return
+    if parsed.on_tensors:
+        out.print(tensor_table(title, hits[:limit], rec.modules))
+    else:
+        t = table(
+            title,
+            [
+                ("step", "right"),
+                "module",
+                "type",
+                "phase",
+                ("call", "right"),
+                ("total ms", "right"),
+                ("self ms", "right"),
+            ],
+        )
+        for r in hits[:limit]:
+            m = rec.modules[int(r["module"])]
+            t.add_row(
+                str(r["step"]),
+                m.name,
+                m.type,
+                Phase(int(r["phase"])).label,
+                str(r["index"]),
+                ms(r["total"]),
+                ms(r["self"]),
+            )
+        out.print(t)
+    if len(hits) > limit:
+        more = plural(len(hits) - limit, "more match", "more matches")
+        out.print(f"  ... {more} (--limit shows more)")

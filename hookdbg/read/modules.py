@@ -1,0 +1,115 @@
+"""The module table of a recording: names, types and the model hierarchy."""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from hookdbg.store.schema import ModuleKind
+
+
+@dataclass(frozen=True)
+class Module:
+    id: int
+    name: str
+    type: str
+    parent: int
+    root: int
+    depth: int
+    kind: int
+    params: int
+
+    @property
+    def path(self) -> str:
+        """The name inside its model, without the root's label: ``layer3.0.conv1``."""
+        return self.name.partition(".")[2] if self.depth else ""
+
+    @property
+    def is_optimizer(self) -> bool:
+        return self.kind == ModuleKind.OPTIMIZER
+
+
+class ModuleTable:
+    def __init__(self, rows: np.ndarray) -> None:
+        self._modules = [
+            Module(
+                int(r["id"]),
+                r["name"].decode("utf-8", "replace"),
+                r["type"].decode("utf-8", "replace"),
+                int(r["parent"]),
+                int(r["root"]),
+                int(r["depth"]),
+                int(r["kind"]),
+                int(r["params"]),
+            )
+            for r in rows
+        ]
+        self._by_id = {m.id: m for m in self._modules}
+        self._by_name: dict[str, Module] = {}
+        for m in self._modules:  # a wrapper shares its model's name: keep the model
+            self._by_name.setdefault(m.name, m)
+        self._children: dict[int, list[Module]] = {}
+        for m in self._modules:
+            self._children.setdefault(m.parent, []).append(m)
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules)
+
+    def __getitem__(self, module_id: int) -> Module:
+        return self._by_id[module_id]
+
+    def get(self, module_id: int) -> Module | None:
+        return self._by_id.get(module_id)
+
+    def name(self, module_id: int) -> str:
+        m = self._by_id.get(module_id)
+        return m.name if m else f"<module {module_id}>"
+
+    def children(self, module_id: int) -> list[Module]:
+        return self._children.get(module_id, [])
+
+    def roots(self) -> list[Module]:
+        return [m for m in self._modules if m.parent == -1 and not m.is_optimizer]
+
+    def matching(self, pattern: str) -> list[Module]:
+        """Modules whose full name or path matches a glob (``layer3.*`` or ``*.conv1``)."""
+        return [
+            m
+            for m in self._modules
+            if fnmatch.fnmatchcase(m.name, pattern)
+            or (m.depth and fnmatch.fnmatchcase(m.path, pattern))
+        ]
+
+    def resolve(self, query: str) -> Module:
+        """The one module meant by ``query``: an exact name, a path, or a unique glob.
+
+        Raises LookupError with a message that suggests close names.
+        """
+        exact = self._by_name.get(query)
+        if exact is not None:
+            return exact
+        found = {m.id: m for m in self.matching(query)}
+        if len(found) == 1:
+            return next(iter(found.values()))
+        if len(found) > 1:
+            names = ", ".join(m.name for m in list(found.values())[:4])
+            more = f" and {len(found) - 4} more" if len(found) > 4 else ""
+            raise LookupError(
+                f"{query!r} matches {len(found)} modules ({names}{more}); be more specific"
+            )
+        close = [n for n in self._by_name if query.lower() in n.lower()][:3]
+        if not close:  # compare with paths too: "head2" is close to "head", not "model.head"
+            spelled = {m.path or m.name: m.name for m in self._modules} | {
+                n: n for n in self._by_name
+            }
+            close = [spelled[k] for k in difflib.get_close_matches(query, list(spelled), 3, 0.6)]
+            close = list(dict.fromkeys(close))
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        raise LookupError(f"no module {query!r} in this recording{hint}")

@@ -1,0 +1,83 @@
+"""Lazy access to one columnar table of a recording.
+
+Nothing is read until asked for, and then only the columns asked for: a query for one
+module's output std over a long run reads the ``module``, ``slot`` and ``std`` columns
+and nothing else. Rows are in the order they were recorded, and the ``step`` column of
+``calls`` and ``tensors`` never decreases, so a step range becomes a row range by
+binary search (a few chunk reads, however long the run).
+"""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+
+
+class Table:
+    def __init__(self, group: h5py.Group, dtype: np.dtype) -> None:
+        self._group = group
+        self.dtype = dtype
+        self._length = self._shortest()
+        self._cache: dict[str, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return self._length
+
+    def refresh(self) -> bool:
+        """See rows appended since the last look; True if there are new ones."""
+        if not self._group.file.swmr_mode:
+            return False  # a file closed by its writer does not change
+        for name in self.dtype.names:
+            self._group[name].refresh()
+        before, self._length = self._length, self._shortest()
+        if self._length != before:
+            self._cache.clear()
+        return self._length != before
+
+    def _shortest(self) -> int:
+        # while a file is written one column may be a batch ahead of another
+        return min(self._group[name].shape[0] for name in self.dtype.names)
+
+    def column(self, name: str, rows: slice | None = None) -> np.ndarray:
+        """One column (whole, cached, or a row range)."""
+        if rows is None:
+            cached = self._cache.get(name)
+            if cached is None:
+                cached = self._cache[name] = self._group[name][: self._length]
+            return cached
+        start, stop, _ = rows.indices(self._length)
+        if name in self._cache:
+            return self._cache[name][start:stop]
+        return self._group[name][start:stop]
+
+    def read(
+        self, columns: list[str] | tuple[str, ...] | None = None, rows: slice | None = None
+    ) -> np.ndarray:
+        """Rows as a numpy structured array, with only ``columns`` (default: all)."""
+        names = list(columns or self.dtype.names)
+        dtype = np.dtype([(n, self.dtype[n]) for n in names])
+        start, stop, _ = (rows or slice(None)).indices(self._length)
+        out = np.empty(max(stop - start, 0), dtype=dtype)
+        for name in names:
+            out[name] = self.column(name, slice(start, stop))
+        return out
+
+    def step_rows(self, first: int, last: int) -> slice:
+        """The rows of steps ``first`` to ``last`` (inclusive): binary search on disk."""
+        if "step" in self._cache:
+            steps = self._cache["step"]
+            lo, hi = np.searchsorted(steps, [first, last + 1])
+            return slice(int(lo), int(hi))
+        return slice(self._bisect(first), self._bisect(last + 1))
+
+    def _bisect(self, step: int) -> int:
+        """First row whose step is >= ``step``."""
+        col = self._group["step"]
+        lo, hi = 0, self._length
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if col[mid] < step:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo

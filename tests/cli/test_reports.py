@@ -1,0 +1,133 @@
+"""The report commands as users run them: real subprocesses on real recordings."""
+
+import csv
+import io
+import json
+
+import pytest
+
+from tests.helpers import hookdbg
+
+
+def run_json(*args):
+    out = hookdbg(*args, "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_summary_of_resnet18(resnet_h5):
+    out = hookdbg("summary", resnet_h5)
+    assert out.returncode == 0, out.stderr
+    assert "complete" in out.stdout and "resnet_fakedata.py" in out.stdout
+    assert "2 (2 recorded)" in out.stdout and "data lost  none" in out.stdout
+    lines: dict[str, str] = {}
+    for line in out.stdout.splitlines():  # the first line per short name: the stem's conv1
+        if line.strip():
+            lines.setdefault(line.split()[0], line)
+    assert "(4, 64, 16, 16)" in lines["conv1"] and "9,408" in lines["conv1"]
+    assert "(4, 10)" in lines["fc"] and "11,181,642" in lines["model"]
+    assert not any(line != line.rstrip() for line in out.stdout.splitlines())
+    data = run_json("summary", resnet_h5)
+    assert data["status"] == "complete" and data["recorded_steps"] == 2
+    assert data["parameters"] == 11_181_642 and data["dropped_rows"] == 0
+    conv1 = next(m for m in data["module_table"] if m["name"] == "model.conv1")
+    assert conv1["output_shape"] == "(4, 64, 16, 16)" and conv1["fwd_seconds"] > 0
+
+
+def test_profile_table_and_json(resnet_h5):
+    out = hookdbg("profile", resnet_h5, "--top", "5", "--phase", "bwd")
+    assert out.returncode == 0, out.stderr
+    rows = [line for line in out.stdout.splitlines() if line.strip().startswith("model")]
+    assert len(rows) == 5 and all(" bwd " in r for r in rows)
+    data = run_json("profile", resnet_h5, "--step", "1", "--sort", "calls")
+    assert data["first_step"] == data["last_step"] == 1
+    assert data["rows"][0]["calls_per_step"] == 2  # the ReLUs called twice per block
+    assert sum(r["share"] for r in data["rows"]) <= 1.0
+
+
+def test_alerts_names_the_origin_and_shows_finite_inputs(nan_h5):
+    out = hookdbg("alerts", nan_h5)
+    assert out.returncode == 0, out.stderr
+    assert "FIRST alert 1: NaN first appeared at step 3 in model.standardize" in out.stdout
+    assert "its inputs" in out.stdout and "input[0]" in out.stdout
+    data = run_json("alerts", nan_h5)
+    [alert] = data["alerts"]
+    assert alert["module"] == "model.standardize" and alert["first"] and alert["slot"] == "output"
+    assert alert["tensor"]["nan"] == 16 and alert["context"][0]["nan"] == 0
+    assert hookdbg("alerts", nan_h5, "--exit-code").returncode == 1
+
+
+def test_alerts_exit_code_zero_without_alerts(mlp_h5):
+    out = hookdbg("alerts", mlp_h5, "--exit-code")
+    assert out.returncode == 0 and "no NaN/inf alerts" in out.stdout
+
+
+def test_show_one_module(resnet_h5):
+    out = hookdbg("show", resnet_h5, "layer1.0.conv1", "--step", "0")
+    assert out.returncode == 0, out.stderr
+    for slot in ("input[0]", "output", "grad_output", "param_grad[weight]", "param[weight]"):
+        assert slot in out.stdout
+    data = run_json("show", resnet_h5, "model.fc")
+    assert data["type"] == "Linear" and {r["step"] for r in data["rows"]} == {0, 1}
+
+
+def test_search_tensors_and_calls(nan_h5):
+    data = run_json("search", nan_h5, "nan", "phase:fwd")
+    assert data["matches"] >= 1 and data["rows"][0]["module"] == "model.standardize"
+    calls = run_json("search", nan_h5, "type:Linear", "step:0")
+    assert {r["module"] for r in calls["rows"]} == {"model.proj", "model.head"}
+    out = hookdbg("search", nan_h5, "std<0")
+    assert out.returncode == 0 and "0 tensor summaries match" in out.stdout
+
+
+def test_diff_exit_status(mlp_h5, nan_h5, tmp_path):
+    same = hookdbg("diff", mlp_h5, mlp_h5)
+    assert same.returncode == 0 and "match" in same.stdout
+    other = hookdbg("diff", mlp_h5, nan_h5)
+    assert other.returncode == 1
+    assert "modules only in" in other.stdout
+    data = json.loads(hookdbg("diff", mlp_h5, nan_h5, "--json").stdout)
+    assert data["equal"] is False and data["explanation"]
+
+
+def test_export_formats(resnet_h5, tmp_path):
+    trace = tmp_path / "trace.json"
+    out = hookdbg("export", resnet_h5, "--format", "perfetto", "-o", trace)
+    assert out.returncode == 0 and "trace events" in out.stderr
+    assert json.loads(trace.read_text())["traceEvents"]
+    out = hookdbg("export", resnet_h5, "--format", "csv", "--table", "steps", "-o", "-")
+    assert [r["step"] for r in csv.DictReader(io.StringIO(out.stdout))] == ["0", "1"]
+    again = hookdbg("export", resnet_h5, "--format", "perfetto", "-o", trace)
+    assert again.returncode == 2 and "already exists; pass --force" in again.stderr
+    over = hookdbg("export", resnet_h5, "--format", "csv", "-o", resnet_h5, "--force")
+    assert over.returncode == 2 and "over the recording itself" in over.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["show", "{h5}", "model.nothing"], "no module 'model.nothing'"),
+        (["show", "{h5}", "body.*"], "matches 5 modules"),
+        (["search", "{h5}", "max>>1"], "bad query"),
+        (["profile", "{h5}", "--steps", "9:12"], "no recorded step in the range"),
+        (["profile", "{h5}", "--step", "1", "--steps", "1:2"], "give --step or --steps"),
+        (["summary", "{h5}", "--step", "99"], "step 99 was not recorded"),
+        (["diff", "{h5}", "{h5}", "--rtol", "-1"], "must not be negative"),
+        (["export", "{h5}", "--format", "csv", "-o", "/nonexistent/x.csv"], "no directory"),
+        (["summary", "/nonexistent.h5"], "no such file"),
+    ],
+)
+def test_report_bad_input_is_one_line_exit_2(mlp_h5, args, message):
+    out = hookdbg(*[a.format(h5=mlp_h5) for a in args])
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_reports_on_a_recording_without_module_calls(tmp_path):
+    script = tmp_path / "idle.py"
+    script.write_text("print('no model here')\n")
+    assert hookdbg("record", "-q", "-o", tmp_path / "idle.h5", script).returncode == 0
+    summary = hookdbg("summary", tmp_path / "idle.h5")
+    assert summary.returncode == 0 and "no module calls were recorded" in summary.stdout
+    profile = hookdbg("profile", tmp_path / "idle.h5")
+    assert profile.returncode == 2 and "holds no module calls" in profile.stderr

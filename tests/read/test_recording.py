@@ -1,0 +1,133 @@
+"""open_recording validates before it trusts, never writes, and follows live files."""
+
+import contextlib
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from hookdbg.read import RecordingError, Status, open_recording
+from tests.helpers import hookdbg
+
+
+def digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_opens_a_complete_recording_lazily(mlp_h5):
+    before = digest(mlp_h5)
+    with open_recording(mlp_h5) as rec:
+        assert rec.status is Status.COMPLETE and rec.dropped_rows == 0
+        assert rec.info.argv[0].endswith("numnet_mlp.py") and rec.info.options["level"] == "stats"
+        assert list(rec.recorded_steps) == [0, 1, 2, 3]
+        assert rec.modules.resolve("body.1").name == "model.body.1"
+        assert rec.modules.resolve("model.head").type == "Linear"
+        step2 = rec.tensors(2, 2, ["step", "module", "std"])
+        assert set(step2["step"]) == {2} and step2.dtype.names == ("step", "module", "std")
+        all_rows = rec.tensors()
+        assert len(all_rows) == len(rec.tensors_table)
+        assert np.array_equal(all_rows[all_rows["step"] == 2]["std"], step2["std"], equal_nan=True)
+    assert digest(mlp_h5) == before  # reading never writes
+
+
+def test_step_rows_by_binary_search_match_a_full_scan(resnet_h5):
+    with open_recording(resnet_h5) as rec:
+        table = rec.tensors_table
+        steps = table.column("step")
+        for step in (0, 1):
+            rows = table.step_rows(step, step)
+            assert np.all(steps[rows] == step) and rows.stop - rows.start == np.sum(steps == step)
+
+
+def test_unknown_module_names_get_suggestions(mlp_h5):
+    with (
+        open_recording(mlp_h5) as rec,
+        pytest.raises(LookupError, match=r"did you mean model\.head"),
+    ):
+        rec.modules.resolve("head2")
+    with open_recording(mlp_h5) as rec, pytest.raises(LookupError, match="matches 5 modules"):
+        rec.modules.resolve("body.*")
+
+
+def corrupt_files(source, tmp_path):
+    data = source.read_bytes()
+    for fraction in (0.001, 0.25, 0.5, 0.9, 0.99):
+        cut = tmp_path / f"truncated-{fraction}.h5"
+        cut.write_bytes(data[: int(len(data) * fraction)])
+        yield cut, "damaged|not a hookdbg recording"
+    noise = tmp_path / "random.h5"
+    noise.write_bytes(np.random.default_rng(0).bytes(50_000))
+    yield noise, "not a hookdbg recording \\(not an HDF5 file\\)"
+    empty = tmp_path / "empty.h5"
+    empty.write_bytes(b"")
+    yield empty, "not an HDF5 file"
+    foreign = tmp_path / "foreign.h5"
+    with h5py.File(foreign, "w") as f:
+        f["weights"] = np.arange(10)
+    yield foreign, "an HDF5 file but not a hookdbg recording"
+    newer = tmp_path / "newer.h5"
+    shutil.copy(source, newer)
+    with h5py.File(newer, "r+") as f:
+        f.attrs["schema_version"] = 99
+    yield newer, "newer hookdbg \\(schema version 99"
+    holed = tmp_path / "holed.h5"
+    shutil.copy(source, holed)
+    with h5py.File(holed, "r+") as f:
+        del f["tensors/std"]
+    yield holed, "damaged: table 'tensors' has no column 'std'"
+    yield tmp_path, "is a directory"
+    yield tmp_path / "missing.h5", "no such file"
+
+
+def test_broken_files_give_one_clean_line(mlp_h5, tmp_path):
+    for path, message in corrupt_files(mlp_h5, tmp_path):
+        before = digest(path) if path.is_file() else None
+        with pytest.raises(RecordingError, match=message):
+            open_recording(path)
+        out = hookdbg("summary", path)
+        assert out.returncode == 2, (path, out.stderr)
+        assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+        if before is not None:
+            assert digest(path) == before, f"{path} was modified"
+
+
+WRITER = """
+import torch, hookdbg
+model = torch.nn.Linear(4, 4)
+with hookdbg.record({path!r}, flush_interval=0.1, quiet=True), torch.no_grad():
+    while True:
+        model(torch.randn(2, 4))
+"""
+
+
+def test_live_recording_refreshes_then_reads_as_cut_short_after_kill_9(tmp_path):
+    path = tmp_path / "live.h5"
+    proc = subprocess.Popen([sys.executable, "-c", WRITER.format(path=str(path))])
+    try:
+        deadline = time.time() + 60
+        rec = None
+        while rec is None and time.time() < deadline:
+            time.sleep(0.3)
+            with contextlib.suppress(RecordingError):  # not created, or not in SWMR mode yet
+                rec = open_recording(path)
+        assert rec is not None and rec.status is Status.LIVE
+        seen = len(rec.calls_table)
+        time.sleep(0.5)
+        assert rec.refresh() and len(rec.calls_table) > seen
+        assert len(rec.steps) > 0 and len(rec.tensors()) >= len(rec.calls_table)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    rec.refresh()
+    assert rec.status is Status.CUT_SHORT and rec.end is None
+    rec.close()
+    out = hookdbg("summary", path)
+    assert out.returncode == 0 and "was cut short" in out.stderr
+    assert os.path.getsize(path) > 0
