@@ -56,10 +56,11 @@ def search(recording: str, query: tuple[str, ...], limit: int, as_json: bool) ->
         raise BadInput(f"bad query: {exc}") from None
     rec = open_or_fail(recording, quiet=as_json)
     require_calls(rec)
-    hits = run_search(rec, parsed)
+    result = run_search(rec, parsed, limit)
+    hits = result.rows
     if as_json:
         rows = (
-            [tensor_json(r, rec.modules) for r in hits[:limit]]
+            [tensor_json(r, rec.modules) for r in hits]
             if parsed.on_tensors
             else [
                 {
@@ -70,25 +71,30 @@ def search(recording: str, query: tuple[str, ...], limit: int, as_json: bool) ->
                     "total_seconds": float(r["total"]),
                     "self_seconds": float(r["self"]),
                 }
-                for r in hits[:limit]
+                for r in hits
             ]
         )
         emit_json(
-            {"recording": str(rec.path), "query": parsed.text, "matches": len(hits), "rows": rows}
+            {
+                "recording": str(rec.path),
+                "query": parsed.text,
+                "matches": result.total,
+                "rows": rows,
+            }
         )
         return
     out = console()
     what = (
-        plural(len(hits), "tensor summary", "tensor summaries")
+        plural(result.total, "tensor summary", "tensor summaries")
         if parsed.on_tensors
-        else plural(len(hits), "module call")
+        else plural(result.total, "module call")
     )
     title = f"{rec.path}: {what} match {parsed.text!r}"
-    if not len(hits):
+    if not result.total:
         out.print(escape(title))
         return
     if parsed.on_tensors:
-        out.print(tensor_table(title, hits[:limit], rec.modules))
+        out.print(tensor_table(title, hits, rec.modules))
     else:
         t = table(
             title,
@@ -102,7 +108,7 @@ def search(recording: str, query: tuple[str, ...], limit: int, as_json: bool) ->
                 ("self ms", "right"),
             ],
         )
-        for r in hits[:limit]:
+        for r in hits:
             m = rec.modules[int(r["module"])]
             t.add_row(
                 str(r["step"]),
@@ -114,6 +120,6 @@ def search(recording: str, query: tuple[str, ...], limit: int, as_json: bool) ->
                 ms(r["self"]),
             )
         out.print(t)
-    if len(hits) > limit:
-        more = plural(len(hits) - limit, "more match", "more matches")
+    if result.total > limit:
+        more = plural(result.total - limit, "more match", "more matches")
         out.print(f"  ... {more} (--limit shows more)")

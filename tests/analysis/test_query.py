@@ -27,20 +27,20 @@ def test_bad_queries_say_what_is_wrong(text, error):
 
 def test_query_terms_on_a_real_recording(nan_h5):
     with open_recording(nan_h5) as rec:
-        born = search(rec, parse("nan phase:fwd slot:output step:3"))
+        born = search(rec, parse("nan phase:fwd slot:output step:3")).rows
         names = {rec.modules.name(int(m)) for m in born["module"]}
         assert "model.standardize" in names and set(born["step"]) == {3}
         assert np.all(born["nan"] > 0)
-        linear_bwd = search(rec, parse("type:Linear phase:bwd step:0:2"))  # module calls
+        linear_bwd = search(rec, parse("type:Linear phase:bwd step:0:2")).rows  # module calls
         assert set(linear_bwd["phase"]) == {Phase.BWD} and set(linear_bwd["step"]) == {0, 1}
         assert {rec.modules.name(int(m)) for m in linear_bwd["module"]} == {
             "model.proj",
             "model.head",
         }
-        big = search(rec, parse("absmax>2 !nan slot:in|out step:0"))
+        big = search(rec, parse("absmax>2 !nan slot:in|out step:0")).rows
         assert len(big) and np.all(np.maximum(np.abs(big["min"]), np.abs(big["max"])) > 2)
         assert set(big["slot"]) <= {Slot.INPUT, Slot.OUTPUT} and np.all(big["nan"] == 0)
-        grads = search(rec, parse("proj slot:grad step:1"))
+        grads = search(rec, parse("proj slot:grad step:1")).rows
         assert set(grads["slot"]) == {Slot.GRAD_OUTPUT, Slot.PARAM_GRAD}
 
 
