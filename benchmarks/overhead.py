@@ -51,8 +51,9 @@ def mlp_step() -> tuple[Callable[[], None], int]:
     return _train_step(model, opt, x, y)
 
 
-def _train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
-                y: torch.Tensor) -> tuple[Callable[[], None], int]:  # fmt: skip
+def _train_step(
+    model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
+) -> tuple[Callable[[], None], int]:
     criterion = nn.CrossEntropyLoss()
 
     def step() -> None:
@@ -86,8 +87,9 @@ def measure(step: Callable[[], None], level: str | None, steps: int, workdir: Pa
             recorder.close()
 
 
-def compare(name: str, make: Callable[[], tuple[Callable[[], None], int]], rounds: int,
-            steps: int) -> dict[str, float]:  # fmt: skip
+def compare(
+    name: str, make: Callable[[], tuple[Callable[[], None], int]], rounds: int, steps: int
+) -> dict[str, float]:
     step, calls = make()
     results: dict[str | None, list[float]] = {None: [], **{lv: [] for lv in LEVELS}}
     with tempfile.TemporaryDirectory() as tmp:

@@ -27,11 +27,28 @@ MODULES, ROWS_PER_STEP = 70, 400
 
 def build(path: Path, rows: int) -> None:
     rng = np.random.default_rng(0)
-    writer = Writer(path, {"format": schema.FORMAT, "schema_version": schema.SCHEMA_VERSION,
-                           "hookdbg_version": "bench", "torch_version": "-", "python_version": "-",
-                           "created": "-", "host": "-", "pid": 0, "argv": '["bench"]', "cwd": "-",
-                           "options": "{}", "rank": 0, "world_size": 1, "local_rank": 0,
-                           "backend": ""}, flush_interval=0.5, max_backlog_rows=10**9)  # fmt: skip
+    writer = Writer(
+        path,
+        {
+            "format": schema.FORMAT,
+            "schema_version": schema.SCHEMA_VERSION,
+            "hookdbg_version": "bench",
+            "torch_version": "-",
+            "python_version": "-",
+            "created": "-",
+            "host": "-",
+            "pid": 0,
+            "argv": '["bench"]',
+            "cwd": "-",
+            "options": "{}",
+            "rank": 0,
+            "world_size": 1,
+            "local_rank": 0,
+            "backend": "",
+        },
+        flush_interval=0.5,
+        max_backlog_rows=10**9,
+    )
     modules = [(i, f"model.m{i}", "Linear", 0, 0, 1, 0, 10) for i in range(MODULES)]
     writer.submit({"modules": modules})
     steps = rows // ROWS_PER_STEP
@@ -52,8 +69,17 @@ def build(path: Path, rows: int) -> None:
         s["step"] = first + np.arange(n_steps)
         s["recorded"] = 1
         writer._append_array("steps", s)
-    writer.close({"time": time.time(), "status": "complete", "exit_code": 0, "steps": steps,
-                  "calls": 0, "alerts": 0, "message": ""})  # fmt: skip
+    writer.close(
+        {
+            "time": time.time(),
+            "status": "complete",
+            "exit_code": 0,
+            "steps": steps,
+            "calls": 0,
+            "alerts": 0,
+            "message": "",
+        }
+    )
 
 
 def timed(label: str, fn):
@@ -72,8 +98,10 @@ def main() -> None:
         path = args.keep or Path(tmp) / "big.h5"
         t0 = time.perf_counter()
         build(path, args.rows)
-        print(f"built {args.rows:,} tensor rows ({path.stat().st_size / 1e6:.0f} MB) in "
-              f"{time.perf_counter() - t0:.0f} s")  # fmt: skip
+        print(
+            f"built {args.rows:,} tensor rows ({path.stat().st_size / 1e6:.0f} MB) in "
+            f"{time.perf_counter() - t0:.0f} s"
+        )
         rec = timed("open_recording (validate, small tables)", lambda: open_recording(path))
         last = int(rec.recorded_steps[-1])
         timed("one step's rows, all columns", lambda: rec.tensors(last // 2, last // 2))

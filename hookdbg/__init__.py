@@ -13,9 +13,18 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["RecordError", "Recorder", "RecordingError", "__version__", "open_recording", "record"]
+__all__ = [
+    "NonFiniteError",
+    "NonFiniteStop",
+    "RecordError",
+    "Recorder",
+    "RecordingError",
+    "__version__",
+    "open_recording",
+    "record",
+]
 
-_RECORDER_NAMES = {"record", "Recorder", "RecordError"}
+_RECORDER_NAMES = {"record", "Recorder", "RecordError", "NonFiniteError", "NonFiniteStop"}
 
 
 def __getattr__(name: str) -> object:

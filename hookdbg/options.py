@@ -112,6 +112,9 @@ class ModuleFilter:
 ON_NAN_ACTIONS = ("warn", "break", "raise", "stop")
 
 
+MB = 1 << 20
+
+
 @dataclass(frozen=True)
 class RecordOptions:
     """Everything that shapes a recording, validated on construction."""
@@ -120,7 +123,12 @@ class RecordOptions:
     modules: ModuleFilter = field(default_factory=ModuleFilter)
     every: int = 1
     steps: StepRange = field(default_factory=StepRange)
-    on_nan: str = "warn"
+    on_nan: str = "warn"  # what a NaN/inf origin does
+    nan_check: bool | None = None  # None: on at --level stats, off below
+    capture: ModuleFilter | None = None  # modules whose full tensors are stored
+    capture_steps: StepRange = field(default_factory=StepRange)
+    capture_budget: int = 512 * MB
+    flight_budget: int = 256 * MB  # 0 turns the flight recorder off
     flush_interval: float = 1.0
     max_backlog_rows: int = 2_000_000
     quiet: bool = False
@@ -134,6 +142,16 @@ class RecordOptions:
             )
         if not self.flush_interval > 0:
             raise OptionError(f"flush interval must be positive, not {self.flush_interval}")
+        if self.capture_budget <= 0:
+            raise OptionError("--capture-budget must be more than 0 MB")
+        if self.flight_budget < 0:
+            raise OptionError("--flight-recorder must be 0 (off) or more MB")
+        if self.on_nan != "warn" and not self.checks_nan:
+            raise OptionError(f"--on-nan {self.on_nan} needs NaN checks: drop --no-nan-check")
+
+    @property
+    def checks_nan(self) -> bool:
+        return self.level == Level.STATS if self.nan_check is None else self.nan_check
 
     @classmethod
     def build(
@@ -143,14 +161,22 @@ class RecordOptions:
         modules: tuple[str, ...] | list[str] | None = None,
         every: int = 1,
         steps: str | StepRange | None = None,
+        capture: tuple[str, ...] | list[str] | None = None,
+        capture_steps: str | StepRange | None = None,
+        capture_budget_mb: float = 512,
+        flight_recorder_mb: float = 256,
         **rest: object,
     ) -> RecordOptions:
-        """Options from user-facing values (strings as typed on the command line)."""
+        """Options from user-facing values (strings as typed, sizes in MB)."""
         return cls(
             level=Level.parse(level),
             modules=ModuleFilter.parse(modules),
             every=every,
             steps=StepRange.parse(steps),
+            capture=ModuleFilter.parse(capture) if capture else None,
+            capture_steps=StepRange.parse(capture_steps),
+            capture_budget=int(capture_budget_mb * MB),
+            flight_budget=int(flight_recorder_mb * MB),
             **rest,  # type: ignore[arg-type]
         )
 
@@ -165,5 +191,10 @@ class RecordOptions:
             "every": self.every,
             "steps": str(self.steps),
             "on_nan": self.on_nan,
+            "nan_check": self.checks_nan,
+            "capture": str(self.capture) if self.capture else "",
+            "capture_steps": str(self.capture_steps),
+            "capture_budget_mb": self.capture_budget / MB,
+            "flight_recorder_mb": self.flight_budget / MB,
             "flush_interval": self.flush_interval,
         }

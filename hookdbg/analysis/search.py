@@ -15,9 +15,25 @@ from hookdbg.analysis.query import Query
 from hookdbg.read.recording import Recording
 
 TENSOR_COLUMNS = (
-    "step", "call", "module", "phase", "slot", "path", "shape", "dtype", "numel",
-    "min", "max", "mean", "std", "norm", "nan", "posinf", "neginf", "zero_frac",
-)  # fmt: skip
+    "step",
+    "call",
+    "module",
+    "phase",
+    "slot",
+    "path",
+    "shape",
+    "dtype",
+    "numel",
+    "min",
+    "max",
+    "mean",
+    "std",
+    "norm",
+    "nan",
+    "posinf",
+    "neginf",
+    "zero_frac",
+)
 CALL_COLUMNS = ("step", "call", "module", "phase", "index", "total", "self")
 
 

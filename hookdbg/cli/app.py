@@ -26,6 +26,7 @@ def _register() -> None:
         search,
         show,
         summary,
+        tensor,
     )
 
 

@@ -60,8 +60,41 @@ Examples:
     type=click.Choice(ON_NAN_ACTIONS),
     default="warn",
     show_default=True,
-    help="What a NaN/inf origin does: warn and go on, break into pdb, raise "
-    "hookdbg.NonFiniteError, or stop the run.",
+    help="What the origin of a NaN or +/-inf does: warn and go on; break into pdb there "
+    "(falls back to stop without a terminal); raise hookdbg.NonFiniteError in the script; "
+    "or stop the run (exit status 3).",
+)
+@click.option(
+    "--nan-check/--no-nan-check",
+    default=None,
+    help="Check every summarised tensor for NaN/inf [default: on at --level stats]; "
+    "at timing/shapes, --nan-check adds a cheap min/max check.",
+)
+@click.option(
+    "--capture",
+    "capture_globs",
+    multiple=True,
+    metavar="GLOB",
+    help="Store the full input, output and gradient tensors of matching modules "
+    "(repeatable; !GLOB excludes).",
+)
+@click.option("--capture-steps", metavar="A:B", help="Steps whose tensors --capture stores.")
+@click.option(
+    "--capture-budget",
+    type=float,
+    default=512,
+    show_default=True,
+    metavar="MB",
+    help="Stop --capture after this many MB (with a message).",
+)
+@click.option(
+    "--flight-recorder",
+    type=float,
+    default=256,
+    show_default=True,
+    metavar="MB",
+    help="Memory for the last two steps' tensors; when a NaN/inf origin fires, those "
+    "of the origin and its neighbours are written to the file. 0 turns it off.",
 )
 @click.option("-f", "--force", is_flag=True, help="Overwrite FILE if it exists.")
 @click.option("-q", "--quiet", is_flag=True, help="No status lines from hookdbg.")
@@ -83,6 +116,11 @@ def record(
     every: int,
     step_range: str | None,
     on_nan: str,
+    nan_check: bool | None,
+    capture_globs: tuple[str, ...],
+    capture_steps: str | None,
+    capture_budget: float,
+    flight_recorder: float,
     force: bool,
     quiet: bool,
     flush_interval: float,
@@ -106,6 +144,11 @@ def record(
             every=every,
             steps=step_range,
             on_nan=on_nan,
+            nan_check=nan_check,
+            capture=capture_globs,
+            capture_steps=capture_steps,
+            capture_budget_mb=capture_budget,
+            flight_recorder_mb=flight_recorder,
             quiet=quiet,
             flush_interval=flush_interval,
         )

@@ -21,6 +21,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from hookdbg.read.captures import Capture, captures_from, to_array
 from hookdbg.read.modules import ModuleTable
 from hookdbg.read.table import Table
 from hookdbg.store import schema
@@ -193,11 +194,21 @@ class Recording:
         hi = 2**31 - 1 if last is None else last
         return t.read(columns, t.step_rows(lo, hi))
 
-    def capture_bytes(self, offset: int, nbytes: int) -> bytes:
+    def captured(self, module: int | None = None, step: int | None = None) -> list[Capture]:
+        """Stored full tensors, optionally of one module (id) and/or one step."""
+        rows = self.captures
+        if module is not None:
+            rows = rows[rows["module"] == module]
+        if step is not None:
+            rows = rows[rows["step"] == step]
+        return captures_from(rows, self.modules)
+
+    def tensor(self, capture: Capture) -> np.ndarray:
+        """The values of a stored tensor."""
         ds = self._file[schema.CAPTURE_DATA]
         if self._file.swmr_mode:
             ds.refresh()
-        return ds[offset : offset + nbytes].tobytes()
+        return to_array(capture, ds[capture.offset : capture.offset + capture.nbytes].tobytes())
 
 
 # -- validation ---------------------------------------------------------------------

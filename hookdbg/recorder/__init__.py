@@ -5,9 +5,19 @@ from __future__ import annotations
 import os
 
 from hookdbg.options import Level, RecordOptions, StepRange
+from hookdbg.recorder.actions import NonFiniteError, NonFiniteStop
 from hookdbg.recorder.core import Recorder, RecordError
 
-__all__ = ["Level", "RecordError", "RecordOptions", "Recorder", "StepRange", "record"]
+__all__ = [
+    "Level",
+    "NonFiniteError",
+    "NonFiniteStop",
+    "RecordError",
+    "RecordOptions",
+    "Recorder",
+    "StepRange",
+    "record",
+]
 
 
 def record(
@@ -18,6 +28,11 @@ def record(
     every: int = 1,
     steps: str | StepRange | None = None,
     on_nan: str = "warn",
+    nan_check: bool | None = None,
+    capture: list[str] | tuple[str, ...] | None = None,
+    capture_steps: str | StepRange | None = None,
+    capture_budget_mb: float = 512,
+    flight_recorder_mb: float = 256,
     force: bool = False,
     quiet: bool = False,
     flush_interval: float = 1.0,
@@ -25,7 +40,8 @@ def record(
     """A recorder for ``with hookdbg.record("run.h5"): train()``.
 
     Same options as ``hookdbg record``: ``level`` timing|shapes|stats, ``modules``
-    globs (``!glob`` excludes), ``every`` N steps, ``steps`` "A:B", ``on_nan`` action.
+    globs (``!glob`` excludes), ``every`` N steps, ``steps`` "A:B", ``on_nan``
+    warn|break|raise|stop, ``capture`` globs of modules whose full tensors to store.
     """
     options = RecordOptions.build(
         level=level,
@@ -33,6 +49,11 @@ def record(
         every=every,
         steps=steps,
         on_nan=on_nan,
+        nan_check=nan_check,
+        capture=capture,
+        capture_steps=capture_steps,
+        capture_budget_mb=capture_budget_mb,
+        flight_recorder_mb=flight_recorder_mb,
         quiet=quiet,
         flush_interval=flush_interval,
     )

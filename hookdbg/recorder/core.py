@@ -15,6 +15,11 @@ Hooks installed (all owned by one ``HookSet`` and removed together):
 Each tensor is summarised once per step and version (containers see their children's
 tensors). Times are on a corrected clock that stops while hookdbg's own hooks run, so
 module timings exclude hookdbg's overhead.
+
+The hooks share per-step state and run on every module call, so they live in one
+class (attribute lookups stay local); everything that is not hot path is delegated:
+statistics (stats), naming, steps, NaN/inf origins (nonfinite), what an origin does
+(actions), full tensors (capture), backward spans (timing), the file (store.writer).
 """
 
 from __future__ import annotations
@@ -32,9 +37,11 @@ import torch
 from torch.nn.modules import module as module_hooks
 from torch.optim import optimizer as optimizer_hooks
 
-from hookdbg.options import RecordOptions
+from hookdbg.options import Level, RecordOptions
 from hookdbg.recorder import stats
-from hookdbg.recorder.calls import NEVER, Call, Seen
+from hookdbg.recorder.actions import NonFiniteError, NonFiniteStop, interactive, nan_breakpoint
+from hookdbg.recorder.calls import Call, Seen
+from hookdbg.recorder.capture import Capturer, FlightRecorder
 from hookdbg.recorder.hookset import HookSet
 from hookdbg.recorder.meta import run_metadata
 from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry
@@ -42,6 +49,7 @@ from hookdbg.recorder.nonfinite import Alert, OriginDetector
 from hookdbg.recorder.rows import CONVERTERS
 from hookdbg.recorder.steps import StepTracker
 from hookdbg.recorder.tensors import iter_args, iter_tensors
+from hookdbg.recorder.timing import backward_rows, call_row
 from hookdbg.store.schema import ModuleKind, Phase, Slot
 from hookdbg.store.writer import Writer, WriterError
 
@@ -89,6 +97,16 @@ class Recorder:
             raise RecordError(f"{self.path} already exists; pass --force to overwrite it")
         self._argv = list(sys.argv if argv is None else argv)
         self._level = int(self.options.level)
+        self._emit_tensors = self.options.level >= Level.SHAPES  # tensor rows in the file
+        self._check = self.options.checks_nan
+        self._summary = _summary_function(self.options.level, self._check)
+        self._capturer = Capturer(self.options, self.warn) if self.options.capture else None
+        self._capturing = False
+        self._flight = (
+            FlightRecorder(self.options.flight_budget)
+            if (self.options.flight_budget and self._check)
+            else None
+        )
         self._hooks = HookSet()
         self._registry = ModuleRegistry(self.options.modules.selects, self._on_new_module)
         self._by_id = self._registry.by_id  # the per-call fast path reads it directly
@@ -192,6 +210,8 @@ class Recorder:
     ) -> None:
         if exc_type is None:
             self.close()
+        elif issubclass(exc_type, NonFiniteStop):
+            self.close("stopped", 3, str(exc))
         elif issubclass(exc_type, KeyboardInterrupt):
             self.close("interrupted", 130, "KeyboardInterrupt")
         else:
@@ -249,7 +269,7 @@ class Recorder:
             self._module_calls.setdefault(info.id, []).append(call)
             stack.append(call)
             self._open = call
-            self._observe_inputs(call, args)
+            self._observe_inputs(call, module, args)
         except Exception:
             self._internal_error()
         finally:
@@ -275,11 +295,11 @@ class Recorder:
             if parent is not None:
                 parent.child_time += total
             if result is not _RAISED:
-                self._observe_outputs(call, module, kwargs, result)
+                self._observe_outputs(call, module, args, kwargs, result)
             if call.tainted and parent is not None:
                 parent.tainted = True
             self._rows.setdefault("calls", []).append(
-                (
+                call_row(
                     call.id,
                     _FWD,
                     self._step,
@@ -292,6 +312,7 @@ class Recorder:
                     total - call.child_time,
                 )
             )
+            self.calls_recorded += 1
             if t0 - self._last_handoff > self._handoff_every:
                 self._handoff()
         except Exception:
@@ -330,65 +351,74 @@ class Recorder:
             and (reuse or not inference)
         ):
             return seen
-        level = self._level
-        if level == 2:
-            summary = stats.summarise(t)
-            finite = stats.is_finite(summary)
-        else:
-            summary = stats.shape_only(t) if level == 1 else None
-            finite = True
+        summary = self._summary(t) if self._summary is not None else None
+        finite = not self._check or summary is None or stats.is_finite(summary)
         seen = Seen(t, version, summary, finite, self._step)
         self._memo[id(t)] = seen
         if t.requires_grad and not t.is_leaf:
             t.register_hook(partial(self._on_grad, seen))
         return seen
 
-    def _observe_inputs(self, call: Call, args: tuple) -> None:
+    def _observe_inputs(self, call: Call, module: torch.nn.Module, args: tuple) -> None:
         grad_mode = torch.is_grad_enabled()
         _set_grad_enabled(False)
         try:
             for path, t in iter_args(args):
-                self._observe_input(call, path, t)
+                self._observe_input(call, path, t, module, args)
         finally:
             _set_grad_enabled(grad_mode)
 
-    def _observe_input(self, call: Call, path: str, t: torch.Tensor) -> None:
+    def _observe_input(
+        self, call: Call, path: str, t: torch.Tensor, module: torch.nn.Module, args: tuple
+    ) -> None:
         seen = self._see(t)
         seen.grad_slots.append((call, _GRAD_INPUT, path))
-        if seen.summary is not None:
-            self._rows.setdefault("tensors", []).append(
-                (call.id, self._step, call.info.id, _FWD, _INPUT, path, seen.summary)
-            )
+        self._keep(call, _FWD, _INPUT, path, t, seen)
         if not seen.finite:
-            self._alert(self.detector.forward_input(call, path, seen, self._step, self._now()))
+            alert = self.detector.forward_input(call, path, seen, self._step, self._now())
+            self._alert(alert, module=module, inputs=args)
 
     def _observe_outputs(
-        self, call: Call, module: torch.nn.Module, kwargs: dict, result: object
+        self, call: Call, module: torch.nn.Module, args: tuple, kwargs: dict, result: object
     ) -> None:
         grad_mode = torch.is_grad_enabled()
         _set_grad_enabled(False)
         try:
             for key, value in kwargs.items():
                 for path, t in iter_tensors(value, key):
-                    self._observe_input(call, path, t)
-            outputs = (
-                (("", result),) if isinstance(result, torch.Tensor) else (iter_tensors(result))
-            )
-            step, rows = self._step, self._rows.setdefault("tensors", [])
-            for path, t in outputs:
+                    self._observe_input(call, path, t, module, args)
+            single = isinstance(result, torch.Tensor)
+            for path, t in (("", result),) if single else iter_tensors(result):
                 seen = self._see(t, reuse=False)
                 if seen.producer is None:
                     seen.producer = call
                 seen.grad_slots.append((call, _GRAD_OUTPUT, path))
-                if seen.summary is not None:
-                    rows.append((call.id, step, call.info.id, _FWD, _OUTPUT, path, seen.summary))
+                self._keep(call, _FWD, _OUTPUT, path, t, seen)
                 if not seen.finite:
-                    self._alert(
-                        self.detector.forward_output(call, path, seen, module, step, self._now())
+                    alert = self.detector.forward_output(
+                        call, path, seen, module, self._step, self._now()
                     )
+                    self._alert(alert, module=module, inputs=args, output=result)
                     call.tainted = True
         finally:
             _set_grad_enabled(grad_mode)
+
+    def _keep(
+        self, call: Call, phase: int, slot: int, path: str, t: torch.Tensor, seen: Seen | None
+    ) -> None:
+        """Row, capture and flight-recorder entry for one tensor of one call."""
+        summary = seen.summary if seen is not None else self._summarise(t)
+        if self._emit_tensors:
+            self._rows.setdefault("tensors", []).append(
+                (call.id, self._step, call.info.id, phase, slot, path, summary)
+            )
+        if self._flight is not None:
+            self._flight.keep(call, phase, slot, path, t)
+        if self._capturing and call.info.capture:
+            row = self._capturer.take(self._step, call, call.info.id, phase, slot, path, t)
+            if row is not None:
+                self._rows.setdefault("captures", []).append(row)
+            self._capturing = self._capturer.active(self._step)
 
     def _on_grad(self, seen: Seen, grad: torch.Tensor) -> None:
         t0 = perf_counter()
@@ -398,23 +428,38 @@ class Recorder:
             self._steps.backward_ran()
             v = t0 - self._ovh
             summary = self._summarise(grad)
-            step, rows = self._step, self._rows.setdefault("tensors", [])
             for call, slot, path in seen.grad_slots:
                 if slot == _GRAD_OUTPUT:
                     if call.bwd_start is None or v < call.bwd_start:
                         call.bwd_start = v
                 elif v > call.bwd_end:
                     call.bwd_end = v
-                if summary is not None:
-                    rows.append((call.id, step, call.info.id, _BWD, slot, path, summary))
-            if summary is not None and not stats.is_finite(summary):
-                self._alert(self.detector.gradient(seen, summary, step, v - self._v0))
+                self._keep_grad(call, slot, path, grad, summary)
+            if self._check and summary is not None and not stats.is_finite(summary):
+                alert = self.detector.gradient(seen, summary, self._step, v - self._v0)
+                module = alert.module.ref() if alert is not None else None
+                self._alert(alert, module=module, grad=grad, output=seen.ref())
         except Exception:
             self._internal_error()
         finally:
             self._ovh += perf_counter() - t0
         if self._alerts:
             self._act()
+
+    def _keep_grad(
+        self, call: Call, slot: int, path: str, grad: torch.Tensor, summary: tuple | None
+    ) -> None:
+        if self._emit_tensors:
+            self._rows.setdefault("tensors", []).append(
+                (call.id, self._step, call.info.id, _BWD, slot, path, summary)
+            )
+        if self._flight is not None:
+            self._flight.keep(call, _BWD, slot, path, grad)
+        if self._capturing and call.info.capture:
+            row = self._capturer.take(self._step, call, call.info.id, _BWD, slot, path, grad)
+            if row is not None:
+                self._rows.setdefault("captures", []).append(row)
+            self._capturing = self._capturer.active(self._step)
 
     def _on_param_grad(self, info: ModuleInfo, name: str, param: torch.Tensor) -> None:
         t0 = perf_counter()
@@ -426,26 +471,20 @@ class Recorder:
             for call in calls:
                 call.param_end = max(call.param_end, v)
             summary = self._summarise(param.grad)
-            if summary is not None:
+            if calls:
+                self._keep_grad(calls[-1], int(Slot.PARAM_GRAD), name, param.grad, summary)
+            elif self._emit_tensors:
+                self._rows.setdefault("tensors", []).append(
+                    (-1, self._step, info.id, _BWD, int(Slot.PARAM_GRAD), name, summary)
+                )
+            if self._check and summary is not None:
                 finite = stats.is_finite(summary)
                 self._grad_finite[id(param)] = finite
-                self._rows.setdefault("tensors", []).append(
-                    (
-                        calls[-1].id if calls else -1,
-                        self._step,
-                        info.id,
-                        _BWD,
-                        int(Slot.PARAM_GRAD),
-                        name,
-                        summary,
-                    )
-                )
                 if not finite:
-                    self._alert(
-                        self.detector.param_grad(
-                            info, calls, name, summary, self._step, v - self._v0
-                        )
+                    alert = self.detector.param_grad(
+                        info, calls, name, summary, self._step, v - self._v0
                     )
+                    self._alert(alert, module=info.ref(), grad=param.grad)
         except Exception:
             self._internal_error()
         finally:
@@ -454,14 +493,12 @@ class Recorder:
             self._act()
 
     def _summarise(self, t: torch.Tensor) -> tuple | None:
-        if self._level == 0:
+        if self._summary is None:
             return None
         grad_mode = torch.is_grad_enabled()
         _set_grad_enabled(False)
         try:
-            if self._level == 1 or t.layout is not torch.strided:
-                return stats.shape_only(t)
-            return stats.summarise(t)
+            return self._summary(t) if t.layout is torch.strided else stats.shape_only(t)
         finally:
             _set_grad_enabled(grad_mode)
 
@@ -486,7 +523,7 @@ class Recorder:
                 index = self._index.get(info.id, 0)
                 self._index[info.id] = index + 1
                 self._rows.setdefault("calls", []).append(
-                    (
+                    call_row(
                         call,
                         _OPT,
                         self._step,
@@ -499,7 +536,7 @@ class Recorder:
                         v - start,
                     )
                 )
-                if self._level == 2:
+                if self._level == Level.STATS:
                     self._param_values(opt, info, call, v)
             self._steps.optimizer_end(opt)
         except Exception:
@@ -527,25 +564,29 @@ class Recorder:
         rows = self._rows.setdefault("tensors", [])
         for (p, (owner, name)), summary in zip(owned, summaries, strict=True):
             rows.append((call, self._step, owner.id, _OPT, int(Slot.PARAM), name, summary))
-            if not stats.is_finite(summary):
-                self._alert(
-                    self.detector.param_value(
-                        owner,
-                        info,
-                        call,
-                        name,
-                        summary,
-                        self._grad_finite.get(id(p)),
-                        self._step,
-                        v - self._v0,
-                    )
+            if self._check and not stats.is_finite(summary):
+                alert = self.detector.param_value(
+                    owner,
+                    info,
+                    call,
+                    name,
+                    summary,
+                    self._grad_finite.get(id(p)),
+                    self._step,
+                    v - self._v0,
                 )
+                self._alert(alert, module=owner.ref(), optimizer=opt, param=p)
 
     # -- steps, rows, alerts ---------------------------------------------------------
 
     def _begin_step(self, step: int, now: float) -> None:
         self._step = step
         self._recording = self.options.records_step(step)
+        self._capturing = (
+            self._capturer is not None and self._recording and (self._capturer.active(step))
+        )
+        if self._flight is not None:
+            self._flight.new_step(step)
         self.detector.new_step()
         self._step_start = now
         self._memo = {}
@@ -556,9 +597,10 @@ class Recorder:
 
     def _end_step(self, now: float) -> None:
         if self._recording:
-            self._backward_rows()
+            self._rows.setdefault("calls", []).extend(
+                backward_rows(self._calls, self._step, self._v0)
+            )
             self.steps_recorded += 1
-            self.calls_recorded += len(self._calls)
         self._rows.setdefault("steps", []).append(
             (
                 self._step,
@@ -571,50 +613,6 @@ class Recorder:
             )
         )
         self._memo = {}  # drop references to this step's tensors now, not at the next step
-
-    def _backward_rows(self) -> None:
-        """Backward span of each call, from the first gradient at its outputs to its end.
-
-        A call without recorded children ends at its earliest own end event (an input's
-        gradient arrived, or its parameters' gradients were accumulated): a gradient
-        w.r.t. an input shared with other modules (a residual path) only completes
-        after them, and a shared module's parameters after all its calls. A call with
-        children ends with its last child (or its own parameters). Self time excludes
-        recorded children.
-        """
-        ends: dict[int, float] = {}  # call id -> latest end among its children
-        totals: dict[int, float] = {}
-        rows = self._rows.setdefault("calls", [])
-        for call in reversed(self._calls):  # children before parents
-            start = call.bwd_start
-            child_end = ends.get(call.id)
-            if child_end is not None:
-                end = max(child_end, call.param_end)
-            else:
-                own = [e for e in (call.bwd_end, call.param_end) if start is not None and e > start]
-                end = min(own) if own else NEVER
-            parent = call.parent
-            if parent is not None and end > NEVER:
-                ends[parent.id] = max(ends.get(parent.id, NEVER), end)
-            if start is None or end <= start:
-                continue
-            total = end - start
-            if parent is not None:
-                totals[parent.id] = totals.get(parent.id, 0.0) + total
-            rows.append(
-                (
-                    call.id,
-                    _BWD,
-                    self._step,
-                    call.info.id,
-                    call.index,
-                    -1 if parent is None else parent.id,
-                    call.depth,
-                    start - self._v0,
-                    total,
-                    max(total - totals.get(call.id, 0.0), 0.0),
-                )
-            )
 
     def _handoff(self) -> None:
         self._last_handoff = perf_counter()
@@ -629,6 +627,8 @@ class Recorder:
         self._rows.setdefault("modules", []).append(info.row())
         if info.kind != ModuleKind.MODULE or not info.selected:
             return
+        if self._capturer is not None:
+            info.capture = self._capturer.select(info.name, info.path)
         for name, p in obj._parameters.items():  # type: ignore[attr-defined]
             if p is None or id(p) in self._param_owner:
                 continue
@@ -638,22 +638,68 @@ class Recorder:
                     p.register_post_accumulate_grad_hook, partial(self._on_param_grad, info, name)
                 )
 
-    def _alert(self, alert: Alert | None) -> None:
+    def _alert(self, alert: Alert | None, **context: object) -> None:
+        """Queue an origin found by a hook, with the live objects a debugger would want."""
         if alert is not None:
+            alert.context = context
             self._alerts.append(alert)
 
     def _act(self) -> None:
-        """Record the alerts a hook found; warn once per origin. Runs after the hook's
-        own error guard, so that an action may raise into the training code."""
+        """Record the alerts a hook found, warn once per origin, write the flight
+        recorder's tensors, then do what --on-nan asks. Runs after the hook's error
+        guard, so that an action may raise into the training code."""
         alerts, self._alerts = self._alerts, []
+        new_origin = None
         for alert in alerts:
             new = self.detector.is_new_origin(alert)
             self._rows.setdefault("alerts", []).append(alert.row())
             if new:
+                new_origin = new_origin or alert
                 self.warn(alert.message())
+                self._fly(alert)
+        action = self.options.on_nan
+        if action == "warn":
+            return
+        self._handoff()  # what led here is on its way to disk before anything else
+        if action == "raise":
+            raise NonFiniteError(alerts[0])
+        if action == "break" and new_origin is not None:
+            if interactive():
+                nan_breakpoint(new_origin)
+                return
+            self.warn(
+                "--on-nan break needs a terminal to type into (stdin is not one); stopping instead"
+            )
+            raise NonFiniteStop(new_origin)
+        if action == "stop":
+            raise NonFiniteStop(alerts[0])
+
+    def _fly(self, alert: Alert) -> None:
+        """Write the flight recorder's tensors around a new origin."""
+        if self._flight is None or alert.origin is None:
+            return
+        rows, stale = self._flight.dump(alert.origin)
+        if rows:
+            self._rows.setdefault("captures", []).extend(rows)
+            steps = sorted({r[0] for r in rows})
+            span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+            note = f"; {stale} changed in place since were left out" if stale else ""
+            self.warn(
+                f"flight recorder: wrote {len(rows)} tensors of {alert.module.name} and "
+                f"its neighbours ({span}) to {self.path}{note}"
+            )
 
     def _internal_error(self) -> None:
         """A bug in hookdbg must never break training: stop recording, say so, go on."""
         self._live = False
         print("hookdbg: internal error, recording stopped (training continues):", file=sys.stderr)
         traceback.print_exc(file=sys.stderr)
+
+
+def _summary_function(level: Level, check: bool):
+    """How a tensor is summarised at this level (None: not at all)."""
+    if level == Level.STATS:
+        return stats.summarise
+    if check:
+        return stats.check_finite
+    return stats.shape_only if level == Level.SHAPES else None

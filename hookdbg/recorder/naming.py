@@ -34,6 +34,7 @@ class ModuleInfo:
     """One module (or optimizer) as hookdbg knows it."""
 
     __slots__ = (
+        "capture",
         "depth",
         "id",
         "kind",
@@ -70,6 +71,7 @@ class ModuleInfo:
         self.kind = kind
         self.selected = True
         self.transparent = False
+        self.capture = False  # --capture stores its full tensors
         self.n_params = (
             sum(p.numel() for p in obj.parameters(recurse=False))
             if isinstance(obj, torch.nn.Module)

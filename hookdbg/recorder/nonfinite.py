@@ -48,6 +48,7 @@ class Alert:
     time: float
     note: str
     first: bool = False
+    origin: Call | None = field(default=None, repr=False)  # the call, when there is one
     # live objects for an interactive breakpoint; never written to the file
     context: dict[str, object] = field(default_factory=dict, repr=False)
 
@@ -138,6 +139,7 @@ class OriginDetector:
             seen.summary,
             now,
             f"no recorded module produced it: it came from {where}",
+            origin=call,
         )
 
     def forward_output(
@@ -159,6 +161,7 @@ class OriginDetector:
             seen.summary,
             now,
             "its inputs and parameters were finite",
+            origin=call,
         )
 
     def gradient(self, seen: Seen, summary: tuple, step: int, now: float) -> Alert | None:
@@ -180,6 +183,7 @@ class OriginDetector:
                 summary,
                 now,
                 "the gradients w.r.t. its outputs were finite",
+                origin=call,
             )
         if not consumers and producers and self._unknown_provenance_ok():
             call, path = min(producers, key=lambda cp: cp[0].depth)
@@ -193,6 +197,7 @@ class OriginDetector:
                 summary,
                 now,
                 "it feeds no module, so it came from code after the module (the loss computation?)",
+                origin=call,
             )
         self.step_tainted = True
         return None
@@ -203,10 +208,10 @@ class OriginDetector:
         self.step_tainted = True
         if any(c.bad_grad for c in calls):
             return None
-        call = calls[-1].id if calls else -1
+        origin = calls[-1] if calls else None
         return Alert(
             step,
-            call,
+            origin.id if origin else -1,
             info,
             Phase.BWD,
             Slot.PARAM_GRAD,
@@ -214,6 +219,7 @@ class OriginDetector:
             summary,
             now,
             "the gradients w.r.t. its outputs were finite",
+            origin=origin,
         )
 
     def param_value(

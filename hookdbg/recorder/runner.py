@@ -3,7 +3,7 @@
 ``sys.argv``, ``sys.path[0]``, ``__name__ == "__main__"`` and ``-m`` behave as under
 python; the script's output is untouched, and its exit status comes back: 0, its
 ``sys.exit`` code, 1 after an uncaught exception (printed as python prints it, without
-hookdbg's frames), 130 after Ctrl-C.
+hookdbg's frames), 130 after Ctrl-C, 3 when ``--on-nan stop`` stopped it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,10 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from hookdbg.recorder.actions import NonFiniteStop
 from hookdbg.recorder.core import Recorder, RecordError
+
+STOPPED = 3  # exit status after --on-nan stop
 
 _HOOKDBG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -64,6 +67,13 @@ def run(target: Target, args: list[str], recorder: Recorder) -> int:
             runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         code = _exit_code(exc)
+    except NonFiniteStop as exc:
+        status, code, message = "stopped", STOPPED, str(exc)
+        print(
+            f"hookdbg: stopped at the first NaN/inf origin (--on-nan stop): {exc}\n"
+            f"hookdbg: the recording is complete; see `hookdbg alerts {recorder.path}`",
+            file=sys.stderr,
+        )
     except KeyboardInterrupt as exc:
         _print_user_traceback(exc)
         status, code, message = "interrupted", 130, "KeyboardInterrupt"

@@ -159,6 +159,19 @@ def _nonfinite_summary(t: torch.Tensor, v: torch.Tensor) -> tuple:
     return (tuple(t.shape), t.dtype, t.device, n, *stats, nan, posinf, neginf, zero)
 
 
+def check_finite(t: torch.Tensor) -> tuple:
+    """Shape, dtype, min and max, and NaN/inf counts when there are any: the cheap NaN
+    check of ``--nan-check`` below ``--level stats`` (one pass instead of three)."""
+    if t.dtype not in _FLOATS or t.numel() == 0:
+        return shape_only(t)
+    v = t.reshape(-1)
+    lo, hi = torch.aminmax(v if v.dtype in _NATIVE else v.float())
+    lo, hi = lo.item(), hi.item()
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return _nonfinite_summary(t, v if v.dtype in _NATIVE else v.float())
+    return (tuple(t.shape), t.dtype, t.device, t.numel(), lo, hi, _NAN, _NAN, _NAN, 0, 0, 0, _NAN)
+
+
 def is_finite(summary: tuple) -> bool:
     """Whether a summary saw no NaN and no inf (shape-only summaries count as finite)."""
     return summary[9] <= 0 and summary[10] <= 0 and summary[11] <= 0

@@ -228,3 +228,14 @@ def slot_label(slot: int, path: str) -> str:
     ``grad_output[1.0]``, ``param_grad[weight]``."""
     name = Slot(slot).label
     return f"{name}[{path}]" if path else name
+
+
+def parse_slot_label(text: str) -> tuple[Slot, str]:
+    """The inverse of ``slot_label``: ``output[0]`` -> (Slot.OUTPUT, "0")."""
+    name, _, rest = text.strip().partition("[")
+    if rest and not rest.endswith("]"):
+        raise ValueError(f"bad slot {text!r}: write e.g. output, input[0], param_grad[weight]")
+    labels = {s.label: s for s in Slot}
+    if name not in labels:
+        raise ValueError(f"unknown slot {name!r}; use one of {', '.join(labels)}")
+    return labels[name], rest[:-1]

@@ -1,0 +1,199 @@
+"""Full tensors in the recording: explicit ``--capture``, and the flight recorder.
+
+Summaries say *that* something went wrong; the actual values say *why*. Two ways to
+keep them:
+
+* ``--capture GLOB --capture-steps A:B`` copies every input, output and gradient of
+  the matching modules in those steps into the file, until ``--capture-budget``.
+* The flight recorder holds *references* (no copies, so it costs memory, not time) to
+  the tensors of the last two steps, up to ``--flight-recorder`` MB, dropping the
+  oldest first. When a NaN/inf origin fires, it writes the tensors of the origin call
+  and its neighbours (parent, children, the calls just before and after) in this step
+  and the same calls in the step before. A tensor changed in place since it was seen
+  (the input of an in-place ReLU) has lost the values it had and is left out: the
+  version counter says so.
+
+Captured bytes are raw little-endian array data; ``captures`` rows say dtype and
+shape. bfloat16 and other types numpy lacks are stored as float32.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+
+import torch
+
+from hookdbg.options import RecordOptions
+from hookdbg.recorder.calls import Call
+from hookdbg.store.schema import CaptureReason, slot_label
+from hookdbg.text import human_bytes
+
+_NUMPY_LACKS = frozenset({torch.bfloat16, torch.complex32})
+for _name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"):
+    if hasattr(torch, _name):
+        _NUMPY_LACKS = _NUMPY_LACKS | {getattr(torch, _name)}
+
+
+def payload(t: torch.Tensor) -> tuple[str, str, bytes]:
+    """(dtype, shape, bytes) of a tensor's values, as numpy would write them."""
+    t = t.detach()
+    if t.dtype in _NUMPY_LACKS:
+        t = t.float()
+    array = t.cpu().contiguous().numpy()
+    return array.dtype.name, ",".join(map(str, array.shape)), array.tobytes()
+
+
+def nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class Capturer:
+    """``--capture``: copies the tensors of chosen modules in chosen steps, to a budget."""
+
+    def __init__(self, options: RecordOptions, warn: Callable[[str], None]) -> None:
+        assert options.capture is not None
+        self.select = options.capture.selects
+        self.steps = options.capture_steps
+        self.budget = options.capture_budget
+        self.used = 0
+        self.full = False
+        self._warn = warn
+
+    def active(self, step: int) -> bool:
+        return not self.full and step in self.steps
+
+    def take(
+        self,
+        step: int,
+        call: Call | None,
+        module: int,
+        phase: int,
+        slot: int,
+        path: str,
+        t: torch.Tensor,
+    ) -> tuple | None:
+        """A ``captures`` row for ``t`` (with its bytes), or None once the budget is spent."""
+        size = nbytes(t)
+        if self.used + size > self.budget:
+            self.full = True
+            where = f"step {step}, {slot_label(slot, path)}"
+            budget = human_bytes(self.budget)
+            if self.used == 0:
+                self._warn(
+                    f"--capture-budget ({budget}) cannot hold even one tensor ({where} "
+                    f"needs {human_bytes(size)}); nothing was captured"
+                )
+            else:
+                self._warn(
+                    f"--capture-budget ({budget}) reached at {where}: later tensors "
+                    "are not captured (raise the budget for more)"
+                )
+            return None
+        self.used += size
+        dtype, shape, data = payload(t)
+        return (
+            step,
+            -1 if call is None else call.id,
+            module,
+            phase,
+            slot,
+            path,
+            dtype,
+            shape,
+            int(CaptureReason.EXPLICIT),
+            data,
+        )
+
+
+class FlightRecorder:
+    """References to the last two steps' tensors, within a memory budget."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._steps: collections.deque[tuple[int, collections.deque]] = collections.deque()
+        self._sizes: dict[int, int] = {}  # id(tensor) -> bytes, counted once per tensor
+        self._counts: dict[int, int] = {}  # id(tensor) -> entries referring to it
+        self.held = 0
+
+    def new_step(self, step: int) -> None:
+        self._steps.append((step, collections.deque()))
+        while len(self._steps) > 2:
+            _, dropped = self._steps.popleft()
+            for entry in dropped:
+                self._release(entry[5])
+
+    def keep(self, call: Call, phase: int, slot: int, path: str, t: torch.Tensor) -> None:
+        if not self._steps:
+            return
+        key = id(t)
+        if key in self._counts:
+            self._counts[key] += 1
+        else:
+            size = nbytes(t)
+            if size > self.budget:
+                return
+            self._counts[key], self._sizes[key] = 1, size
+            self.held += size
+        version = -1 if t.is_inference() else t._version
+        self._steps[-1][1].append((call, phase, slot, path, version, t))
+        while self.held > self.budget:
+            self._evict_oldest()
+
+    def _evict_oldest(self) -> None:
+        for _, entries in self._steps:
+            if entries:
+                self._release(entries.popleft()[5])
+                return
+
+    def _release(self, t: torch.Tensor) -> None:
+        key = id(t)
+        self._counts[key] -= 1
+        if not self._counts[key]:
+            del self._counts[key]
+            self.held -= self._sizes.pop(key)
+
+    def dump(self, origin: Call) -> tuple[list[tuple], int]:
+        """Capture rows for the origin call and its neighbours, this step and the one
+        before; and how many kept tensors were left out, changed in place since."""
+        if not self._steps:
+            return [], 0
+        _step, entries = self._steps[-1]
+        calls = sorted({e[0] for e in entries} | {origin}, key=lambda c: c.id)
+        pos = calls.index(origin)
+        chosen = {origin, *calls[max(pos - 1, 0) : pos + 2]}
+        chosen |= {c for c in calls if c.parent is origin}
+        if origin.parent is not None:
+            chosen.add(origin.parent)
+        wanted = {(c.info.id, c.index) for c in chosen}
+        rows: list[tuple] = []
+        stale = 0
+        for entry_step, step_entries in self._steps:
+            for call, phase, slot, path, version, t in step_entries:
+                if (call.info.id, call.index) not in wanted:
+                    continue
+                if version != -1 and t._version != version:
+                    stale += 1
+                    continue
+                dtype, shape, data = payload(t)
+                rows.append(
+                    (
+                        entry_step,
+                        call.id,
+                        call.info.id,
+                        phase,
+                        slot,
+                        path,
+                        dtype,
+                        shape,
+                        int(CaptureReason.FLIGHT),
+                        data,
+                    )
+                )
+        return rows, stale
+
+    def clear(self) -> None:
+        self._steps.clear()
+        self._counts.clear()
+        self._sizes.clear()
+        self.held = 0

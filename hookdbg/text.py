@@ -1,0 +1,17 @@
+"""Small text helpers shared by the recorder's messages and the CLI."""
+
+from __future__ import annotations
+
+
+def human_bytes(n: float) -> str:
+    """'512 B', '1.5 kB', '11.2 MB' (powers of 1000, like ls -h --si)."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """'1 step', '3 steps', '2 matches' (with ``many`` for irregular plurals)."""
+    return f"{n:,} {word if n == 1 else many or word + 's'}"

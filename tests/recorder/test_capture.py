@@ -1,0 +1,178 @@
+"""Full tensors in the file: --capture and the flight recorder store what was computed."""
+
+import runpy
+import sys
+
+import numpy as np
+import torch
+from torch import nn
+
+import hookdbg
+from hookdbg.read import open_recording
+from hookdbg.store.schema import CaptureReason, Phase, Slot
+from tests.helpers import SAMPLES
+from tests.helpers import hookdbg as run_hookdbg
+
+
+def reference_run(argv: list[str], module_type: str) -> list[dict[str, np.ndarray]]:
+    """Run the NaN sample in this process without hookdbg, keeping the input and output
+    of every call of one module type (a plain forward hook), one dict per call."""
+    calls: list[dict[str, np.ndarray]] = []
+
+    def keep(module, args, output):
+        if type(module).__name__ == module_type:
+            calls.append(
+                {
+                    "input": args[0].detach().clone().numpy(),
+                    "output": output.detach().clone().numpy(),
+                }
+            )
+
+    handle = nn.modules.module.register_module_forward_hook(keep)
+    saved = sys.argv
+    sys.argv = [str(SAMPLES / "nan_blowup.py"), *argv]
+    try:
+        runpy.run_path(str(SAMPLES / "nan_blowup.py"), run_name="__main__")
+    finally:
+        sys.argv = saved
+        handle.remove()
+    return calls
+
+
+def test_flight_recorder_keeps_the_values_of_the_origin_step_and_the_one_before(tmp_path):
+    args = ["--nan-step", "3", "--steps", "5"]
+    out = run_hookdbg("record", "-o", tmp_path / "run.h5", SAMPLES / "nan_blowup.py", *args)
+    assert out.returncode == 0, out.stderr
+    assert "flight recorder: wrote" in out.stderr
+    reference = reference_run(args, "Standardize")
+    with open_recording(tmp_path / "run.h5") as rec:
+        origin = rec.modules.resolve("standardize")
+        stored = rec.captured(origin.id)
+        assert {(c.step, c.label) for c in stored} == {
+            (2, "input[0]"),
+            (2, "output"),
+            (3, "input[0]"),
+            (3, "output"),
+        }
+        assert all(c.reason == CaptureReason.FLIGHT for c in stored)
+        for c in stored:
+            want = reference[c.step]["input" if c.slot == Slot.INPUT else "output"]
+            np.testing.assert_array_equal(rec.tensor(c), want)  # NaNs in the same places
+        assert np.isnan(
+            rec.tensor(next(c for c in stored if c.step == 3 and c.slot == Slot.OUTPUT))
+        ).any()
+
+
+def test_explicit_capture_of_chosen_modules_and_steps(tmp_path):
+    args = ["--nan-step", "9", "--steps", "4"]
+    out = run_hookdbg(
+        "record",
+        "-o",
+        tmp_path / "run.h5",
+        "--capture",
+        "proj",
+        "--capture-steps",
+        "1:3",
+        SAMPLES / "nan_blowup.py",
+        *args,
+    )
+    assert out.returncode == 0, out.stderr
+    reference = reference_run(args, "Linear")  # proj, head, proj, head, ...
+    with open_recording(tmp_path / "run.h5") as rec:
+        proj = rec.modules.resolve("proj")
+        stored = rec.captured()
+        assert {c.module.name for c in stored} == {"model.proj"} and {c.step for c in stored} == {
+            1,
+            2,
+        }
+        labels = {(c.phase, c.label) for c in stored if c.step == 1}
+        assert labels == {
+            (Phase.FWD, "input[0]"),
+            (Phase.FWD, "output"),
+            (Phase.BWD, "grad_output"),
+            (Phase.BWD, "param_grad[weight]"),
+            (Phase.BWD, "param_grad[bias]"),
+        }
+        for step in (1, 2):
+            got = {c.label: rec.tensor(c) for c in rec.captured(proj.id, step)}
+            np.testing.assert_array_equal(got["input[0]"], reference[2 * step]["input"])
+            np.testing.assert_array_equal(got["output"], reference[2 * step]["output"])
+
+
+def test_capture_budget_too_small_for_one_tensor(tmp_path, capsys):
+    model = nn.Linear(64, 64)
+    with hookdbg.record(tmp_path / "run.h5", capture=["model"], capture_budget_mb=0.0001):
+        model(torch.randn(4, 64))
+    err = capsys.readouterr().err
+    assert (
+        "--capture-budget (104 B) cannot hold even one tensor (step 0, input[0] needs 1.0 kB)"
+        in err
+    )
+    with open_recording(tmp_path / "run.h5") as rec:
+        assert rec.captured() == []
+
+
+def test_capture_budget_reached_part_way(tmp_path, capsys):
+    model = nn.Sequential(nn.Linear(256, 256), nn.ReLU())
+    with (
+        hookdbg.record(tmp_path / "run.h5", capture=["model*"], capture_budget_mb=0.01),
+        torch.no_grad(),
+    ):
+        model(torch.randn(4, 256))  # 4 KB per activation: two fit in 10 KB
+    assert "--capture-budget (10.5 kB) reached at step 0" in capsys.readouterr().err
+    with open_recording(tmp_path / "run.h5") as rec:
+        assert 1 <= len(rec.captured()) <= 2
+
+
+def test_flight_recorder_leaves_out_tensors_changed_in_place(tmp_path, capsys):
+    class Explode(nn.Module):
+        def forward(self, x):
+            return x / 0.0  # inf (or NaN where x is 0)
+
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(inplace=True), Explode())
+    with hookdbg.record(tmp_path / "run.h5"), torch.no_grad():
+        model(torch.randn(3, 2))
+    assert "changed in place since were left out" in capsys.readouterr().err
+    with open_recording(tmp_path / "run.h5") as rec:
+        relu = rec.modules.resolve("model.1")
+        kept = {c.label for c in rec.captured(relu.id)}
+        assert kept == {"output"}  # its input was overwritten by the in-place ReLU
+
+
+def test_tensor_command(tmp_path):
+    out = run_hookdbg("record", "-o", tmp_path / "run.h5", SAMPLES / "nan_blowup.py")
+    assert out.returncode == 0, out.stderr
+    listing = run_hookdbg("tensor", tmp_path / "run.h5", "standardize")
+    assert listing.returncode == 0 and "flight recorder" in listing.stdout
+    shown = run_hookdbg(
+        "tensor", tmp_path / "run.h5", "standardize", "--step", "3", "--slot", "output"
+    )
+    assert (
+        shown.returncode == 0 and "NaN 16, inf 0; first non-finite at index (0, 0)" in shown.stdout
+    )
+    saved = run_hookdbg(
+        "tensor",
+        tmp_path / "run.h5",
+        "standardize",
+        "--step",
+        "3",
+        "--slot",
+        "input[0]",
+        "--npy",
+        tmp_path / "x.npy",
+    )
+    assert saved.returncode == 0
+    with open_recording(tmp_path / "run.h5") as rec:
+        [c] = [
+            c
+            for c in rec.captured(rec.modules.resolve("standardize").id, 3)
+            if c.slot == Slot.INPUT
+        ]
+        np.testing.assert_array_equal(np.load(tmp_path / "x.npy"), rec.tensor(c))
+    for args, message in (
+        (["head"], "holds no full tensors of model.head"),
+        (["standardize", "--slot", "elbow"], "unknown slot 'elbow'"),
+        (["standardize", "--slot", "grad_output"], "no stored grad_output"),
+    ):
+        bad = run_hookdbg("tensor", tmp_path / "run.h5", *args)
+        assert bad.returncode == 2 and message in bad.stderr
