@@ -68,8 +68,12 @@ def _train_step(
     return step, len(calls)
 
 
-def measure(step: Callable[[], None], level: str | None, steps: int, workdir: Path) -> list[float]:
-    """Per-step seconds for ``steps`` steps (after one warm-up step) at ``level``."""
+def measure(
+    step: Callable[[], None], level: str | None, steps: int, workdir: Path
+) -> list[tuple[float, float]]:
+    """(wall, CPU) seconds per step for ``steps`` steps (after one warm-up step) at
+    ``level``. CPU time (all threads of this process) does not count time the machine
+    gave to other tenants, so on a shared machine it is the steadier of the two."""
     recorder = None
     if level is not None:
         recorder = hookdbg.record(workdir / f"{level}.h5", level=level, force=True, quiet=True)
@@ -78,9 +82,9 @@ def measure(step: Callable[[], None], level: str | None, steps: int, workdir: Pa
         step()
         times = []
         for _ in range(steps):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             step()
-            times.append(time.perf_counter() - t0)
+            times.append((time.perf_counter() - t0, time.process_time() - c0))
         return times
     finally:
         if recorder is not None:
@@ -91,20 +95,32 @@ def compare(
     name: str, make: Callable[[], tuple[Callable[[], None], int]], rounds: int, steps: int
 ) -> dict[str, float]:
     step, calls = make()
-    results: dict[str | None, list[float]] = {None: [], **{lv: [] for lv in LEVELS}}
+    results: dict[str | None, list[tuple[float, float]]] = {None: [], **{lv: [] for lv in LEVELS}}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
             for level in (None, *LEVELS):
                 results[level] += measure(step, level, steps, Path(tmp))
             print(f"  {name}: round {r + 1}/{rounds}", end="\r", file=sys.stderr)
-    base = statistics.median(results[None])
-    print(f"{name}: {calls} module calls per step, unrecorded step {base * 1e3:.2f} ms (median)")
+
+    def medians(level: str | None) -> tuple[float, float]:
+        rows = results[level]
+        return statistics.median(w for w, _ in rows), statistics.median(c for _, c in rows)
+
+    base_wall, base_cpu = medians(None)
+    print(
+        f"{name}: {calls} module calls per step, unrecorded step {base_wall * 1e3:.2f} ms wall, "
+        f"{base_cpu * 1e3:.2f} ms CPU (medians)"
+    )
     out = {}
     for level in LEVELS:
-        med = statistics.median(results[level])
-        per_call = (med - base) / calls * 1e6
-        out[level] = med / base
-        print(f"  {level:7s} {med / base:5.3f}x   {per_call:+7.1f} us per module call")
+        wall, cpu = medians(level)
+        out[level] = cpu / base_cpu
+        per_call_wall = (wall - base_wall) / calls * 1e6
+        per_call_cpu = (cpu - base_cpu) / calls * 1e6
+        print(
+            f"  {level:7s} wall {wall / base_wall:5.3f}x ({per_call_wall:+7.1f} us/call)   "
+            f"CPU {cpu / base_cpu:5.3f}x ({per_call_cpu:+7.1f} us/call)"
+        )
     return out
 
 

@@ -24,6 +24,7 @@ statistics (stats), naming, steps, NaN/inf origins (nonfinite), what an origin d
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import threading
@@ -115,6 +116,7 @@ class Recorder:
         self._live = False
         self._closed = False
         self._writer: Writer | None = None
+        self._froze = False
         # per-call state
         self._stack: list = []
         self._open: Call | None = None
@@ -170,6 +172,13 @@ class Recorder:
         )
         hooks.add(optimizer_hooks.register_optimizer_step_pre_hook, self._opt_pre)
         hooks.add(optimizer_hooks.register_optimizer_step_post_hook, self._opt_post)
+        # Full garbage collections scan every tracked object, ~300,000 of them torch's
+        # own; the flight recorder makes them come sooner (it keeps tensors alive for
+        # two steps). Objects from before the recording are frozen out of those scans
+        # (NumNet MLP: 417 -> 28 us of collection per step) and unfrozen at close.
+        self._froze = gc.isenabled()
+        if self._froze:
+            gc.freeze()
         _active = self
         self._live = True
         return self
@@ -186,6 +195,8 @@ class Recorder:
         finally:
             if _active is self:
                 _active = None
+            if self._froze:
+                gc.unfreeze()
             now = perf_counter() - self._ovh
             if self._step >= 0:
                 self._end_step(now)
@@ -351,7 +362,19 @@ class Recorder:
             and (reuse or not inference)
         ):
             return seen
-        summary = self._summary(t) if self._summary is not None else None
+        summary = None
+        base = t._base
+        if base is not None:  # a view (flatten, transpose) of a tensor seen: same numbers
+            of = self._memo.get(id(base))
+            if (
+                of is not None
+                and of.summary is not None
+                and of.ref() is base
+                and (of.version == version and base.numel() == t.numel() and base.dtype == t.dtype)
+            ):
+                summary = stats.reshaped(of.summary, t)
+        if summary is None and self._summary is not None:
+            summary = self._summary(t)
         finite = not self._check or summary is None or stats.is_finite(summary)
         seen = Seen(t, version, summary, finite, self._step)
         self._memo[id(t)] = seen

@@ -1,22 +1,25 @@
 """Tensor summaries: the numbers hookdbg keeps for every tensor it sees.
 
-A summary is a plain tuple (see ``FIELDS``) so that building one on the training
-thread costs as little as possible; the writer thread turns it into an HDF5 row.
+A summary is a plain tuple (see ``FIELDS``) of ints, floats and strings, cheap to build
+on the training thread and invisible to Python's cyclic garbage collector (a tuple
+holding a ``torch.dtype`` stays tracked for ever and makes full collections, which scan
+torch's ~300,000 objects, come sooner). The writer thread turns it into an HDF5 row.
 
-Speed matters more here than anywhere else in hookdbg (it runs once per new tensor
-per step), so the statistics come from three one-pass reductions, measured to be the
+Speed matters more here than anywhere else in hookdbg (it runs once per new tensor per
+step), so the statistics come from three one-pass reductions, measured to be the
 cheapest exact set on CPU:
 
-* ``aminmax``  -> min, max; NaN propagates and +/-inf show up, so this doubles
-  as the finiteness check and the slow NaN/inf counting runs only when needed;
-* ``sum``      -> mean;
+* ``aminmax``   -> min, max; NaN propagates and +/-inf show up, so this doubles as
+  the finiteness check and the slow NaN/inf counting runs only when needed;
+* ``sum``       -> mean;
 * ``dot(v, v)`` -> sum of squares, hence L2 norm and (population) std.
 
-``torch.std_mean`` is ~60x slower on CPU and ``count_nonzero`` over a ReLU output
-is pathological (2.5 ms per million elements), so the zero fraction of a tensor
-larger than ``ZERO_SAMPLE`` elements is estimated from a strided sample of at most
-that many elements (standard error under 0.8 percentage points), whose stride is
-prime so that it does not lock onto rows or channels.
+``torch.std_mean`` is ~60x slower on CPU and ``count_nonzero`` over a ReLU output is
+pathological (2.5 ms per million elements), so the zero fraction of a tensor larger
+than ``ZERO_SAMPLE`` elements is estimated from a fixed pseudo-random sample of that many
+elements (standard error under 0.8 percentage points). Small CPU tensors go through numpy, whose
+per-call overhead is lower than torch's dispatcher (15.6 against 19.8 us for 64x64),
+and one-element tensors (losses) cost a single ``item()``.
 
 On a CUDA (or other non-CPU) device nothing may be read back inside a hook: the
 ``device_stats`` variant leaves an 8-vector on the device, to be read in batches.
@@ -26,32 +29,37 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 # The order of values in a summary tuple.
 FIELDS = (
-    "shape",
-    "dtype",
-    "device",
-    "numel",
-    "min",
-    "max",
-    "mean",
-    "std",
-    "norm",
-    "nan",
-    "posinf",
-    "neginf",
-    "zero_frac",
-)
+    "shape", "dtype", "device", "numel",
+    "min", "max", "mean", "std", "norm",
+    "nan", "posinf", "neginf", "zero_frac",
+)  # fmt: skip
 STAT_FIELDS = FIELDS[4:]
 
 ZERO_SAMPLE = 4096
+NUMPY_MAX = 16384  # above this, torch's kernels beat numpy's (measured on 256x256)
 _FLOATS = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16})
 _NATIVE = frozenset({torch.float32, torch.float64})
 _NAN = float("nan")
 _NO_STATS = (_NAN, _NAN, _NAN, _NAN, _NAN, -1, -1, -1, _NAN)
 _EMPTY_FLOAT_STATS = (_NAN, _NAN, _NAN, _NAN, 0.0, 0, 0, 0, _NAN)
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """'float32' for torch.float32 (memoised: called for every tensor)."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name
+
+
+def device_name(t: torch.Tensor) -> str:
+    return "cpu" if t.is_cpu else str(t.device)
 
 
 def has_stats(t: torch.Tensor) -> bool:
@@ -62,7 +70,7 @@ def has_stats(t: torch.Tensor) -> bool:
 def shape_only(t: torch.Tensor) -> tuple:
     """Summary of a tensor whose values are not looked at (``--level shapes``, ints, bools)."""
     stats = _EMPTY_FLOAT_STATS if t.dtype in _FLOATS else _NO_STATS
-    return (tuple(t.shape), t.dtype, t.device, t.numel(), *stats)
+    return (tuple(t.shape), dtype_name(t.dtype), device_name(t), t.numel(), *stats)
 
 
 def summarise(t: torch.Tensor) -> tuple:
@@ -74,6 +82,10 @@ def summarise(t: torch.Tensor) -> tuple:
     n = t.numel()
     if dtype not in _FLOATS or n == 0:
         return shape_only(t)
+    if n == 1:
+        return _one_value(t)
+    if n <= NUMPY_MAX and dtype in _NATIVE and t.is_cpu:
+        return _small(t, n)
     v = t.reshape(-1)
     if dtype not in _NATIVE:
         v = v.float()  # half types: accumulate in float32, not in 8 mantissa bits
@@ -82,64 +94,80 @@ def summarise(t: torch.Tensor) -> tuple:
     hi = hi.item()
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return _nonfinite_summary(t, v)
-    total = v.sum().item()
     squares = torch.dot(v, v).item()
-    mean = total / n
-    return (
-        tuple(t.shape),
-        dtype,
-        t.device,
-        n,
-        lo,
-        hi,
-        mean,
-        _std(v, n, lo, hi, mean, squares),
-        math.sqrt(squares),
-        0,
-        0,
-        0,
-        _zero_fraction(v, n),
-    )
+    mean = v.sum().item() / n
+    return _finite(t, n, lo, hi, mean, _std(v, n, lo, hi, mean, squares), squares,
+                   _zero_fraction(v, n))  # fmt: skip
 
 
-def _std(v: torch.Tensor, n: int, lo: float, hi: float, mean: float, squares: float) -> float:
+def _finite(t: torch.Tensor, n: int, lo: float, hi: float, mean: float, std: float,
+            squares: float, zeros: float) -> tuple:  # fmt: skip
+    return (tuple(t.shape), dtype_name(t.dtype), device_name(t), n, lo, hi, mean, std,
+            math.sqrt(squares), 0, 0, 0, zeros)  # fmt: skip
+
+
+def _one_value(t: torch.Tensor) -> tuple:
+    x = t.item()
+    if math.isfinite(x):
+        return _finite(t, 1, x, x, x, 0.0, x * x, 1.0 if x == 0 else 0.0)
+    counts = (int(math.isnan(x)), int(x == math.inf), int(x == -math.inf))
+    return (tuple(t.shape), dtype_name(t.dtype), device_name(t), 1, _NAN, _NAN, _NAN, _NAN,
+            _NAN, *counts, 0.0)  # fmt: skip
+
+
+def _small(t: torch.Tensor, n: int) -> tuple:
+    a = t.detach().numpy().reshape(-1)
+    lo, hi = float(a.min()), float(a.max())
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return _nonfinite_summary(t, t.reshape(-1))
+    squares = float(np.dot(a, a))
+    mean = float(a.sum()) / n
+    std = _std(t, n, lo, hi, mean, squares)
+    return _finite(t, n, lo, hi, mean, std, squares, 1.0 - int(np.count_nonzero(a)) / n)
+
+
+def _std(t: torch.Tensor, n: int, lo: float, hi: float, mean: float, squares: float) -> float:
     """Population std from the one-pass sums, exact where the shortcut would cancel.
 
     ``E[x^2] - mean^2`` loses every digit when the spread is tiny next to the mean
-    (a scalar loss, a constant tensor), so those rare tensors get a two-pass float64.
+    (a constant tensor), so those rare tensors get a two-pass float64.
     """
     if lo == hi:
         return 0.0
     var = squares / n - mean * mean
     if var > 1e-4 * mean * mean:
         return math.sqrt(var)
-    exact = v.double()
-    return math.sqrt(torch.dot(exact - exact.mean(), exact - exact.mean()).item() / n)
+    exact = t.reshape(-1).double()
+    centred = exact - exact.mean()
+    return math.sqrt(torch.dot(centred, centred).item() / n)
 
 
 def _zero_fraction(v: torch.Tensor, n: int) -> float:
     if n <= ZERO_SAMPLE:
         return 1.0 - torch.count_nonzero(v).item() / n
-    sample = v[:: _sample_stride(n)]
-    return 1.0 - torch.count_nonzero(sample).item() / sample.numel()
+    return 1.0 - torch.count_nonzero(v.index_select(0, _sample(n, v.device))).item() / ZERO_SAMPLE
 
 
-_STRIDES: dict[int, int] = {}
+_SAMPLES: dict[tuple[int, torch.device], torch.Tensor] = {}
 
 
-def _sample_stride(n: int) -> int:
-    """Smallest prime stride that leaves at most ``ZERO_SAMPLE`` elements (memoised)."""
-    stride = _STRIDES.get(n)
-    if stride is None:
-        stride = max(2, -(-n // ZERO_SAMPLE))
-        while any(stride % p == 0 for p in range(2, math.isqrt(stride) + 1)):
-            stride += 1
-        _STRIDES[n] = stride
-    return stride
+def _sample(n: int, device: torch.device) -> torch.Tensor:
+    """``ZERO_SAMPLE`` sorted positions in ``range(n)``, pseudo-random but the same for
+    every tensor of ``n`` elements (memoised): unlike a fixed stride, a random sample
+    cannot lock onto a periodic layout (rows, channels, every k-th element)."""
+    key = (n, device)
+    index = _SAMPLES.get(key)
+    if index is None:
+        g = torch.Generator().manual_seed(n)
+        index = torch.randint(0, n, (ZERO_SAMPLE,), generator=g).sort().values.to(device)
+        _SAMPLES[key] = index
+    return index
 
 
 def _nonfinite_summary(t: torch.Tensor, v: torch.Tensor) -> tuple:
     """Counts of NaN/+inf/-inf, with min/max/mean/std/norm over the finite elements."""
+    if v.dtype not in _NATIVE:
+        v = v.float()
     nan = int(torch.isnan(v).sum())
     posinf = int(torch.isposinf(v).sum())
     neginf = int(torch.isneginf(v).sum())
@@ -150,13 +178,13 @@ def _nonfinite_summary(t: torch.Tensor, v: torch.Tensor) -> tuple:
     else:
         lo, hi = torch.aminmax(finite)
         m = finite.numel()
-        total = finite.sum().item()
         squares = torch.dot(finite, finite).item()
-        mean = total / m
+        mean = finite.sum().item() / m
         lo, hi = lo.item(), hi.item()
         stats = (lo, hi, mean, _std(finite, m, lo, hi, mean, squares), math.sqrt(squares))
     zero = 1.0 - torch.count_nonzero(v).item() / n
-    return (tuple(t.shape), t.dtype, t.device, n, *stats, nan, posinf, neginf, zero)
+    return (tuple(t.shape), dtype_name(t.dtype), device_name(t), n, *stats, nan, posinf,
+            neginf, zero)  # fmt: skip
 
 
 def check_finite(t: torch.Tensor) -> tuple:
@@ -165,16 +193,44 @@ def check_finite(t: torch.Tensor) -> tuple:
     if t.dtype not in _FLOATS or t.numel() == 0:
         return shape_only(t)
     v = t.reshape(-1)
-    lo, hi = torch.aminmax(v if v.dtype in _NATIVE else v.float())
+    if v.dtype not in _NATIVE:
+        v = v.float()
+    lo, hi = torch.aminmax(v)
     lo, hi = lo.item(), hi.item()
     if not (math.isfinite(lo) and math.isfinite(hi)):
-        return _nonfinite_summary(t, v if v.dtype in _NATIVE else v.float())
-    return (tuple(t.shape), t.dtype, t.device, t.numel(), lo, hi, _NAN, _NAN, _NAN, 0, 0, 0, _NAN)
+        return _nonfinite_summary(t, v)
+    return (tuple(t.shape), dtype_name(t.dtype), device_name(t), t.numel(), lo, hi, _NAN, _NAN,
+            _NAN, 0, 0, 0, _NAN)  # fmt: skip
+
+
+def reshaped(summary: tuple, t: torch.Tensor) -> tuple:
+    """The summary of a view holding the same elements as the summarised tensor (a
+    flatten, a transpose): every statistic is the same; only the shape differs."""
+    return (tuple(t.shape), *summary[1:])
 
 
 def is_finite(summary: tuple) -> bool:
     """Whether a summary saw no NaN and no inf (shape-only summaries count as finite)."""
     return summary[9] <= 0 and summary[10] <= 0 and summary[11] <= 0
+
+
+def norms_only(tensors: list[torch.Tensor]) -> list[tuple]:
+    """Summaries holding just the L2 norm, for many tensors in one fused call.
+
+    Used for parameter values after each optimizer step: a full summary of every
+    weight every step costs as much as all the activations' summaries together, and
+    the norm is what weight tracking and replica comparison need. A non-finite norm
+    gets the full summary, with its NaN/inf counts.
+    """
+    if not tensors:
+        return []
+    norms = [n.item() for n in torch._foreach_norm(tensors)]
+    return [
+        (tuple(t.shape), dtype_name(t.dtype), device_name(t), t.numel(), _NAN, _NAN, _NAN, _NAN,
+         norm, 0, 0, 0, _NAN)
+        if math.isfinite(norm) else summarise(t)
+        for t, norm in zip(tensors, norms, strict=True)
+    ]  # fmt: skip
 
 
 # -- device tensors: statistics stay on the device until read in a batch ------------
@@ -190,63 +246,26 @@ def device_stats(t: torch.Tensor) -> torch.Tensor:
     if v.dtype not in _NATIVE:
         v = v.float()
     n = v.numel()
-    sample = v if n <= ZERO_SAMPLE else v[:: _sample_stride(n)]
+    sample = v if n <= ZERO_SAMPLE else v.index_select(0, _sample(n, v.device))
     lo, hi = torch.aminmax(v)
     parts = (
-        lo,
-        hi,
-        v.sum(),
-        torch.dot(v, v),
-        torch.count_nonzero(sample),
-        torch.isnan(v).sum(),
-        torch.isposinf(v).sum(),
-        torch.isneginf(v).sum(),
-    )
+        lo, hi, v.sum(), torch.dot(v, v), torch.count_nonzero(sample), torch.isnan(v).sum(),
+        torch.isposinf(v).sum(), torch.isneginf(v).sum(),
+    )  # fmt: skip
     return torch.stack([p.to(torch.float64) for p in parts])
 
 
-def from_device_stats(t_meta: tuple, raw: list[float]) -> tuple:
-    """Turn one row of ``device_stats`` (read back to the host) into a summary tuple."""
-    shape, dtype, device, n = t_meta
+def from_device_stats(meta: tuple, raw: list[float]) -> tuple:
+    """Turn one row of ``device_stats`` (read back to the host) into a summary tuple;
+    ``meta`` is (shape, dtype name, device name, numel)."""
+    shape, dtype, device, n = meta
     lo, hi, total, squares, nonzero, nan, posinf, neginf = raw
-    sample = n if n <= ZERO_SAMPLE else len(range(0, n, _sample_stride(n)))
+    sample = min(n, ZERO_SAMPLE)
     mean = total / n
     if math.isfinite(squares) and math.isfinite(mean):
         std = math.sqrt(max(squares / n - mean * mean, 0.0))
         norm = math.sqrt(squares)
     else:
         std = norm = _NAN
-    return (
-        shape,
-        dtype,
-        device,
-        n,
-        lo,
-        hi,
-        mean,
-        std,
-        norm,
-        int(nan),
-        int(posinf),
-        int(neginf),
-        1.0 - nonzero / sample,
-    )
-
-
-def norms_only(tensors: list[torch.Tensor]) -> list[tuple]:
-    """Summaries holding just the L2 norm, for many tensors in one fused call.
-
-    Used for parameter values after each optimizer step: a full summary of every
-    weight every step costs as much as all the activations' summaries together, and
-    the norm is what weight tracking and replica comparison need. A non-finite norm
-    gets the full summary, with its NaN/inf counts.
-    """
-    if not tensors:
-        return []
-    norms = [n.item() for n in torch._foreach_norm(tensors)]
-    return [
-        (tuple(t.shape), t.dtype, t.device, t.numel(), _NAN, _NAN, _NAN, _NAN, norm, 0, 0, 0, _NAN)
-        if math.isfinite(norm)
-        else summarise(t)
-        for t, norm in zip(tensors, norms, strict=True)
-    ]
+    return (shape, dtype, device, n, lo, hi, mean, std, norm, int(nan), int(posinf),
+            int(neginf), 1.0 - nonzero / sample)  # fmt: skip
