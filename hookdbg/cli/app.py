@@ -27,6 +27,7 @@ def _register() -> None:
         show,
         summary,
         tensor,
+        tui,
     )
 
 

@@ -12,13 +12,13 @@ from hookdbg.cli.output import (
     console,
     emit_json,
     json_option,
-    num,
     open_or_fail,
     step_options,
     table,
 )
 from hookdbg.read import Recording
 from hookdbg.store.schema import Phase, slot_label
+from hookdbg.text import num
 
 
 @cli.command(name="diff")

@@ -19,6 +19,7 @@ from rich.text import Text
 from hookdbg.cli.common import BadInput
 from hookdbg.options import OptionError, StepRange
 from hookdbg.read import Recording, RecordingError, Status, open_recording
+from hookdbg.text import num
 
 
 def open_or_fail(path: str, *, quiet: bool = False) -> Recording:
@@ -158,20 +159,6 @@ def table(title: str | None, columns: Sequence[str | tuple[str, str]]) -> Table:
         name, justify = (col, "left") if isinstance(col, str) else col
         t.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     return t
-
-
-def num(value: float, digits: int = 4) -> str:
-    """Compact numbers for tables: 0.1234, 1.234e+05, nan, inf."""
-    value = float(value)
-    if math.isnan(value):
-        return "-"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    if value == 0:
-        return "0"
-    if 1e-3 <= abs(value) < 1e5:
-        return f"{value:.{digits}g}"
-    return f"{value:.{max(digits - 1, 1)}e}"
 
 
 def ms(seconds: float) -> str:

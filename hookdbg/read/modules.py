@@ -68,6 +68,10 @@ class ModuleTable:
     def get(self, module_id: int) -> Module | None:
         return self._by_id.get(module_id)
 
+    def by_name(self, name: str) -> Module | None:
+        """The module with exactly this name (to line up two recordings)."""
+        return self._by_name.get(name)
+
     def name(self, module_id: int) -> str:
         m = self._by_id.get(module_id)
         return m.name if m else f"<module {module_id}>"

@@ -1,0 +1,36 @@
+"""The TUI's view model computes what the widgets show, from the reader alone."""
+
+import numpy as np
+
+from hookdbg.read import open_recording
+from hookdbg.store.schema import Phase, Slot
+from hookdbg.tui.model import PLOT_STATS, RunView
+
+
+def test_step_table_badges(nan_h5):
+    run = RunView(open_recording(nan_h5))
+    modules = run.rec.modules
+    standardize = modules.resolve("standardize").id
+    before, born = run.step_table(2), run.step_table(3)
+    assert not before[standardize].origin and before[standardize].nonfinite == 0
+    assert born[standardize].origin and born[standardize].nonfinite >= 1
+    proj = modules.resolve("proj").id
+    assert born[proj].nonfinite >= 1 and not born[proj].origin
+    assert 0 < sum(m.share for m in before.values()) <= 1.0
+
+
+def test_detail_and_series_match_the_reader(mlp_h5):
+    rec = open_recording(mlp_h5)
+    run = RunView(rec)
+    head = rec.modules.resolve("head").id
+    detail = run.detail(head, 2)
+    rows = rec.tensors(2, 2)
+    assert len(detail.rows) == np.count_nonzero(rows["module"] == head)
+    assert set(detail.timings["phase"]) == {Phase.FWD, Phase.BWD}
+    steps, values = run.series(head, PLOT_STATS[0])  # output std
+    expected = rows[(rows["module"] == head) & (rows["slot"] == Slot.OUTPUT)]["std"][0]
+    assert list(steps) == [0, 1, 2, 3] and values[2] == expected
+    _, fwd_ms = run.series(head, next(s for s in PLOT_STATS if s.column == "fwd"))
+    assert len(fwd_ms) == 4 and np.all(fwd_ms > 0)
+    grads = run.series(head, next(s for s in PLOT_STATS if s.label == "weight grad norm"))
+    assert len(grads[0]) == 4 and np.all(grads[1] > 0)

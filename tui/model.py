@@ -1,0 +1,215 @@
+"""What the TUI shows, computed from a recording: no Textual, no torch, easy to test.
+
+Every method here reads the file, so the app calls them from worker threads only;
+widgets receive the plain results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hookdbg.analysis.alerts import AlertReport, alert_reports
+from hookdbg.analysis.diff import DiffResult, diff
+from hookdbg.analysis.profile import Profile, profile
+from hookdbg.analysis.query import Query
+from hookdbg.analysis.search import SearchResult, search
+from hookdbg.read import Capture, Recording, Status
+from hookdbg.read.modules import Module
+from hookdbg.store.schema import Phase, Slot
+
+DETAIL_COLUMNS = [
+    "call",
+    "module",
+    "phase",
+    "slot",
+    "path",
+    "shape",
+    "dtype",
+    "min",
+    "max",
+    "mean",
+    "std",
+    "norm",
+    "nan",
+    "posinf",
+    "neginf",
+    "zero_frac",
+]
+
+
+@dataclass(frozen=True)
+class PlotStat:
+    """A statistic that can be plotted over steps for one module."""
+
+    label: str
+    slot: Slot | None  # None: a timing from the calls table
+    column: str
+    path: str | None = None  # for parameter gradients: which parameter
+
+
+PLOT_STATS = (
+    PlotStat("output std", Slot.OUTPUT, "std"),
+    PlotStat("output mean", Slot.OUTPUT, "mean"),
+    PlotStat("output max |x|", Slot.OUTPUT, "absmax"),
+    PlotStat("grad norm (w.r.t. output)", Slot.GRAD_OUTPUT, "norm"),
+    PlotStat("weight grad norm", Slot.PARAM_GRAD, "norm", "weight"),
+    PlotStat("weight norm", Slot.PARAM, "norm", "weight"),
+    PlotStat("forward ms", None, "fwd"),
+    PlotStat("backward ms", None, "bwd"),
+)
+
+
+@dataclass(frozen=True)
+class ModuleStep:
+    """One module in one step, as its tree badge shows it."""
+
+    calls: int
+    seconds: float  # forward + backward self time
+    share: float  # of the step's time
+    nonfinite: int  # tensors with NaN/inf
+    origin: bool  # a NaN/inf origin was here
+
+
+@dataclass(frozen=True)
+class Detail:
+    module: Module
+    step: int
+    rows: np.ndarray  # tensor summaries of the module in the step
+    timings: np.ndarray  # its call rows
+    captures: list[Capture]
+    histogram: tuple[list[float], float, float] | None  # counts, low, high of a capture
+
+
+class RunView:
+    """One recording, as the TUI sees it."""
+
+    def __init__(self, recording: Recording) -> None:
+        self.rec = recording
+
+    @property
+    def name(self) -> str:
+        return str(self.rec.path)
+
+    @property
+    def steps(self) -> list[int]:
+        return [int(s) for s in self.rec.recorded_steps]
+
+    @property
+    def status(self) -> Status:
+        return self.rec.status
+
+    def refresh(self) -> bool:
+        return self.rec.refresh()
+
+    def step_table(self, step: int) -> dict[int, ModuleStep]:
+        calls = self.rec.calls(step, step, ["module", "phase", "self"])
+        tensors = self.rec.tensors(step, step, ["module", "nan", "posinf", "neginf"])
+        steps = self.rec.steps
+        row = steps[steps["step"] == step]
+        length = float(row["end"][0] - row["start"][0]) if len(row) else 0.0
+        bad = (tensors["nan"] > 0) | (tensors["posinf"] > 0) | (tensors["neginf"] > 0)
+        origins = set(self.rec.alerts["module"][self.rec.alerts["step"] == step].tolist())
+        out = {}
+        for module in set(calls["module"].tolist()) | set(tensors["module"].tolist()):
+            mine = calls[calls["module"] == module]
+            seconds = float(mine["self"][mine["phase"] != Phase.OPT].sum())
+            out[module] = ModuleStep(
+                calls=int(np.count_nonzero(mine["phase"] == Phase.FWD)),
+                seconds=seconds,
+                share=seconds / length if length > 0 else 0.0,
+                nonfinite=int(np.count_nonzero(bad & (tensors["module"] == module))),
+                origin=module in origins,
+            )
+        return out
+
+    def detail(self, module: int, step: int) -> Detail:
+        rows = self.rec.tensors(step, step, DETAIL_COLUMNS)
+        calls = self.rec.calls(step, step)
+        captured = self.rec.captured(module, step)
+        histogram = None
+        if captured:
+            first = next((c for c in captured if c.slot == Slot.OUTPUT), captured[0])
+            values = self.rec.tensor(first).astype(np.float64).ravel()
+            finite = values[np.isfinite(values)]
+            if finite.size:
+                counts, edges = np.histogram(finite, bins=40)
+                histogram = (counts.astype(float).tolist(), float(edges[0]), float(edges[-1]))
+        return Detail(
+            self.rec.modules[module],
+            step,
+            rows[rows["module"] == module],
+            calls[calls["module"] == module],
+            captured,
+            histogram,
+        )
+
+    def series(self, module: int, stat: PlotStat) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, values) of one statistic of one module (its first call per step)."""
+        if stat.slot is None:
+            table = self.rec.calls_table
+            phase = Phase.FWD if stat.column == "fwd" else Phase.BWD
+            mask = (table.column("module") == module) & (table.column("phase") == phase)
+            steps, values = table.column("step")[mask], table.column("total")[mask] * 1e3
+        else:
+            table = self.rec.tensors_table
+            mask = (table.column("module") == module) & (table.column("slot") == stat.slot)
+            if stat.path is not None:
+                mask &= table.column("path") == stat.path.encode()
+            else:
+                mask &= table.column("path") == b""
+            steps = table.column("step")[mask]
+            if stat.column == "absmax":
+                values = np.maximum(
+                    np.abs(table.column("min")[mask]), np.abs(table.column("max")[mask])
+                )
+            else:
+                values = table.column(stat.column)[mask]
+        if not len(steps):
+            return steps, values
+        first = np.unique(steps, return_index=True)[1]  # the first call of each step
+        return steps[first], values[first].astype(float)
+
+    def profile(self, step: int | None) -> Profile:
+        return profile(self.rec, step, step)
+
+    def alerts(self) -> list[AlertReport]:
+        return alert_reports(self.rec)
+
+    def search(self, query: Query, limit: int = 500) -> SearchResult:
+        return search(self.rec, query, limit)
+
+
+@dataclass(frozen=True)
+class DiffView:
+    """Two recordings compared: how far each module diverges, and where first."""
+
+    a: RunView
+    b: RunView
+    result: DiffResult
+
+    @classmethod
+    def compute(cls, a: RunView, b: RunView) -> DiffView:
+        return cls(a, b, diff(a.rec, b.rec))
+
+    def divergence(self, step: int | None = None) -> dict[str, float]:
+        """Worst relative difference per module name, in one step or all (inf for
+        shape, dtype or NaN/inf count changes)."""
+        worst: dict[str, float] = {}
+        for d in self.result.divergences:
+            if step is None or d.step == step:
+                worst[d.module] = max(worst.get(d.module, 0.0), d.rel_diff)
+        return worst
+
+    def divergent_slots(self, module: str, step: int) -> set[tuple[int, int, str]]:
+        """(phase, slot, path) of the module's tensors that differ in a step."""
+        return {
+            (d.phase, d.slot, d.path)
+            for d in self.result.divergences
+            if d.module == module and d.step == step
+        }
+
+    def first(self) -> tuple[str, int] | None:
+        d = self.result.first
+        return (d.module, d.step) if d else None
