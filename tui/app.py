@@ -21,15 +21,20 @@ class HookdbgApp(App[None]):
     ENABLE_COMMAND_PALETTE = True
 
     def __init__(
-        self, recording: Recording, other: Recording | None = None, follow: bool = False
+        self,
+        recording: Recording,
+        other: Recording | None = None,
+        follow: bool = False,
+        more_ranks: list[Recording] | None = None,
     ) -> None:
         super().__init__()
         self.view = RunView(recording)  # not self.run: that is App.run()
         self.other_view = RunView(other) if other is not None else None
         self.follow = follow
+        self.ranks = [self.view, *(RunView(r) for r in more_ranks or [])]
 
     def get_default_screen(self) -> Screen:
-        return ReplayScreen(self.view, self.other_view, self.follow)
+        return ReplayScreen(self.view, self.other_view, self.follow, self.ranks)
 
     @property
     def replay(self) -> ReplayScreen:

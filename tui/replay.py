@@ -35,13 +35,21 @@ class ReplayScreen(Screen[None]):
         Binding("N", "hit(-1)", "previous hit", show=False),
         Binding("f", "first", "first divergence/alert"),
         Binding("F", "toggle_follow", "follow"),
+        Binding("r", "next_rank", "rank", show=False),
         Binding("question_mark", "help", "help"),
         Binding("q", "app.quit", "quit"),
     ]
 
-    def __init__(self, run: RunView, other: RunView | None = None, follow: bool = False) -> None:
+    def __init__(
+        self,
+        run: RunView,
+        other: RunView | None = None,
+        follow: bool = False,
+        ranks: list[RunView] | None = None,
+    ) -> None:
         super().__init__()
         self.run = run
+        self.ranks = ranks or [run]  # a distributed run: one view per rank, r switches
         self.other = other
         self.following = follow
         self.diff: DiffView | None = None
@@ -68,9 +76,14 @@ class ReplayScreen(Screen[None]):
         yield StepBar(id="stepbar")
         yield Footer()
 
-    def on_mount(self) -> None:
+    def _title(self) -> None:
         title = self.run.name if self.other is None else f"{self.run.name}  vs  {self.other.name}"
+        if len(self.ranks) > 1:
+            title += f"  (rank {self.run.rec.info.rank} of {len(self.ranks)}: r switches)"
         self.app.title = f"hookdbg  {title}"
+
+    def on_mount(self) -> None:
+        self._title()
         self._load_meta()
         self.steps = self.run.steps
         if self.steps:
@@ -295,6 +308,22 @@ class ReplayScreen(Screen[None]):
         )
         self._load_meta()
         self._show_stepbar()
+
+    def action_next_rank(self) -> None:
+        if len(self.ranks) < 2:
+            self.notify("one rank only: r switches ranks of a distributed run")
+            return
+        old = self.run
+        self.run = self.ranks[(self.ranks.index(self.run) + 1) % len(self.ranks)]
+        self._title()
+        self._load_meta()
+        self.steps = self.run.steps
+        if self.step not in self.steps:
+            self.step = self.steps[0] if self.steps else None
+        if self.module is not None:  # the same module, by name, on the other rank
+            twin = self.run.rec.modules.by_name(old.rec.modules.name(self.module))
+            self.module = twin.id if twin is not None else None
+        self._refresh_all()
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())

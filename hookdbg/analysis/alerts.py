@@ -59,18 +59,29 @@ def alert_reports(recording: Recording) -> list[AlertReport]:
         ]
         if call >= 0 and len(same[same["call"] == call]):
             same = same[same["call"] == call]
-        if phase == Phase.FWD:
-            label, context = "inputs", rows[(rows["call"] == call) & (rows["slot"] == Slot.INPUT)]
+        if phase == Phase.FWD and slot == Slot.INPUT:
+            label, context = "", rows[:0]  # the offending tensor is the input itself
+        elif phase == Phase.FWD:
+            label = "its inputs"
+            context = rows[(rows["call"] == call) & (rows["slot"] == Slot.INPUT)]
         elif phase == Phase.BWD:
-            label = "gradients w.r.t. its outputs"
+            label = "the gradients w.r.t. its outputs"
             context = rows[(rows["call"] == call) & (rows["slot"] == Slot.GRAD_OUTPUT)]
-        else:
-            label = "the parameter's gradient"
+        elif slot == Slot.STEP_GRAD:
+            label = "this rank's own gradient"
             context = rows[
                 (rows["module"] == alert["module"])
                 & (rows["slot"] == Slot.PARAM_GRAD)
                 & (rows["path"] == alert["path"])
             ]
+        else:
+            label = "the gradients the step used"
+            context = rows[
+                (rows["module"] == alert["module"])
+                & np.isin(rows["slot"], [Slot.PARAM_GRAD, Slot.STEP_GRAD])
+                & (rows["path"] == alert["path"])
+            ]
+
         reports.append(
             AlertReport(
                 alert=alert,

@@ -81,8 +81,8 @@ def diff(
 ) -> DiffResult:
     """Compare two recordings' tensor summaries, step by step."""
     result = DiffResult(rtol, atol, by, len(a.recorded_steps), len(b.recorded_steps))
-    names_a = {m.name for m in a.modules if not m.is_optimizer}
-    names_b = {m.name for m in b.modules if not m.is_optimizer}
+    names_a = {m.name for m in a.modules if m.is_model_part}
+    names_b = {m.name for m in b.modules if m.is_model_part}
     if by == "name":
         result.only_a = sorted(names_a - names_b)
         result.only_b = sorted(names_b - names_a)

@@ -49,7 +49,7 @@ def overview(recording: Recording, step: int | None = None) -> Overview:
     durations = (steps["end"] - steps["start"])[steps["recorded"] == 1]
     calls_table = recording.calls_table
     phases = calls_table.column("phase")
-    modules = [m for m in recording.modules if not m.is_optimizer]
+    modules = [m for m in recording.modules if m.is_model_part]
     if step is None and len(recorded):
         step = int(recorded[0])
     lines = _module_lines(recording, step, modules) if step is not None else []

@@ -5,71 +5,98 @@ from __future__ import annotations
 import click
 from rich.markup import escape
 
-from hookdbg.analysis.alerts import alert_reports
+from hookdbg.analysis.alerts import AlertReport, alert_reports
 from hookdbg.cli.app import cli
 from hookdbg.cli.output import (
     console,
     emit_json,
     json_option,
     open_or_fail,
+    open_run_or_fail,
+    rank_option,
     tensor_json,
     tensor_table,
 )
+from hookdbg.read import RankSet, Recording
 from hookdbg.store.schema import Phase, slot_label
 
 
 @cli.command()
 @click.argument("recording")
+@rank_option
 @click.option(
     "--exit-code", is_flag=True, help="Exit with status 1 when there is any alert (for CI), else 0."
 )
 @json_option
-def alerts(recording: str, exit_code: bool, as_json: bool) -> None:
+def alerts(recording: str, rank: int | None, exit_code: bool, as_json: bool) -> None:
     """NaN/inf alerts in RECORDING, in the order they fired. Each names where a
     non-finite value was born (module, phase, step, tensor), shows that tensor's
-    summary and the tensors feeding it, which were still finite."""
-    rec = open_or_fail(recording, quiet=as_json)
-    reports = alert_reports(rec)
+    summary and the tensors feeding it, which were still finite. For a distributed run,
+    every rank's alerts in the order they happened, so the first shows which rank saw
+    the NaN first."""
+    if rank is None:
+        run = open_run_or_fail(recording, quiet=as_json)
+    else:
+        run = open_or_fail(recording, quiet=as_json, rank=rank)
+    ranked = _reports(run)
     if as_json:
         emit_json(
             {
-                "recording": str(rec.path),
+                "recording": str(run.path),
                 "alerts": [
                     {
-                        "step": int(r.alert["step"]),
-                        "module": r.module.name,
-                        "type": r.module.type,
-                        "phase": Phase(int(r.alert["phase"])).label,
-                        "slot": slot_label(int(r.alert["slot"]), r.alert["path"].decode()),
-                        "first": bool(r.alert["first"]),
-                        "message": r.alert["message"].decode(),
-                        "tensor": tensor_json(r.tensor, rec.modules)
-                        if r.tensor is not None
+                        "rank": r,
+                        "step": int(a.alert["step"]),
+                        "module": a.module.name,
+                        "type": a.module.type,
+                        "phase": Phase(int(a.alert["phase"])).label,
+                        "slot": slot_label(int(a.alert["slot"]), a.alert["path"].decode()),
+                        "first": i == 0,
+                        "message": a.alert["message"].decode(),
+                        "tensor": tensor_json(a.tensor, rec.modules)
+                        if a.tensor is not None
                         else None,
-                        "context": [tensor_json(c, rec.modules) for c in r.context],
+                        "context": [tensor_json(c, rec.modules) for c in a.context],
                     }
-                    for r in reports
+                    for i, (r, rec, a) in enumerate(ranked)
                 ],
             }
         )
     else:
-        out = console()
-        if not reports:
-            out.print(
-                escape(f"{rec.path}: no NaN/inf alerts")
+        _print(run, ranked)
+    if exit_code and ranked:
+        raise SystemExit(1)
+
+
+def _reports(run: Recording | RankSet) -> list[tuple[int | None, Recording, AlertReport]]:
+    """(rank, recording, report) in the order the alerts happened."""
+    if isinstance(run, Recording):
+        return [(None, run, a) for a in alert_reports(run)]
+    ranked = [(rank, rec, a) for rank, rec in run.recordings.items() for a in alert_reports(rec)]
+    return sorted(ranked, key=lambda t: (int(t[2].alert["step"]), float(t[2].alert["time"])))
+
+
+def _print(run: Recording | RankSet, ranked: list) -> None:
+    out = console()
+    if not ranked:
+        recs = run.recordings.values() if isinstance(run, RankSet) else [run]
+        unchecked = any(rec.info.options.get("level") != "stats" for rec in recs)
+        out.print(
+            escape(
+                f"{run.path}: no NaN/inf alerts"
                 + (
-                    ""
-                    if rec.info.options.get("level") == "stats"
-                    else " (recorded without --level stats: values were not checked)"
+                    " (recorded without --level stats: values were not checked)"
+                    if unchecked
+                    else ""
                 )
             )
-        for n, r in enumerate(reports, 1):
-            mark = "[bold red]FIRST[/] " if r.alert["first"] else ""
-            message = escape(r.alert["message"].decode())
-            out.print(f"\n{mark}[bold]alert {n}[/bold]: {message}")
-            if r.tensor is not None:
-                out.print(tensor_table(None, [r.tensor], rec.modules))
-            if len(r.context):
-                out.print(tensor_table(f"  its {r.context_label}", r.context, rec.modules))
-    if exit_code and reports:
-        raise SystemExit(1)
+        )
+    for n, (rank, rec, r) in enumerate(ranked, 1):
+        mark = "[bold red]FIRST[/] " if n == 1 else ""
+        where = "" if rank is None else f" on rank {rank}"
+        message = escape(r.alert["message"].decode())
+        out.print(f"\n{mark}[bold]alert {n}{where}[/bold]: {message}")
+        if r.tensor is not None:
+            out.print(tensor_table(None, [r.tensor], rec.modules))
+        if len(r.context):
+            out.print(tensor_table(f"  {r.context_label}", r.context, rec.modules))

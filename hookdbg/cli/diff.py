@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 from rich.markup import escape
 
 from hookdbg.analysis.diff import DiffResult, Divergence, diff
+from hookdbg.analysis.ranks import rank_diff
 from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput, plural
 from hookdbg.cli.output import (
@@ -13,25 +16,35 @@ from hookdbg.cli.output import (
     emit_json,
     json_option,
     open_or_fail,
+    open_run_or_fail,
     step_options,
     table,
 )
-from hookdbg.read import Recording
+from hookdbg.read import RankSet, Recording
 from hookdbg.store.schema import Phase, slot_label
 from hookdbg.text import num
 
 
 @cli.command(name="diff")
 @click.argument("a")
-@click.argument("b")
+@click.argument("b", required=False)
+@click.option(
+    "--ranks",
+    is_flag=True,
+    help="Compare the ranks of distributed run A (run.h5 = run.rankN.h5) with each "
+    "other: where do replicas that must agree (weights, all-reduced "
+    "gradients) part?",
+)
 @click.option(
     "--rtol",
     type=float,
-    default=1e-5,
-    show_default=True,
-    help="Relative tolerance: values agree when |a-b| <= atol + rtol*|b|.",
+    default=None,
+    help="Relative tolerance: values agree when |a-b| <= atol + rtol*|b| "
+    "[default: 1e-5; 0 with --ranks: replicas are computed identically].",
 )
-@click.option("--atol", type=float, default=1e-8, show_default=True, help="Absolute tolerance.")
+@click.option(
+    "--atol", type=float, default=None, help="Absolute tolerance [default: 1e-8; 0 with --ranks]."
+)
 @click.option(
     "--by",
     type=click.Choice(["name", "order"]),
@@ -50,9 +63,10 @@ from hookdbg.text import num
 @json_option
 def diff_command(
     a: str,
-    b: str,
-    rtol: float,
-    atol: float,
+    b: str | None,
+    ranks: bool,
+    rtol: float | None,
+    atol: float | None,
     by: str,
     steps: tuple[int | None, int | None],
     top: int,
@@ -63,6 +77,15 @@ def diff_command(
     modules that diverge most. Exit status: 0 when they match within tolerance, 1 when
     they differ, 2 on bad input. Use it to guard a refactor, a dtype change or a
     determinism check."""
+    if ranks:
+        if b is not None:
+            raise BadInput("--ranks compares the ranks of one run: give one recording")
+        _diff_ranks(a, rtol or 0.0, atol or 0.0, steps, top, as_json)
+        return
+    if b is None:
+        raise BadInput("give two recordings to compare, or --ranks with one distributed run")
+    rtol = 1e-5 if rtol is None else rtol
+    atol = 1e-8 if atol is None else atol
     if rtol < 0 or atol < 0:
         raise BadInput("--rtol and --atol must not be negative")
     rec_a, rec_b = open_or_fail(a, quiet=as_json), open_or_fail(b, quiet=as_json)
@@ -201,3 +224,94 @@ def _as_json(result: DiffResult, a: Recording, b: Recording, top: int) -> dict[s
         ],
         "explanation": _explain(result, a, b),
     }
+
+
+def _diff_ranks(
+    path: str,
+    rtol: float,
+    atol: float,
+    steps: tuple[int | None, int | None],
+    top: int,
+    as_json: bool,
+) -> None:
+    if rtol < 0 or atol < 0:
+        raise BadInput("--rtol and --atol must not be negative")
+    run = open_run_or_fail(path, quiet=as_json)
+    if not isinstance(run, RankSet) or len(run.ranks) < 2:
+        raise BadInput(
+            f"{path} is not a distributed run with several ranks (expected files "
+            f"named like {Path(path).stem}.rank0{Path(path).suffix})"
+        )
+    result = rank_diff(run, rtol, atol, *steps)
+    if as_json:
+        emit_json(
+            {
+                "recording": str(run.path),
+                "ranks": run.ranks,
+                "rtol": rtol,
+                "atol": atol,
+                "compared_steps": result.compared_steps,
+                "compared": result.compared,
+                "agree": not result.desyncs,
+                "desyncs": [
+                    {
+                        "step": d.step,
+                        "module": d.module,
+                        "slot": slot_label(d.slot, d.path),
+                        "norms": d.norms,
+                        "odd_ranks": d.odd_ranks,
+                    }
+                    for d in result.desyncs[:top]
+                ],
+            }
+        )
+        raise SystemExit(1 if result.desyncs else 0)
+    out = console()
+    compared = result.compared_steps
+    span = f" ({compared[0]}-{compared[-1]})" if compared else ""
+    out.print(
+        escape(
+            f"compared ranks {', '.join(map(str, run.ranks))} over "
+            f"{plural(len(compared), 'step')}{span}: {result.compared:,} parameter and "
+            "step-gradient norms"
+        )
+    )
+    if not result.compared:
+        out.print(
+            "[bold yellow]nothing to compare[/]: record with --level stats under "
+            "torch.distributed to get parameter norms"
+        )
+        raise SystemExit(1)
+    first = result.first
+    if first is None:
+        out.print(
+            f"[bold green]in sync[/]: every rank holds the same weights and gradients "
+            f"(rtol={rtol:g}, atol={atol:g})"
+        )
+        raise SystemExit(0)
+    values = ", ".join(f"rank {r} {num(v, 9)}" for r, v in first.norms.items())
+    odd = first.odd_ranks
+    blame = (
+        "no majority to tell which rank is off"
+        if len(odd) == len(first.norms)
+        else f"rank {', '.join(map(str, odd))} is off"
+    )
+    agreed = [s for s in compared if s < first.step]
+    since = f"; they agreed at step {agreed[-1]}" if agreed else ""
+    out.print(
+        f"[bold red]first desync[/]: step {first.step}, {escape(first.module)} "
+        f"{escape(slot_label(first.slot, first.path))} norm: {values} ({blame}{since})"
+    )
+    t = table(
+        f"\n{plural(len(result.desyncs), 'desync')}",
+        [("step", "right"), "module", "tensor", "norms by rank"],
+    )
+    for d in result.desyncs[:top]:
+        t.add_row(
+            str(d.step),
+            d.module,
+            slot_label(d.slot, d.path),
+            "  ".join(f"{r}: {num(v, 9)}" for r, v in d.norms.items()),
+        )
+    out.print(t)
+    raise SystemExit(1)

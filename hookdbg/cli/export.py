@@ -11,7 +11,7 @@ import click
 from hookdbg.analysis.export import TABLES, perfetto, table_rows, write_csv, write_json
 from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput, human_bytes, plural
-from hookdbg.cli.output import check_steps, open_or_fail, require_calls, step_options
+from hookdbg.cli.output import check_steps, open_or_fail, rank_option, require_calls, step_options
 
 
 @cli.command(
@@ -22,6 +22,7 @@ Examples:
   hookdbg export run.h5 --format json --table calls -o -      # to stdout"""
 )
 @click.argument("recording")
+@rank_option
 @click.option(
     "--format",
     "fmt",
@@ -47,6 +48,7 @@ Examples:
 @click.option("-f", "--force", is_flag=True, help="Overwrite FILE if it exists.")
 def export(
     recording: str,
+    rank: int | None,
     fmt: str,
     output: str | None,
     table_name: str,
@@ -54,7 +56,7 @@ def export(
     force: bool,
 ) -> None:
     """Write RECORDING in a format other tools read."""
-    rec = open_or_fail(recording)
+    rec = open_or_fail(recording, rank=rank)
     if fmt == "perfetto" or table_name in ("tensors", "calls"):
         require_calls(rec)
         first, last = check_steps(rec, steps)

@@ -8,6 +8,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from functools import wraps
+from pathlib import Path
 from typing import Any
 
 import click
@@ -18,12 +19,35 @@ from rich.text import Text
 
 from hookdbg.cli.common import BadInput
 from hookdbg.options import OptionError, StepRange
-from hookdbg.read import Recording, RecordingError, Status, open_recording
+from hookdbg.read import (
+    RankSet,
+    Recording,
+    RecordingError,
+    Status,
+    open_recording,
+    open_run,
+    rank_files,
+)
 from hookdbg.text import num
 
 
-def open_or_fail(path: str, *, quiet: bool = False) -> Recording:
-    """Open a recording, or exit 2 with the reader's one-line reason."""
+def open_or_fail(path: str, *, quiet: bool = False, rank: int | None = None) -> Recording:
+    """Open a recording, or exit 2 with the reader's one-line reason. ``path`` may name a
+    distributed run (run.h5 for run.rank0.h5, run.rank1.h5, ...): ``rank`` picks one."""
+    files = {} if Path(path).exists() else rank_files(path)
+    if files:
+        chosen = 0 if rank is None else rank
+        if chosen not in files:
+            raise BadInput(f"{path} has no rank {chosen} (ranks {', '.join(map(str, files))})")
+        if rank is None and not quiet:
+            click.echo(
+                f"hookdbg: note: {path} is a {len(files)}-rank run; showing rank "
+                f"{chosen} (--rank N for another)",
+                err=True,
+            )
+        path = str(files[chosen])
+    elif rank is not None and not quiet:
+        click.echo(f"hookdbg: note: {path} is one file; --rank {rank} is ignored", err=True)
     try:
         recording = open_recording(path)
     except RecordingError as exc:
@@ -45,6 +69,35 @@ def status_notice(recording: Recording) -> str | None:
     if status is Status.LIVE:
         return f"note: {recording.path} is still being written; showing what is there so far"
     return None
+
+
+def open_run_or_fail(path: str, *, quiet: bool = False) -> Recording | RankSet:
+    """A recording, or all ranks of a distributed run; exit 2 on bad input."""
+    try:
+        run = open_run(path)
+    except RecordingError as exc:
+        raise BadInput(str(exc)) from None
+    if not quiet:
+        recordings = run.recordings.values() if isinstance(run, RankSet) else [run]
+        for rec in recordings:
+            notice = status_notice(rec)
+            if notice:
+                click.echo(f"hookdbg: {notice}", err=True)
+        if isinstance(run, RankSet) and run.missing:
+            click.echo(
+                f"hookdbg: note: ranks {', '.join(map(str, run.missing))} of "
+                f"{run.world_size} have no recording",
+                err=True,
+            )
+    return run
+
+
+rank_option = click.option(
+    "--rank",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="For a distributed run (run.h5 = run.rankN.h5): which rank.",
+)
 
 
 def require_calls(recording: Recording) -> None:

@@ -13,6 +13,7 @@ from hookdbg.cli.output import (
     json_option,
     ms,
     open_or_fail,
+    rank_option,
     require_calls,
     step_options,
     table,
@@ -24,6 +25,7 @@ _PHASES = {"fwd": (Phase.FWD,), "bwd": (Phase.BWD,), "opt": (Phase.OPT,), "all":
 
 @cli.command(name="profile")
 @click.argument("recording")
+@rank_option
 @step_options
 @click.option(
     "--sort",
@@ -50,6 +52,7 @@ _PHASES = {"fwd": (Phase.FWD,), "bwd": (Phase.BWD,), "opt": (Phase.OPT,), "all":
 @json_option
 def profile_command(
     recording: str,
+    rank: int | None,
     steps: tuple[int | None, int | None],
     sort: str,
     top: int,
@@ -59,7 +62,7 @@ def profile_command(
     """Per-module time in RECORDING: self time (without recorded submodules) and total
     time per step, mean and median over the steps, calls per step, and share of the
     step time. Times exclude hookdbg's own overhead."""
-    rec = open_or_fail(recording, quiet=as_json)
+    rec = open_or_fail(recording, quiet=as_json, rank=rank)
     require_calls(rec)
     first, last = check_steps(rec, steps)
     prof = profile(rec, first, last, _PHASES[phase])

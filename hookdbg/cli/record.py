@@ -134,6 +134,7 @@ def record(
     and exit status come through unchanged; hookdbg's status lines go to stderr.
     """
     from hookdbg.recorder import Recorder, RecordError
+    from hookdbg.recorder.core import status_prefix
     from hookdbg.recorder.runner import Target, run
 
     script_args = list(args[1:] if args[:1] == ("--",) else args)
@@ -158,7 +159,8 @@ def record(
         recorder = Recorder(path, options, force=force, argv=[target, *script_args]).start()
     except (OptionError, RecordError) as exc:
         raise BadInput(str(exc)) from None
-    say = (lambda _msg: None) if quiet else (lambda msg: click.echo(f"hookdbg: {msg}", err=True))
+    prefix = status_prefix()
+    say = (lambda _msg: None) if quiet else (lambda msg: click.echo(f"{prefix}{msg}", err=True))
     say(f"recording {target} -> {path} (level {level})")
     code = run(goal, script_args, recorder)
     say(_status_line(recorder, path))

@@ -15,6 +15,7 @@ from hookdbg.cli.output import (
     json_option,
     ms,
     open_or_fail,
+    rank_option,
     require_calls,
     table,
     tensor_json,
@@ -39,6 +40,7 @@ Examples:
   hookdbg search run.h5 'layer4.* phase:bwd norm>10'"""
 )
 @click.argument("recording")
+@rank_option
 @click.argument("query", nargs=-1, required=True)
 @click.option(
     "--limit",
@@ -48,13 +50,15 @@ Examples:
     help="Show at most this many matches.",
 )
 @json_option
-def search(recording: str, query: tuple[str, ...], limit: int, as_json: bool) -> None:
+def search(
+    recording: str, rank: int | None, query: tuple[str, ...], limit: int, as_json: bool
+) -> None:
     """Find the module calls or tensor summaries in RECORDING that match QUERY."""
     try:
         parsed = parse(" ".join(query))
     except QueryError as exc:
         raise BadInput(f"bad query: {exc}") from None
-    rec = open_or_fail(recording, quiet=as_json)
+    rec = open_or_fail(recording, quiet=as_json, rank=rank)
     require_calls(rec)
     result = run_search(rec, parsed, limit)
     hits = result.rows

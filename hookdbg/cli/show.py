@@ -13,6 +13,7 @@ from hookdbg.cli.output import (
     emit_json,
     json_option,
     open_or_fail,
+    rank_option,
     step_options,
     tensor_json,
     tensor_table,
@@ -21,6 +22,7 @@ from hookdbg.cli.output import (
 
 @cli.command()
 @click.argument("recording")
+@rank_option
 @click.argument("module")
 @step_options
 @click.option(
@@ -32,13 +34,18 @@ from hookdbg.cli.output import (
 )
 @json_option
 def show(
-    recording: str, module: str, steps: tuple[int | None, int | None], limit: int, as_json: bool
+    recording: str,
+    rank: int | None,
+    module: str,
+    steps: tuple[int | None, int | None],
+    limit: int,
+    as_json: bool,
 ) -> None:
     """Every summary recorded for MODULE in RECORDING: inputs, outputs, gradients and
     parameters, for one step (--step) or across steps. MODULE is a name as `hookdbg
     summary` prints it (model.layer1.0.conv1), its path (layer1.0.conv1) or a glob
     matching exactly one module."""
-    rec = open_or_fail(recording, quiet=as_json)
+    rec = open_or_fail(recording, quiet=as_json, rank=rank)
     try:
         target = rec.modules.resolve(module)
     except LookupError as exc:

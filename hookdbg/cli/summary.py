@@ -6,19 +6,44 @@ import click
 from rich.markup import escape
 
 from hookdbg.analysis.overview import overview
+from hookdbg.analysis.ranks import merged_alerts, rank_rows, step_spreads
 from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput, human_bytes, plural
-from hookdbg.cli.output import console, emit_json, json_option, ms, open_or_fail, table
+from hookdbg.cli.output import (
+    console,
+    emit_json,
+    json_option,
+    ms,
+    open_or_fail,
+    open_run_or_fail,
+    rank_option,
+    table,
+)
+from hookdbg.read import RankSet, Recording
 
 
 @cli.command()
 @click.argument("recording")
+@rank_option
 @click.option("--step", type=int, metavar="N", help="Module table for step N [default: first].")
 @json_option
-def summary(recording: str, step: int | None, as_json: bool) -> None:
+def summary(recording: str, rank: int | None, step: int | None, as_json: bool) -> None:
     """What RECORDING holds: the command, steps, modules, alerts, data lost, and a
-    torchinfo-like table of the modules in one step."""
-    rec = open_or_fail(recording, quiet=as_json)
+    torchinfo-like table of the modules in one step. For a distributed run (run.h5 for
+    run.rank0.h5, run.rank1.h5, ...): every rank, stragglers and who saw a NaN first."""
+    if rank is None:
+        run = open_run_or_fail(recording, quiet=as_json)
+        if isinstance(run, RankSet):
+            _ranks_summary(run, as_json)
+            return
+        rec = run
+    else:
+        rec = open_or_fail(recording, quiet=as_json, rank=rank)
+    _one_summary(rec, step, as_json)
+
+
+def _one_summary(rec: Recording, step: int | None, as_json: bool) -> None:
+    recording = str(rec.path)
     if step is not None and step not in set(rec.recorded_steps.tolist()):
         raise BadInput(
             f"step {step} was not recorded in {recording} "
@@ -71,6 +96,7 @@ def summary(recording: str, step: int | None, as_json: bool) -> None:
     out = console()
     opts = info.options
     rank = f", rank {info.rank} of {info.world_size}" if info.world_size > 1 else ""
+    rank += f" ({rec.backend})" if rec.backend and info.world_size > 1 else ""
     out.print(
         f"[bold]{escape(str(rec.path))}[/bold]  {rec.status.value}, {human_bytes(rec.size)}{rank}"
     )
@@ -133,3 +159,104 @@ def summary(recording: str, step: int | None, as_json: bool) -> None:
             ms(line.bwd) if line.bwd else "-",
         )
     out.print(t)
+
+
+def _ranks_summary(run: RankSet, as_json: bool) -> None:
+    rows = rank_rows(run)
+    spreads = step_spreads(run)
+    alerts = merged_alerts(run)
+    slowest: dict[int, int] = {}
+    for spread in spreads:
+        slowest[spread.slowest] = slowest.get(spread.slowest, 0) + 1
+    worst = max(spreads, key=lambda s: s.lag, default=None)
+    first = alerts[0] if alerts else None
+    rank0 = run[run.ranks[0]]
+    if as_json:
+        emit_json(
+            {
+                "recording": str(run.path),
+                "world_size": run.world_size,
+                "ranks": run.ranks,
+                "missing_ranks": run.missing,
+                "backend": rank0.backend,
+                "command": rank0.info.argv,
+                "per_rank": [
+                    {
+                        "rank": r.rank,
+                        "status": r.status.value,
+                        "steps": r.steps,
+                        "step_seconds_median": r.step_median,
+                        "alerts": r.alerts,
+                        "dropped_rows": r.dropped,
+                    }
+                    for r in rows
+                ],
+                "slowest_rank_counts": slowest,
+                "largest_lag": None
+                if worst is None
+                else {
+                    "step": worst.step,
+                    "slowest_rank": worst.slowest,
+                    "seconds": worst.lag,
+                    "step_seconds": worst.seconds,
+                },
+                "first_alert": None
+                if first is None
+                else {
+                    "rank": first[0],
+                    "step": int(first[1]["step"]),
+                    "module": run[first[0]].modules.name(int(first[1]["module"])),
+                    "message": first[1]["message"].decode(),
+                },
+            }
+        )
+        return
+    out = console()
+    backend = f" ({rank0.backend})" if rank0.backend else ""
+    out.print(
+        f"[bold]{escape(str(run.path))}[/bold]  {len(run.ranks)} of {run.world_size} ranks{backend}"
+    )
+    out.print(f"  [dim]{'command':<10}[/dim] {escape(rank0.info.command)}")
+    t = table(
+        None,
+        [
+            ("rank", "right"),
+            "status",
+            ("steps", "right"),
+            ("ms per step", "right"),
+            ("alerts", "right"),
+            "data lost",
+        ],
+    )
+    for r in rows:
+        t.add_row(
+            str(r.rank),
+            r.status.value,
+            str(r.steps),
+            ms(r.step_median),
+            str(r.alerts),
+            f"{r.dropped:,} rows" if r.dropped else "none",
+        )
+    out.print(t)
+    if spreads:
+        counts = ", ".join(f"rank {r} in {plural(n, 'step')}" for r, n in sorted(slowest.items()))
+        out.print(escape(f"  stragglers: slowest was {counts} of {len(spreads)}"))
+        if worst is not None and worst.lag > 0:
+            fastest = min(worst.seconds.values())
+            share = worst.lag / fastest if fastest > 0 else 0.0
+            out.print(
+                escape(
+                    f"  largest lag: step {worst.step}, rank {worst.slowest} took "
+                    f"{ms(worst.lag)} ms ({share:.0%}) longer than the fastest rank"
+                )
+            )
+    if first is not None:
+        rank, row = first
+        out.print(f"  [bold red]first NaN/inf[/] on rank {rank}: {escape(row['message'].decode())}")
+    else:
+        out.print("  no NaN/inf alerts on any rank")
+    out.print(
+        f"  [dim]`hookdbg summary {escape(str(run.path))} --rank N` shows one rank's "
+        f"modules; `hookdbg diff --ranks {escape(str(run.path))}` checks that the "
+        "replicas agree[/dim]"
+    )

@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput, human_bytes, plural
-from hookdbg.cli.output import console, emit_json, json_option, open_or_fail, table
+from hookdbg.cli.output import console, emit_json, json_option, open_or_fail, rank_option, table
 from hookdbg.read import Capture
 from hookdbg.store.schema import parse_slot_label
 
@@ -23,6 +23,7 @@ Examples:
   hookdbg tensor run.h5 standardize --step 3 --slot 'input[0]' --npy x.npy"""
 )
 @click.argument("recording")
+@rank_option
 @click.argument("module")
 @click.option("--step", type=int, metavar="N", help="Only tensors of step N.")
 @click.option(
@@ -50,6 +51,7 @@ Examples:
 @json_option
 def tensor(
     recording: str,
+    rank: int | None,
     module: str,
     step: int | None,
     slot: str | None,
@@ -62,7 +64,7 @@ def tensor(
 
     Tensors are stored by `hookdbg record --capture GLOB`, and by the flight recorder
     around a NaN/inf origin."""
-    rec = open_or_fail(recording, quiet=as_json)
+    rec = open_or_fail(recording, quiet=as_json, rank=rank)
     try:
         target = rec.modules.resolve(module)
     except LookupError as exc:

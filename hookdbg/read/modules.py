@@ -32,6 +32,11 @@ class Module:
     def is_optimizer(self) -> bool:
         return self.kind == ModuleKind.OPTIMIZER
 
+    @property
+    def is_model_part(self) -> bool:
+        """A module of the model (not an optimizer, not a DDP/DataParallel wrapper)."""
+        return self.kind == ModuleKind.MODULE
+
 
 class ModuleTable:
     def __init__(self, rows: np.ndarray) -> None:
@@ -80,7 +85,7 @@ class ModuleTable:
         return self._children.get(module_id, [])
 
     def roots(self) -> list[Module]:
-        return [m for m in self._modules if m.parent == -1 and not m.is_optimizer]
+        return [m for m in self._modules if m.parent == -1 and m.is_model_part]
 
     def matching(self, pattern: str) -> list[Module]:
         """Modules whose full name or path matches a glob (``layer3.*`` or ``*.conv1``)."""

@@ -118,6 +118,7 @@ class Recording:
         self.end = ends[0] if len(ends) else None
         progress = t["progress"].read()
         self.last_progress = progress[-1] if len(progress) else None
+        self.facts = {r["key"].decode(): r["value"].decode() for r in t["info"].read()}
 
     # -- what is in it --------------------------------------------------------------
 
@@ -148,6 +149,11 @@ class Recording:
         except PermissionError:
             return True
         return True
+
+    @property
+    def backend(self) -> str:
+        """The torch.distributed backend, once the script had set one up ('' if never)."""
+        return self.facts.get("backend", self.info.backend)
 
     @property
     def dropped_rows(self) -> int:

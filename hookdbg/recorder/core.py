@@ -65,6 +65,13 @@ _graph_task_id = torch._C._current_graph_task_id
 _active: Recorder | None = None
 
 
+def status_prefix() -> str:
+    """'hookdbg: ', or 'hookdbg[rank 1]: ' as one of several torch.distributed ranks."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return f"hookdbg[rank {os.environ.get('RANK', '?')}]: "
+    return "hookdbg: "
+
+
 class RecordError(Exception):
     """A recording cannot start; the message is one line meant for the user."""
 
@@ -117,6 +124,7 @@ class Recorder:
         self._closed = False
         self._writer: Writer | None = None
         self._froze = False
+        self._distributed = False  # torch.distributed initialised with several ranks
         # per-call state
         self._stack: list = []
         self._open: Call | None = None
@@ -243,7 +251,7 @@ class Recorder:
 
     def warn(self, message: str) -> None:
         if not self.options.quiet:
-            print(f"hookdbg: {message}", file=sys.stderr, flush=True)
+            print(f"{status_prefix()}{message}", file=sys.stderr, flush=True)
 
     # -- module hooks ----------------------------------------------------------------
 
@@ -459,7 +467,7 @@ class Recorder:
                     call.bwd_end = v
                 self._keep_grad(call, slot, path, grad, summary)
             if self._check and summary is not None and not stats.is_finite(summary):
-                alert = self.detector.gradient(seen, summary, self._step, v - self._v0)
+                alert = self.detector.gradient(seen, summary, self._step, time.time())
                 module = alert.module.ref() if alert is not None else None
                 self._alert(alert, module=module, grad=grad, output=seen.ref())
         except Exception:
@@ -505,7 +513,7 @@ class Recorder:
                 self._grad_finite[id(param)] = finite
                 if not finite:
                     alert = self.detector.param_grad(
-                        info, calls, name, summary, self._step, v - self._v0
+                        info, calls, name, summary, self._step, time.time()
                     )
                     self._alert(alert, module=info.ref(), grad=param.grad)
         except Exception:
@@ -528,9 +536,47 @@ class Recorder:
     # -- optimizer hooks -------------------------------------------------------------
 
     def _opt_pre(self, opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
-        if self._live:
-            self._steps.optimizer_begin()
-            self._opt_start[id(opt)] = perf_counter() - self._ovh
+        t0 = perf_counter()
+        if not self._live:
+            return
+        self._steps.optimizer_begin()
+        self._opt_start[id(opt)] = t0 - self._ovh
+        if self._distributed and self._recording and self._level == Level.STATS:
+            try:
+                self._step_grads(opt)
+            except Exception:
+                self._internal_error()
+        self._ovh += perf_counter() - t0
+        if self._alerts:
+            self._act()
+
+    def _step_grads(self, opt: torch.optim.Optimizer) -> None:
+        """Gradient norms as the step will use them. Under DDP these are all-reduced
+        (the post-accumulate hooks saw each rank's local gradient), so replicas must
+        agree on them: ``hookdbg diff --ranks`` checks that they do."""
+        owned = [
+            (p, self._param_owner[id(p)])
+            for group in opt.param_groups
+            for p in group["params"]
+            if p.grad is not None and id(p) in self._param_owner
+        ]
+        grad_mode = torch.is_grad_enabled()
+        _set_grad_enabled(False)
+        try:
+            summaries = stats.norms_only([p.grad for p, _ in owned])
+        finally:
+            _set_grad_enabled(grad_mode)
+        rows = self._rows.setdefault("tensors", [])
+        for (p, (owner, name)), summary in zip(owned, summaries, strict=True):
+            rows.append((-1, self._step, owner.id, _OPT, int(Slot.STEP_GRAD), name, summary))
+            if self._check and not stats.is_finite(summary):
+                local = self._grad_finite.get(id(p))
+                self._grad_finite[id(p)] = False  # the step's weights spread it, not born
+                if local:
+                    alert = self.detector.reduced_grad(
+                        owner, name, summary, self._step, time.time()
+                    )
+                    self._alert(alert, module=owner.ref(), optimizer=opt, grad=p.grad)
 
     def _opt_post(self, opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         t0 = perf_counter()
@@ -596,13 +642,15 @@ class Recorder:
                     summary,
                     self._grad_finite.get(id(p)),
                     self._step,
-                    v - self._v0,
+                    time.time(),
                 )
                 self._alert(alert, module=owner.ref(), optimizer=opt, param=p)
 
     # -- steps, rows, alerts ---------------------------------------------------------
 
     def _begin_step(self, step: int, now: float) -> None:
+        if not self._distributed:
+            self._learn_distributed()
         self._step = step
         self._recording = self.options.records_step(step)
         self._capturing = (
@@ -637,6 +685,22 @@ class Recorder:
         )
         self._memo = {}  # drop references to this step's tensors now, not at the next step
 
+    def _learn_distributed(self) -> None:
+        """torch.distributed is set up by the script after recording starts: note its
+        backend and world in the ``info`` table once it is (file attributes are fixed
+        once SWMR starts)."""
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            self._distributed = dist.get_world_size() > 1
+            now = time.time()
+            self._rows.setdefault("info", []).extend(
+                [
+                    (now, "backend", str(dist.get_backend())),
+                    (now, "rank", str(dist.get_rank())),
+                    (now, "world_size", str(dist.get_world_size())),
+                ]
+            )
+
     def _handoff(self) -> None:
         self._last_handoff = perf_counter()
         if self._rows and self._writer is not None:
@@ -644,7 +708,8 @@ class Recorder:
             self._writer.submit(rows)
 
     def _now(self) -> float:
-        return perf_counter() - self._ovh - self._v0
+        """Wall-clock time of an alert: comparable across the ranks of a distributed run."""
+        return time.time()
 
     def _on_new_module(self, info: ModuleInfo, obj: object) -> None:
         self._rows.setdefault("modules", []).append(info.row())

@@ -174,7 +174,7 @@ class ModuleRegistry:
             target = target.module
         root = self.known(target) or self._add(target, label, "", -1, None, 0)
         for wrapper in wrappers:
-            self._add(wrapper, label, "", -1, root, 0).transparent = True
+            self._add(wrapper, label, "", -1, root, 0, ModuleKind.WRAPPER).transparent = True
         self._add_tree(target, root)
 
     def _add_tree(self, module: torch.nn.Module, top: ModuleInfo) -> None:

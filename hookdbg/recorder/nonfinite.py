@@ -11,6 +11,8 @@ is rarely news; the useful answer is the *origin*. hookdbg calls a tensor an ori
   module's output gradients were finite;
 * optimizer: a parameter is non-finite right after a step although its gradient was
   finite (a too-large learning rate, Adam with eps=0);
+* distributed: the gradient a step uses (all-reduced) is non-finite although this
+  rank's own gradient was finite: it came from another rank;
 * unknown provenance, counted only if nothing non-finite was seen earlier in the step
   (otherwise it is almost surely spread, not born): a module input that no recorded
   module produced (the data, or tensor code between modules), and an output gradient
@@ -220,6 +222,25 @@ class OriginDetector:
             now,
             "the gradients w.r.t. its outputs were finite",
             origin=origin,
+        )
+
+    def reduced_grad(
+        self, info: ModuleInfo, name: str, summary: tuple, step: int, now: float
+    ) -> Alert | None:
+        """The gradient the optimizer step uses is non-finite, but this rank's own was
+        finite: it came from another rank through the all-reduce (one alert a step)."""
+        if not self._unknown_provenance_ok():
+            return None
+        return Alert(
+            step,
+            -1,
+            info,
+            Phase.OPT,
+            Slot.STEP_GRAD,
+            name,
+            summary,
+            now,
+            "this rank's own gradient was finite: it came from another rank through the all-reduce",
         )
 
     def param_value(

@@ -81,4 +81,5 @@ CONVERTERS = {
     "tensors": tensor_rows,
     "modules": _texts_encoded(schema.MODULES),
     "alerts": _texts_encoded(schema.ALERTS),
+    "info": _texts_encoded(schema.INFO),
 }

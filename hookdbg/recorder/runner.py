@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hookdbg.recorder.actions import NonFiniteStop
-from hookdbg.recorder.core import Recorder, RecordError
+from hookdbg.recorder.core import Recorder, RecordError, status_prefix
 
 STOPPED = 3  # exit status after --on-nan stop
 
@@ -69,9 +69,10 @@ def run(target: Target, args: list[str], recorder: Recorder) -> int:
         code = _exit_code(exc)
     except NonFiniteStop as exc:
         status, code, message = "stopped", STOPPED, str(exc)
+        prefix = status_prefix()
         print(
-            f"hookdbg: stopped at the first NaN/inf origin (--on-nan stop): {exc}\n"
-            f"hookdbg: the recording is complete; see `hookdbg alerts {recorder.path}`",
+            f"{prefix}stopped at the first NaN/inf origin (--on-nan stop): {exc}\n"
+            f"{prefix}the recording is complete; see `hookdbg alerts {recorder.path}`",
             file=sys.stderr,
         )
     except KeyboardInterrupt as exc:

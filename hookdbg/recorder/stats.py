@@ -34,10 +34,20 @@ import torch
 
 # The order of values in a summary tuple.
 FIELDS = (
-    "shape", "dtype", "device", "numel",
-    "min", "max", "mean", "std", "norm",
-    "nan", "posinf", "neginf", "zero_frac",
-)  # fmt: skip
+    "shape",
+    "dtype",
+    "device",
+    "numel",
+    "min",
+    "max",
+    "mean",
+    "std",
+    "norm",
+    "nan",
+    "posinf",
+    "neginf",
+    "zero_frac",
+)
 STAT_FIELDS = FIELDS[4:]
 
 ZERO_SAMPLE = 4096
@@ -96,14 +106,36 @@ def summarise(t: torch.Tensor) -> tuple:
         return _nonfinite_summary(t, v)
     squares = torch.dot(v, v).item()
     mean = v.sum().item() / n
-    return _finite(t, n, lo, hi, mean, _std(v, n, lo, hi, mean, squares), squares,
-                   _zero_fraction(v, n))  # fmt: skip
+    return _finite(
+        t, n, lo, hi, mean, _std(v, n, lo, hi, mean, squares), squares, _zero_fraction(v, n)
+    )
 
 
-def _finite(t: torch.Tensor, n: int, lo: float, hi: float, mean: float, std: float,
-            squares: float, zeros: float) -> tuple:  # fmt: skip
-    return (tuple(t.shape), dtype_name(t.dtype), device_name(t), n, lo, hi, mean, std,
-            math.sqrt(squares), 0, 0, 0, zeros)  # fmt: skip
+def _finite(
+    t: torch.Tensor,
+    n: int,
+    lo: float,
+    hi: float,
+    mean: float,
+    std: float,
+    squares: float,
+    zeros: float,
+) -> tuple:
+    return (
+        tuple(t.shape),
+        dtype_name(t.dtype),
+        device_name(t),
+        n,
+        lo,
+        hi,
+        mean,
+        std,
+        math.sqrt(squares),
+        0,
+        0,
+        0,
+        zeros,
+    )
 
 
 def _one_value(t: torch.Tensor) -> tuple:
@@ -111,8 +143,19 @@ def _one_value(t: torch.Tensor) -> tuple:
     if math.isfinite(x):
         return _finite(t, 1, x, x, x, 0.0, x * x, 1.0 if x == 0 else 0.0)
     counts = (int(math.isnan(x)), int(x == math.inf), int(x == -math.inf))
-    return (tuple(t.shape), dtype_name(t.dtype), device_name(t), 1, _NAN, _NAN, _NAN, _NAN,
-            _NAN, *counts, 0.0)  # fmt: skip
+    return (
+        tuple(t.shape),
+        dtype_name(t.dtype),
+        device_name(t),
+        1,
+        _NAN,
+        _NAN,
+        _NAN,
+        _NAN,
+        _NAN,
+        *counts,
+        0.0,
+    )
 
 
 def _small(t: torch.Tensor, n: int) -> tuple:
@@ -183,8 +226,17 @@ def _nonfinite_summary(t: torch.Tensor, v: torch.Tensor) -> tuple:
         lo, hi = lo.item(), hi.item()
         stats = (lo, hi, mean, _std(finite, m, lo, hi, mean, squares), math.sqrt(squares))
     zero = 1.0 - torch.count_nonzero(v).item() / n
-    return (tuple(t.shape), dtype_name(t.dtype), device_name(t), n, *stats, nan, posinf,
-            neginf, zero)  # fmt: skip
+    return (
+        tuple(t.shape),
+        dtype_name(t.dtype),
+        device_name(t),
+        n,
+        *stats,
+        nan,
+        posinf,
+        neginf,
+        zero,
+    )
 
 
 def check_finite(t: torch.Tensor) -> tuple:
@@ -199,8 +251,21 @@ def check_finite(t: torch.Tensor) -> tuple:
     lo, hi = lo.item(), hi.item()
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return _nonfinite_summary(t, v)
-    return (tuple(t.shape), dtype_name(t.dtype), device_name(t), t.numel(), lo, hi, _NAN, _NAN,
-            _NAN, 0, 0, 0, _NAN)  # fmt: skip
+    return (
+        tuple(t.shape),
+        dtype_name(t.dtype),
+        device_name(t),
+        t.numel(),
+        lo,
+        hi,
+        _NAN,
+        _NAN,
+        _NAN,
+        0,
+        0,
+        0,
+        _NAN,
+    )
 
 
 def reshaped(summary: tuple, t: torch.Tensor) -> tuple:
@@ -226,11 +291,25 @@ def norms_only(tensors: list[torch.Tensor]) -> list[tuple]:
         return []
     norms = [n.item() for n in torch._foreach_norm(tensors)]
     return [
-        (tuple(t.shape), dtype_name(t.dtype), device_name(t), t.numel(), _NAN, _NAN, _NAN, _NAN,
-         norm, 0, 0, 0, _NAN)
-        if math.isfinite(norm) else summarise(t)
+        (
+            tuple(t.shape),
+            dtype_name(t.dtype),
+            device_name(t),
+            t.numel(),
+            _NAN,
+            _NAN,
+            _NAN,
+            _NAN,
+            norm,
+            0,
+            0,
+            0,
+            _NAN,
+        )
+        if math.isfinite(norm)
+        else summarise(t)
         for t, norm in zip(tensors, norms, strict=True)
-    ]  # fmt: skip
+    ]
 
 
 # -- device tensors: statistics stay on the device until read in a batch ------------
@@ -249,9 +328,15 @@ def device_stats(t: torch.Tensor) -> torch.Tensor:
     sample = v if n <= ZERO_SAMPLE else v.index_select(0, _sample(n, v.device))
     lo, hi = torch.aminmax(v)
     parts = (
-        lo, hi, v.sum(), torch.dot(v, v), torch.count_nonzero(sample), torch.isnan(v).sum(),
-        torch.isposinf(v).sum(), torch.isneginf(v).sum(),
-    )  # fmt: skip
+        lo,
+        hi,
+        v.sum(),
+        torch.dot(v, v),
+        torch.count_nonzero(sample),
+        torch.isnan(v).sum(),
+        torch.isposinf(v).sum(),
+        torch.isneginf(v).sum(),
+    )
     return torch.stack([p.to(torch.float64) for p in parts])
 
 
@@ -267,5 +352,18 @@ def from_device_stats(meta: tuple, raw: list[float]) -> tuple:
         norm = math.sqrt(squares)
     else:
         std = norm = _NAN
-    return (shape, dtype, device, n, lo, hi, mean, std, norm, int(nan), int(posinf),
-            int(neginf), 1.0 - nonzero / sample)  # fmt: skip
+    return (
+        shape,
+        dtype,
+        device,
+        n,
+        lo,
+        hi,
+        mean,
+        std,
+        norm,
+        int(nan),
+        int(posinf),
+        int(neginf),
+        1.0 - nonzero / sample,
+    )

@@ -44,17 +44,21 @@ class Slot(IntEnum):
     OUTPUT = 1
     GRAD_OUTPUT = 2  # gradient of the loss w.r.t. an output
     GRAD_INPUT = 3  # gradient of the loss w.r.t. an input
-    PARAM_GRAD = 4  # a parameter's .grad after accumulation
+    PARAM_GRAD = 4  # a parameter's .grad after accumulation (before any all-reduce)
     PARAM = 5  # a parameter's value after an optimizer step
+    STEP_GRAD = 6  # a parameter's .grad as the optimizer step uses it (after all-reduce)
 
     @property
     def label(self) -> str:
-        return ("input", "output", "grad_output", "grad_input", "param_grad", "param")[self]
+        return ("input", "output", "grad_output", "grad_input", "param_grad", "param", "step_grad")[
+            self
+        ]
 
 
 class ModuleKind(IntEnum):
     MODULE = 0
     OPTIMIZER = 1
+    WRAPPER = 2  # DistributedDataParallel, DataParallel: transparent, named as its model
 
 
 class CaptureReason(IntEnum):
@@ -166,6 +170,8 @@ CAPTURES = np.dtype(
     ]
 )
 
+INFO = np.dtype([("time", "<f8"), ("key", "S32"), ("value", f"S{MESSAGE_BYTES}")])
+
 PROGRESS = np.dtype(
     [
         ("time", "<f8"),
@@ -197,6 +203,7 @@ TABLES: dict[str, tuple[np.dtype, int]] = {
     "alerts": (ALERTS, 256),
     "captures": (CAPTURES, 256),
     "progress": (PROGRESS, 1024),
+    "info": (INFO, 64),  # facts learned during the run (e.g. the distributed backend)
     "end": (END, 16),
 }
 # Raw bytes of captured tensors; "captures" rows point into it (offset, nbytes).

@@ -28,6 +28,15 @@ async def settle(app, pilot):
     await pilot.pause(0.05)
 
 
+async def until(app, pilot, condition, timeout: float = 30.0) -> bool:
+    """Wait (letting the app run) until ``condition()`` holds; a busy machine is slow."""
+    deadline = time.time() + timeout
+    while not condition() and time.time() < deadline:
+        await settle(app, pilot)
+        await pilot.pause(0.2)
+    return condition()
+
+
 def text(widget: Static) -> str:
     return str(widget.content)
 
@@ -203,10 +212,9 @@ with hookdbg.record({str(path)!r}, flush_interval=0.1, quiet=True), torch.no_gra
         async with app.run_test(size=SIZE) as pilot:
             await settle(app, pilot)
             first = len(app.screen.steps)
-            await pilot.pause(2.5)
-            await settle(app, pilot)
-            assert len(app.screen.steps) > first
-            assert app.screen.step == app.screen.steps[-1]  # stays on the newest step
+            assert await until(app, pilot, lambda: len(app.screen.steps) > first + 2)
+            # like tail -f, it stays on the newest step
+            assert await until(app, pilot, lambda: app.screen.step == app.screen.steps[-1])
             assert "following" in text(app.screen.query_one(StepBar))
     finally:
         writer.send_signal(signal.SIGKILL)

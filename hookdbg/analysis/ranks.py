@@ -1,0 +1,154 @@
+"""Across the ranks of a distributed run: stragglers, who saw a NaN first, and whether
+the replicas that must agree do.
+
+Under DDP every rank holds the same weights after each step, and the same (all-reduced)
+gradients at the step, while activations and local gradients legitimately differ (each
+rank has its own data). So ranks are compared on parameter norms after the step
+(slot ``param``) and on gradient norms as the step used them (slot ``step_grad``);
+the first place they part is a desync: an update outside the optimizer, a
+rank-dependent branch, a non-deterministic op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hookdbg.read.ranks import RankSet
+from hookdbg.read.recording import Status
+from hookdbg.store.schema import Phase, Slot
+
+
+@dataclass(frozen=True)
+class RankRow:
+    rank: int
+    status: Status
+    steps: int
+    step_median: float
+    alerts: int
+    dropped: int
+
+
+def rank_rows(ranks: RankSet) -> list[RankRow]:
+    rows = []
+    for rank, rec in ranks.recordings.items():
+        steps = rec.steps[rec.steps["recorded"] == 1]
+        durations = steps["end"] - steps["start"]
+        rows.append(
+            RankRow(
+                rank,
+                rec.status,
+                len(steps),
+                float(np.median(durations)) if len(durations) else 0.0,
+                len(rec.alerts),
+                rec.dropped_rows,
+            )
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class StepSpread:
+    """One step's time on every rank; the slowest rank makes the others wait."""
+
+    step: int
+    seconds: dict[int, float]
+
+    @property
+    def slowest(self) -> int:
+        return max(self.seconds, key=lambda r: self.seconds[r])
+
+    @property
+    def lag(self) -> float:
+        """How much longer the slowest rank took than the fastest."""
+        return max(self.seconds.values()) - min(self.seconds.values())
+
+
+def step_spreads(ranks: RankSet) -> list[StepSpread]:
+    """Per step recorded on every rank, each rank's step time."""
+    per_rank = {}
+    for rank, rec in ranks.recordings.items():
+        s = rec.steps[rec.steps["recorded"] == 1]
+        per_rank[rank] = dict(
+            zip(s["step"].tolist(), (s["end"] - s["start"]).tolist(), strict=True)
+        )
+    common = set.intersection(*(set(d) for d in per_rank.values())) if per_rank else set()
+    return [StepSpread(step, {r: per_rank[r][step] for r in per_rank}) for step in sorted(common)]
+
+
+def merged_alerts(ranks: RankSet) -> list[tuple[int, np.void]]:
+    """Every rank's alerts, in the order they happened: by step, then wall-clock time."""
+    merged = [(rank, row) for rank, rec in ranks.recordings.items() for row in rec.alerts]
+    return sorted(merged, key=lambda ra: (int(ra[1]["step"]), float(ra[1]["time"])))
+
+
+@dataclass(frozen=True)
+class Desync:
+    step: int
+    module: str
+    slot: Slot
+    path: str
+    norms: dict[int, float]  # by rank
+
+    @property
+    def odd_ranks(self) -> list[int]:
+        """The ranks that disagree with the majority (all of them if there is none)."""
+        values = list(self.norms.values())
+        common = max(set(values), key=values.count)
+        if values.count(common) * 2 <= len(values):
+            return list(self.norms)
+        return [r for r, v in self.norms.items() if v != common]
+
+
+@dataclass
+class RankDiff:
+    rtol: float
+    atol: float
+    compared_steps: list[int] = field(default_factory=list)
+    compared: int = 0  # (step, parameter, slot) triples compared
+    desyncs: list[Desync] = field(default_factory=list)
+
+    @property
+    def first(self) -> Desync | None:
+        return self.desyncs[0] if self.desyncs else None
+
+
+def rank_diff(
+    ranks: RankSet,
+    rtol: float = 0.0,
+    atol: float = 0.0,
+    first: int | None = None,
+    last: int | None = None,
+) -> RankDiff:
+    """Compare parameter and step-gradient norms across ranks, step by step. Replicas
+    are computed identically, so the default tolerance is none at all."""
+    result = RankDiff(rtol, atol)
+    recs = ranks.recordings
+    if len(recs) < 2:
+        return result
+    steps = set.intersection(*(set(r.recorded_steps.tolist()) for r in recs.values()))
+    result.compared_steps = sorted(
+        s for s in steps if (first is None or s >= first) and (last is None or s <= last)
+    )
+    for step in result.compared_steps:
+        values: dict[tuple[str, int, str], dict[int, float]] = {}
+        for rank, rec in recs.items():
+            rows = rec.tensors(step, step, ["module", "phase", "slot", "path", "norm"])
+            rows = rows[
+                (rows["phase"] == Phase.OPT) & np.isin(rows["slot"], [Slot.PARAM, Slot.STEP_GRAD])
+            ]
+            for r in rows:
+                key = (rec.modules.name(int(r["module"])), int(r["slot"]), r["path"].decode())
+                values.setdefault(key, {})[rank] = float(r["norm"])
+        for (module, slot, path), norms in values.items():
+            if len(norms) < len(recs):
+                continue
+            result.compared += 1
+            v = np.array(list(norms.values()))
+            same = np.all(np.abs(v - v[0]) <= atol + rtol * np.abs(v[0])) or np.all(np.isnan(v))
+            if not same:
+                result.desyncs.append(Desync(step, module, Slot(slot), path, norms))
+    order = {Slot.STEP_GRAD: 0, Slot.PARAM: 1}  # within a step, the gradient comes first
+    result.desyncs.sort(key=lambda d: (d.step, order[d.slot]))
+    return result

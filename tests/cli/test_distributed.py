@@ -1,0 +1,136 @@
+"""A real 2-process DDP run (gloo, CPU) under torchrun, recorded and read as one run."""
+
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from hookdbg.read import RankSet, open_run
+from hookdbg.tui.app import HookdbgApp
+from tests.helpers import SAMPLES, hookdbg
+
+
+def torchrun(out, *args: str) -> subprocess.CompletedProcess[str]:
+    with socket.socket() as s:  # a free port: tests may run side by side
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            f"--master-port={port}",
+            "-m",
+            "hookdbg",
+            "record",
+            "-o",
+            str(out),
+            str(SAMPLES / "ddp_train.py"),
+            "--steps",
+            "5",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+@pytest.fixture(scope="module")
+def nan_run(tmp_path_factory):
+    """Rank 1 gets a NaN in its batch at step 2."""
+    out = tmp_path_factory.mktemp("ddp") / "nan.h5"
+    done = torchrun(out, "--nan-rank", "1", "--nan-step", "2")
+    assert done.returncode == 0, done.stderr
+    return out, done
+
+
+@pytest.fixture(scope="module")
+def desync_run(tmp_path_factory):
+    """After step 2, rank 1 nudges a weight the other rank never hears about."""
+    out = tmp_path_factory.mktemp("ddp") / "desync.h5"
+    done = torchrun(out, "--desync-rank", "1", "--desync-step", "2")
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_each_rank_writes_its_own_file_with_rank_metadata(nan_run):
+    out, done = nan_run
+    assert not out.exists()
+    run = open_run(out)
+    assert isinstance(run, RankSet) and run.ranks == [0, 1] and run.missing == []
+    for rank, rec in run.recordings.items():
+        assert (rec.info.rank, rec.info.world_size, rec.backend) == (rank, 2, "gloo")
+        assert len(rec.recorded_steps) == 5
+        names = {m.name for m in rec.modules}
+        assert {"model.body.0", "model.head"} <= names and not any("module." in n for n in names)
+    assert "hookdbg[rank 1]: NaN first appeared at step 2" in done.stderr
+
+
+def test_summary_of_all_ranks(nan_run):
+    out, _ = nan_run
+    text = hookdbg("summary", out)
+    assert text.returncode == 0, text.stderr
+    assert "2 of 2 ranks (gloo)" in text.stdout and "stragglers: slowest was rank" in text.stdout
+    assert "first NaN/inf on rank 1" in text.stdout
+    data = json.loads(hookdbg("summary", out, "--json").stdout)
+    assert [r["rank"] for r in data["per_rank"]] == [0, 1] and data["backend"] == "gloo"
+    assert data["first_alert"]["rank"] == 1 and data["first_alert"]["step"] == 2
+    assert sum(data["slowest_rank_counts"].values()) == 5
+    one = hookdbg("summary", out, "--rank", "1")
+    assert one.returncode == 0 and "rank 1 of 2 (gloo)" in one.stdout
+
+
+def test_alerts_say_which_rank_saw_the_nan_first(nan_run):
+    out, _ = nan_run
+    data = json.loads(hookdbg("alerts", out, "--json").stdout)
+    first, second = data["alerts"][:2]
+    assert (first["rank"], first["step"], first["slot"]) == (1, 2, "input[0]")
+    assert "came from the data" in first["message"]
+    assert second["rank"] == 0 and second["slot"].startswith("step_grad")
+    assert "came from another rank through the all-reduce" in second["message"]
+
+
+def test_one_rank_commands_default_to_rank_0_and_take_rank(nan_run):
+    out, _ = nan_run
+    default = hookdbg("profile", out, "--top", "3")
+    assert default.returncode == 0 and "is a 2-rank run; showing rank 0" in default.stderr
+    other = hookdbg("show", out, "head", "--step", "2", "--rank", "1", "--json")
+    assert other.returncode == 0, other.stderr
+    shown = json.loads(other.stdout)
+    assert shown["module"] == "model.head" and {r["step"] for r in shown["rows"]} == {2}
+    # rank 1 saw the NaN in its own forward pass at step 2; rank 0 did not
+    assert any(r["nan"] > 0 for r in shown["rows"] if r["phase"] == "fwd")
+    rank0 = json.loads(hookdbg("show", out, "head", "--step", "2", "--json").stdout)
+    assert not any(r["nan"] > 0 for r in rank0["rows"] if r["phase"] == "fwd")
+    bad = hookdbg("profile", out, "--rank", "5")
+    assert bad.returncode == 2 and "has no rank 5 (ranks 0, 1)" in bad.stderr
+
+
+def test_diff_ranks_finds_the_desync(desync_run):
+    found = hookdbg("diff", "--ranks", desync_run)
+    assert found.returncode == 1, found.stderr
+    assert "first desync: step 3, model.head param[weight]" in found.stdout
+    assert "they agreed at step 2" in found.stdout
+    before = hookdbg("diff", "--ranks", desync_run, "--steps", "0:3")
+    assert before.returncode == 0 and "in sync" in before.stdout
+    data = json.loads(hookdbg("diff", "--ranks", desync_run, "--json").stdout)
+    assert data["agree"] is False and data["desyncs"][0]["step"] == 3
+    assert hookdbg("diff", "--ranks", SAMPLES / "numnet_mlp.py").returncode == 2
+
+
+async def test_tui_switches_ranks(nan_run):
+    run = open_run(nan_run[0])
+    app = HookdbgApp(run[0], more_ranks=[run[1]])
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause(0.2)
+        await app.workers.wait_for_complete()
+        assert "rank 0 of 2" in app.title
+        await pilot.press("r")
+        await pilot.pause(0.2)
+        await app.workers.wait_for_complete()
+        assert "rank 1 of 2" in app.title and app.screen.run.rec.info.rank == 1
