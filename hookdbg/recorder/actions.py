@@ -1,4 +1,5 @@
-"""What a NaN/inf origin does besides being recorded: --on-nan break, raise, stop."""
+"""What a NaN/inf origin does besides being recorded: a warning, the flight recorder's
+tensors, and --on-nan break, raise or stop."""
 
 from __future__ import annotations
 
@@ -65,3 +66,59 @@ def nan_breakpoint(alert: Alert) -> None:
     )
     breakpoint()
     return  # the debugger stops on this line, in this frame, with the locals above
+
+
+class AlertActions:
+    """A mixin of ``Recorder``: the hooks queue the origins they find with ``_alert``,
+    and ``_act`` handles them once the hook's own error guard is behind it."""
+
+    def _alert(self, alert: Alert | None, **context: object) -> None:
+        """Queue an origin found by a hook, with the live objects a debugger would want."""
+        if alert is not None:
+            alert.context = context
+            self._alerts.append(alert)
+
+    def _act(self) -> None:
+        """Record the alerts a hook found, warn once per origin, write the flight
+        recorder's tensors, then do what --on-nan asks. Runs after the hook's error
+        guard, so that an action may raise into the training code."""
+        alerts, self._alerts = self._alerts, []
+        new_origin = None
+        for alert in alerts:
+            new = self.detector.is_new_origin(alert)
+            self._rows.setdefault("alerts", []).append(alert.row())
+            if new:
+                new_origin = new_origin or alert
+                self.warn(alert.message())
+                self._fly(alert)
+        action = self.options.on_nan
+        if action == "warn":
+            return
+        self._handoff()  # what led here is on its way to disk before anything else
+        if action == "raise":
+            raise NonFiniteError(alerts[0])
+        if action == "break" and new_origin is not None:
+            if interactive():
+                nan_breakpoint(new_origin)
+                return
+            self.warn(
+                "--on-nan break needs a terminal to type into (stdin is not one); stopping instead"
+            )
+            raise NonFiniteStop(new_origin)
+        if action == "stop":
+            raise NonFiniteStop(alerts[0])
+
+    def _fly(self, alert: Alert) -> None:
+        """Write the flight recorder's tensors around a new origin."""
+        if self._flight is None or alert.origin is None:
+            return
+        rows, stale = self._flight.dump(alert.origin)
+        if rows:
+            self._rows.setdefault("captures", []).extend(rows)
+            steps = sorted({r[0] for r in rows})
+            span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+            note = f"; {stale} changed in place since were left out" if stale else ""
+            self.warn(
+                f"flight recorder: wrote {len(rows)} tensors of {alert.module.name} and "
+                f"its neighbours ({span}) to {self.path}{note}"
+            )

@@ -16,8 +16,10 @@ Each tensor is summarised once per step and version (containers see their childr
 tensors). Times are on a corrected clock that stops while hookdbg's own hooks run, so
 module timings exclude hookdbg's overhead.
 
-The hooks share per-step state and run on every module call, so they live in one
-class (attribute lookups stay local); everything that is not hot path is delegated:
+The hooks share per-step state and run on every module call, so they are methods of
+one object (attribute lookups stay local), written in four modules: module hooks and
+the recording's lifecycle here, tensor hooks (tensor_hooks.py), optimizer hooks
+(optimizer_hooks.py), what an alert does (actions.py). The rest is delegated:
 statistics (stats), naming, steps, NaN/inf origins (nonfinite), what an origin does
 (actions), full tensors (capture), backward spans (timing), the file (store.writer).
 """
@@ -39,17 +41,17 @@ from torch.nn.modules import module as module_hooks
 from torch.optim import optimizer as optimizer_hooks
 
 from hookdbg.options import Level, RecordOptions
-from hookdbg.recorder import stats
-from hookdbg.recorder.actions import NonFiniteError, NonFiniteStop, interactive, nan_breakpoint
+from hookdbg.recorder.actions import AlertActions, NonFiniteStop
 from hookdbg.recorder.calls import Call, Seen
 from hookdbg.recorder.capture import Capturer, FlightRecorder
 from hookdbg.recorder.hookset import HookSet
 from hookdbg.recorder.meta import run_metadata
 from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry
 from hookdbg.recorder.nonfinite import Alert, OriginDetector
+from hookdbg.recorder.optimizer_hooks import OptimizerHooks
 from hookdbg.recorder.rows import CONVERTERS
 from hookdbg.recorder.steps import StepTracker
-from hookdbg.recorder.tensors import iter_args, iter_tensors
+from hookdbg.recorder.tensor_hooks import TensorHooks, summary_function
 from hookdbg.recorder.timing import backward_rows, call_row
 from hookdbg.store.schema import ModuleKind, Phase, Slot
 from hookdbg.store.writer import Writer, WriterError
@@ -85,7 +87,7 @@ def _disable_after_fork() -> None:
 os.register_at_fork(after_in_child=_disable_after_fork)
 
 
-class Recorder:
+class Recorder(TensorHooks, OptimizerHooks, AlertActions):
     """Records every module call of this process into one HDF5 file. Use as a context
     manager, or ``start()`` / ``close()``; see ``hookdbg.record``."""
 
@@ -107,7 +109,7 @@ class Recorder:
         self._level = int(self.options.level)
         self._emit_tensors = self.options.level >= Level.SHAPES  # tensor rows in the file
         self._check = self.options.checks_nan
-        self._summary = _summary_function(self.options.level, self._check)
+        self._summary = summary_function(self.options.level, self._check)
         self._capturer = Capturer(self.options, self.warn) if self.options.capture else None
         self._capturing = False
         self._flight = (
@@ -356,296 +358,6 @@ class Recorder:
         steps.root_seen(info.root)
         return self._recording
 
-    # -- tensors ---------------------------------------------------------------------
-
-    def _see(self, t: torch.Tensor, reuse: bool = True) -> Seen:
-        """The step's record of tensor ``t`` at its current version, summarised once."""
-        inference = t.is_inference()  # no version counter: cannot tell in-place changes
-        version = -1 if inference else t._version
-        seen = self._memo.get(id(t))
-        if (
-            seen is not None
-            and seen.version == version
-            and seen.ref() is t
-            and (reuse or not inference)
-        ):
-            return seen
-        summary = None
-        base = t._base
-        if base is not None:  # a view (flatten, transpose) of a tensor seen: same numbers
-            of = self._memo.get(id(base))
-            if (
-                of is not None
-                and of.summary is not None
-                and of.ref() is base
-                and (of.version == version and base.numel() == t.numel() and base.dtype == t.dtype)
-            ):
-                summary = stats.reshaped(of.summary, t)
-        if summary is None and self._summary is not None:
-            summary = self._summary(t)
-        finite = not self._check or summary is None or stats.is_finite(summary)
-        seen = Seen(t, version, summary, finite, self._step)
-        self._memo[id(t)] = seen
-        if t.requires_grad and not t.is_leaf:
-            t.register_hook(partial(self._on_grad, seen))
-        return seen
-
-    def _observe_inputs(self, call: Call, module: torch.nn.Module, args: tuple) -> None:
-        grad_mode = torch.is_grad_enabled()
-        _set_grad_enabled(False)
-        try:
-            for path, t in iter_args(args):
-                self._observe_input(call, path, t, module, args)
-        finally:
-            _set_grad_enabled(grad_mode)
-
-    def _observe_input(
-        self, call: Call, path: str, t: torch.Tensor, module: torch.nn.Module, args: tuple
-    ) -> None:
-        seen = self._see(t)
-        seen.grad_slots.append((call, _GRAD_INPUT, path))
-        self._keep(call, _FWD, _INPUT, path, t, seen)
-        if not seen.finite:
-            alert = self.detector.forward_input(call, path, seen, self._step, self._now())
-            self._alert(alert, module=module, inputs=args)
-
-    def _observe_outputs(
-        self, call: Call, module: torch.nn.Module, args: tuple, kwargs: dict, result: object
-    ) -> None:
-        grad_mode = torch.is_grad_enabled()
-        _set_grad_enabled(False)
-        try:
-            for key, value in kwargs.items():
-                for path, t in iter_tensors(value, key):
-                    self._observe_input(call, path, t, module, args)
-            single = isinstance(result, torch.Tensor)
-            for path, t in (("", result),) if single else iter_tensors(result):
-                seen = self._see(t, reuse=False)
-                if seen.producer is None:
-                    seen.producer = call
-                seen.grad_slots.append((call, _GRAD_OUTPUT, path))
-                self._keep(call, _FWD, _OUTPUT, path, t, seen)
-                if not seen.finite:
-                    alert = self.detector.forward_output(
-                        call, path, seen, module, self._step, self._now()
-                    )
-                    self._alert(alert, module=module, inputs=args, output=result)
-                    call.tainted = True
-        finally:
-            _set_grad_enabled(grad_mode)
-
-    def _keep(
-        self, call: Call, phase: int, slot: int, path: str, t: torch.Tensor, seen: Seen | None
-    ) -> None:
-        """Row, capture and flight-recorder entry for one tensor of one call."""
-        summary = seen.summary if seen is not None else self._summarise(t)
-        if self._emit_tensors:
-            self._rows.setdefault("tensors", []).append(
-                (call.id, self._step, call.info.id, phase, slot, path, summary)
-            )
-        if self._flight is not None:
-            self._flight.keep(call, phase, slot, path, t)
-        if self._capturing and call.info.capture:
-            row = self._capturer.take(self._step, call, call.info.id, phase, slot, path, t)
-            if row is not None:
-                self._rows.setdefault("captures", []).append(row)
-            self._capturing = self._capturer.active(self._step)
-
-    def _on_grad(self, seen: Seen, grad: torch.Tensor) -> None:
-        t0 = perf_counter()
-        if not self._live or seen.step != self._step:
-            return
-        try:
-            self._steps.backward_ran()
-            v = t0 - self._ovh
-            summary = self._summarise(grad)
-            for call, slot, path in seen.grad_slots:
-                if slot == _GRAD_OUTPUT:
-                    if call.bwd_start is None or v < call.bwd_start:
-                        call.bwd_start = v
-                elif v > call.bwd_end:
-                    call.bwd_end = v
-                self._keep_grad(call, slot, path, grad, summary)
-            if self._check and summary is not None and not stats.is_finite(summary):
-                alert = self.detector.gradient(seen, summary, self._step, time.time())
-                module = alert.module.ref() if alert is not None else None
-                self._alert(alert, module=module, grad=grad, output=seen.ref())
-        except Exception:
-            self._internal_error()
-        finally:
-            self._ovh += perf_counter() - t0
-        if self._alerts:
-            self._act()
-
-    def _keep_grad(
-        self, call: Call, slot: int, path: str, grad: torch.Tensor, summary: tuple | None
-    ) -> None:
-        if self._emit_tensors:
-            self._rows.setdefault("tensors", []).append(
-                (call.id, self._step, call.info.id, _BWD, slot, path, summary)
-            )
-        if self._flight is not None:
-            self._flight.keep(call, _BWD, slot, path, grad)
-        if self._capturing and call.info.capture:
-            row = self._capturer.take(self._step, call, call.info.id, _BWD, slot, path, grad)
-            if row is not None:
-                self._rows.setdefault("captures", []).append(row)
-            self._capturing = self._capturer.active(self._step)
-
-    def _on_param_grad(self, info: ModuleInfo, name: str, param: torch.Tensor) -> None:
-        t0 = perf_counter()
-        if not self._live or not self._recording or param.grad is None:
-            return
-        try:
-            v = t0 - self._ovh
-            calls = self._module_calls.get(info.id, [])
-            for call in calls:
-                call.param_end = max(call.param_end, v)
-            summary = self._summarise(param.grad)
-            if calls:
-                self._keep_grad(calls[-1], int(Slot.PARAM_GRAD), name, param.grad, summary)
-            elif self._emit_tensors:
-                self._rows.setdefault("tensors", []).append(
-                    (-1, self._step, info.id, _BWD, int(Slot.PARAM_GRAD), name, summary)
-                )
-            if self._check and summary is not None:
-                finite = stats.is_finite(summary)
-                self._grad_finite[id(param)] = finite
-                if not finite:
-                    alert = self.detector.param_grad(
-                        info, calls, name, summary, self._step, time.time()
-                    )
-                    self._alert(alert, module=info.ref(), grad=param.grad)
-        except Exception:
-            self._internal_error()
-        finally:
-            self._ovh += perf_counter() - t0
-        if self._alerts:
-            self._act()
-
-    def _summarise(self, t: torch.Tensor) -> tuple | None:
-        if self._summary is None:
-            return None
-        grad_mode = torch.is_grad_enabled()
-        _set_grad_enabled(False)
-        try:
-            return self._summary(t) if t.layout is torch.strided else stats.shape_only(t)
-        finally:
-            _set_grad_enabled(grad_mode)
-
-    # -- optimizer hooks -------------------------------------------------------------
-
-    def _opt_pre(self, opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
-        t0 = perf_counter()
-        if not self._live:
-            return
-        self._steps.optimizer_begin()
-        self._opt_start[id(opt)] = t0 - self._ovh
-        if self._distributed and self._recording and self._level == Level.STATS:
-            try:
-                self._step_grads(opt)
-            except Exception:
-                self._internal_error()
-        self._ovh += perf_counter() - t0
-        if self._alerts:
-            self._act()
-
-    def _step_grads(self, opt: torch.optim.Optimizer) -> None:
-        """Gradient norms as the step will use them. Under DDP these are all-reduced
-        (the post-accumulate hooks saw each rank's local gradient), so replicas must
-        agree on them: ``hookdbg diff --ranks`` checks that they do."""
-        owned = [
-            (p, self._param_owner[id(p)])
-            for group in opt.param_groups
-            for p in group["params"]
-            if p.grad is not None and id(p) in self._param_owner
-        ]
-        grad_mode = torch.is_grad_enabled()
-        _set_grad_enabled(False)
-        try:
-            summaries = stats.norms_only([p.grad for p, _ in owned])
-        finally:
-            _set_grad_enabled(grad_mode)
-        rows = self._rows.setdefault("tensors", [])
-        for (p, (owner, name)), summary in zip(owned, summaries, strict=True):
-            rows.append((-1, self._step, owner.id, _OPT, int(Slot.STEP_GRAD), name, summary))
-            if self._check and not stats.is_finite(summary):
-                local = self._grad_finite.get(id(p))
-                self._grad_finite[id(p)] = False  # the step's weights spread it, not born
-                if local:
-                    alert = self.detector.reduced_grad(
-                        owner, name, summary, self._step, time.time()
-                    )
-                    self._alert(alert, module=owner.ref(), optimizer=opt, grad=p.grad)
-
-    def _opt_post(self, opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
-        t0 = perf_counter()
-        if not self._live:
-            return
-        try:
-            v = t0 - self._ovh
-            start = self._opt_start.pop(id(opt), v)
-            info = self._registry.optimizer(opt)
-            if self._recording:
-                call = self._next_call
-                self._next_call += 1
-                index = self._index.get(info.id, 0)
-                self._index[info.id] = index + 1
-                self._rows.setdefault("calls", []).append(
-                    call_row(
-                        call,
-                        _OPT,
-                        self._step,
-                        info.id,
-                        index,
-                        -1,
-                        0,
-                        start - self._v0,
-                        v - start,
-                        v - start,
-                    )
-                )
-                if self._level == Level.STATS:
-                    self._param_values(opt, info, call, v)
-            self._steps.optimizer_end(opt)
-        except Exception:
-            self._internal_error()
-        finally:
-            self._ovh += perf_counter() - t0
-        if self._alerts:
-            self._act()
-
-    def _param_values(
-        self, opt: torch.optim.Optimizer, info: ModuleInfo, call: int, v: float
-    ) -> None:
-        owned = [
-            (p, self._param_owner[id(p)])
-            for group in opt.param_groups
-            for p in group["params"]
-            if id(p) in self._param_owner
-        ]
-        grad_mode = torch.is_grad_enabled()
-        _set_grad_enabled(False)
-        try:
-            summaries = stats.norms_only([p for p, _ in owned])
-        finally:
-            _set_grad_enabled(grad_mode)
-        rows = self._rows.setdefault("tensors", [])
-        for (p, (owner, name)), summary in zip(owned, summaries, strict=True):
-            rows.append((call, self._step, owner.id, _OPT, int(Slot.PARAM), name, summary))
-            if self._check and not stats.is_finite(summary):
-                alert = self.detector.param_value(
-                    owner,
-                    info,
-                    call,
-                    name,
-                    summary,
-                    self._grad_finite.get(id(p)),
-                    self._step,
-                    time.time(),
-                )
-                self._alert(alert, module=owner.ref(), optimizer=opt, param=p)
-
     # -- steps, rows, alerts ---------------------------------------------------------
 
     def _begin_step(self, step: int, now: float) -> None:
@@ -726,68 +438,8 @@ class Recorder:
                     p.register_post_accumulate_grad_hook, partial(self._on_param_grad, info, name)
                 )
 
-    def _alert(self, alert: Alert | None, **context: object) -> None:
-        """Queue an origin found by a hook, with the live objects a debugger would want."""
-        if alert is not None:
-            alert.context = context
-            self._alerts.append(alert)
-
-    def _act(self) -> None:
-        """Record the alerts a hook found, warn once per origin, write the flight
-        recorder's tensors, then do what --on-nan asks. Runs after the hook's error
-        guard, so that an action may raise into the training code."""
-        alerts, self._alerts = self._alerts, []
-        new_origin = None
-        for alert in alerts:
-            new = self.detector.is_new_origin(alert)
-            self._rows.setdefault("alerts", []).append(alert.row())
-            if new:
-                new_origin = new_origin or alert
-                self.warn(alert.message())
-                self._fly(alert)
-        action = self.options.on_nan
-        if action == "warn":
-            return
-        self._handoff()  # what led here is on its way to disk before anything else
-        if action == "raise":
-            raise NonFiniteError(alerts[0])
-        if action == "break" and new_origin is not None:
-            if interactive():
-                nan_breakpoint(new_origin)
-                return
-            self.warn(
-                "--on-nan break needs a terminal to type into (stdin is not one); stopping instead"
-            )
-            raise NonFiniteStop(new_origin)
-        if action == "stop":
-            raise NonFiniteStop(alerts[0])
-
-    def _fly(self, alert: Alert) -> None:
-        """Write the flight recorder's tensors around a new origin."""
-        if self._flight is None or alert.origin is None:
-            return
-        rows, stale = self._flight.dump(alert.origin)
-        if rows:
-            self._rows.setdefault("captures", []).extend(rows)
-            steps = sorted({r[0] for r in rows})
-            span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
-            note = f"; {stale} changed in place since were left out" if stale else ""
-            self.warn(
-                f"flight recorder: wrote {len(rows)} tensors of {alert.module.name} and "
-                f"its neighbours ({span}) to {self.path}{note}"
-            )
-
     def _internal_error(self) -> None:
         """A bug in hookdbg must never break training: stop recording, say so, go on."""
         self._live = False
         print("hookdbg: internal error, recording stopped (training continues):", file=sys.stderr)
         traceback.print_exc(file=sys.stderr)
-
-
-def _summary_function(level: Level, check: bool):
-    """How a tensor is summarised at this level (None: not at all)."""
-    if level == Level.STATS:
-        return stats.summarise
-    if check:
-        return stats.check_finite
-    return stats.shape_only if level == Level.SHAPES else None

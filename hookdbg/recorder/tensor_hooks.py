@@ -1,0 +1,198 @@
+"""The recorder's tensor hooks: what each module call's inputs, outputs and gradients
+were, summarised once per step and version, and checked for NaN/inf.
+
+A mixin of ``Recorder`` (hookdbg/recorder/core.py): the hooks share its per-step state
+and run on every module call, so they read it as attributes of one object.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from functools import partial
+from time import perf_counter
+
+import torch
+
+from hookdbg.options import Level
+from hookdbg.recorder import stats
+from hookdbg.recorder.calls import Call, Seen
+from hookdbg.recorder.naming import ModuleInfo
+from hookdbg.recorder.tensors import iter_args, iter_tensors
+from hookdbg.store.schema import Phase, Slot
+
+_INPUT, _OUTPUT = int(Slot.INPUT), int(Slot.OUTPUT)
+_GRAD_OUTPUT, _GRAD_INPUT = int(Slot.GRAD_OUTPUT), int(Slot.GRAD_INPUT)
+_PARAM_GRAD = int(Slot.PARAM_GRAD)
+_FWD, _BWD = int(Phase.FWD), int(Phase.BWD)
+_set_grad_enabled = torch._C._set_grad_enabled
+
+
+def summary_function(level: Level, check: bool) -> Callable[[torch.Tensor], tuple] | None:
+    """How a tensor is summarised at this level (None: not at all)."""
+    if level == Level.STATS:
+        return stats.summarise
+    if check:
+        return stats.check_finite
+    return stats.shape_only if level == Level.SHAPES else None
+
+
+class TensorHooks:
+    def _see(self, t: torch.Tensor, reuse: bool = True) -> Seen:
+        """The step's record of tensor ``t`` at its current version, summarised once."""
+        inference = t.is_inference()  # no version counter: cannot tell in-place changes
+        version = -1 if inference else t._version
+        seen = self._memo.get(id(t))
+        if (
+            seen is not None
+            and seen.version == version
+            and seen.ref() is t
+            and (reuse or not inference)
+        ):
+            return seen
+        summary = None
+        base = t._base
+        if base is not None:  # a view (flatten, transpose) of a tensor seen: same numbers
+            of = self._memo.get(id(base))
+            if (
+                of is not None
+                and of.summary is not None
+                and of.ref() is base
+                and (of.version == version and base.numel() == t.numel() and base.dtype == t.dtype)
+            ):
+                summary = stats.reshaped(of.summary, t)
+        if summary is None and self._summary is not None:
+            summary = self._summary(t)
+        finite = not self._check or summary is None or stats.is_finite(summary)
+        seen = Seen(t, version, summary, finite, self._step)
+        self._memo[id(t)] = seen
+        if t.requires_grad and not t.is_leaf:
+            t.register_hook(partial(self._on_grad, seen))
+        return seen
+
+    def _observe_inputs(self, call: Call, module: torch.nn.Module, args: tuple) -> None:
+        grad_mode = torch.is_grad_enabled()
+        _set_grad_enabled(False)
+        try:
+            for path, t in iter_args(args):
+                self._observe_input(call, path, t, module, args)
+        finally:
+            _set_grad_enabled(grad_mode)
+
+    def _observe_input(
+        self, call: Call, path: str, t: torch.Tensor, module: torch.nn.Module, args: tuple
+    ) -> None:
+        seen = self._see(t)
+        seen.grad_slots.append((call, _GRAD_INPUT, path))
+        self._keep(call, _FWD, _INPUT, path, t, seen.summary)
+        if not seen.finite:
+            alert = self.detector.forward_input(call, path, seen, self._step, self._now())
+            self._alert(alert, module=module, inputs=args)
+
+    def _observe_outputs(
+        self, call: Call, module: torch.nn.Module, args: tuple, kwargs: dict, result: object
+    ) -> None:
+        grad_mode = torch.is_grad_enabled()
+        _set_grad_enabled(False)
+        try:
+            for key, value in kwargs.items():
+                for path, t in iter_tensors(value, key):
+                    self._observe_input(call, path, t, module, args)
+            single = isinstance(result, torch.Tensor)
+            for path, t in (("", result),) if single else iter_tensors(result):
+                seen = self._see(t, reuse=False)
+                if seen.producer is None:
+                    seen.producer = call
+                seen.grad_slots.append((call, _GRAD_OUTPUT, path))
+                self._keep(call, _FWD, _OUTPUT, path, t, seen.summary)
+                if not seen.finite:
+                    alert = self.detector.forward_output(
+                        call, path, seen, module, self._step, self._now()
+                    )
+                    self._alert(alert, module=module, inputs=args, output=result)
+                    call.tainted = True
+        finally:
+            _set_grad_enabled(grad_mode)
+
+    def _keep(
+        self, call: Call, phase: int, slot: int, path: str, t: torch.Tensor, summary: tuple | None
+    ) -> None:
+        """The row, the capture and the flight-recorder entry of one tensor of one call."""
+        if self._emit_tensors:
+            self._rows.setdefault("tensors", []).append(
+                (call.id, self._step, call.info.id, phase, slot, path, summary)
+            )
+        if self._flight is not None:
+            self._flight.keep(call, phase, slot, path, t)
+        if self._capturing and call.info.capture:
+            row = self._capturer.take(self._step, call, call.info.id, phase, slot, path, t)
+            if row is not None:
+                self._rows.setdefault("captures", []).append(row)
+            self._capturing = self._capturer.active(self._step)
+
+    def _on_grad(self, seen: Seen, grad: torch.Tensor) -> None:
+        t0 = perf_counter()
+        if not self._live or seen.step != self._step:
+            return
+        try:
+            self._steps.backward_ran()
+            v = t0 - self._ovh
+            summary = self._summarise(grad)
+            for call, slot, path in seen.grad_slots:
+                if slot == _GRAD_OUTPUT:
+                    if call.bwd_start is None or v < call.bwd_start:
+                        call.bwd_start = v
+                elif v > call.bwd_end:
+                    call.bwd_end = v
+                self._keep(call, _BWD, slot, path, grad, summary)
+            if self._check and summary is not None and not stats.is_finite(summary):
+                alert = self.detector.gradient(seen, summary, self._step, time.time())
+                module = alert.module.ref() if alert is not None else None
+                self._alert(alert, module=module, grad=grad, output=seen.ref())
+        except Exception:
+            self._internal_error()
+        finally:
+            self._ovh += perf_counter() - t0
+        if self._alerts:
+            self._act()
+
+    def _on_param_grad(self, info: ModuleInfo, name: str, param: torch.Tensor) -> None:
+        t0 = perf_counter()
+        if not self._live or not self._recording or param.grad is None:
+            return
+        try:
+            v = t0 - self._ovh
+            calls = self._module_calls.get(info.id, [])
+            for call in calls:
+                call.param_end = max(call.param_end, v)
+            summary = self._summarise(param.grad)
+            if calls:
+                self._keep(calls[-1], _BWD, _PARAM_GRAD, name, param.grad, summary)
+            elif self._emit_tensors:
+                self._rows.setdefault("tensors", []).append(
+                    (-1, self._step, info.id, _BWD, _PARAM_GRAD, name, summary)
+                )
+            if self._check and summary is not None:
+                finite = stats.is_finite(summary)
+                self._grad_finite[id(param)] = finite
+                if not finite:
+                    alert = self.detector.param_grad(
+                        info, calls, name, summary, self._step, time.time()
+                    )
+                    self._alert(alert, module=info.ref(), grad=param.grad)
+        except Exception:
+            self._internal_error()
+        finally:
+            self._ovh += perf_counter() - t0
+        if self._alerts:
+            self._act()
+
+    def _summarise(self, t: torch.Tensor) -> tuple | None:
+        if self._summary is None:
+            return None
+        grad_mode = torch.is_grad_enabled()
+        _set_grad_enabled(False)
+        try:
+            return self._summary(t) if t.layout is torch.strided else stats.shape_only(t)
+        finally:
+            _set_grad_enabled(grad_mode)
