@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import h5py
@@ -56,3 +60,33 @@ def module_id(t: dict[str, np.ndarray], name: str) -> int:
     ids = [i for i, n in module_names(t).items() if n == name]
     assert ids, f"no module {name!r} in {sorted(module_names(t).values())}"
     return ids[0]
+
+
+LIVE_WRITER = """
+import time, torch, hookdbg
+model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+with hookdbg.record({path!r}, flush_interval=0.1, quiet=True), torch.no_grad():
+    while True:
+        model(torch.randn(2, 4))
+        time.sleep({pause})
+"""
+
+
+@contextlib.contextmanager
+def live_recording(path: Path, pause: float = 0.0, calls: int = 10) -> Iterator[subprocess.Popen]:
+    """A real recorder writing ``path`` in another process, forever, until the block
+    ends with a ``kill -9``. Enters once ``calls`` module calls are readable."""
+    proc = subprocess.Popen([sys.executable, "-c", LIVE_WRITER.format(path=str(path), pause=pause)])
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            time.sleep(0.2)
+            with contextlib.suppress(OSError, KeyError, ValueError):
+                if path.exists() and len(tables(path).get("calls", ())) >= calls:
+                    break
+        else:
+            raise AssertionError(f"the recorder never wrote {calls} calls to {path}")
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()

@@ -14,29 +14,10 @@ from hookdbg.analysis.alerts import AlertReport, alert_reports
 from hookdbg.analysis.diff import DiffResult, diff
 from hookdbg.analysis.profile import Profile, profile
 from hookdbg.analysis.query import Query
-from hookdbg.analysis.search import SearchResult, search
+from hookdbg.analysis.search import TENSOR_COLUMNS, SearchResult, search
 from hookdbg.read import Capture, Recording, Status
 from hookdbg.read.modules import Module
 from hookdbg.store.schema import Phase, Slot
-
-DETAIL_COLUMNS = [
-    "call",
-    "module",
-    "phase",
-    "slot",
-    "path",
-    "shape",
-    "dtype",
-    "min",
-    "max",
-    "mean",
-    "std",
-    "norm",
-    "nan",
-    "posinf",
-    "neginf",
-    "zero_frac",
-]
 
 
 @dataclass(frozen=True)
@@ -125,7 +106,7 @@ class RunView:
         return out
 
     def detail(self, module: int, step: int) -> Detail:
-        rows = self.rec.tensors(step, step, DETAIL_COLUMNS)
+        rows = self.rec.tensors(step, step, TENSOR_COLUMNS)
         calls = self.rec.calls(step, step)
         captured = self.rec.captured(module, step)
         histogram = None

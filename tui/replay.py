@@ -86,8 +86,8 @@ class ReplayScreen(Screen[None]):
         self._title()
         self._load_meta()
         self.steps = self.run.steps
-        if self.steps:
-            self.step = self.steps[0]
+        if self.steps:  # following a live run starts at its newest step, like tail -f
+            self.step = self.steps[-1] if self.following else self.steps[0]
         roots = self.run.rec.modules.roots()
         if roots:
             self.module = roots[0].id
@@ -301,6 +301,8 @@ class ReplayScreen(Screen[None]):
 
     def action_toggle_follow(self) -> None:
         self.following = not self.following
+        if self.following and self.steps:
+            self.go_to(self.steps[-1])
         self.notify(
             "following: new steps appear as they are written"
             if self.following

@@ -6,30 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hookdbg.analysis.search import TENSOR_COLUMNS
 from hookdbg.read.modules import Module
 from hookdbg.read.recording import Recording
 from hookdbg.store.schema import Phase, Slot
-
-ROW_COLUMNS = [
-    "step",
-    "call",
-    "module",
-    "phase",
-    "slot",
-    "path",
-    "shape",
-    "dtype",
-    "numel",
-    "min",
-    "max",
-    "mean",
-    "std",
-    "norm",
-    "nan",
-    "posinf",
-    "neginf",
-    "zero_frac",
-]
 
 
 @dataclass(frozen=True)
@@ -49,7 +29,7 @@ def alert_reports(recording: Recording) -> list[AlertReport]:
     reports = []
     for alert in recording.alerts:
         step = int(alert["step"])
-        rows = recording.tensors(step, step, ROW_COLUMNS)
+        rows = recording.tensors(step, step, TENSOR_COLUMNS)
         phase, slot, call = int(alert["phase"]), int(alert["slot"]), int(alert["call"])
         same = rows[
             (rows["module"] == alert["module"])

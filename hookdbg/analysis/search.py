@@ -13,27 +13,10 @@ import numpy as np
 
 from hookdbg.analysis.query import Query
 from hookdbg.read.recording import Recording
+from hookdbg.store.schema import SUMMARY_COLUMNS, WHERE_COLUMNS
 
-TENSOR_COLUMNS = (
-    "step",
-    "call",
-    "module",
-    "phase",
-    "slot",
-    "path",
-    "shape",
-    "dtype",
-    "numel",
-    "min",
-    "max",
-    "mean",
-    "std",
-    "norm",
-    "nan",
-    "posinf",
-    "neginf",
-    "zero_frac",
-)
+# what a report shows of a tensor row (everything but the device)
+TENSOR_COLUMNS = tuple(c for c in (*WHERE_COLUMNS, *SUMMARY_COLUMNS) if c != "device")
 CALL_COLUMNS = ("step", "call", "module", "phase", "index", "total", "self")
 
 

@@ -28,6 +28,7 @@ from hookdbg.read import (
     open_run,
     rank_files,
 )
+from hookdbg.store.schema import SUMMARY_COLUMNS
 from hookdbg.text import num
 
 
@@ -276,21 +277,8 @@ def tensor_json(row: Any, modules: Any) -> dict[str, object]:
         "slot": Slot(int(row["slot"])).label,
         "path": row["path"].decode(),
     }
-    for name in (
-        "shape",
-        "dtype",
-        "numel",
-        "min",
-        "max",
-        "mean",
-        "std",
-        "norm",
-        "nan",
-        "posinf",
-        "neginf",
-        "zero_frac",
-    ):
-        if name in row.dtype.names:
+    for name in SUMMARY_COLUMNS:
+        if name in row.dtype.names and name != "device":
             value = row[name]
             out[name] = shape_text(value) if name == "shape" else value
     return out

@@ -44,6 +44,7 @@ from hookdbg.options import Level, RecordOptions
 from hookdbg.recorder.actions import AlertActions, NonFiniteStop
 from hookdbg.recorder.calls import Call, Seen
 from hookdbg.recorder.capture import Capturer, FlightRecorder
+from hookdbg.recorder.envelope import hook
 from hookdbg.recorder.hookset import HookSet
 from hookdbg.recorder.meta import run_metadata
 from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry
@@ -257,91 +258,82 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
 
     # -- module hooks ----------------------------------------------------------------
 
-    def _pre(self, module: torch.nn.Module, args: tuple) -> None:
-        t0 = perf_counter()
-        if not self._live or threading.get_ident() != self._tid:
+    @hook
+    def _pre(self, t0: float, module: torch.nn.Module, args: tuple) -> None:
+        if threading.get_ident() != self._tid:
             return
         stack = self._stack
-        try:
-            if self._mute:
-                self._mute += 1
-                stack.append(_MUTED)
-                return
-            if stack:
-                top = stack[-1]
-                pinfo = top.info if top.__class__ is Call else top
-            else:
-                pinfo = None
-            info = self._by_id.get(id(module))
-            if info is None or info.ref() is not module:
-                info = self._registry.lookup(module, pinfo)
-            if pinfo is None and not self._root_call(info, module, t0):
-                self._mute = 1
-                stack.append(_MUTED)
-                return
-            if info.transparent or not info.selected:
-                stack.append(info)
-                return
-            index = self._index.get(info.id, 0)
-            self._index[info.id] = index + 1
-            call = Call(self._next_call, info, index, self._open, t0 - self._ovh)
-            self._next_call += 1
-            self._calls.append(call)
-            self._module_calls.setdefault(info.id, []).append(call)
-            stack.append(call)
-            self._open = call
-            self._observe_inputs(call, module, args)
-        except Exception:
-            self._internal_error()
-        finally:
-            self._ovh += perf_counter() - t0
-        if self._alerts:
-            self._act()
-
-    def _post(
-        self, module: torch.nn.Module, args: tuple, kwargs: dict, result: object = _RAISED
-    ) -> None:
-        t0 = perf_counter()
-        if not self._live or threading.get_ident() != self._tid or not self._stack:
+        if self._mute:
+            self._mute += 1
+            stack.append(_MUTED)
             return
-        try:
-            frame = self._stack.pop()
-            if frame.__class__ is not Call:
-                if frame is _MUTED:
-                    self._mute -= 1
-                return
-            call: Call = frame
-            total = call.total = t0 - self._ovh - call.vstart
-            parent = self._open = call.parent
-            if parent is not None:
-                parent.child_time += total
-            if result is not _RAISED:
-                self._observe_outputs(call, module, args, kwargs, result)
-            if call.tainted and parent is not None:
-                parent.tainted = True
-            self._rows.setdefault("calls", []).append(
-                call_row(
-                    call.id,
-                    _FWD,
-                    self._step,
-                    call.info.id,
-                    call.index,
-                    -1 if parent is None else parent.id,
-                    call.depth,
-                    call.vstart - self._v0,
-                    total,
-                    total - call.child_time,
-                )
+        if stack:
+            top = stack[-1]
+            pinfo = top.info if top.__class__ is Call else top
+        else:
+            pinfo = None
+        info = self._by_id.get(id(module))
+        if info is None or info.ref() is not module:
+            info = self._registry.lookup(module, pinfo)
+        if pinfo is None and not self._root_call(info, module, t0):
+            self._mute = 1
+            stack.append(_MUTED)
+            return
+        if info.transparent or not info.selected:
+            stack.append(info)
+            return
+        index = self._index.get(info.id, 0)
+        self._index[info.id] = index + 1
+        call = Call(self._next_call, info, index, self._open, t0 - self._ovh)
+        self._next_call += 1
+        self._calls.append(call)
+        self._module_calls.setdefault(info.id, []).append(call)
+        stack.append(call)
+        self._open = call
+        self._observe_inputs(call, module, args)
+
+    @hook
+    def _post(
+        self,
+        t0: float,
+        module: torch.nn.Module,
+        args: tuple,
+        kwargs: dict,
+        result: object = _RAISED,
+    ) -> None:
+        if threading.get_ident() != self._tid or not self._stack:
+            return
+        frame = self._stack.pop()
+        if frame.__class__ is not Call:
+            if frame is _MUTED:
+                self._mute -= 1
+            return
+        call: Call = frame
+        total = call.total = t0 - self._ovh - call.vstart
+        parent = self._open = call.parent
+        if parent is not None:
+            parent.child_time += total
+        if result is not _RAISED:
+            self._observe_outputs(call, module, args, kwargs, result)
+        if call.tainted and parent is not None:
+            parent.tainted = True
+        self._rows.setdefault("calls", []).append(
+            call_row(
+                call.id,
+                _FWD,
+                self._step,
+                call.info.id,
+                call.index,
+                -1 if parent is None else parent.id,
+                call.depth,
+                call.vstart - self._v0,
+                total,
+                total - call.child_time,
             )
-            self.calls_recorded += 1
-            if t0 - self._last_handoff > self._handoff_every:
-                self._handoff()
-        except Exception:
-            self._internal_error()
-        finally:
-            self._ovh += perf_counter() - t0
-        if self._alerts:
-            self._act()
+        )
+        self.calls_recorded += 1
+        if t0 - self._last_handoff > self._handoff_every:
+            self._handoff()
 
     def _root_call(self, info: ModuleInfo, module: torch.nn.Module, t0: float) -> bool:
         """A call with no module around it: maybe a new step. True if it is recorded."""

@@ -7,12 +7,12 @@ A mixin of ``Recorder`` (hookdbg/recorder/core.py), sharing its per-step state.
 from __future__ import annotations
 
 import time
-from time import perf_counter
 
 import torch
 
 from hookdbg.options import Level
 from hookdbg.recorder import stats
+from hookdbg.recorder.envelope import hook
 from hookdbg.recorder.naming import ModuleInfo
 from hookdbg.recorder.timing import call_row
 from hookdbg.store.schema import Phase, Slot
@@ -22,20 +22,12 @@ _set_grad_enabled = torch._C._set_grad_enabled
 
 
 class OptimizerHooks:
-    def _opt_pre(self, opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
-        t0 = perf_counter()
-        if not self._live:
-            return
+    @hook
+    def _opt_pre(self, t0: float, opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         self._steps.optimizer_begin()
         self._opt_start[id(opt)] = t0 - self._ovh
         if self._distributed and self._recording and self._level == Level.STATS:
-            try:
-                self._step_grads(opt)
-            except Exception:
-                self._internal_error()
-        self._ovh += perf_counter() - t0
-        if self._alerts:
-            self._act()
+            self._step_grads(opt)
 
     def _step_grads(self, opt: torch.optim.Optimizer) -> None:
         """Gradient norms as the step will use them. Under DDP these are all-reduced
@@ -65,42 +57,33 @@ class OptimizerHooks:
                     )
                     self._alert(alert, module=owner.ref(), optimizer=opt, grad=p.grad)
 
-    def _opt_post(self, opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
-        t0 = perf_counter()
-        if not self._live:
-            return
-        try:
-            v = t0 - self._ovh
-            start = self._opt_start.pop(id(opt), v)
-            info = self._registry.optimizer(opt)
-            if self._recording:
-                call = self._next_call
-                self._next_call += 1
-                index = self._index.get(info.id, 0)
-                self._index[info.id] = index + 1
-                self._rows.setdefault("calls", []).append(
-                    call_row(
-                        call,
-                        _OPT,
-                        self._step,
-                        info.id,
-                        index,
-                        -1,
-                        0,
-                        start - self._v0,
-                        v - start,
-                        v - start,
-                    )
+    @hook
+    def _opt_post(self, t0: float, opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        v = t0 - self._ovh
+        start = self._opt_start.pop(id(opt), v)
+        info = self._registry.optimizer(opt)
+        if self._recording:
+            call = self._next_call
+            self._next_call += 1
+            index = self._index.get(info.id, 0)
+            self._index[info.id] = index + 1
+            self._rows.setdefault("calls", []).append(
+                call_row(
+                    call,
+                    _OPT,
+                    self._step,
+                    info.id,
+                    index,
+                    -1,
+                    0,
+                    start - self._v0,
+                    v - start,
+                    v - start,
                 )
-                if self._level == Level.STATS:
-                    self._param_values(opt, info, call, v)
-            self._steps.optimizer_end(opt)
-        except Exception:
-            self._internal_error()
-        finally:
-            self._ovh += perf_counter() - t0
-        if self._alerts:
-            self._act()
+            )
+            if self._level == Level.STATS:
+                self._param_values(opt, info, call, v)
+        self._steps.optimizer_end(opt)
 
     def _param_values(
         self, opt: torch.optim.Optimizer, info: ModuleInfo, call: int, v: float

@@ -32,22 +32,10 @@ import math
 import numpy as np
 import torch
 
-# The order of values in a summary tuple.
-FIELDS = (
-    "shape",
-    "dtype",
-    "device",
-    "numel",
-    "min",
-    "max",
-    "mean",
-    "std",
-    "norm",
-    "nan",
-    "posinf",
-    "neginf",
-    "zero_frac",
-)
+from hookdbg.store.schema import SUMMARY_COLUMNS
+
+# The order of values in a summary tuple: that of the tensors table's summary columns.
+FIELDS = SUMMARY_COLUMNS
 STAT_FIELDS = FIELDS[4:]
 
 ZERO_SAMPLE = 4096

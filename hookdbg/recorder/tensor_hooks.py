@@ -10,13 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from functools import partial
-from time import perf_counter
 
 import torch
 
 from hookdbg.options import Level
 from hookdbg.recorder import stats
 from hookdbg.recorder.calls import Call, Seen
+from hookdbg.recorder.envelope import hook
 from hookdbg.recorder.naming import ModuleInfo
 from hookdbg.recorder.tensors import iter_args, iter_tensors
 from hookdbg.store.schema import Phase, Slot
@@ -130,62 +130,48 @@ class TensorHooks:
                 self._rows.setdefault("captures", []).append(row)
             self._capturing = self._capturer.active(self._step)
 
-    def _on_grad(self, seen: Seen, grad: torch.Tensor) -> None:
-        t0 = perf_counter()
-        if not self._live or seen.step != self._step:
+    @hook
+    def _on_grad(self, t0: float, seen: Seen, grad: torch.Tensor) -> None:
+        if seen.step != self._step:
             return
-        try:
-            self._steps.backward_ran()
-            v = t0 - self._ovh
-            summary = self._summarise(grad)
-            for call, slot, path in seen.grad_slots:
-                if slot == _GRAD_OUTPUT:
-                    if call.bwd_start is None or v < call.bwd_start:
-                        call.bwd_start = v
-                elif v > call.bwd_end:
-                    call.bwd_end = v
-                self._keep(call, _BWD, slot, path, grad, summary)
-            if self._check and summary is not None and not stats.is_finite(summary):
-                alert = self.detector.gradient(seen, summary, self._step, time.time())
-                module = alert.module.ref() if alert is not None else None
-                self._alert(alert, module=module, grad=grad, output=seen.ref())
-        except Exception:
-            self._internal_error()
-        finally:
-            self._ovh += perf_counter() - t0
-        if self._alerts:
-            self._act()
+        self._steps.backward_ran()
+        v = t0 - self._ovh
+        summary = self._summarise(grad)
+        for call, slot, path in seen.grad_slots:
+            if slot == _GRAD_OUTPUT:
+                if call.bwd_start is None or v < call.bwd_start:
+                    call.bwd_start = v
+            elif v > call.bwd_end:
+                call.bwd_end = v
+            self._keep(call, _BWD, slot, path, grad, summary)
+        if self._check and summary is not None and not stats.is_finite(summary):
+            alert = self.detector.gradient(seen, summary, self._step, time.time())
+            module = alert.module.ref() if alert is not None else None
+            self._alert(alert, module=module, grad=grad, output=seen.ref())
 
-    def _on_param_grad(self, info: ModuleInfo, name: str, param: torch.Tensor) -> None:
-        t0 = perf_counter()
-        if not self._live or not self._recording or param.grad is None:
+    @hook
+    def _on_param_grad(self, t0: float, info: ModuleInfo, name: str, param: torch.Tensor) -> None:
+        if not self._recording or param.grad is None:
             return
-        try:
-            v = t0 - self._ovh
-            calls = self._module_calls.get(info.id, [])
-            for call in calls:
-                call.param_end = max(call.param_end, v)
-            summary = self._summarise(param.grad)
-            if calls:
-                self._keep(calls[-1], _BWD, _PARAM_GRAD, name, param.grad, summary)
-            elif self._emit_tensors:
-                self._rows.setdefault("tensors", []).append(
-                    (-1, self._step, info.id, _BWD, _PARAM_GRAD, name, summary)
+        v = t0 - self._ovh
+        calls = self._module_calls.get(info.id, [])
+        for call in calls:
+            call.param_end = max(call.param_end, v)
+        summary = self._summarise(param.grad)
+        if calls:
+            self._keep(calls[-1], _BWD, _PARAM_GRAD, name, param.grad, summary)
+        elif self._emit_tensors:
+            self._rows.setdefault("tensors", []).append(
+                (-1, self._step, info.id, _BWD, _PARAM_GRAD, name, summary)
+            )
+        if self._check and summary is not None:
+            finite = stats.is_finite(summary)
+            self._grad_finite[id(param)] = finite
+            if not finite:
+                alert = self.detector.param_grad(
+                    info, calls, name, summary, self._step, time.time()
                 )
-            if self._check and summary is not None:
-                finite = stats.is_finite(summary)
-                self._grad_finite[id(param)] = finite
-                if not finite:
-                    alert = self.detector.param_grad(
-                        info, calls, name, summary, self._step, time.time()
-                    )
-                    self._alert(alert, module=info.ref(), grad=param.grad)
-        except Exception:
-            self._internal_error()
-        finally:
-            self._ovh += perf_counter() - t0
-        if self._alerts:
-            self._act()
+                self._alert(alert, module=info.ref(), grad=param.grad)
 
     def _summarise(self, t: torch.Tensor) -> tuple | None:
         if self._summary is None:

@@ -124,6 +124,12 @@ TENSORS = np.dtype(
     ]
 )
 
+# Where a tensor row is, and what its summary holds (the recorder builds summary tuples
+# in exactly this order: hookdbg/recorder/stats.py).
+WHERE_COLUMNS = ("call", "step", "module", "phase", "slot", "path")
+SUMMARY_COLUMNS = TENSORS.names[len(WHERE_COLUMNS) :]
+assert TENSORS.names[: len(WHERE_COLUMNS)] == WHERE_COLUMNS
+
 STEPS = np.dtype(
     [
         ("step", "<i4"),

@@ -1,12 +1,8 @@
 """open_recording validates before it trusts, never writes, and follows live files."""
 
-import contextlib
 import hashlib
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import time
 
 import h5py
@@ -14,7 +10,7 @@ import numpy as np
 import pytest
 
 from hookdbg.read import RecordingError, Status, open_recording
-from tests.helpers import hookdbg
+from tests.helpers import hookdbg, live_recording
 
 
 def digest(path) -> str:
@@ -98,33 +94,15 @@ def test_broken_files_give_one_clean_line(mlp_h5, tmp_path):
             assert digest(path) == before, f"{path} was modified"
 
 
-WRITER = """
-import torch, hookdbg
-model = torch.nn.Linear(4, 4)
-with hookdbg.record({path!r}, flush_interval=0.1, quiet=True), torch.no_grad():
-    while True:
-        model(torch.randn(2, 4))
-"""
-
-
 def test_live_recording_refreshes_then_reads_as_cut_short_after_kill_9(tmp_path):
     path = tmp_path / "live.h5"
-    proc = subprocess.Popen([sys.executable, "-c", WRITER.format(path=str(path))])
-    try:
-        deadline = time.time() + 60
-        rec = None
-        while rec is None and time.time() < deadline:
-            time.sleep(0.3)
-            with contextlib.suppress(RecordingError):  # not created, or not in SWMR mode yet
-                rec = open_recording(path)
-        assert rec is not None and rec.status is Status.LIVE
+    with live_recording(path):
+        rec = open_recording(path)
+        assert rec.status is Status.LIVE
         seen = len(rec.calls_table)
         time.sleep(0.5)
         assert rec.refresh() and len(rec.calls_table) > seen
         assert len(rec.steps) > 0 and len(rec.tensors()) >= len(rec.calls_table)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
     rec.refresh()
     assert rec.status is Status.CUT_SHORT and rec.end is None
     rec.close()

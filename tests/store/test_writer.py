@@ -1,11 +1,8 @@
 """The writer: crash safety under kill -9, the full-queue policy, a full disk."""
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import h5py
 import numpy as np
@@ -13,7 +10,7 @@ import pytest
 
 from hookdbg.store import schema
 from hookdbg.store.writer import Writer, WriterError
-from tests.helpers import tables
+from tests.helpers import live_recording, tables
 
 STEP_ROW = (0, 0.0, 1.0, 3, 1, 1, 1)
 
@@ -68,33 +65,10 @@ def test_an_uncreatable_file_is_a_clean_error(tmp_path):
         Writer(tmp_path / "missing" / "w.h5", {})
 
 
-LONG_RUN = """
-import torch, hookdbg
-model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
-with hookdbg.record({path!r}, flush_interval=0.1, quiet=True), torch.no_grad():
-    while True:
-        model(torch.randn(2, 4))
-        print("step", flush=True)
-"""
-
-
 def test_kill_9_leaves_a_readable_file_with_what_was_flushed(tmp_path):
     path = tmp_path / "killed.h5"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", LONG_RUN.format(path=str(path))], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        deadline = time.time() + 60
-        rows = 0
-        while rows < 200 and time.time() < deadline:  # wait for a few flushes to land
-            time.sleep(0.3)
-            if path.exists():
-                with contextlib.suppress(OSError):  # not yet in SWMR mode
-                    rows = len(tables(path)["calls"])
-        assert rows >= 200
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    with live_recording(path, calls=200):
+        rows = len(tables(path)["calls"])
     t = tables(path)
     assert len(t["calls"]) >= rows and len(t["end"]) == 0  # cut short: no end row
     calls = t["calls"]["call"]  # rows land when calls finish: children before parents

@@ -1,21 +1,17 @@
 """The TUI driven as a user would: keys pressed through Textual's Pilot."""
 
-import contextlib
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
 from textual.widgets import DataTable, Static
 
-from hookdbg.read import RecordingError, open_recording
+from hookdbg.read import open_recording
 from hookdbg.text import num
 from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.screens import AlertsScreen, HelpScreen, ProfileScreen, SearchScreen
 from hookdbg.tui.widgets import ModuleTree, StepBar
 from tests.analysis.test_diff import SCRIPT
-from tests.helpers import hookdbg
+from tests.helpers import hookdbg, live_recording
 
 SIZE = (160, 48)
 
@@ -187,28 +183,8 @@ async def test_diff_mode_jumps_to_the_divergent_module(diverging):
 
 async def test_follow_shows_steps_as_they_are_written(tmp_path):
     path = tmp_path / "live.h5"
-    writer = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"""
-import time, torch, hookdbg
-model = torch.nn.Linear(4, 4)
-with hookdbg.record({str(path)!r}, flush_interval=0.1, quiet=True), torch.no_grad():
-    while True:
-        model(torch.randn(2, 4)); time.sleep(0.05)
-""",
-        ]
-    )
-    try:
-        rec = None
-        deadline = time.time() + 60
-        while rec is None and time.time() < deadline:
-            time.sleep(0.3)
-            with contextlib.suppress(RecordingError):
-                rec = open_recording(path)
-        assert rec is not None
-        app = HookdbgApp(rec, follow=True)
+    with live_recording(path, pause=0.05):
+        app = HookdbgApp(open_recording(path), follow=True)
         async with app.run_test(size=SIZE) as pilot:
             await settle(app, pilot)
             first = len(app.screen.steps)
@@ -216,36 +192,12 @@ with hookdbg.record({str(path)!r}, flush_interval=0.1, quiet=True), torch.no_gra
             # like tail -f, it stays on the newest step
             assert await until(app, pilot, lambda: app.screen.step == app.screen.steps[-1])
             assert "following" in text(app.screen.query_one(StepBar))
-    finally:
-        writer.send_signal(signal.SIGKILL)
-        writer.wait()
 
 
 async def test_a_cut_short_recording_says_so(tmp_path):
     path = tmp_path / "cut.h5"
-    writer = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"""
-import torch, hookdbg
-model = torch.nn.Linear(4, 4)
-with hookdbg.record({str(path)!r}, flush_interval=0.1, quiet=True), torch.no_grad():
-    while True:
-        model(torch.randn(2, 4))
-""",
-        ]
-    )
-    try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            time.sleep(0.3)
-            with contextlib.suppress(RecordingError):
-                if len(open_recording(path).calls_table) > 10:
-                    break
-    finally:
-        writer.send_signal(signal.SIGKILL)
-        writer.wait()
+    with live_recording(path):
+        pass  # killed at the end of the block
     app = HookdbgApp(open_recording(path))
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, pilot)
