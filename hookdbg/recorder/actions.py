@@ -78,10 +78,10 @@ class AlertActions:
             alert.context = context
             self._alerts.append(alert)
 
-    def _act(self) -> None:
+    def _act(self, actions: bool = True) -> None:
         """Record the alerts a hook found, warn once per origin, write the flight
-        recorder's tensors, then do what --on-nan asks. Runs after the hook's error
-        guard, so that an action may raise into the training code."""
+        recorder's tensors, then (with ``actions``) do what --on-nan asks. Runs after the
+        hook's error guard, so that an action may raise into the training code."""
         alerts, self._alerts = self._alerts, []
         new_origin = None
         for alert in alerts:
@@ -92,7 +92,7 @@ class AlertActions:
                 self.warn(alert.message())
                 self._fly(alert)
         action = self.options.on_nan
-        if action == "warn":
+        if action == "warn" or not actions:
             return
         self._handoff()  # what led here is on its way to disk before anything else
         if action == "raise":
@@ -112,7 +112,7 @@ class AlertActions:
         """Write the flight recorder's tensors around a new origin."""
         if self._flight is None or alert.origin is None:
             return
-        rows, stale = self._flight.dump(alert.origin)
+        rows, stale = self._flight.dump(alert.origin, alert.step)
         if rows:
             self._rows.setdefault("captures", []).extend(rows)
             steps = sorted({r[0] for r in rows})

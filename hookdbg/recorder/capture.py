@@ -153,12 +153,14 @@ class FlightRecorder:
             del self._counts[key]
             self.held -= self._sizes.pop(key)
 
-    def dump(self, origin: Call) -> tuple[list[tuple], int]:
-        """Capture rows for the origin call and its neighbours, this step and the one
-        before; and how many kept tensors were left out, changed in place since."""
-        if not self._steps:
+    def dump(self, origin: Call, step: int) -> tuple[list[tuple], int]:
+        """Capture rows for the origin call (of ``step``) and its neighbours, in that step
+        and the one before; and how many kept tensors were left out, changed in place
+        since."""
+        held = dict(self._steps)
+        if step not in held:
             return [], 0
-        _step, entries = self._steps[-1]
+        entries = held[step]
         calls = sorted({e[0] for e in entries} | {origin}, key=lambda c: c.id)
         pos = calls.index(origin)
         chosen = {origin, *calls[max(pos - 1, 0) : pos + 2]}
@@ -169,6 +171,8 @@ class FlightRecorder:
         rows: list[tuple] = []
         stale = 0
         for entry_step, step_entries in self._steps:
+            if entry_step not in (step - 1, step):
+                continue
             for call, phase, slot, path, version, t in step_entries:
                 if (call.info.id, call.index) not in wanted:
                     continue

@@ -26,6 +26,7 @@ statistics (stats), naming, steps, NaN/inf origins (nonfinite), what an origin d
 
 from __future__ import annotations
 
+import collections
 import gc
 import os
 import sys
@@ -44,6 +45,7 @@ from hookdbg.options import Level, RecordOptions
 from hookdbg.recorder.actions import AlertActions, NonFiniteStop
 from hookdbg.recorder.calls import Call, Seen
 from hookdbg.recorder.capture import Capturer, FlightRecorder
+from hookdbg.recorder.deferred import StepBatch
 from hookdbg.recorder.envelope import hook
 from hookdbg.recorder.hookset import HookSet
 from hookdbg.recorder.meta import run_metadata
@@ -99,6 +101,7 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
         *,
         force: bool = False,
         argv: list[str] | None = None,
+        defer_cpu: bool = False,
     ) -> None:
         self.options = options or RecordOptions()
         self.path = Path(path)
@@ -109,13 +112,20 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
         self._argv = list(sys.argv if argv is None else argv)
         self._level = int(self.options.level)
         self._emit_tensors = self.options.level >= Level.SHAPES  # tensor rows in the file
-        self._check = self.options.checks_nan
-        self._summary = summary_function(self.options.level, self._check)
+        self._check_nan = self.options.checks_nan
+        self._summary = summary_function(self.options.level, self._check_nan)
+        # device tensors' statistics are read back a step later (recorder/deferred.py),
+        # unless an action must happen inside the hook; defer_cpu does it on CPU too
+        self._defer = self.options.on_nan in ("warn", "stop") and self._check_nan
+        self._defer_all = defer_cpu
+        self._batch: StepBatch | None = None
+        self._inflight: collections.deque[StepBatch] = collections.deque()
+        self._warned_device = False
         self._capturer = Capturer(self.options, self.warn) if self.options.capture else None
         self._capturing = False
         self._flight = (
             FlightRecorder(self.options.flight_budget)
-            if (self.options.flight_budget and self._check)
+            if (self.options.flight_budget and self._check_nan)
             else None
         )
         self._hooks = HookSet()
@@ -211,6 +221,9 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
             now = perf_counter() - self._ovh
             if self._step >= 0:
                 self._end_step(now)
+            self._read_batches(wait=True)
+            if self._alerts:
+                self._act(actions=False)  # the script is over: nothing left to stop
             self._handoff()
             end = {
                 "time": time.time(),
@@ -315,7 +328,9 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
             parent.child_time += total
         if result is not _RAISED:
             self._observe_outputs(call, module, args, kwargs, result)
-        if call.tainted and parent is not None:
+        if self._batch is not None:
+            self._check(self._taint_parent, call)
+        elif call.tainted and parent is not None:
             parent.tainted = True
         self._rows.setdefault("calls", []).append(
             call_row(
@@ -346,19 +361,33 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
             if self._step >= 0:
                 self._end_step(now)
             steps.begin(inference)
-            self._begin_step(steps.step, now)
+            self._begin_step(steps.step, now, _on_device(module))
+            self._read_batches(wait=False)
         steps.root_seen(info.root)
         return self._recording
 
     # -- steps, rows, alerts ---------------------------------------------------------
 
-    def _begin_step(self, step: int, now: float) -> None:
+    def _begin_step(self, step: int, now: float, on_device: bool = False) -> None:
         if not self._distributed:
             self._learn_distributed()
         self._step = step
         self._recording = self.options.records_step(step)
+        deferring = self._recording and self._defer and (self._defer_all or on_device)
+        self._batch = StepBatch(step) if deferring else None
+        if on_device and not self._warned_device:
+            self._warned_device = True
+            self.warn(
+                "the model runs on an accelerator: module times are measured on the host "
+                "(kernel launches, and any waits), not on the device"
+            )
+            if not self._defer and self._check_nan:
+                self.warn(
+                    f"--on-nan {self.options.on_nan} checks every tensor inside its hook, "
+                    "which waits for the device each time; warn and stop do not"
+                )
         self._capturing = (
-            self._capturer is not None and self._recording and (self._capturer.active(step))
+            self._capturer is not None and self._recording and self._capturer.active(step)
         )
         if self._flight is not None:
             self._flight.new_step(step)
@@ -368,7 +397,7 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
         self._index = {}
         self._calls = []
         self._module_calls = {}
-        self._grad_finite = {}
+        self._grad_finite = {} if self._batch is None else self._batch.grad_finite
 
     def _end_step(self, now: float) -> None:
         if self._recording:
@@ -388,6 +417,21 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
             )
         )
         self._memo = {}  # drop references to this step's tensors now, not at the next step
+        if self._batch is not None:
+            self._batch.launch()
+            self._inflight.append(self._batch)
+            self._batch = None
+
+    def _read_batches(self, wait: bool) -> None:
+        """Complete the steps whose device statistics have reached the host: rows to the
+        writer, NaN/inf checks replayed in order (their alerts acted on by the hook)."""
+        while self._inflight and (wait or self._inflight[0].ready()):
+            batch = self._inflight.popleft()
+            batch.read()
+            self._rows.setdefault("tensors", []).extend(batch.finished_rows())
+            self.detector.new_step()
+            for check, args in batch.checks:
+                check(*args)
 
     def _learn_distributed(self) -> None:
         """torch.distributed is set up by the script after recording starts: note its
@@ -435,3 +479,10 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
         self._live = False
         print("hookdbg: internal error, recording stopped (training continues):", file=sys.stderr)
         traceback.print_exc(file=sys.stderr)
+
+
+def _on_device(module: torch.nn.Module) -> bool:
+    """Whether a model computes on an accelerator (judged by its first parameter)."""
+    for p in module.parameters():
+        return not p.is_cpu
+    return False

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import torch
 
 from hookdbg.recorder.calls import Call, Seen
+from hookdbg.recorder.deferred import resolved
 from hookdbg.recorder.naming import ModuleInfo
 from hookdbg.store.schema import Phase, Slot, slot_label
 
@@ -138,7 +139,7 @@ class OriginDetector:
             Phase.FWD,
             Slot.INPUT,
             path,
-            seen.summary,
+            resolved(seen.summary),
             now,
             f"no recorded module produced it: it came from {where}",
             origin=call,
@@ -160,7 +161,7 @@ class OriginDetector:
             Phase.FWD,
             Slot.OUTPUT,
             path,
-            seen.summary,
+            resolved(seen.summary),
             now,
             "its inputs and parameters were finite",
             origin=call,

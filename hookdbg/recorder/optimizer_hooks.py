@@ -7,11 +7,14 @@ A mixin of ``Recorder`` (hookdbg/recorder/core.py), sharing its per-step state.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from functools import partial
 
 import torch
 
 from hookdbg.options import Level
 from hookdbg.recorder import stats
+from hookdbg.recorder.deferred import Pending, resolved
 from hookdbg.recorder.envelope import hook
 from hookdbg.recorder.naming import ModuleInfo
 from hookdbg.recorder.timing import call_row
@@ -39,23 +42,57 @@ class OptimizerHooks:
             for p in group["params"]
             if p.grad is not None and id(p) in self._param_owner
         ]
-        grad_mode = torch.is_grad_enabled()
-        _set_grad_enabled(False)
-        try:
-            summaries = stats.norms_only([p.grad for p, _ in owned])
-        finally:
-            _set_grad_enabled(grad_mode)
-        rows = self._rows.setdefault("tensors", [])
+        self._per_parameter(
+            -1, Slot.STEP_GRAD, owned, [p.grad for p, _ in owned], self._step_grad_check, opt
+        )
+
+    def _step_grad_check(
+        self,
+        step: int,
+        owner: ModuleInfo,
+        name: str,
+        summary: object,
+        param: int,
+        grad_finite: dict[int, bool],
+        call: int,
+        opt: torch.optim.Optimizer,
+    ) -> None:
+        value = resolved(summary)
+        if stats.is_finite(value):
+            return
+        local = grad_finite.get(param)
+        grad_finite[param] = False  # the step's weights spread it, not born
+        if local:
+            alert = self.detector.reduced_grad(owner, name, value, step, time.time())
+            self._alert(alert, module=owner.ref(), optimizer=self._context(opt))
+
+    def _per_parameter(
+        self,
+        call: int,
+        slot: Slot,
+        owned: list,
+        tensors: list[torch.Tensor],
+        check: Callable[..., None],
+        opt: torch.optim.Optimizer,
+    ) -> None:
+        """Rows and NaN/inf checks for one tensor per parameter: norms in one fused call,
+        or, deferring, full statistics left on their device (a norm read back would wait
+        for it)."""
+        if not owned:
+            return
+        if self._batch is not None and (self._defer_all or not tensors[0].is_cpu):
+            summaries = [self._summarise(t) for t in tensors]
+        else:
+            with torch.no_grad():
+                summaries = stats.norms_only(tensors)
         for (p, (owner, name)), summary in zip(owned, summaries, strict=True):
-            rows.append((-1, self._step, owner.id, _OPT, int(Slot.STEP_GRAD), name, summary))
-            if self._check and not stats.is_finite(summary):
-                local = self._grad_finite.get(id(p))
-                self._grad_finite[id(p)] = False  # the step's weights spread it, not born
-                if local:
-                    alert = self.detector.reduced_grad(
-                        owner, name, summary, self._step, time.time()
-                    )
-                    self._alert(alert, module=owner.ref(), optimizer=opt, grad=p.grad)
+            row = (call, self._step, owner.id, _OPT, int(slot), name, summary)
+            pending = summary.__class__ is Pending
+            (self._batch.rows if pending else self._rows.setdefault("tensors", [])).append(row)
+            if self._check_nan and (pending or not stats.is_finite(summary)):
+                self._check(
+                    check, self._step, owner, name, summary, id(p), self._grad_finite, call, opt
+                )
 
     @hook
     def _opt_post(self, t0: float, opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
@@ -82,36 +119,41 @@ class OptimizerHooks:
                 )
             )
             if self._level == Level.STATS:
-                self._param_values(opt, info, call, v)
+                self._param_values(opt, info, call)
         self._steps.optimizer_end(opt)
 
-    def _param_values(
-        self, opt: torch.optim.Optimizer, info: ModuleInfo, call: int, v: float
-    ) -> None:
+    def _param_values(self, opt: torch.optim.Optimizer, info: ModuleInfo, call: int) -> None:
         owned = [
             (p, self._param_owner[id(p)])
             for group in opt.param_groups
             for p in group["params"]
             if id(p) in self._param_owner
         ]
-        grad_mode = torch.is_grad_enabled()
-        _set_grad_enabled(False)
-        try:
-            summaries = stats.norms_only([p for p, _ in owned])
-        finally:
-            _set_grad_enabled(grad_mode)
-        rows = self._rows.setdefault("tensors", [])
-        for (p, (owner, name)), summary in zip(owned, summaries, strict=True):
-            rows.append((call, self._step, owner.id, _OPT, int(Slot.PARAM), name, summary))
-            if self._check and not stats.is_finite(summary):
-                alert = self.detector.param_value(
-                    owner,
-                    info,
-                    call,
-                    name,
-                    summary,
-                    self._grad_finite.get(id(p)),
-                    self._step,
-                    time.time(),
-                )
-                self._alert(alert, module=owner.ref(), optimizer=opt, param=p)
+        self._per_parameter(
+            call,
+            Slot.PARAM,
+            owned,
+            [p for p, _ in owned],
+            partial(self._param_value_check, info),
+            opt,
+        )
+
+    def _param_value_check(
+        self,
+        info: ModuleInfo,
+        step: int,
+        owner: ModuleInfo,
+        name: str,
+        summary: object,
+        param: int,
+        grad_finite: dict[int, bool],
+        call: int,
+        opt: torch.optim.Optimizer,
+    ) -> None:
+        value = resolved(summary)
+        if stats.is_finite(value):
+            return
+        alert = self.detector.param_value(
+            owner, info, call, name, value, grad_finite.get(param), step, time.time()
+        )
+        self._alert(alert, module=owner.ref(), optimizer=self._context(opt))

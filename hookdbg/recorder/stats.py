@@ -304,10 +304,12 @@ def norms_only(tensors: list[torch.Tensor]) -> list[tuple]:
 
 
 def device_stats(t: torch.Tensor) -> torch.Tensor:
-    """The 8 raw statistics of a device tensor as one float64 device vector, no sync.
+    """The raw statistics of a device tensor as one float64 device vector, no sync.
 
-    Order: min, max, sum, sum of squares, nonzero count (of the zero-fraction sample),
-    NaN count, +inf count, -inf count. min/max/sum include any non-finite values.
+    Order: min, max, mean, variance, sum of squares, nonzero count (of the zero-fraction
+    sample), NaN, +inf and -inf counts. On a GPU ``var_mean`` is cheap and exact where
+    the CPU's one-pass shortcut would cancel. Non-finite values make min/max/mean/
+    variance non-finite; the counts say how many there were.
     """
     v = t.reshape(-1)
     if v.dtype not in _NATIVE:
@@ -315,10 +317,12 @@ def device_stats(t: torch.Tensor) -> torch.Tensor:
     n = v.numel()
     sample = v if n <= ZERO_SAMPLE else v.index_select(0, _sample(n, v.device))
     lo, hi = torch.aminmax(v)
+    var, mean = torch.var_mean(v, correction=0)
     parts = (
         lo,
         hi,
-        v.sum(),
+        mean,
+        var,
         torch.dot(v, v),
         torch.count_nonzero(sample),
         torch.isnan(v).sum(),
@@ -332,14 +336,12 @@ def from_device_stats(meta: tuple, raw: list[float]) -> tuple:
     """Turn one row of ``device_stats`` (read back to the host) into a summary tuple;
     ``meta`` is (shape, dtype name, device name, numel)."""
     shape, dtype, device, n = meta
-    lo, hi, total, squares, nonzero, nan, posinf, neginf = raw
-    sample = min(n, ZERO_SAMPLE)
-    mean = total / n
-    if math.isfinite(squares) and math.isfinite(mean):
-        std = math.sqrt(max(squares / n - mean * mean, 0.0))
-        norm = math.sqrt(squares)
-    else:
-        std = norm = _NAN
+    lo, hi, mean, var, squares, nonzero, nan, posinf, neginf = raw
+    finite = not (nan or posinf or neginf)
+    std = math.sqrt(max(var, 0.0)) if finite else _NAN
+    norm = math.sqrt(squares) if finite else _NAN
+    if not finite:
+        lo = hi = mean = _NAN  # unlike the CPU path, not over the finite elements
     return (
         shape,
         dtype,
@@ -353,5 +355,5 @@ def from_device_stats(meta: tuple, raw: list[float]) -> tuple:
         int(nan),
         int(posinf),
         int(neginf),
-        1.0 - nonzero / sample,
+        1.0 - nonzero / min(n, ZERO_SAMPLE),
     )

@@ -16,6 +16,7 @@ import torch
 from hookdbg.options import Level
 from hookdbg.recorder import stats
 from hookdbg.recorder.calls import Call, Seen
+from hookdbg.recorder.deferred import Pending, resolved
 from hookdbg.recorder.envelope import hook
 from hookdbg.recorder.naming import ModuleInfo
 from hookdbg.recorder.tensors import iter_args, iter_tensors
@@ -58,17 +59,55 @@ class TensorHooks:
                 of is not None
                 and of.summary is not None
                 and of.ref() is base
-                and (of.version == version and base.numel() == t.numel() and base.dtype == t.dtype)
+                and (
+                    of.version == version
+                    and base.numel() == t.numel()
+                    and base.dtype == t.dtype
+                    and of.summary.__class__ is not Pending
+                )
             ):
                 summary = stats.reshaped(of.summary, t)
-        if summary is None and self._summary is not None:
-            summary = self._summary(t)
-        finite = not self._check or summary is None or stats.is_finite(summary)
+        if summary is None:
+            summary = self._summarise(t)
+        finite = (
+            not self._check_nan
+            or summary is None
+            or summary.__class__ is Pending
+            or stats.is_finite(summary)
+        )
         seen = Seen(t, version, summary, finite, self._step)
         self._memo[id(t)] = seen
         if t.requires_grad and not t.is_leaf:
             t.register_hook(partial(self._on_grad, seen))
         return seen
+
+    def _summarise(self, t: torch.Tensor) -> tuple | Pending | None:
+        """The summary of ``t`` at this level: computed now, or (deferring) left on its
+        device to be read with the rest of the step's."""
+        if self._summary is None:
+            return None
+        if (
+            self._batch is not None
+            and (self._defer_all or not t.is_cpu)
+            and self._level == Level.STATS
+            and t.layout is torch.strided
+            and stats.has_stats(t)
+        ):
+            return self._batch.add(t.detach())
+        grad_mode = torch.is_grad_enabled()
+        _set_grad_enabled(False)
+        try:
+            return self._summary(t) if t.layout is torch.strided else stats.shape_only(t)
+        finally:
+            _set_grad_enabled(grad_mode)
+
+    def _check(self, check: Callable[..., None], *args: object) -> None:
+        """Run a NaN/inf check now or, deferring, when the step's statistics are read:
+        then every check of the step replays in the order the hooks ran."""
+        if self._batch is not None:
+            self._batch.checks.append((check, args))
+        else:
+            check(*args)
 
     def _observe_inputs(self, call: Call, module: torch.nn.Module, args: tuple) -> None:
         grad_mode = torch.is_grad_enabled()
@@ -85,9 +124,24 @@ class TensorHooks:
         seen = self._see(t)
         seen.grad_slots.append((call, _GRAD_INPUT, path))
         self._keep(call, _FWD, _INPUT, path, t, seen.summary)
-        if not seen.finite:
-            alert = self.detector.forward_input(call, path, seen, self._step, self._now())
-            self._alert(alert, module=module, inputs=args)
+        if not seen.finite or (self._batch is not None and self._check_nan):
+            self._check(
+                self._input_check, self._step, call, path, seen, module, self._context(args)
+            )
+
+    def _input_check(
+        self,
+        step: int,
+        call: Call,
+        path: str,
+        seen: Seen,
+        module: torch.nn.Module,
+        args: tuple | None,
+    ) -> None:
+        if stats.is_finite(resolved(seen.summary)):
+            return
+        alert = self.detector.forward_input(call, path, seen, step, self._now())
+        self._alert(alert, module=module, inputs=args)
 
     def _observe_outputs(
         self, call: Call, module: torch.nn.Module, args: tuple, kwargs: dict, result: object
@@ -105,23 +159,56 @@ class TensorHooks:
                     seen.producer = call
                 seen.grad_slots.append((call, _GRAD_OUTPUT, path))
                 self._keep(call, _FWD, _OUTPUT, path, t, seen.summary)
-                if not seen.finite:
-                    alert = self.detector.forward_output(
-                        call, path, seen, module, self._step, self._now()
+                if not seen.finite or (self._batch is not None and self._check_nan):
+                    self._check(
+                        self._output_check,
+                        self._step,
+                        call,
+                        path,
+                        seen,
+                        module,
+                        self._context(args),
+                        self._context(result),
                     )
-                    self._alert(alert, module=module, inputs=args, output=result)
-                    call.tainted = True
         finally:
             _set_grad_enabled(grad_mode)
 
+    def _output_check(
+        self,
+        step: int,
+        call: Call,
+        path: str,
+        seen: Seen,
+        module: torch.nn.Module,
+        args: tuple | None,
+        result: object,
+    ) -> None:
+        if stats.is_finite(resolved(seen.summary)):
+            return
+        alert = self.detector.forward_output(call, path, seen, module, step, self._now())
+        self._alert(alert, module=module, inputs=args, output=result)
+        call.tainted = True
+
+    def _taint_parent(self, call: Call) -> None:
+        if call.tainted and call.parent is not None:
+            call.parent.tainted = True
+
     def _keep(
-        self, call: Call, phase: int, slot: int, path: str, t: torch.Tensor, summary: tuple | None
+        self,
+        call: Call,
+        phase: int,
+        slot: int,
+        path: str,
+        t: torch.Tensor,
+        summary: tuple | Pending | None,
     ) -> None:
         """The row, the capture and the flight-recorder entry of one tensor of one call."""
         if self._emit_tensors:
-            self._rows.setdefault("tensors", []).append(
-                (call.id, self._step, call.info.id, phase, slot, path, summary)
-            )
+            row = (call.id, self._step, call.info.id, phase, slot, path, summary)
+            if summary.__class__ is Pending:
+                self._batch.rows.append(row)
+            else:
+                self._rows.setdefault("tensors", []).append(row)
         if self._flight is not None:
             self._flight.keep(call, phase, slot, path, t)
         if self._capturing and call.info.capture:
@@ -144,10 +231,22 @@ class TensorHooks:
             elif v > call.bwd_end:
                 call.bwd_end = v
             self._keep(call, _BWD, slot, path, grad, summary)
-        if self._check and summary is not None and not stats.is_finite(summary):
-            alert = self.detector.gradient(seen, summary, self._step, time.time())
-            module = alert.module.ref() if alert is not None else None
-            self._alert(alert, module=module, grad=grad, output=seen.ref())
+        if (
+            self._check_nan
+            and summary is not None
+            and (summary.__class__ is Pending or not stats.is_finite(summary))
+        ):
+            self._check(self._grad_check, seen, summary, self._context(grad))
+
+    def _grad_check(self, seen: Seen, summary: tuple | Pending, grad: torch.Tensor | None) -> None:
+        value = resolved(summary)
+        if stats.is_finite(value):
+            return
+        alert = self.detector.gradient(seen, value, seen.step, time.time())
+        module = alert.module.ref() if alert is not None else None
+        self._alert(
+            alert, module=module, grad=grad, output=seen.ref() if grad is not None else None
+        )
 
     @hook
     def _on_param_grad(self, t0: float, info: ModuleInfo, name: str, param: torch.Tensor) -> None:
@@ -161,24 +260,43 @@ class TensorHooks:
         if calls:
             self._keep(calls[-1], _BWD, _PARAM_GRAD, name, param.grad, summary)
         elif self._emit_tensors:
-            self._rows.setdefault("tensors", []).append(
-                (-1, self._step, info.id, _BWD, _PARAM_GRAD, name, summary)
+            row = (-1, self._step, info.id, _BWD, _PARAM_GRAD, name, summary)
+            if summary.__class__ is Pending:
+                self._batch.rows.append(row)
+            else:
+                self._rows.setdefault("tensors", []).append(row)
+        if self._check_nan and summary is not None:
+            self._check(
+                self._param_grad_check,
+                self._step,
+                info,
+                calls,
+                name,
+                summary,
+                id(param),
+                self._grad_finite,
+                self._context(param.grad),
             )
-        if self._check and summary is not None:
-            finite = stats.is_finite(summary)
-            self._grad_finite[id(param)] = finite
-            if not finite:
-                alert = self.detector.param_grad(
-                    info, calls, name, summary, self._step, time.time()
-                )
-                self._alert(alert, module=info.ref(), grad=param.grad)
 
-    def _summarise(self, t: torch.Tensor) -> tuple | None:
-        if self._summary is None:
-            return None
-        grad_mode = torch.is_grad_enabled()
-        _set_grad_enabled(False)
-        try:
-            return self._summary(t) if t.layout is torch.strided else stats.shape_only(t)
-        finally:
-            _set_grad_enabled(grad_mode)
+    def _param_grad_check(
+        self,
+        step: int,
+        info: ModuleInfo,
+        calls: list[Call],
+        name: str,
+        summary: tuple | Pending,
+        param: int,
+        grad_finite: dict[int, bool],
+        grad: torch.Tensor | None,
+    ) -> None:
+        value = resolved(summary)
+        finite = stats.is_finite(value)
+        grad_finite[param] = finite  # the step's own map: a replay runs steps later
+        if not finite:
+            alert = self.detector.param_grad(info, calls, name, value, step, time.time())
+            self._alert(alert, module=info.ref(), grad=grad)
+
+    def _context(self, value: object) -> object:
+        """What an alert keeps for the debugger: nothing when deferring (it would keep
+        the step's tensors alive until the statistics are read)."""
+        return None if self._batch is not None else value

@@ -1,0 +1,120 @@
+"""Device statistics read back a step later (recorder/deferred.py), exercised on CPU:
+``defer_cpu=True`` sends CPU tensors down the path CUDA tensors take, so a recording
+made that way must say what an immediate one says."""
+
+import runpy
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+from hookdbg.options import RecordOptions
+from hookdbg.recorder import NonFiniteStop, Recorder
+from tests.helpers import SAMPLES, module_names, tables
+
+KEY = ("step", "module", "phase", "slot", "path")
+
+
+def record_sample(path, argv, defer: bool, **options):
+    recorder = Recorder(path, RecordOptions.build(quiet=True, **options), defer_cpu=defer)
+    saved = sys.argv
+    sys.argv = [str(SAMPLES / "nan_blowup.py"), *argv]
+    try:
+        with recorder:
+            runpy.run_path(str(SAMPLES / "nan_blowup.py"), run_name="__main__")
+    finally:
+        sys.argv = saved
+    return tables(path)
+
+
+def by_key(rows: np.ndarray) -> dict[tuple, np.void]:
+    keyed: dict[tuple, np.void] = {}
+    for r in rows:
+        keyed.setdefault(tuple(r[k] for k in KEY), r)  # first occurrence of each key
+    return keyed
+
+
+@pytest.mark.parametrize("where", ["forward", "backward"])
+def test_deferred_recording_says_what_an_immediate_one_says(tmp_path, where):
+    argv = ["--where", where, "--nan-step", "2", "--steps", "4"]
+    now = record_sample(tmp_path / "now.h5", argv, defer=False)
+    later = record_sample(tmp_path / "later.h5", argv, defer=True)
+    a, b = by_key(now["tensors"]), by_key(later["tensors"])
+    assert a.keys() == b.keys() and len(now["tensors"]) == len(later["tensors"])
+    for key, x in a.items():
+        y = b[key]
+        assert (x["nan"], x["posinf"], x["neginf"], x["shape"]) == (
+            y["nan"],
+            y["posinf"],
+            y["neginf"],
+            y["shape"],
+        ), key
+        if x["nan"] == 0 and x["posinf"] == 0 and x["neginf"] == 0 and x["slot"] != 5:
+            for stat in ("min", "max", "mean", "std", "norm"):
+                assert y[stat] == pytest.approx(x[stat], rel=1e-5, abs=1e-7), (key, stat)
+    names = module_names(now)
+    origins = {
+        (names[int(r["module"])], int(r["phase"]), int(r["slot"]), int(r["step"]))
+        for r in now["alerts"]
+    }
+    assert origins == {
+        (names[int(r["module"])], int(r["phase"]), int(r["slot"]), int(r["step"]))
+        for r in later["alerts"]
+    }
+    assert len(origins) == 1
+
+
+def test_deferred_resnet18_matches_and_changes_no_gradient(tmp_path):
+    def train(path, defer):
+        torch.manual_seed(0)
+        model = torchvision.models.resnet18(num_classes=10)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        x, y = torch.randn(2, 3, 32, 32), torch.tensor([1, 2])
+        with Recorder(path, RecordOptions.build(quiet=True), defer_cpu=defer):
+            for _ in range(2):
+                opt.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    now, later = train(tmp_path / "now.h5", False), train(tmp_path / "later.h5", True)
+    assert all(torch.equal(p, q) for p, q in zip(now, later, strict=True))
+    a, b = tables(tmp_path / "now.h5")["tensors"], tables(tmp_path / "later.h5")["tensors"]
+    assert len(a) == len(b)
+    finite = (a["slot"] != 5) & (a["nan"] == 0)  # param rows: norm-only vs full stats
+    np.testing.assert_allclose(
+        np.sort(a["mean"][finite]), np.sort(b["mean"][finite]), rtol=1e-4, atol=1e-6
+    )
+
+
+def test_stop_when_deferring_stops_at_the_next_step(tmp_path):
+    model = nn.Sequential(nn.Linear(2, 2), nn.Tanh())
+    recorder = Recorder(
+        tmp_path / "run.h5", RecordOptions.build(on_nan="stop", quiet=True), defer_cpu=True
+    )
+    steps_run = 0
+    with pytest.raises(NonFiniteStop, match="NaN first appeared at step 1"), recorder:
+        for step in range(5):
+            x = torch.full((1, 2), float("nan")) if step == 1 else torch.ones(1, 2)
+            with torch.no_grad():  # inference: each forward is a step
+                model(x)
+            steps_run += 1
+    assert steps_run == 2  # the check of step 1 ran when step 2 began
+    t = tables(tmp_path / "run.h5")
+    assert t["end"]["status"][0] == b"stopped" and len(t["alerts"]) == 1
+
+
+def test_checks_queued_for_later_hold_no_tensors(tmp_path):
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    recorder = Recorder(tmp_path / "run.h5", RecordOptions.build(quiet=True), defer_cpu=True)
+    with recorder:
+        model(torch.randn(3, 4)).sum().backward()
+        batch = recorder._batch
+        queued = [a for _, args in batch.checks for a in args]
+        assert batch.checks and not any(isinstance(a, torch.Tensor) for a in queued)
+        assert not any(
+            isinstance(a, tuple) and any(isinstance(x, torch.Tensor) for x in a) for a in queued
+        )
