@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from hookdbg.analysis.overview import shape_text
 from hookdbg.cli.common import BadInput
 from hookdbg.options import OptionError, StepRange
 from hookdbg.read import (
@@ -28,7 +29,7 @@ from hookdbg.read import (
     open_run,
     rank_files,
 )
-from hookdbg.store.schema import SUMMARY_COLUMNS
+from hookdbg.store.schema import SUMMARY_COLUMNS, Phase, Slot, slot_label
 from hookdbg.text import num
 
 
@@ -223,9 +224,6 @@ def tensor_table(
     title: str | None, rows: Any, modules: Any, *, module_column: bool = True
 ) -> Table:
     """Tensor summary rows as a table: where (step, module, phase, slot) and statistics."""
-    from hookdbg.analysis.overview import shape_text
-    from hookdbg.store.schema import Phase, slot_label
-
     cols: list[str | tuple[str, str]] = [("step", "right")]
     if module_column:
         cols.append("module")
@@ -267,9 +265,6 @@ def tensor_table(
 
 
 def tensor_json(row: Any, modules: Any) -> dict[str, object]:
-    from hookdbg.analysis.overview import shape_text
-    from hookdbg.store.schema import Phase, Slot
-
     out: dict[str, object] = {
         "step": int(row["step"]),
         "module": modules.name(int(row["module"])),

@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput, human_bytes, plural
 from hookdbg.options import ON_NAN_ACTIONS, OptionError, RecordOptions
+
+if TYPE_CHECKING:  # the recorder imports torch: only when a recording starts
+    from hookdbg.recorder import Recorder
 
 
 @cli.command(
@@ -178,21 +182,21 @@ def rank_path(path: Path) -> Path:
     return path
 
 
-def _status_line(recorder: object, path: Path) -> str:
+def _status_line(recorder: Recorder, path: Path) -> str:
     size = human_bytes(path.stat().st_size) if path.exists() else "no file"
     parts = [
         plural(recorder.steps_recorded, "step"),
         plural(recorder.calls_recorded, "module call"),
         plural(recorder.detector.alerts, "alert"),
-    ]  # type: ignore[attr-defined]
+    ]
     line = f"recorded {', '.join(parts)} -> {path} ({size})"
-    if recorder.dropped_rows:  # type: ignore[attr-defined]
-        line += f"; {recorder.dropped_rows:,} rows DROPPED (the writer fell behind)"  # type: ignore[attr-defined]
-    if recorder.write_error:  # type: ignore[attr-defined]
-        line += f"; writing stopped early: {recorder.write_error}"  # type: ignore[attr-defined]
+    if recorder.dropped_rows:
+        line += f"; {recorder.dropped_rows:,} rows DROPPED (the writer fell behind)"
+    if recorder.write_error:
+        line += f"; writing stopped early: {recorder.write_error}"
     return line
 
 
-def _example_name(recorder: object) -> str:
-    names = [i.name for i in recorder.modules if i.depth > 0][:2]  # type: ignore[attr-defined]
+def _example_name(recorder: Recorder) -> str:
+    names = [i.name for i in recorder.modules if i.depth > 0][:2]
     return ", ".join(repr(n) for n in names) or "none were recorded"
