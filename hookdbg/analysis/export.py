@@ -18,7 +18,7 @@ from hookdbg.read.recording import Recording
 from hookdbg.store.schema import Phase, Slot
 
 TABLES = ("tensors", "calls", "steps", "alerts", "modules")
-_TRACKS = {"steps": 0, Phase.FWD: 1, Phase.BWD: 2, Phase.OPT: 3}
+_TRACKS = {Phase.FWD: 1, Phase.BWD: 2, Phase.OPT: 3}  # tid 0: the steps
 _TRACK_NAMES = {0: "steps", 1: "forward", 2: "backward", 3: "optimizer"}
 
 

@@ -74,7 +74,6 @@ _SLOTS = {s.label: [int(s)] for s in Slot} | {
     "in": [int(Slot.INPUT)],
     "out": [int(Slot.OUTPUT)],
 }
-_TENSOR_FIELDS = {"slot", "dtype", "path"}
 _FLAGS = {"nan", "inf", "nonfinite", "finite"}
 
 

@@ -36,7 +36,6 @@ from hookdbg.store.schema import SUMMARY_COLUMNS
 
 # The order of values in a summary tuple: that of the tensors table's summary columns.
 FIELDS = SUMMARY_COLUMNS
-STAT_FIELDS = FIELDS[4:]
 
 ZERO_SAMPLE = 4096
 NUMPY_MAX = 16384  # above this, torch's kernels beat numpy's (measured on 256x256)

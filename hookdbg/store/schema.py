@@ -216,25 +216,6 @@ TABLES: dict[str, tuple[np.dtype, int]] = {
 CAPTURE_DATA = "capture_data"
 CAPTURE_CHUNK = 1 << 20
 
-# File attributes written before SWMR starts (all str or int).
-META_KEYS = (
-    "format",
-    "schema_version",
-    "hookdbg_version",
-    "torch_version",
-    "python_version",
-    "created",
-    "host",
-    "pid",
-    "argv",
-    "cwd",
-    "options",
-    "rank",
-    "world_size",
-    "local_rank",
-    "backend",
-)
-
 
 def slot_label(slot: int, path: str) -> str:
     """How a tensor's place is written everywhere: ``input[0]``, ``output``,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import os
 import re
 import sys
@@ -76,9 +75,7 @@ class Writer:
     def submit(self, batch: dict[str, list]) -> None:
         """Hand rows over to the writer; drops (and counts) them if it is too far behind."""
         n = sum(len(rows) for rows in batch.values())
-        if self.failed is not None or self._submitted_rows - self._written_rows > (
-            self.max_backlog_rows
-        ):
+        if self.failed is not None or self.backlog_rows > self.max_backlog_rows:
             if self.dropped_rows == 0 and self.failed is None:
                 self._warn(
                     f"the writer is {self.max_backlog_rows:,} rows behind; dropping rows "
@@ -103,6 +100,7 @@ class Writer:
 
     @property
     def backlog_rows(self) -> int:
+        """Rows handed over and not yet written (each side counts its own)."""
         return self._submitted_rows - self._written_rows
 
     # -- writer thread ---------------------------------------------------------------
@@ -269,8 +267,3 @@ def _reason(exc: BaseException) -> str:
         return os.strerror(errno)
     text = str(exc) or type(exc).__name__
     return text.splitlines()[0]
-
-
-def json_attr(value: object) -> str:
-    """Metadata values that are not plain str/int are stored as JSON text, never pickled."""
-    return json.dumps(value, default=str)
