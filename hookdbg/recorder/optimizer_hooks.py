@@ -86,10 +86,8 @@ class OptimizerHooks:
             with torch.no_grad():
                 summaries = stats.norms_only(tensors)
         for (p, (owner, name)), summary in zip(owned, summaries, strict=True):
-            row = (call, self._step, owner.id, _OPT, int(slot), name, summary)
-            pending = summary.__class__ is Pending
-            (self._batch.rows if pending else self._rows.setdefault("tensors", [])).append(row)
-            if self._check_nan and (pending or not stats.is_finite(summary)):
+            self._tensor_row((call, self._step, owner.id, _OPT, int(slot), name, summary))
+            if self._check_nan and (summary.__class__ is Pending or not stats.is_finite(summary)):
                 self._check(
                     check, self._step, owner, name, summary, id(p), self._grad_finite, call, opt
                 )

@@ -204,11 +204,7 @@ class TensorHooks:
     ) -> None:
         """The row, the capture and the flight-recorder entry of one tensor of one call."""
         if self._emit_tensors:
-            row = (call.id, self._step, call.info.id, phase, slot, path, summary)
-            if summary.__class__ is Pending:
-                self._batch.rows.append(row)
-            else:
-                self._rows.setdefault("tensors", []).append(row)
+            self._tensor_row((call.id, self._step, call.info.id, phase, slot, path, summary))
         if self._flight is not None:
             self._flight.keep(call, phase, slot, path, t)
         if self._capturing and call.info.capture:
@@ -216,6 +212,14 @@ class TensorHooks:
             if row is not None:
                 self._rows.setdefault("captures", []).append(row)
             self._capturing = self._capturer.active(self._step)
+
+    def _tensor_row(self, row: tuple) -> None:
+        """A pending summary waits in the step's batch until its numbers are read back;
+        a ready one goes straight to the writer's rows."""
+        if row[-1].__class__ is Pending:  # the summary, last in the row
+            self._batch.rows.append(row)
+        else:
+            self._rows.setdefault("tensors", []).append(row)
 
     @hook
     def _on_grad(self, t0: float, seen: Seen, grad: torch.Tensor) -> None:
@@ -260,11 +264,7 @@ class TensorHooks:
         if calls:
             self._keep(calls[-1], _BWD, _PARAM_GRAD, name, param.grad, summary)
         elif self._emit_tensors:
-            row = (-1, self._step, info.id, _BWD, _PARAM_GRAD, name, summary)
-            if summary.__class__ is Pending:
-                self._batch.rows.append(row)
-            else:
-                self._rows.setdefault("tensors", []).append(row)
+            self._tensor_row((-1, self._step, info.id, _BWD, _PARAM_GRAD, name, summary))
         if self._check_nan and summary is not None:
             self._check(
                 self._param_grad_check,
