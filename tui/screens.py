@@ -14,7 +14,7 @@ from hookdbg.analysis.profile import Profile
 from hookdbg.analysis.query import QueryError, parse
 from hookdbg.analysis.search import SearchResult
 from hookdbg.read.modules import ModuleTable
-from hookdbg.store.schema import Phase, slot_label
+from hookdbg.store.schema import Phase, nonfinite_count, slot_label
 from hookdbg.text import num
 
 Jump = tuple[int, int] | None  # (module id, step)
@@ -164,7 +164,7 @@ class SearchScreen(Screen[Jump]):
         for i, r in enumerate(result.rows):
             self.hits.append((int(r["module"]), int(r["step"])))
             if result.on_tensors:
-                bad = int(r["nan"]) + int(r["posinf"]) + int(r["neginf"]) if r["nan"] >= 0 else -1
+                bad = nonfinite_count(r)
                 cells = [
                     Text(slot_label(int(r["slot"]), r["path"].decode())),
                     Text(r["shape"].decode()),

@@ -14,7 +14,7 @@ from textual.widgets.tree import TreeNode
 
 from hookdbg.analysis.overview import shape_text
 from hookdbg.read.modules import Module, ModuleTable
-from hookdbg.store.schema import Phase, slot_label
+from hookdbg.store.schema import Phase, nonfinite_count, slot_label
 from hookdbg.text import num
 from hookdbg.tui.model import Detail, ModuleStep, PlotStat
 
@@ -152,7 +152,7 @@ class DetailPane(Vertical):
         runs = [("a" if other else "", detail)] + ([("b", other)] if other else [])
         for run, d in runs:
             for r in d.rows:
-                bad = int(r["nan"]) + int(r["posinf"]) + int(r["neginf"]) if r["nan"] >= 0 else -1
+                bad = nonfinite_count(r)
                 zeros = float(r["zero_frac"])
                 key = (int(r["phase"]), int(r["slot"]), r["path"].decode())
                 style = "bold magenta" if divergent and key in divergent else ""

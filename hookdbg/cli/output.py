@@ -29,7 +29,7 @@ from hookdbg.read import (
     open_run,
     rank_files,
 )
-from hookdbg.store.schema import SUMMARY_COLUMNS, Phase, Slot, slot_label
+from hookdbg.store.schema import SUMMARY_COLUMNS, Phase, Slot, nonfinite_count, slot_label
 from hookdbg.text import num
 
 
@@ -242,7 +242,7 @@ def tensor_table(
     ]
     t = table(title, cols)
     for r in rows:
-        bad = int(r["nan"]) + int(r["posinf"]) + int(r["neginf"]) if r["nan"] >= 0 else -1
+        bad = nonfinite_count(r)
         cells = [str(int(r["step"]))]
         if module_column:
             cells.append(modules.name(int(r["module"])))
