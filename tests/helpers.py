@@ -65,9 +65,12 @@ def module_id(t: dict[str, np.ndarray], name: str) -> int:
 LIVE_WRITER = """
 import time, torch, hookdbg
 model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
-with hookdbg.record({path!r}, flush_interval=0.1, quiet=True), torch.no_grad():
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+with hookdbg.record({path!r}, flush_interval=0.1, quiet=True):
     while True:
-        model(torch.randn(2, 4))
+        opt.zero_grad()
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
         time.sleep({pause})
 """
 

@@ -184,8 +184,10 @@ def rank_path(path: Path) -> Path:
 
 def _status_line(recorder: Recorder, path: Path) -> str:
     size = human_bytes(path.stat().st_size) if path.exists() else "no file"
+    evals = recorder.evals_recorded
     parts = [
         plural(recorder.steps_recorded, "step"),
+        *([plural(evals, "eval batch", "eval batches")] if evals else []),
         plural(recorder.calls_recorded, "module call"),
         plural(recorder.detector.alerts, "alert"),
     ]

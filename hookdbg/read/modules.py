@@ -56,7 +56,8 @@ class ModuleTable:
         self._by_id = {m.id: m for m in self._modules}
         self._by_name: dict[str, Module] = {}
         for m in self._modules:  # a wrapper shares its model's name: keep the model
-            self._by_name.setdefault(m.name, m)
+            if m.is_model_part or m.name not in self._by_name:
+                self._by_name[m.name] = m
         self._children: dict[int, list[Module]] = {}
         for m in self._modules:
             self._children.setdefault(m.parent, []).append(m)

@@ -78,10 +78,12 @@ class Recording:
         self._file = _open(path)
         try:
             self.info = _run_info(self._file, path)
+            derived = _DERIVED if self.info.schema_version < 2 else {}
             for name, (dtype, _) in schema.TABLES.items():
-                _check_table(self._file, name, dtype, path)
+                _check_table(self._file, name, dtype, path, derived.get(name, {}))
             self._tables = {
-                name: Table(self._file[name], dtype) for name, (dtype, _) in schema.TABLES.items()
+                name: Table(self._file[name], dtype, derived.get(name))
+                for name, (dtype, _) in schema.TABLES.items()
             }
             self._load_small()
         except BaseException:
@@ -111,7 +113,11 @@ class Recording:
     def _load_small(self) -> None:
         t = self._tables
         self.modules = ModuleTable(t["modules"].read())
-        self.steps = t["steps"].read()
+        self.segments = t["steps"].read()  # training steps and eval batches, in order
+        training = self.segments["kind"] == schema.StepKind.TRAIN
+        self.steps = self.segments[training]
+        self.evals = self.segments[~training]
+        self._labels: dict[int, str] = {}
         self.alerts = t["alerts"].read()
         self.captures = t["captures"].read()
         ends = t["end"].read()
@@ -178,27 +184,64 @@ class Recording:
         hi = int(recorded[-1]) if last is None else min(last, int(recorded[-1]))
         return lo, hi
 
+    def segment_label(self, segment: int) -> str:
+        """'step 3' or 'eval batch 2': how reports name the segment a row belongs to."""
+        if not self._labels:
+            evals = 0
+            for row in self.segments:
+                if row["kind"] == schema.StepKind.EVAL:
+                    self._labels[int(row["segment"])] = f"eval batch {evals}"
+                    evals += 1
+                else:
+                    self._labels[int(row["segment"])] = f"step {int(row['step'])}"
+        return self._labels.get(segment, "")
+
+    def is_eval(self, segments: np.ndarray) -> np.ndarray:
+        """Which of these segment ids are eval batches (a segment still being recorded
+        counts as training until it ends)."""
+        return np.isin(segments, self.evals["segment"])
+
     def calls(
-        self, first: int | None = None, last: int | None = None, columns: list[str] | None = None
+        self,
+        first: int | None = None,
+        last: int | None = None,
+        columns: list[str] | None = None,
+        kind: schema.StepKind | None = schema.StepKind.TRAIN,
     ) -> np.ndarray:
-        """Call rows of steps ``first``..``last`` (default: all)."""
-        return self._rows("calls", first, last, columns)
+        """Call rows of steps ``first``..``last`` (default: all) of training steps, or of
+        eval batches (``kind=EVAL``, by the step they came after), or both (None)."""
+        return self._rows("calls", first, last, columns, kind)
 
     def tensors(
-        self, first: int | None = None, last: int | None = None, columns: list[str] | None = None
+        self,
+        first: int | None = None,
+        last: int | None = None,
+        columns: list[str] | None = None,
+        kind: schema.StepKind | None = schema.StepKind.TRAIN,
     ) -> np.ndarray:
-        """Tensor summary rows of steps ``first``..``last`` (default: all)."""
-        return self._rows("tensors", first, last, columns)
+        """Tensor summary rows of steps ``first``..``last``; ``kind`` as for ``calls``."""
+        return self._rows("tensors", first, last, columns, kind)
 
     def _rows(
-        self, table: str, first: int | None, last: int | None, columns: list[str] | None
+        self,
+        table: str,
+        first: int | None,
+        last: int | None,
+        columns: list[str] | None,
+        kind: schema.StepKind | None,
     ) -> np.ndarray:
         t = self._tables[table]
         if first is None and last is None:
-            return t.read(columns)
-        lo = -(2**31) if first is None else first
-        hi = 2**31 - 1 if last is None else last
-        return t.read(columns, t.step_rows(lo, hi))
+            span = slice(None)
+        else:
+            lo = -(2**31) if first is None else first
+            hi = 2**31 - 1 if last is None else last
+            span = t.step_rows(lo, hi)
+        rows = t.read(columns, span)
+        if kind is None or (kind == schema.StepKind.TRAIN and not len(self.evals)):
+            return rows
+        evals = self.is_eval(t.column("segment", span))
+        return rows[evals if kind == schema.StepKind.EVAL else ~evals]
 
     def captured(self, module: int | None = None, step: int | None = None) -> list[Capture]:
         """Stored full tensors, optionally of one module (id) and/or one step."""
@@ -307,11 +350,25 @@ def _run_info(f: h5py.File, path: Path) -> RunInfo:
         raise RecordingError(f"{path} is damaged: bad run metadata ({exc})") from None
 
 
-def _check_table(f: h5py.File, name: str, dtype: np.dtype, path: Path) -> None:
+# Columns that schema version 1 did not have: each segment was a step of its own.
+_DERIVED: dict[str, dict[str, str | int]] = {
+    "calls": {"segment": "step"},
+    "tensors": {"segment": "step"},
+    "alerts": {"segment": "step"},
+    "captures": {"segment": "step"},
+    "steps": {"segment": "step", "kind": int(schema.StepKind.TRAIN)},
+}
+
+
+def _check_table(
+    f: h5py.File, name: str, dtype: np.dtype, path: Path, derived: dict[str, str | int]
+) -> None:
     group = f.get(name)
     if not isinstance(group, h5py.Group):
         raise RecordingError(f"{path} is damaged: table {name!r} is missing")
     for column in dtype.names:
+        if column in derived:
+            continue
         ds = group.get(column)
         if not isinstance(ds, h5py.Dataset) or ds.ndim != 1:
             raise RecordingError(f"{path} is damaged: table {name!r} has no column {column!r}")

@@ -14,9 +14,16 @@ import numpy as np
 
 
 class Table:
-    def __init__(self, group: h5py.Group, dtype: np.dtype) -> None:
+    """``derived`` fills columns an older schema did not have: name -> the column to copy,
+    or a constant."""
+
+    def __init__(
+        self, group: h5py.Group, dtype: np.dtype, derived: dict[str, str | int] | None = None
+    ) -> None:
         self._group = group
         self.dtype = dtype
+        self._derived = derived or {}
+        self._stored = [n for n in dtype.names if n not in self._derived]
         self._length = self._shortest()
         self._cache: dict[str, np.ndarray] = {}
 
@@ -27,7 +34,7 @@ class Table:
         """See rows appended since the last look; True if there are new ones."""
         if not self._group.file.swmr_mode:
             return False  # a file closed by its writer does not change
-        for name in self.dtype.names:
+        for name in self._stored:
             self._group[name].refresh()
         before, self._length = self._length, self._shortest()
         if self._length != before:
@@ -36,10 +43,16 @@ class Table:
 
     def _shortest(self) -> int:
         # while a file is written one column may be a batch ahead of another
-        return min(self._group[name].shape[0] for name in self.dtype.names)
+        return min(self._group[name].shape[0] for name in self._stored)
 
     def column(self, name: str, rows: slice | None = None) -> np.ndarray:
         """One column (whole, cached, or a row range)."""
+        if name in self._derived:
+            source = self._derived[name]
+            if isinstance(source, str):
+                return self.column(source, rows).astype(self.dtype[name])
+            start, stop, _ = (rows or slice(None)).indices(self._length)
+            return np.full(max(stop - start, 0), source, dtype=self.dtype[name])
         if rows is None:
             cached = self._cache.get(name)
             if cached is None:
@@ -78,6 +91,8 @@ class Table:
 
     def step_rows(self, first: int, last: int) -> slice:
         """The rows of steps ``first`` to ``last`` (inclusive): binary search on disk."""
+        if first > last:
+            return slice(0, 0)
         if "step" in self._cache:
             steps = self._cache["step"]
             lo, hi = np.searchsorted(steps, [first, last + 1])

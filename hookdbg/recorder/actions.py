@@ -59,7 +59,8 @@ def nan_breakpoint(alert: Alert) -> None:
     )
     print(
         f"\nhookdbg: in the debugger at the {alert.phase.label} hook where {alert.kind} was born "
-        f"({alert.where}, step {alert.step}). Locals: {names}. 'up' walks into the model's "
+        f"({alert.where}, {alert.segment.when.removeprefix('at ').removeprefix('in ')}). "
+        f"Locals: {names}. 'up' walks into the model's "
         "code, 'c' continues training.",
         file=sys.stderr,
         flush=True,
@@ -112,11 +113,13 @@ class AlertActions:
         """Write the flight recorder's tensors around a new origin."""
         if self._flight is None or alert.origin is None:
             return
-        rows, stale = self._flight.dump(alert.origin, alert.step)
+        rows, stale = self._flight.dump(alert.origin, alert.segment)
         if rows:
             self._rows.setdefault("captures", []).extend(rows)
             steps = sorted({r[0] for r in rows})
             span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+            if not alert.segment.training:
+                span = alert.segment.when.removeprefix("in ")
             note = f"; {stale} changed in place since were left out" if stale else ""
             self.warn(
                 f"flight recorder: wrote {len(rows)} tensors of {alert.module.name} and "

@@ -1,5 +1,6 @@
-"""The recorder's per-step bookkeeping: one ``Call`` per recorded module call and one
-``Seen`` per distinct tensor (object and version) seen in the step.
+"""The recorder's per-segment bookkeeping: one ``Segment`` per training step or eval
+batch, one ``Call`` per recorded module call and one ``Seen`` per distinct tensor
+(object and version) seen in the segment.
 
 Plain ``__slots__`` classes: thousands are made per step on the training thread.
 """
@@ -7,10 +8,32 @@ Plain ``__slots__`` classes: thousands are made per step on the training thread.
 from __future__ import annotations
 
 import weakref
+from typing import TYPE_CHECKING
 
 from hookdbg.recorder.naming import ModuleInfo
 
+if TYPE_CHECKING:
+    from hookdbg.recorder.nonfinite import Alert
+
 NEVER = float("-inf")
+
+
+class Segment:
+    """One training step or eval batch (hookdbg/recorder/steps.py). ``training`` and
+    ``eval`` are settled when it ends; checks replayed later read the settled values."""
+
+    __slots__ = ("eval", "id", "step", "training")
+
+    def __init__(self, id: int, step: int, training: bool | None, eval: int) -> None:
+        self.id = id
+        self.step = step  # training steps completed before it (its number, if training)
+        self.training = training  # None: not known yet
+        self.eval = eval  # its number among eval batches (meaningful if not training)
+
+    @property
+    def when(self) -> str:
+        """'at step 3' or 'in eval batch 2', for messages."""
+        return f"in eval batch {self.eval}" if self.training is False else f"at step {self.step}"
 
 
 class Call:
@@ -18,14 +41,18 @@ class Call:
 
     __slots__ = (
         "bad_grad",
+        "below_bad",
         "bwd_end",
         "bwd_start",
+        "bwd_task",
         "child_time",
         "depth",
         "id",
         "index",
+        "inf_below",
+        "inf_inputs",
         "info",
-        "inputs_finite",
+        "nan_in",
         "param_end",
         "parent",
         "tainted",
@@ -45,34 +72,57 @@ class Call:
         self.total = 0.0
         self.child_time = 0.0
         self.bwd_start: float | None = None  # first gradient w.r.t. an output arrived
+        self.bwd_task = -1  # the backward pass (autograd graph task) that reached it
         self.bwd_end = NEVER  # last gradient w.r.t. an input arrived
-        self.param_end = NEVER  # last own parameter gradient was accumulated
-        self.inputs_finite = True
-        self.tainted = False  # a non-finite tensor was seen in this call or below
+        self.param_end = NEVER  # its parameters' gradients were accumulated
+        self.nan_in = False  # a NaN reached it as an input
+        self.inf_inputs: list[tuple[str, Seen]] | None = None  # inputs holding +/-inf only
+        self.inf_below: Alert | None = None  # where an inf made inside it was born
+        self.tainted = False  # NaN, or a reported origin, in this call or below
         self.bad_grad = False  # a gradient w.r.t. one of its outputs was non-finite
+        self.below_bad = False  # a call inside it had non-finite gradients
+
+    def note_inf_below(self, birth: Alert) -> None:
+        """Tell the enclosing calls where an inf made inside them was born."""
+        parent = self.parent
+        while parent is not None and parent.inf_below is None:
+            parent.inf_below = birth
+            parent = parent.parent
+
+    def mark_below_bad(self) -> None:
+        """Tell every enclosing call that a gradient went non-finite inside it: their
+        own non-finite input gradients are spread, not born."""
+        parent = self.parent
+        while parent is not None and not parent.below_bad:
+            parent.below_bad = True
+            parent = parent.parent
 
 
 class Seen:
-    """A tensor (object + version) seen in this step, summarised once.
+    """A tensor (object + version) seen in this segment, summarised once.
 
     ``grad_slots`` lists where its gradient belongs: ``(call, Slot.GRAD_OUTPUT, path)``
     for the calls that produced it, ``(call, Slot.GRAD_INPUT, path)`` for those that
-    consumed it, so one gradient hook serves all of them.
+    consumed it, so one gradient hook serves all of them. ``birth`` is where a value
+    holding +/-inf (but no NaN) came from, kept until that inf proves to be a problem
+    rather than a mask (hookdbg/recorder/nonfinite.py).
     """
 
     __slots__ = (
         "alerted",
+        "birth",
         "finite",
         "grad_slots",
+        "hooked",
         "producer",
         "ref",
-        "step",
+        "segment",
         "summary",
         "version",
     )
 
     def __init__(
-        self, tensor: object, version: int, summary: tuple | None, finite: bool, step: int
+        self, tensor: object, version: int, summary: tuple | None, finite: bool, segment: int
     ) -> None:
         self.ref = weakref.ref(tensor)
         self.version = version
@@ -80,5 +130,7 @@ class Seen:
         self.finite = finite
         self.producer: Call | None = None
         self.grad_slots: list[tuple[Call, int, str]] = []
-        self.step = step
+        self.segment = segment
         self.alerted = False
+        self.birth: Alert | None = None
+        self.hooked = False  # a gradient hook is registered on the tensor

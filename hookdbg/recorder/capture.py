@@ -25,7 +25,7 @@ from collections.abc import Callable
 import torch
 
 from hookdbg.options import RecordOptions
-from hookdbg.recorder.calls import Call
+from hookdbg.recorder.calls import Call, Segment
 from hookdbg.store.schema import CaptureReason, slot_label
 from hookdbg.text import human_bytes
 
@@ -65,7 +65,7 @@ class Capturer:
 
     def take(
         self,
-        step: int,
+        seg: Segment,
         call: Call | None,
         module: int,
         phase: int,
@@ -77,7 +77,7 @@ class Capturer:
         size = nbytes(t)
         if self.used + size > self.budget:
             self.full = True
-            where = f"step {step}, {slot_label(slot, path)}"
+            where = f"step {seg.step}, {slot_label(slot, path)}"
             budget = human_bytes(self.budget)
             if self.used == 0:
                 self._warn(
@@ -93,7 +93,8 @@ class Capturer:
         self.used += size
         dtype, shape, data = payload(t)
         return (
-            step,
+            seg.step,
+            seg.id,
             -1 if call is None else call.id,
             module,
             phase,
@@ -111,13 +112,13 @@ class FlightRecorder:
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
-        self._steps: collections.deque[tuple[int, collections.deque]] = collections.deque()
+        self._steps: collections.deque[tuple[Segment, collections.deque]] = collections.deque()
         self._sizes: dict[int, int] = {}  # id(tensor) -> bytes, counted once per tensor
         self._counts: dict[int, int] = {}  # id(tensor) -> entries referring to it
         self.held = 0
 
-    def new_step(self, step: int) -> None:
-        self._steps.append((step, collections.deque()))
+    def new_step(self, seg: Segment) -> None:
+        self._steps.append((seg, collections.deque()))
         while len(self._steps) > 2:
             _, dropped = self._steps.popleft()
             for entry in dropped:
@@ -153,14 +154,14 @@ class FlightRecorder:
             del self._counts[key]
             self.held -= self._sizes.pop(key)
 
-    def dump(self, origin: Call, step: int) -> tuple[list[tuple], int]:
-        """Capture rows for the origin call (of ``step``) and its neighbours, in that step
-        and the one before; and how many kept tensors were left out, changed in place
-        since."""
-        held = dict(self._steps)
-        if step not in held:
+    def dump(self, origin: Call, seg: Segment) -> tuple[list[tuple], int]:
+        """Capture rows for the origin call (of segment ``seg``) and its neighbours, in that
+        segment and the one before; and how many kept tensors were left out, changed in
+        place since."""
+        held = {s.id: entries for s, entries in self._steps}
+        if seg.id not in held:
             return [], 0
-        entries = held[step]
+        entries = held[seg.id]
         calls = sorted({e[0] for e in entries} | {origin}, key=lambda c: c.id)
         pos = calls.index(origin)
         chosen = {origin, *calls[max(pos - 1, 0) : pos + 2]}
@@ -170,8 +171,8 @@ class FlightRecorder:
         wanted = {(c.info.id, c.index) for c in chosen}
         rows: list[tuple] = []
         stale = 0
-        for entry_step, step_entries in self._steps:
-            if entry_step not in (step - 1, step):
+        for entry_seg, step_entries in self._steps:
+            if entry_seg.id not in (seg.id - 1, seg.id):
                 continue
             for call, phase, slot, path, version, t in step_entries:
                 if (call.info.id, call.index) not in wanted:
@@ -182,7 +183,8 @@ class FlightRecorder:
                 dtype, shape, data = payload(t)
                 rows.append(
                     (
-                        entry_step,
+                        entry_seg.step,
+                        entry_seg.id,
                         call.id,
                         call.info.id,
                         phase,

@@ -43,7 +43,7 @@ from torch.optim import optimizer as optimizer_hooks
 
 from hookdbg.options import Level, RecordOptions
 from hookdbg.recorder.actions import AlertActions, NonFiniteStop
-from hookdbg.recorder.calls import Call, Seen
+from hookdbg.recorder.calls import Call, Seen, Segment
 from hookdbg.recorder.capture import Capturer, FlightRecorder
 from hookdbg.recorder.deferred import StepBatch
 from hookdbg.recorder.envelope import hook
@@ -52,11 +52,12 @@ from hookdbg.recorder.meta import run_metadata
 from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry
 from hookdbg.recorder.nonfinite import Alert, OriginDetector
 from hookdbg.recorder.optimizer_hooks import OptimizerHooks
+from hookdbg.recorder.recompute import Recompute, RecomputeIndex
 from hookdbg.recorder.rows import CONVERTERS
-from hookdbg.recorder.steps import StepTracker
+from hookdbg.recorder.steps import RootKind, StepTracker, root_kind
 from hookdbg.recorder.tensor_hooks import TensorHooks, summary_function
 from hookdbg.recorder.timing import backward_rows, call_row
-from hookdbg.store.schema import ModuleKind, Phase, Slot
+from hookdbg.store.schema import ModuleKind, Phase, Slot, StepKind
 from hookdbg.store.writer import Writer, WriterError
 
 _RAISED = object()  # forward raised: torch calls always_call hooks without kwargs
@@ -144,14 +145,17 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
         self._mute = 0
         self._ovh = 0.0  # seconds spent inside hookdbg's hooks so far
         self._next_call = 0
-        # per-step state
-        self._step = -1
+        # per-segment state (a training step or an eval batch: recorder/steps.py)
+        self._seg = Segment(-1, 0, True, 0)
+        self._step = 0  # the segment's step number, as written in rows
+        self._segment = -1  # the segment's id, as written in rows
         self._recording = False
         self._step_start = 0.0
         self._memo: dict[int, Seen] = {}
         self._index: dict[int, int] = {}
         self._calls: list[Call] = []
         self._module_calls: dict[int, list[Call]] = {}
+        self._recompute = RecomputeIndex(self._calls)
         self._grad_finite: dict[int, bool] = {}
         self._opt_start: dict[int, float] = {}
         self._param_owner: dict[int, tuple[ModuleInfo, str]] = {}
@@ -160,7 +164,8 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
         self._rows: dict[str, list] = {}
         self._last_handoff = 0.0
         self._handoff_every = min(0.5, self.options.flush_interval / 2)
-        self.steps_recorded = 0
+        self.steps_recorded = 0  # training steps
+        self.evals_recorded = 0  # eval batches
         self.calls_recorded = 0
 
     # -- lifecycle ------------------------------------------------------------------
@@ -219,7 +224,7 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
             if self._froze:
                 gc.unfreeze()
             now = perf_counter() - self._ovh
-            if self._step >= 0:
+            if self._segment >= 0:
                 self._end_step(now)
             self._read_batches(wait=True)
             if self._alerts:
@@ -282,16 +287,24 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
             return
         if stack:
             top = stack[-1]
-            pinfo = top.info if top.__class__ is Call else top
+            cls = top.__class__
+            if cls is Recompute:
+                self._recompute_inner(top, module, args)
+                return
+            pinfo = top.info if cls is Call else top
         else:
             pinfo = None
         info = self._by_id.get(id(module))
         if info is None or info.ref() is not module:
             info = self._registry.lookup(module, pinfo)
-        if pinfo is None and not self._root_call(info, module, t0):
-            self._mute = 1
-            stack.append(_MUTED)
-            return
+        if pinfo is None:
+            if _graph_task_id() != -1:  # a forward run again inside backward
+                self._recompute_outer(info, module, args)
+                return
+            if not self._root_call(info, module, t0):
+                self._mute = 1
+                stack.append(_MUTED)
+                return
         if info.transparent or not info.selected:
             stack.append(info)
             return
@@ -304,6 +317,27 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
         stack.append(call)
         self._open = call
         self._observe_inputs(call, module, args)
+
+    def _recompute_outer(self, info: ModuleInfo, module: torch.nn.Module, args: tuple) -> None:
+        """A module called with no other around it inside backward: a checkpointed block
+        run again (recorder/recompute.py), or user code in a hook (not recorded)."""
+        calls = self._module_calls.get(info.id)
+        frame = self._recompute.outer(calls) if (calls and self._recording) else None
+        if frame is None:
+            self._mute = 1
+            self._stack.append(_MUTED)
+        else:
+            self._stack.append(frame)
+
+    def _recompute_inner(self, parent: Recompute, module: torch.nn.Module, args: tuple) -> None:
+        info = self._by_id.get(id(module))
+        frame = None if info is None else self._recompute.inner(parent, info)
+        if frame is None:
+            self._mute = 1
+            self._stack.append(_MUTED)
+            return
+        self._stack.append(frame)
+        self._observe_recomputed(frame.call, args, _GRAD_INPUT)
 
     @hook
     def _post(
@@ -320,6 +354,8 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
         if frame.__class__ is not Call:
             if frame is _MUTED:
                 self._mute -= 1
+            elif frame.__class__ is Recompute and not frame.outer and result is not _RAISED:
+                self._observe_recomputed(frame.call, (result,), _GRAD_OUTPUT)
             return
         call: Call = frame
         total = call.total = t0 - self._ovh - call.vstart
@@ -337,6 +373,7 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
                 call.id,
                 _FWD,
                 self._step,
+                self._segment,
                 call.info.id,
                 call.index,
                 -1 if parent is None else parent.id,
@@ -351,30 +388,35 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
             self._handoff()
 
     def _root_call(self, info: ModuleInfo, module: torch.nn.Module, t0: float) -> bool:
-        """A call with no module around it: maybe a new step. True if it is recorded."""
-        if _graph_task_id() != -1:  # a forward re-run inside backward (checkpointing)
-            return False
+        """A call with no module around it: maybe a new segment. True if it is recorded."""
+        kind = root_kind(module, info.has_params)
         steps = self._steps
-        inference = not torch.is_grad_enabled() or not module.training
-        if steps.starts_step(info.root, inference):
+        if steps.starts_segment(info.id, kind):
             now = t0 - self._ovh
-            if self._step >= 0:
+            if steps.segment >= 0:
                 self._end_step(now)
-            steps.begin(inference)
-            self._begin_step(steps.step, now, _on_device(module))
+            steps.begin()
+            self._begin_step(now, _on_device(module))
             self._read_batches(wait=False)
-        steps.root_seen(info.root)
+        steps.root_ran(info.id, kind)
+        if self._seg.training is None:  # what messages call it until it ends
+            if steps.is_training:
+                self._seg.training = True
+            elif steps.effective(kind) == RootKind.EVAL:
+                self._seg.training = False
         return self._recording
 
     # -- steps, rows, alerts ---------------------------------------------------------
 
-    def _begin_step(self, step: int, now: float, on_device: bool = False) -> None:
+    def _begin_step(self, now: float, on_device: bool = False) -> None:
         if not self._distributed:
             self._learn_distributed()
-        self._step = step
-        self._recording = self.options.records_step(step)
+        steps = self._steps
+        self._step, self._segment = steps.step, steps.segment
+        self._seg = Segment(steps.segment, steps.step, None, steps.evals)
+        self._recording = self.options.records_step(self._step)
         deferring = self._recording and self._defer and (self._defer_all or on_device)
-        self._batch = StepBatch(step) if deferring else None
+        self._batch = StepBatch(self._segment) if deferring else None
         if on_device and not self._warned_device:
             self._warned_device = True
             self.warn(
@@ -387,27 +429,35 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
                     "which waits for the device each time; warn and stop do not"
                 )
         self._capturing = (
-            self._capturer is not None and self._recording and self._capturer.active(step)
+            self._capturer is not None and self._recording and self._capturer.active(self._step)
         )
         if self._flight is not None:
-            self._flight.new_step(step)
+            self._flight.new_step(self._seg)
         self.detector.new_step()
         self._step_start = now
         self._memo = {}
         self._index = {}
         self._calls = []
         self._module_calls = {}
+        self._recompute = RecomputeIndex(self._calls)
         self._grad_finite = {} if self._batch is None else self._batch.grad_finite
 
     def _end_step(self, now: float) -> None:
+        seg = self._seg
+        seg.training = training = self._steps.end()
         if self._recording:
             self._rows.setdefault("calls", []).extend(
-                backward_rows(self._calls, self._step, self._v0)
+                backward_rows(self._calls, self._step, self._segment, self._v0)
             )
-            self.steps_recorded += 1
+            if training:
+                self.steps_recorded += 1
+            else:
+                self.evals_recorded += 1
         self._rows.setdefault("steps", []).append(
             (
                 self._step,
+                self._segment,
+                int(StepKind.TRAIN if training else StepKind.EVAL),
                 self._step_start - self._v0,
                 now - self._v0,
                 len(self._calls),

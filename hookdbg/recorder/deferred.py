@@ -95,4 +95,4 @@ class StepBatch:
 
     def finished_rows(self) -> list[tuple]:
         """The step's tensor rows, with their summaries read back."""
-        return [(*row[:6], resolved(row[6])) for row in self.rows]
+        return [(*row[:-1], resolved(row[-1])) for row in self.rows]

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
+from torch.compiler import is_compiling
+
 
 def hook(body: Callable[..., None]) -> Callable[..., None]:
     """Wrap a recorder hook ``body(self, t0, *args)`` so that:
@@ -16,11 +18,16 @@ def hook(body: Callable[..., None]) -> Callable[..., None]:
     * a bug in hookdbg stops the recording (with a message) instead of the training;
     * the NaN/inf origins the body found are acted on after that guard, so that
       ``--on-nan raise`` can raise into the training code;
-    * the hook returns None: hookdbg never changes what a module or tensor passes on.
+    * the hook returns None: hookdbg never changes what a module or tensor passes on;
+    * while torch.compile traces a model it does nothing at all, first thing, so that
+      dynamo traces nothing of hookdbg into the graph: the compiled code is what it
+      would be without hookdbg, and the compiled region is recorded as one call.
     """
 
     @functools.wraps(body)
     def guarded(self: Any, *args: Any) -> None:
+        if is_compiling():
+            return
         t0 = perf_counter()
         if not self._live:
             return

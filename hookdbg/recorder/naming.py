@@ -4,9 +4,14 @@ A module called with no other module around it is a *root* (the model, the loss
 module, each of a GAN's two networks). A root is labelled with the variable that holds
 it in the calling code (``model``, ``netD``, ``criterion``), else its class name, and
 every module inside it is named ``label.path`` with ``path`` from ``named_modules()``:
-``model.layer3.0.conv1``. Data-parallel wrappers (DDP, DataParallel) are transparent:
-the wrapped model takes the wrapper's label, so single-process and per-rank recordings
-name modules alike.
+``model.layer3.0.conv1``. A submodule called on its own (``model.head(x)``,
+``model.decode(z)`` calling ``self.fc3``) is named from the variable of the model that
+holds it, whatever is called first. Wrappers are transparent: the wrapped model takes
+the wrapper's label, so single-process, per-rank and compiled runs name modules alike
+(DDP, DataParallel, and ``torch.compile``'s OptimizedModule).
+
+Parameters shared by two modules (tied embeddings: ``lm_head.weight is wte.weight``)
+are counted once, for the module that was named first.
 
 Lookup runs on every module call, so it is a dict hit on ``id(module)`` checked
 against a weak reference (ids are reused after garbage collection); everything else
@@ -15,6 +20,7 @@ happens once, when a module is first seen.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import types
@@ -36,6 +42,7 @@ class ModuleInfo:
     __slots__ = (
         "capture",
         "depth",
+        "has_params",
         "id",
         "kind",
         "n_params",
@@ -59,6 +66,7 @@ class ModuleInfo:
         root: int,
         depth: int,
         kind: ModuleKind = ModuleKind.MODULE,
+        n_params: int = 0,
     ) -> None:
         self.id = id
         self.name = name
@@ -72,10 +80,10 @@ class ModuleInfo:
         self.selected = True
         self.transparent = False
         self.capture = False  # --capture stores its full tensors
-        self.n_params = (
-            sum(p.numel() for p in obj.parameters(recurse=False))
-            if isinstance(obj, torch.nn.Module)
-            else 0
+        self.n_params = n_params  # own parameters' elements, shared ones counted once
+        # with its submodules, it has parameters (hookdbg/recorder/steps.py's "aux")
+        self.has_params = (
+            isinstance(obj, torch.nn.Module) and next(obj.parameters(), None) is not None
         )
 
     def row(self) -> tuple:
@@ -95,9 +103,24 @@ class ModuleInfo:
 
 
 def _is_wrapper(module: torch.nn.Module) -> bool:
-    return isinstance(
-        module, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)
-    ) and isinstance(getattr(module, "module", None), torch.nn.Module)
+    return _wrapped(module) is not None
+
+
+def _wrapped(module: torch.nn.Module) -> torch.nn.Module | None:
+    """The model inside a transparent wrapper, or None if ``module`` is not one."""
+    if isinstance(module, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)):
+        inner = getattr(module, "module", None)
+    elif is_compiled_wrapper(module):
+        inner = getattr(module, "_orig_mod", None)
+    else:
+        return None
+    return inner if isinstance(inner, torch.nn.Module) else None
+
+
+def is_compiled_wrapper(module: object) -> bool:
+    """torch.compile(model)'s OptimizedModule (checked by name: importing torch._dynamo
+    to compare classes costs a second at startup)."""
+    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
 
 
 def _clean_path(path: str) -> str:
@@ -115,6 +138,7 @@ class ModuleRegistry:
         self.by_id: dict[int, ModuleInfo] = {}
         self._labels: set[str] = set()
         self._unnamed: dict[tuple[int, str], int] = {}
+        self._counted: set[int] = set()  # ids of parameters already counted
         self.infos: list[ModuleInfo] = []
 
     def lookup(self, module: torch.nn.Module, parent: ModuleInfo | None) -> ModuleInfo:
@@ -166,13 +190,23 @@ class ModuleRegistry:
         return info
 
     def _add_root(self, module: torch.nn.Module) -> None:
-        label = self._unique(_find_label(module) or type(module).__name__)
+        owner = _find_owner(module)
+        if owner is not None:  # name it from the model that holds it
+            held_by = self.known(owner)
+            if held_by is None:
+                self._add_root(owner)
+            else:  # added to that model after it was named
+                self._add_tree(owner, held_by)
+            if self.known(module) is not None:
+                return
         wrappers = []
         target = module
-        while _is_wrapper(target):
+        while (inner := _wrapped(target)) is not None:
             wrappers.append(target)
-            target = target.module
-        root = self.known(target) or self._add(target, label, "", -1, None, 0)
+            target = inner
+        known = self.known(target)
+        label = known.name if known else self._unique(_find_label(module) or type(module).__name__)
+        root = known or self._add(target, label, "", -1, None, 0)
         for wrapper in wrappers:
             self._add(wrapper, label, "", -1, root, 0, ModuleKind.WRAPPER).transparent = True
         self._add_tree(target, root)
@@ -184,16 +218,23 @@ class ModuleRegistry:
             if not sub_path or self.known(sub) is not None:
                 continue
             sub_path = _clean_path(sub_path)
+            if not sub_path:  # a wrapper's model (compiled inside a module): same name
+                continue
             path = f"{top.path}.{sub_path}" if top.path else sub_path
             parent_path = path.rpartition(".")[0]
             parent = self._find_path(root, parent_path) or top
-            self._add(sub, f"{root.name}.{path}", path, parent.id, root, path.count(".") + 1)
+            kind = ModuleKind.WRAPPER if _is_wrapper(sub) else ModuleKind.MODULE
+            info = self._add(
+                sub, f"{root.name}.{path}", path, parent.id, root, path.count(".") + 1, kind
+            )
+            # a wrapper inside a model (a compiled block) passes its name to its model
+            info.transparent = kind == ModuleKind.WRAPPER
 
     def _find_path(self, root: ModuleInfo, path: str) -> ModuleInfo | None:
         if not path:
             return root
         for info in reversed(self.infos):
-            if info.root == root.id and info.path == path:
+            if info.root == root.id and info.path == path and info.kind == ModuleKind.MODULE:
                 return info
         return None
 
@@ -209,13 +250,31 @@ class ModuleRegistry:
     ) -> ModuleInfo:
         info_id = len(self.infos)
         info = ModuleInfo(
-            info_id, obj, name, path, parent, info_id if root is None else root.id, depth, kind
+            info_id,
+            obj,
+            name,
+            path,
+            parent,
+            info_id if root is None else root.id,
+            depth,
+            kind,
+            self._count_params(obj) if kind == ModuleKind.MODULE else 0,
         )
         info.selected = kind == ModuleKind.MODULE and self._select(name, path)
         self.by_id[id(obj)] = info
         self.infos.append(info)
         self._on_new(info, obj)
         return info
+
+    def _count_params(self, obj: object) -> int:
+        if not isinstance(obj, torch.nn.Module):
+            return 0
+        total = 0
+        for p in obj.parameters(recurse=False):
+            if id(p) not in self._counted:
+                self._counted.add(id(p))
+                total += p.numel()
+        return total
 
     def _unique(self, label: str) -> str:
         candidate, k = label, 1
@@ -247,6 +306,41 @@ def _find_label(obj: object) -> str | None:
 
 
 _NOT_HOLDERS = (torch.nn.Module, type, types.ModuleType, types.FunctionType)
+
+
+def _user_namespaces() -> list[dict[str, object]]:
+    """Locals of the user's frames (not torch's, not hookdbg's), innermost first, then
+    ``__main__``'s globals."""
+    spaces = []
+    frame = sys._getframe(1)
+    while frame is not None and len(spaces) < 8:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not filename.startswith((_HOOKDBG_DIR, _TORCH_DIR)) and "<frozen" not in filename:
+            spaces.append(frame.f_locals)
+        frame = frame.f_back
+    main = sys.modules.get("__main__")
+    if main is not None:
+        spaces.append(vars(main))
+    return spaces
+
+
+def _find_owner(module: torch.nn.Module) -> torch.nn.Module | None:
+    """The largest model in the user's variables (or one attribute down: ``self.model``)
+    that holds ``module`` as a submodule, if any."""
+    best, best_size = None, 0
+    for space in _user_namespaces():
+        for value in list(space.values()):
+            candidates = [value]
+            if not isinstance(value, _NOT_HOLDERS) and hasattr(value, "__dict__"):
+                with contextlib.suppress(TypeError):
+                    candidates.extend(vars(value).values())
+            for candidate in candidates:
+                if not isinstance(candidate, torch.nn.Module) or candidate is module:
+                    continue
+                subs = list(candidate.modules())
+                if len(subs) > best_size and any(m is module for m in subs):
+                    best, best_size = candidate, len(subs)
+    return best
 
 
 def _label_in(namespace: dict[str, object], target: object) -> str | None:

@@ -1,26 +1,49 @@
-"""Where a NaN or inf was born, as opposed to everywhere it spread to.
+"""Where a NaN or inf was born, as opposed to everywhere it spread to, and which infs
+are no problem at all.
 
-Once a value goes non-finite it poisons everything downstream, so "module X has a NaN"
-is rarely news; the useful answer is the *origin*. hookdbg calls a tensor an origin when:
+Once a value goes NaN it poisons everything downstream, so "module X has a NaN" is
+rarely news; the useful answer is the *origin*. And not every inf is a problem: models
+put ``-inf`` in attention masks on purpose (``generate_square_subsequent_mask``, key
+padding masks turned into float masks, ``masked_fill(-inf)`` before a softmax), and
+masked logits carry it into losses that handle it. So hookdbg's rule is:
 
-* forward: a module's output is non-finite while its inputs and its own parameters
-  were finite and none of its submodules already saw a non-finite value (so the
-  module's own code made it);
+* **NaN is never a mask.** Any NaN is a problem.
+* **+/-inf is a mask until it proves otherwise.** A module that receives inf and passes
+  on only finite values absorbed it (a softmax over a masked row): nothing to report.
+  An inf is a problem once a module passes it on (it received infs and its own output
+  holds infs too), once the model returns it to the script (an output of a module
+  called at the top level), once it turns into a NaN, or once it makes a gradient
+  non-finite. So a mask built by one submodule and absorbed by another is no problem,
+  and a module that takes an additive ``-inf`` mask and returns values still holding
+  ``-inf`` is reported.
+
+An alert names the origin of a problem:
+
+* forward: the module whose output holds a NaN (or an inf loss) while its inputs held
+  no NaN, its parameters were finite and none of its submodules already had a problem
+  (so the module's own code made it). If its inputs held infs, the alert says which and
+  where they came from (the data, tensor code, or the module whose output first had
+  them): a fully masked attention row, or an overflow upstream;
+* forward, passed on: where an inf that a module passed on was born: the module whose
+  output first held it, or the data or tensor code if no module produced it;
+* forward, from outside: a NaN in a module input that no recorded module produced (the
+  data, or tensor code between modules);
 * backward: the gradient w.r.t. a module's input is non-finite while the gradients
-  w.r.t. its outputs were finite, or a parameter's gradient is non-finite while its
-  module's output gradients were finite;
+  w.r.t. its outputs were finite and no module inside it had non-finite gradients, or a
+  parameter's gradient is non-finite while its module's output gradients were finite;
+  a non-finite gradient that reaches a tensor whose forward value already held an inf
+  is reported where that inf was born;
 * optimizer: a parameter is non-finite right after a step although its gradient was
   finite (a too-large learning rate, Adam with eps=0);
 * distributed: the gradient a step uses (all-reduced) is non-finite although this
   rank's own gradient was finite: it came from another rank;
 * unknown provenance, counted only if nothing non-finite was seen earlier in the step
-  (otherwise it is almost surely spread, not born): a module input that no recorded
-  module produced (the data, or tensor code between modules), and an output gradient
-  that feeds no module (the loss computation).
+  (otherwise it is almost surely spread, not born): a NaN module input that no recorded
+  module produced, and an output gradient that feeds no module (the loss computation).
 
-Propagation is tracked with three flags on each ``Call`` (inputs_finite, tainted,
-bad_grad) and one per step, so each check is O(1) and only runs when a summary is
-already non-finite.
+Propagation is tracked with a few flags on each ``Call`` (nan_in, inf_inputs, tainted,
+bad_grad, below_bad) and ``Seen`` (birth, alerted) and one per step, so each check is
+O(1) and only runs when a summary is already non-finite.
 """
 
 from __future__ import annotations
@@ -29,7 +52,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from hookdbg.recorder.calls import Call, Seen
+from hookdbg.recorder.calls import Call, Seen, Segment
 from hookdbg.recorder.deferred import resolved
 from hookdbg.recorder.naming import ModuleInfo
 from hookdbg.store.schema import Phase, Slot, slot_label
@@ -41,7 +64,7 @@ _PHASE_WORDS = {Phase.FWD: "forward", Phase.BWD: "backward", Phase.OPT: "optimiz
 class Alert:
     """One NaN/inf origin, as recorded in the ``alerts`` table."""
 
-    step: int
+    segment: Segment
     call: int
     module: ModuleInfo
     phase: Phase
@@ -51,9 +74,14 @@ class Alert:
     time: float
     note: str
     first: bool = False
+    reported: bool = False  # a provisional inf birth that proved to be a problem
     origin: Call | None = field(default=None, repr=False)  # the call, when there is one
     # live objects for an interactive breakpoint; never written to the file
     context: dict[str, object] = field(default_factory=dict, repr=False)
+
+    @property
+    def step(self) -> int:
+        return self.segment.step
 
     @property
     def kind(self) -> str:
@@ -68,20 +96,19 @@ class Alert:
         )
 
     def counts(self) -> str:
-        nan, posinf, neginf = self.summary[9:12]
-        parts = [f"{n:,} {k}" for k, n in (("NaN", nan), ("+inf", posinf), ("-inf", neginf)) if n]
-        return f"{', '.join(parts)} of {self.summary[3]:,} values"
+        return f"{counts_text(self.summary)} of {self.summary[3]:,} values"
 
     def message(self) -> str:
         return (
-            f"{self.kind} first appeared at step {self.step} in {self.where}: "
+            f"{self.kind} first appeared {self.segment.when} in {self.where}: "
             f"{self.counts()}; {self.note}"
         )
 
     def row(self) -> tuple:
         nan, posinf, neginf = self.summary[9:12]
         return (
-            self.step,
+            self.segment.step,
+            self.segment.id,
             self.call,
             self.module.id,
             int(self.phase),
@@ -97,13 +124,24 @@ class Alert:
         )
 
 
+def counts_text(summary: tuple) -> str:
+    """'16 NaN, 2 -inf' from a summary's counts."""
+    nan, posinf, neginf = summary[9:12]
+    parts = [f"{n:,} {k}" for k, n in (("NaN", nan), ("+inf", posinf), ("-inf", neginf)) if n]
+    return ", ".join(parts)
+
+
+def has_nan(summary: tuple) -> bool:
+    return summary[9] > 0
+
+
 class OriginDetector:
     """Applies the rules above; each method returns an ``Alert`` for an origin, else None."""
 
     def __init__(self) -> None:
         self.alerts = 0
         self.origins: dict[tuple, int] = {}  # (module, phase, slot, path) -> occurrences
-        self.step_tainted = False  # a non-finite value was seen in the current step
+        self.step_tainted = False  # a problem was seen in the current step
 
     def new_step(self) -> None:
         self.step_tainted = False
@@ -121,10 +159,33 @@ class OriginDetector:
         clean, self.step_tainted = not self.step_tainted, True
         return clean
 
+    # -- forward ----------------------------------------------------------------------
+
     def forward_input(
-        self, call: Call, path: str, seen: Seen, step: int, now: float
+        self, call: Call, path: str, seen: Seen, seg: Segment, now: float
     ) -> Alert | None:
-        call.inputs_finite = False
+        """A non-finite tensor reached ``call`` as input ``path``."""
+        summary = resolved(seen.summary)
+        if not has_nan(summary):  # infs only: maybe a mask; see whether it is absorbed
+            if call.inf_inputs is None:
+                call.inf_inputs = []
+            call.inf_inputs.append((path, seen))
+            if seen.producer is None and seen.birth is None and not self.step_tainted:
+                where = "the data" if call.parent is None else "tensor code between modules"
+                seen.birth = Alert(
+                    seg,
+                    call.id,
+                    call.info,
+                    Phase.FWD,
+                    Slot.INPUT,
+                    path,
+                    summary,
+                    now,
+                    f"no recorded module produced it: it came from {where}",
+                    origin=call,
+                )
+            return None
+        call.nan_in = True
         call.tainted = True
         if seen.producer is not None or seen.alerted:
             return None
@@ -133,51 +194,99 @@ class OriginDetector:
             return None
         where = "the data" if call.parent is None else "tensor code between modules"
         return Alert(
-            step,
+            seg,
             call.id,
             call.info,
             Phase.FWD,
             Slot.INPUT,
             path,
-            resolved(seen.summary),
+            summary,
             now,
             f"no recorded module produced it: it came from {where}",
             origin=call,
         )
 
     def forward_output(
-        self, call: Call, path: str, seen: Seen, module: object, step: int, now: float
+        self, call: Call, path: str, seen: Seen, module: object, seg: Segment, now: float
     ) -> Alert | None:
-        self.step_tainted = True
-        origin = call.inputs_finite and not call.tainted and not seen.alerted
-        seen.alerted = True
-        if not origin or not _params_finite(module):
+        """Output ``path`` of ``call`` is non-finite; called after its inputs' checks."""
+        if any(c is call and s == Slot.GRAD_INPUT for c, s, _ in seen.grad_slots):
+            return None  # it returned a tensor it was given
+        root = call.parent is None  # what it returns goes to the script itself
+        if seen.producer is not call and not root:
+            return None  # a submodule made it (and was judged for it)
+        summary = resolved(seen.summary)
+        nan = has_nan(summary)
+        if nan or root or call.inf_inputs:
+            self.step_tainted = True
+        if call.tainted or call.nan_in or seen.alerted or not _params_finite(module):
+            call.tainted = True
             return None
-        call.tainted = True
-        return Alert(
-            step,
-            call.id,
-            call.info,
-            Phase.FWD,
-            Slot.OUTPUT,
-            path,
-            resolved(seen.summary),
-            now,
-            "its inputs and parameters were finite",
-            origin=call,
-        )
+        if nan or (root and summary[3] == 1 and not call.inf_inputs):  # NaN, or an inf loss
+            seen.alerted = call.tainted = True
+            return Alert(
+                seg,
+                call.id,
+                call.info,
+                Phase.FWD,
+                Slot.OUTPUT,
+                path,
+                summary,
+                now,
+                _finite_inputs_note(call),
+                origin=call,
+            )
+        if call.inf_inputs:  # it received infs and passes infs on: no mask
+            birth = seen.birth = _received_birth(call)
+            return self._passed_on(birth, seen, call, "passed it on", now)
+        if seen.birth is None:  # an inf made here (or below): a mask until it proves otherwise
+            seen.birth = call.inf_below or Alert(
+                seg,
+                call.id,
+                call.info,
+                Phase.FWD,
+                Slot.OUTPUT,
+                path,
+                summary,
+                now,
+                "its inputs and parameters were finite",
+                origin=call,
+            )
+        if not root:
+            if seen.birth.origin is call:
+                call.note_inf_below(seen.birth)
+            return None
+        return self._passed_on(seen.birth, seen, call, "returned it", now)
 
-    def gradient(self, seen: Seen, summary: tuple, step: int, now: float) -> Alert | None:
+    def _passed_on(
+        self, birth: Alert | None, seen: Seen, call: Call, how: str, now: float
+    ) -> Alert | None:
+        """Report an inf's birth once it proved to be no mask (it was passed on)."""
+        call.tainted = True
+        if birth is None or birth.reported:
+            return None
+        birth.reported = seen.alerted = True
+        if birth.origin is not call:
+            birth.note += f"; {call.info.name} {how}"
+        birth.time = now
+        return birth
+
+    # -- backward ---------------------------------------------------------------------
+
+    def gradient(self, seen: Seen, summary: tuple, seg: Segment, now: float) -> Alert | None:
+        """The gradient w.r.t. the tensor of ``seen`` is non-finite."""
         consumers = [(c, p) for c, slot, p in seen.grad_slots if slot == Slot.GRAD_INPUT]
         producers = [(c, p) for c, slot, p in seen.grad_slots if slot == Slot.GRAD_OUTPUT]
         for c, _ in producers:
             c.bad_grad = True
-        candidates = [(c, p) for c, p in consumers if not c.bad_grad]
+            c.mark_below_bad()
+        candidates = [(c, p) for c, p in consumers if not c.bad_grad and not c.below_bad]
         if candidates:
             self.step_tainted = True
             call, path = max(candidates, key=lambda cp: cp[0].depth)
+            call.mark_below_bad()
             return Alert(
-                step,
+                seg,
                 call.id,
                 call.info,
                 Phase.BWD,
@@ -188,10 +297,18 @@ class OriginDetector:
                 "the gradients w.r.t. its outputs were finite",
                 origin=call,
             )
+        birth = seen.birth
+        if birth is not None and not birth.reported and not seen.alerted and not consumers:
+            # an inf in the forward value (a mask, so far) made this gradient non-finite
+            seen.alerted = birth.reported = True
+            self.step_tainted = True
+            birth.note += "; it made the gradients non-finite in the backward pass"
+            birth.time = now
+            return birth
         if not consumers and producers and self._unknown_provenance_ok():
             call, path = min(producers, key=lambda cp: cp[0].depth)
             return Alert(
-                step,
+                seg,
                 call.id,
                 call.info,
                 Phase.BWD,
@@ -206,14 +323,22 @@ class OriginDetector:
         return None
 
     def param_grad(
-        self, info: ModuleInfo, calls: list[Call], name: str, summary: tuple, step: int, now: float
+        self,
+        info: ModuleInfo,
+        calls: list[Call],
+        name: str,
+        summary: tuple,
+        seg: Segment,
+        now: float,
     ) -> Alert | None:
         self.step_tainted = True
-        if any(c.bad_grad for c in calls):
+        if any(c.bad_grad or c.below_bad for c in calls):
             return None
         origin = calls[-1] if calls else None
+        if origin is not None:
+            origin.mark_below_bad()
         return Alert(
-            step,
+            seg,
             origin.id if origin else -1,
             info,
             Phase.BWD,
@@ -225,15 +350,17 @@ class OriginDetector:
             origin=origin,
         )
 
+    # -- optimizer and ranks ----------------------------------------------------------
+
     def reduced_grad(
-        self, info: ModuleInfo, name: str, summary: tuple, step: int, now: float
+        self, info: ModuleInfo, name: str, summary: tuple, seg: Segment, now: float
     ) -> Alert | None:
         """The gradient the optimizer step uses is non-finite, but this rank's own was
         finite: it came from another rank through the all-reduce (one alert a step)."""
         if not self._unknown_provenance_ok():
             return None
         return Alert(
-            step,
+            seg,
             -1,
             info,
             Phase.OPT,
@@ -252,7 +379,7 @@ class OriginDetector:
         name: str,
         summary: tuple,
         grad_finite: bool | None,
-        step: int,
+        seg: Segment,
         now: float,
     ) -> Alert | None:
         self.step_tainted = True
@@ -260,7 +387,7 @@ class OriginDetector:
             return None
         grad = "its gradient was finite" if grad_finite else "it had no gradient this step"
         return Alert(
-            step,
+            seg,
             call,
             info,
             Phase.OPT,
@@ -270,6 +397,35 @@ class OriginDetector:
             now,
             f"after {opt.name}.step(); {grad}",
         )
+
+
+def _received_birth(call: Call) -> Alert | None:
+    """Where the infs that ``call`` received were born."""
+    for _, seen in call.inf_inputs or ():
+        if seen.birth is not None:
+            return seen.birth
+    return None
+
+
+def _finite_inputs_note(call: Call) -> str:
+    """Why ``call`` is the origin: its inputs and parameters were fine, or held only infs
+    (saying which, and where they came from)."""
+    if not call.inf_inputs:
+        return "its inputs and parameters were finite"
+    held = []
+    for path, seen in call.inf_inputs[:2]:
+        birth = seen.birth
+        if birth is None:
+            source = ""
+        elif birth.slot == Slot.INPUT:
+            source = ", from the data" if "the data" in birth.note else ", from tensor code"
+        else:
+            source = f", from {birth.module.name} ({birth.module.type}) forward output"
+        held.append(
+            f"{slot_label(Slot.INPUT, path)} held {counts_text(resolved(seen.summary))}{source}"
+        )
+    more = " and more" if len(call.inf_inputs) > 2 else ""
+    return f"its inputs held no NaN ({'; '.join(held)}{more}) and its parameters were finite"
 
 
 def _params_finite(module: object) -> bool:

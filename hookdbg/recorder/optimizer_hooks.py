@@ -14,6 +14,7 @@ import torch
 
 from hookdbg.options import Level
 from hookdbg.recorder import stats
+from hookdbg.recorder.calls import Segment
 from hookdbg.recorder.deferred import Pending, resolved
 from hookdbg.recorder.envelope import hook
 from hookdbg.recorder.naming import ModuleInfo
@@ -48,7 +49,7 @@ class OptimizerHooks:
 
     def _step_grad_check(
         self,
-        step: int,
+        seg: Segment,
         owner: ModuleInfo,
         name: str,
         summary: object,
@@ -63,7 +64,7 @@ class OptimizerHooks:
         local = grad_finite.get(param)
         grad_finite[param] = False  # the step's weights spread it, not born
         if local:
-            alert = self.detector.reduced_grad(owner, name, value, step, time.time())
+            alert = self.detector.reduced_grad(owner, name, value, seg, time.time())
             self._alert(alert, module=owner.ref(), optimizer=self._context(opt))
 
     def _per_parameter(
@@ -86,10 +87,12 @@ class OptimizerHooks:
             with torch.no_grad():
                 summaries = stats.norms_only(tensors)
         for (p, (owner, name)), summary in zip(owned, summaries, strict=True):
-            self._tensor_row((call, self._step, owner.id, _OPT, int(slot), name, summary))
+            self._tensor_row(
+                (call, self._step, self._segment, owner.id, _OPT, int(slot), name, summary)
+            )
             if self._check_nan and (summary.__class__ is Pending or not stats.is_finite(summary)):
                 self._check(
-                    check, self._step, owner, name, summary, id(p), self._grad_finite, call, opt
+                    check, self._seg, owner, name, summary, id(p), self._grad_finite, call, opt
                 )
 
     @hook
@@ -107,6 +110,7 @@ class OptimizerHooks:
                     call,
                     _OPT,
                     self._step,
+                    self._segment,
                     info.id,
                     index,
                     -1,
@@ -119,6 +123,7 @@ class OptimizerHooks:
             if self._level == Level.STATS:
                 self._param_values(opt, info, call)
         self._steps.optimizer_end(opt)
+        self._seg.training = True
 
     def _param_values(self, opt: torch.optim.Optimizer, info: ModuleInfo, call: int) -> None:
         owned = [
@@ -139,7 +144,7 @@ class OptimizerHooks:
     def _param_value_check(
         self,
         info: ModuleInfo,
-        step: int,
+        seg: Segment,
         owner: ModuleInfo,
         name: str,
         summary: object,
@@ -152,6 +157,6 @@ class OptimizerHooks:
         if stats.is_finite(value):
             return
         alert = self.detector.param_value(
-            owner, info, call, name, value, grad_finite.get(param), step, time.time()
+            owner, info, call, name, value, grad_finite.get(param), seg, time.time()
         )
         self._alert(alert, module=owner.ref(), optimizer=self._context(opt))

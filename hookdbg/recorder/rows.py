@@ -44,13 +44,14 @@ def device_text(device: object) -> bytes:
 
 
 def tensor_rows(rows: list) -> np.ndarray:
-    """(call, step, module, phase, slot, path, summary) -> TENSORS rows."""
+    """(call, step, segment, module, phase, slot, path, summary) -> TENSORS rows."""
     out = []
-    for call, step, module, phase, slot, path, s in rows:
+    for call, step, segment, module, phase, slot, path, s in rows:
         out.append(
             (
                 call,
                 step,
+                segment,
                 module,
                 phase,
                 slot,

@@ -1,28 +1,64 @@
-"""Where one training iteration ends and the next begins.
+"""Where one training iteration ends and the next begins, and which forwards are not
+training at all.
 
-hookdbg only sees module calls, backward passes and optimizer steps, so it infers steps
-with one rule, applied whenever a root module (the model, a loss module, either network
-of a GAN) starts a forward pass. That forward starts a new step when
+hookdbg sees module calls, backward passes and optimizer steps, and cuts the run into
+*segments*: each is either a **training step** (one iteration: forwards, backwards and
+optimizer steps) or an **eval batch** (a forward of a model in ``eval()`` mode with
+gradients off, as validation and test loops run it). Training steps are numbered from 0
+in the order they ran; an eval batch carries the number of training steps completed
+before it (TensorBoard's global step) and is counted apart. Whether a segment was
+training is settled when it ends: it is a training step if a backward ran or an
+optimizer stepped in it.
 
-1. an optimizer has stepped since the step began, and every optimizer known so far has:
-   one training iteration, however many optimizers it has (a GAN's two) and however
-   many forward/backward passes it takes (gradient accumulation); or
-2. no optimizer has stepped since the step began, the same root already ran in this
-   step, and either the forward is inference (grad disabled, or the root in eval mode:
-   each validation batch is a step), or the step so far was inference and training
-   resumes, or no optimizer is known but a backward ran (scripts that update weights
-   by hand: each forward+backward is a step).
+A *root* call is a module call with no other module call around it. Each root call is
+one of:
+
+* **aux**: the module (with its submodules) has no parameters: a data transform such as
+  torchvision's ``Normalize`` applied per sample, a loss module, an activation. It
+  belongs to the segment it happens in, or starts the next one if the current one is
+  complete (the transforms of the next iteration's batch).
+* **sample**: gradients are off but the module is in training mode: a GAN's
+  ``netG(fixed_noise)`` under ``no_grad``, a DQN target network. It belongs to the
+  segment it happens in. (Before any training, with no optimizer known and no backward
+  yet, it counts as eval: a model run for inference without ``eval()``.)
+* **eval**: gradients are off and the module is in ``eval()`` mode.
+* **train**: gradients are on (whatever the mode).
+
+A segment is *complete*, for a root call of a module, when an optimizer has stepped in
+it and every optimizer known so far has (a GAN's two; gradient accumulation's many
+forwards and backwards before one step), or, when no optimizer is known, when a backward
+ran in it and the same module already ran in it (weights updated by hand: each
+forward+backward of the model is a step). A root call starts a new segment when
+
+1. none has started yet, or the current one is complete (for any root call but a
+   sample); or
+2. it is eval, and the same module already ran in the current eval batch (the next
+   batch of a validation loop); or
+3. it is train, the current segment holds only eval batches' forwards, and either the
+   same module ran in it or several eval batches have run since the last training
+   step (training resumes after a validation loop; a single eval forward of another
+   model just before training, such as a distillation teacher or a frozen backbone in
+   ``eval()`` mode, is part of the step); or
+4. it is train, no optimizer is known, no backward has run in the whole recording, and
+   the same module already ran in the current segment (a forward-only script with
+   gradients on: each forward is a batch of its own).
+
+Otherwise it joins the current segment: an eval forward inside a training iteration that
+is not complete (a target network) or a second model's eval forward in the same batch
+(``model.decode(z)`` after a test loop) stays where it happened.
 
 Optimizers become known when they step, and at the first root forward and the first
 optimizer step hookdbg also looks for them in the training loop's variables (``opt``,
 ``opt_d``, ``opt_g``, ``self.optimizers``), so that the first iteration of a GAN or of
-gradient accumulation is not cut in two. A forward run by an optimizer itself
-(LBFGS's closure) never starts a step. Known limits: an iteration whose optimizer step
-is skipped (AMP's GradScaler after an inf) merges with the next one, and an optimizer
-created after the first forward and hidden from the loop's variables is only known
-from its first step on. An optimizer that does not step every iteration (a spare one,
-or a WGAN's generator stepping every 5th) is noticed when another steps twice within
-one step; from then on a step is a cycle of the optimizers seen stepping.
+gradient accumulation is not cut in two. A forward run by an optimizer itself (LBFGS's
+closure) never starts a segment. An optimizer that does not step every iteration (a
+spare one, or a WGAN's generator stepping every 5th) is noticed when another steps twice
+within one segment; from then on a step is a cycle of the optimizers seen stepping.
+
+Known limits: an iteration whose optimizer step is skipped (AMP's GradScaler after an
+inf) merges with the next one; an eval loop run with gradients on is one eval batch per
+loop rather than per batch (nothing tells its batches apart); a script whose modules
+have no parameters at all is one segment.
 """
 
 from __future__ import annotations
@@ -30,6 +66,7 @@ from __future__ import annotations
 import os
 import sys
 import types
+from enum import IntEnum
 
 import torch
 
@@ -37,44 +74,110 @@ _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _HOOKDBG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+class RootKind(IntEnum):
+    """What a root call is, for the rule above."""
+
+    AUX = 0
+    SAMPLE = 1
+    EVAL = 2
+    TRAIN = 3
+
+
+def root_kind(module: torch.nn.Module, has_params: bool) -> RootKind:
+    """Classify a root call of ``module`` made now (reads the grad mode)."""
+    if not has_params:
+        return RootKind.AUX
+    if torch.is_grad_enabled():
+        return RootKind.TRAIN
+    return RootKind.SAMPLE if module.training else RootKind.EVAL
+
+
 class StepTracker:
+    """Applies the rule above. ``segment`` numbers segments from 0 in order; ``step`` is
+    the number of training steps completed before the current segment began."""
+
     def __init__(self) -> None:
-        self.step = -1  # no step has begun
-        self._roots: set[int] = set()
+        self.segment = -1  # no segment has begun
+        self.step = 0
+        self.evals = 0  # eval batches ended so far
+        self._roots: set[int] = set()  # train/eval root modules of the current segment
+        self._trained = False  # a train root, a backward or an optimizer step in it
+        self._eval_since_training = 0  # eval segments since the last training step
         self._stepped: set[int] = set()
         self._known: set[int] = set()
         self._ever: set[int] = set()  # optimizers that have stepped at least once
         self._backward = False
-        self._inference = False  # the step's first root forward was inference
+        self._any_backward = False  # in the whole recording
         self._in_optimizer = 0
         self._searched = False
-        self.optimizer_steps = 0  # in the current step
+        self.optimizer_steps = 0  # in the current segment
 
-    def starts_step(self, root: int, inference: bool) -> bool:
-        """Whether a forward of root module ``root`` starting now begins a new step."""
-        if self.step < 0:
+    @property
+    def is_training(self) -> bool:
+        """Whether the current segment is a training step (so far; settled at its end)."""
+        return self._trained or self._backward or bool(self._stepped)
+
+    def starts_segment(self, module: int, kind: RootKind) -> bool:
+        """Whether a root call of ``module`` (its id), of ``kind``, starting now begins a
+        new segment."""
+        if self.segment < 0:
             self._known.update(id(o) for o in _find_optimizers())
             return True
-        if self._stepped:
-            return self._known <= self._stepped  # also inside an optimizer: LBFGS
-        if self._in_optimizer or root not in self._roots:
+        kind = self.effective(kind)
+        if kind == RootKind.SAMPLE:
             return False
-        return inference or self._inference or (not self._known and self._backward)
+        if self._complete(module):  # also inside an optimizer: LBFGS's closure
+            return True
+        if kind == RootKind.AUX or self._in_optimizer:
+            return False
+        if kind == RootKind.EVAL:
+            return not self.is_training and module in self._roots
+        if not self.is_training and self._roots:  # training resumes after eval batches
+            return module in self._roots or self._eval_since_training > 0
+        return not self._known and not self._any_backward and module in self._roots
 
-    def begin(self, inference: bool) -> None:
-        """Start the next step (after the recorder has closed the previous one)."""
-        self.step += 1
+    def _complete(self, module: int) -> bool:
+        if self._stepped:
+            return self._known <= self._stepped
+        # weights updated by hand: a backward ran and the same model runs again
+        return not self._known and self._backward and module in self._roots
+
+    def begin(self) -> None:
+        """Start the next segment (after the recorder has ended the previous one)."""
+        self.segment += 1
         self._roots.clear()
         self._stepped.clear()
         self._backward = False
-        self._inference = inference
+        self._trained = False
         self.optimizer_steps = 0
 
-    def root_seen(self, root: int) -> None:
-        self._roots.add(root)
+    def effective(self, kind: RootKind) -> RootKind:
+        """A sample before any training (no optimizer, no backward yet) is an inference
+        batch of a model left in training mode: count it as eval."""
+        if kind == RootKind.SAMPLE and not self._known and not self._any_backward:
+            return RootKind.EVAL
+        return kind
+
+    def root_ran(self, module: int, kind: RootKind) -> None:
+        kind = self.effective(kind)
+        if kind >= RootKind.EVAL:
+            self._roots.add(module)
+        if kind == RootKind.TRAIN:
+            self._trained = True
+
+    def end(self) -> bool:
+        """End the current segment; True if it was a training step."""
+        training = self._backward or bool(self._stepped)
+        if training:
+            self.step += 1
+            self._eval_since_training = 0
+        elif self._roots:
+            self.evals += 1
+            self._eval_since_training += 1
+        return training
 
     def backward_ran(self) -> None:
-        self._backward = True
+        self._backward = self._any_backward = True
 
     @property
     def saw_backward(self) -> bool:

@@ -15,7 +15,7 @@ import torch
 
 from hookdbg.options import Level
 from hookdbg.recorder import stats
-from hookdbg.recorder.calls import Call, Seen
+from hookdbg.recorder.calls import Call, Seen, Segment
 from hookdbg.recorder.deferred import Pending, resolved
 from hookdbg.recorder.envelope import hook
 from hookdbg.recorder.naming import ModuleInfo
@@ -27,6 +27,7 @@ _GRAD_OUTPUT, _GRAD_INPUT = int(Slot.GRAD_OUTPUT), int(Slot.GRAD_INPUT)
 _PARAM_GRAD = int(Slot.PARAM_GRAD)
 _FWD, _BWD = int(Phase.FWD), int(Phase.BWD)
 _set_grad_enabled = torch._C._set_grad_enabled
+_graph_task_id = torch._C._current_graph_task_id
 
 
 def summary_function(level: Level, check: bool) -> Callable[[torch.Tensor], tuple] | None:
@@ -50,6 +51,11 @@ class TensorHooks:
             and seen.ref() is t
             and (reuse or not inference)
         ):
+            if not seen.hooked and t.requires_grad and not t.is_leaf:
+                # it needs a gradient only now: the output of a checkpointed block, whose
+                # forward ran with gradients off, once checkpoint() hands it back
+                seen.hooked = True
+                t.register_hook(partial(self._on_grad, seen))
             return seen
         summary = None
         base = t._base
@@ -75,11 +81,29 @@ class TensorHooks:
             or summary.__class__ is Pending
             or stats.is_finite(summary)
         )
-        seen = Seen(t, version, summary, finite, self._step)
+        seen = Seen(t, version, summary, finite, self._segment)
         self._memo[id(t)] = seen
         if t.requires_grad and not t.is_leaf:
+            seen.hooked = True
             t.register_hook(partial(self._on_grad, seen))
         return seen
+
+    def _observe_recomputed(self, call: Call, tensors: tuple, slot: int) -> None:
+        """Tensors of a forward run again inside backward (recorder/recompute.py): their
+        gradients are the gradients of ``call``'s tensors; nothing else is recorded."""
+        for path, t in iter_tensors(tensors) if slot == _GRAD_OUTPUT else iter_args(tensors):
+            if not t.requires_grad:
+                continue
+            if slot == _GRAD_OUTPUT:
+                path = path.partition(".")[2]  # the result was wrapped in a 1-tuple
+            seen = self._memo.get(id(t))
+            if seen is None or seen.ref() is not t:
+                seen = Seen(t, t._version, None, True, self._segment)
+                self._memo[id(t)] = seen
+            seen.grad_slots.append((call, slot, path))
+            if not seen.hooked:
+                seen.hooked = True
+                t.register_hook(partial(self._on_grad, seen))
 
     def _summarise(self, t: torch.Tensor) -> tuple | Pending | None:
         """The summary of ``t`` at this level: computed now, or (deferring) left on its
@@ -125,13 +149,11 @@ class TensorHooks:
         seen.grad_slots.append((call, _GRAD_INPUT, path))
         self._keep(call, _FWD, _INPUT, path, t, seen.summary)
         if not seen.finite or (self._batch is not None and self._check_nan):
-            self._check(
-                self._input_check, self._step, call, path, seen, module, self._context(args)
-            )
+            self._check(self._input_check, self._seg, call, path, seen, module, self._context(args))
 
     def _input_check(
         self,
-        step: int,
+        seg: Segment,
         call: Call,
         path: str,
         seen: Seen,
@@ -140,7 +162,7 @@ class TensorHooks:
     ) -> None:
         if stats.is_finite(resolved(seen.summary)):
             return
-        alert = self.detector.forward_input(call, path, seen, step, self._now())
+        alert = self.detector.forward_input(call, path, seen, seg, self._now())
         self._alert(alert, module=module, inputs=args)
 
     def _observe_outputs(
@@ -162,7 +184,7 @@ class TensorHooks:
                 if not seen.finite or (self._batch is not None and self._check_nan):
                     self._check(
                         self._output_check,
-                        self._step,
+                        self._seg,
                         call,
                         path,
                         seen,
@@ -175,7 +197,7 @@ class TensorHooks:
 
     def _output_check(
         self,
-        step: int,
+        seg: Segment,
         call: Call,
         path: str,
         seen: Seen,
@@ -185,9 +207,8 @@ class TensorHooks:
     ) -> None:
         if stats.is_finite(resolved(seen.summary)):
             return
-        alert = self.detector.forward_output(call, path, seen, module, step, self._now())
+        alert = self.detector.forward_output(call, path, seen, module, seg, self._now())
         self._alert(alert, module=module, inputs=args, output=result)
-        call.tainted = True
 
     def _taint_parent(self, call: Call) -> None:
         if call.tainted and call.parent is not None:
@@ -204,11 +225,13 @@ class TensorHooks:
     ) -> None:
         """The row, the capture and the flight-recorder entry of one tensor of one call."""
         if self._emit_tensors:
-            self._tensor_row((call.id, self._step, call.info.id, phase, slot, path, summary))
+            self._tensor_row(
+                (call.id, self._step, self._segment, call.info.id, phase, slot, path, summary)
+            )
         if self._flight is not None:
             self._flight.keep(call, phase, slot, path, t)
         if self._capturing and call.info.capture:
-            row = self._capturer.take(self._step, call, call.info.id, phase, slot, path, t)
+            row = self._capturer.take(self._seg, call, call.info.id, phase, slot, path, t)
             if row is not None:
                 self._rows.setdefault("captures", []).append(row)
             self._capturing = self._capturer.active(self._step)
@@ -223,30 +246,37 @@ class TensorHooks:
 
     @hook
     def _on_grad(self, t0: float, seen: Seen, grad: torch.Tensor) -> None:
-        if seen.step != self._step:
+        if seen.segment != self._segment:
             return
         self._steps.backward_ran()
+        self._seg.training = True
         v = t0 - self._ovh
+        task = _graph_task_id()
         summary = self._summarise(grad)
         for call, slot, path in seen.grad_slots:
-            if slot == _GRAD_OUTPUT:
-                if call.bwd_start is None or v < call.bwd_start:
-                    call.bwd_start = v
-            elif v > call.bwd_end:
-                call.bwd_end = v
+            if call.bwd_task == -1:
+                call.bwd_task = task
+            if call.bwd_task == task:  # events of a later backward pass are not its own
+                if slot == _GRAD_OUTPUT:
+                    if call.bwd_start is None or v < call.bwd_start:
+                        call.bwd_start = v
+                elif v > call.bwd_end:
+                    call.bwd_end = v
             self._keep(call, _BWD, slot, path, grad, summary)
         if (
             self._check_nan
             and summary is not None
             and (summary.__class__ is Pending or not stats.is_finite(summary))
         ):
-            self._check(self._grad_check, seen, summary, self._context(grad))
+            self._check(self._grad_check, self._seg, seen, summary, self._context(grad))
 
-    def _grad_check(self, seen: Seen, summary: tuple | Pending, grad: torch.Tensor | None) -> None:
+    def _grad_check(
+        self, seg: Segment, seen: Seen, summary: tuple | Pending, grad: torch.Tensor | None
+    ) -> None:
         value = resolved(summary)
         if stats.is_finite(value):
             return
-        alert = self.detector.gradient(seen, value, seen.step, time.time())
+        alert = self.detector.gradient(seen, value, seg, time.time())
         module = alert.module.ref() if alert is not None else None
         self._alert(
             alert, module=module, grad=grad, output=seen.ref() if grad is not None else None
@@ -257,18 +287,24 @@ class TensorHooks:
         if not self._recording or param.grad is None:
             return
         v = t0 - self._ovh
+        task = _graph_task_id()
         calls = self._module_calls.get(info.id, [])
+        owner = None  # the last call of the module in this backward pass
         for call in calls:
-            call.param_end = max(call.param_end, v)
+            if call.bwd_task == task:
+                call.param_end = max(call.param_end, v)
+                owner = call
         summary = self._summarise(param.grad)
-        if calls:
-            self._keep(calls[-1], _BWD, _PARAM_GRAD, name, param.grad, summary)
+        if owner is not None or calls:
+            self._keep(owner or calls[-1], _BWD, _PARAM_GRAD, name, param.grad, summary)
         elif self._emit_tensors:
-            self._tensor_row((-1, self._step, info.id, _BWD, _PARAM_GRAD, name, summary))
+            self._tensor_row(
+                (-1, self._step, self._segment, info.id, _BWD, _PARAM_GRAD, name, summary)
+            )
         if self._check_nan and summary is not None:
             self._check(
                 self._param_grad_check,
-                self._step,
+                self._seg,
                 info,
                 calls,
                 name,
@@ -280,7 +316,7 @@ class TensorHooks:
 
     def _param_grad_check(
         self,
-        step: int,
+        seg: Segment,
         info: ModuleInfo,
         calls: list[Call],
         name: str,
@@ -293,7 +329,7 @@ class TensorHooks:
         finite = stats.is_finite(value)
         grad_finite[param] = finite  # the step's own map: a replay runs steps later
         if not finite:
-            alert = self.detector.param_grad(info, calls, name, value, step, time.time())
+            alert = self.detector.param_grad(info, calls, name, value, seg, time.time())
             self._alert(alert, module=info.ref(), grad=grad)
 
     def _context(self, value: object) -> object:

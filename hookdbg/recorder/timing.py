@@ -15,6 +15,7 @@ def call_row(
     call_id: int,
     phase: int,
     step: int,
+    segment: int,
     module: int,
     index: int,
     parent: int,
@@ -24,12 +25,15 @@ def call_row(
     self_time: float,
 ) -> tuple:
     """A ``calls`` row, in schema order."""
-    return (call_id, phase, step, module, index, parent, depth, start, total, self_time)
+    return (call_id, phase, step, segment, module, index, parent, depth, start, total, self_time)
 
 
-def backward_rows(calls: list[Call], step: int, origin: float) -> list[tuple]:
+def backward_rows(calls: list[Call], step: int, segment: int, origin: float) -> list[tuple]:
     """Backward span of each call, from the first gradient at its outputs to its end.
 
+    Each call's events are those of the backward pass (autograd graph task) that first
+    reached it, so a module called again later in the step (a second micro-batch, a
+    GAN's discriminator on real then fake data) does not stretch an earlier call's span.
     A call without recorded children ends at its earliest own end event (an input's
     gradient arrived, or its parameters' gradients were accumulated): a gradient
     w.r.t. an input shared with other modules (a residual path) only completes after
@@ -61,6 +65,7 @@ def backward_rows(calls: list[Call], step: int, origin: float) -> list[tuple]:
                 call.id,
                 int(Phase.BWD),
                 step,
+                segment,
                 call.info.id,
                 call.index,
                 -1 if parent is None else parent.id,

@@ -22,7 +22,18 @@ from enum import IntEnum
 import numpy as np
 
 FORMAT = "hookdbg-recording"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: segments (training steps and eval batches)
+
+
+class StepKind(IntEnum):
+    """What a segment of the run was (hookdbg/recorder/steps.py)."""
+
+    TRAIN = 0  # a training step: a backward ran or an optimizer stepped
+    EVAL = 1  # an eval batch: forwards only (validation, test, inference)
+
+    @property
+    def label(self) -> str:
+        return ("step", "eval")[self]
 
 
 class Phase(IntEnum):
@@ -90,6 +101,7 @@ CALLS = np.dtype(
         ("call", "<i8"),
         ("phase", "u1"),
         ("step", "<i4"),
+        ("segment", "<i4"),
         ("module", "<i4"),
         ("index", "<i4"),
         ("parent", "<i8"),
@@ -104,6 +116,7 @@ TENSORS = np.dtype(
     [
         ("call", "<i8"),
         ("step", "<i4"),
+        ("segment", "<i4"),
         ("module", "<i4"),
         ("phase", "u1"),
         ("slot", "u1"),
@@ -126,13 +139,15 @@ TENSORS = np.dtype(
 
 # Where a tensor row is, and what its summary holds (the recorder builds summary tuples
 # in exactly this order: hookdbg/recorder/stats.py).
-WHERE_COLUMNS = ("call", "step", "module", "phase", "slot", "path")
+WHERE_COLUMNS = ("call", "step", "segment", "module", "phase", "slot", "path")
 SUMMARY_COLUMNS = TENSORS.names[len(WHERE_COLUMNS) :]
 assert TENSORS.names[: len(WHERE_COLUMNS)] == WHERE_COLUMNS
 
 STEPS = np.dtype(
     [
         ("step", "<i4"),
+        ("segment", "<i4"),
+        ("kind", "u1"),
         ("start", "<f8"),
         ("end", "<f8"),
         ("calls", "<i4"),
@@ -145,6 +160,7 @@ STEPS = np.dtype(
 ALERTS = np.dtype(
     [
         ("step", "<i4"),
+        ("segment", "<i4"),
         ("call", "<i8"),
         ("module", "<i4"),
         ("phase", "u1"),
@@ -163,6 +179,7 @@ ALERTS = np.dtype(
 CAPTURES = np.dtype(
     [
         ("step", "<i4"),
+        ("segment", "<i4"),
         ("call", "<i8"),
         ("module", "<i4"),
         ("phase", "u1"),

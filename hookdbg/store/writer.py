@@ -215,7 +215,7 @@ class Writer:
         out = []
         for row in rows:
             *fields, data = row
-            out.append((*fields[:8], offset, len(data), fields[8]))
+            out.append((*fields[:-1], offset, len(data), fields[-1]))
             offset += len(data)
         return out
 

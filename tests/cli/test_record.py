@@ -36,7 +36,8 @@ def test_script_sees_what_python_would_give_it(tmp_path, probe):
     assert out.stdout == plain.stdout  # byte for byte
     assert json.loads(out.stdout)["name"] == "__main__"
     assert json.loads(out.stdout)["path0"] == str(probe.parent)
-    assert "to stderr" in out.stderr and "hookdbg: recorded 1 step" in out.stderr
+    # one forward and no backward: an eval (forward-only) batch, not a training step
+    assert "to stderr" in out.stderr and "hookdbg: recorded 0 steps, 1 eval batch," in out.stderr
     assert len(tables(tmp_path / "run.h5")["calls"]) == 1
 
 

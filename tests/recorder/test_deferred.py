@@ -96,10 +96,10 @@ def test_stop_when_deferring_stops_at_the_next_step(tmp_path):
         tmp_path / "run.h5", RecordOptions.build(on_nan="stop", quiet=True), defer_cpu=True
     )
     steps_run = 0
-    with pytest.raises(NonFiniteStop, match="NaN first appeared at step 1"), recorder:
+    with pytest.raises(NonFiniteStop, match="NaN first appeared in eval batch 1"), recorder:
         for step in range(5):
             x = torch.full((1, 2), float("nan")) if step == 1 else torch.ones(1, 2)
-            with torch.no_grad():  # inference: each forward is a step
+            with torch.no_grad():  # inference: each forward is an eval batch
                 model(x)
             steps_run += 1
     assert steps_run == 2  # the check of step 1 ran when step 2 began

@@ -1,9 +1,12 @@
 """Module names: what users call their modules, stable across runs and ranks."""
 
+import json
+
 import torch
 from torch import nn
 
 import hookdbg
+from tests.helpers import hookdbg as run_hookdbg
 from tests.helpers import module_names, tables
 
 
@@ -62,3 +65,37 @@ def test_submodules_added_after_the_first_call_are_named(tmp_path):
         model.append(nn.ReLU())
         model(torch.randn(1, 2))
     assert "model.1" in names(tmp_path / "run.h5")
+
+
+def test_a_submodule_called_directly_is_named_from_its_model(tmp_path):
+    model = nn.Module()
+    model.head = nn.Sequential(nn.Linear(2, 2), nn.Tanh(), nn.Linear(2, 1))
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        model.head(torch.randn(3, 2)).sum().backward()
+    t = tables(tmp_path / "run.h5")
+    recorded = {module_names(t)[int(m)] for m in t["calls"]["module"]}
+    assert recorded == {"model.head", "model.head.0", "model.head.1", "model.head.2"}
+    out = run_hookdbg("show", tmp_path / "run.h5", "model.head.2")
+    assert out.returncode == 0, out.stderr
+    assert "model.head.2" in out.stdout
+
+
+def test_tied_weights_are_counted_once(tmp_path):
+    class TinyGPT(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.wte = nn.Embedding(100, 16)
+            self.block = nn.Linear(16, 16)
+            self.lm_head = nn.Linear(16, 100, bias=False)
+            self.lm_head.weight = self.wte.weight  # weight tying, as GPT-2 and nanoGPT do
+
+        def forward(self, idx: torch.Tensor) -> torch.Tensor:
+            return self.lm_head(self.block(self.wte(idx)))
+
+    model = TinyGPT()
+    true_count = sum(p.numel() for p in model.parameters())  # parameters() dedups: 1872
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        model(torch.randint(0, 100, (2, 5))).sum().backward()
+    assert int(tables(tmp_path / "run.h5")["modules"]["params"].sum()) == true_count
+    out = run_hookdbg("summary", "--json", tmp_path / "run.h5")
+    assert json.loads(out.stdout)["parameters"] == true_count == 1872

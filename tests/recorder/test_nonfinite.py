@@ -1,5 +1,6 @@
 """NaN/inf alerts name where a non-finite value was born, not everywhere it spread."""
 
+import pytest
 import torch
 from torch import nn
 
@@ -102,3 +103,146 @@ def test_one_warning_per_origin_however_often_it_recurs(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("inf first appeared") == 1
     assert len(tables(tmp_path / "run.h5")["alerts"]) == 3
+
+
+# -- masks: -inf on purpose is no alert; NaN always is ----------------------------------
+
+
+def test_healthy_transformer_with_causal_and_padding_masks_raises_no_alert(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Transformer(
+        d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32
+    )
+    opt = torch.optim.Adam(model.parameters())
+    src, tgt = torch.randn(6, 3, 16), torch.randn(5, 3, 16)
+    causal = nn.Transformer.generate_square_subsequent_mask(5)  # float, -inf above
+    padding = torch.zeros(3, 6, dtype=torch.bool)
+    padding[0, 4:] = True
+    float_padding = torch.zeros(3, 6).masked_fill(padding, float("-inf"))
+    with hookdbg.record(tmp_path / "run.h5", quiet=True, on_nan="stop"):
+        for mask in (padding, float_padding):
+            out = model(src, tgt, tgt_mask=causal, src_key_padding_mask=mask)
+            out.pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+    assert origins(tmp_path / "run.h5") == []
+
+
+def test_a_fully_masked_row_is_a_nan_born_in_attention(tmp_path):
+    attention = nn.MultiheadAttention(8, 2, batch_first=True)
+    x = torch.randn(2, 4, 8)
+    mask = torch.zeros(2, 4)
+    mask[1] = float("-inf")  # every key of the second sequence masked: softmax of -inf
+    with hookdbg.record(tmp_path / "run.h5", quiet=True), torch.no_grad():
+        attention(x, x, x, key_padding_mask=mask)
+    t = tables(tmp_path / "run.h5")
+    assert origins(tmp_path / "run.h5") == [("attention", Phase.FWD, Slot.OUTPUT, "0", 0)]
+    message = t["alerts"]["message"][0].decode()
+    assert "NaN first appeared in eval batch 0" in message
+    assert "input[key_padding_mask] held 4 -inf, from the data" in message
+
+
+def test_inf_from_the_data_is_named_once_a_module_passes_it_on(tmp_path):
+    model = nn.Sequential(nn.Linear(2, 2), nn.Tanh())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.tensor([[float("inf"), 1.0]])
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        model(x).sum().backward()
+        opt.step()
+    found = origins(tmp_path / "run.h5")
+    assert found[0] == ("model", Phase.FWD, Slot.INPUT, "0", 0)
+    message = tables(tmp_path / "run.h5")["alerts"]["message"][0].decode()
+    assert "it came from the data; model.0 passed it on" in message
+
+
+def test_a_mask_made_by_a_module_and_absorbed_by_another_is_no_alert(tmp_path):
+    class CausalMask(nn.Module):
+        def forward(self, n: int, like: torch.Tensor) -> torch.Tensor:
+            return torch.full((n, n), float("-inf")).triu(1)
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.mask = CausalMask()
+            self.attention = nn.MultiheadAttention(8, 2, batch_first=True)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            mask = self.mask(x.shape[1], x)
+            return self.attention(x, x, x, attn_mask=mask, need_weights=False)[0]
+
+    model = Block()
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        model(torch.randn(2, 5, 8)).sum().backward()
+    assert origins(tmp_path / "run.h5") == []
+
+
+def test_inf_returned_by_the_model_is_reported_where_it_was_made(tmp_path):
+    class Reciprocal(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return 1 / x
+
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), Reciprocal())
+    with torch.no_grad():
+        model[0].weight.fill_(1.0)
+        model[0].bias.fill_(-10.0)  # ReLU gives exact zeros: 1/0 = +inf
+    with hookdbg.record(tmp_path / "run.h5", quiet=True), torch.no_grad():
+        model(torch.ones(1, 2))
+    assert origins(tmp_path / "run.h5") == [("model.2", Phase.FWD, Slot.OUTPUT, "", 0)]
+    assert b"; model returned it" in tables(tmp_path / "run.h5")["alerts"]["message"][0]
+
+
+def test_a_container_whose_child_is_the_backward_origin_is_no_origin(tmp_path):
+    class SqrtNorm(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.sqrt((x * x).sum(-1, keepdim=True))  # infinite gradient at 0
+
+    net = nn.Module()
+    net.body = nn.Linear(3, 3)
+    net.head = nn.Sequential(nn.Linear(3, 3), SqrtNorm())
+    with torch.no_grad():
+        net.head[0].weight.zero_()
+        net.head[0].bias.zero_()  # the head's first layer outputs exact zeros
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        net.head(net.body(torch.randn(2, 3))).sum().backward()
+    assert origins(tmp_path / "run.h5") == [("net.head.1", Phase.BWD, Slot.GRAD_INPUT, "0", 0)]
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_hugging_face_models_with_padded_attention_masks_raise_no_alert(tmp_path, attention):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    gpt2 = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(
+            n_layer=2,
+            n_head=2,
+            n_embd=16,
+            vocab_size=50,
+            n_positions=16,
+            attn_implementation=attention,
+        )
+    )
+    bert = transformers.BertForSequenceClassification(
+        transformers.BertConfig(
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            hidden_size=16,
+            intermediate_size=32,
+            vocab_size=50,
+            max_position_embeddings=16,
+            attn_implementation=attention,
+        )
+    )
+    opt = torch.optim.AdamW([*gpt2.parameters(), *bert.parameters()], lr=1e-3)
+    ids = torch.randint(0, 50, (3, 10))
+    mask = torch.ones(3, 10, dtype=torch.long)
+    mask[0, 6:] = 0  # padding
+    with hookdbg.record(tmp_path / "run.h5", quiet=True, on_nan="stop"):
+        for _ in range(2):
+            loss = gpt2(input_ids=ids, attention_mask=mask, labels=ids).loss
+            loss = (
+                loss + bert(input_ids=ids, attention_mask=mask, labels=torch.zeros(3).long()).loss
+            )
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    assert origins(tmp_path / "run.h5") == []

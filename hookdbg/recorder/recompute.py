@@ -1,0 +1,73 @@
+"""Forwards run again inside backward: activation checkpointing.
+
+``torch.utils.checkpoint`` runs a block's forward without keeping its activations and,
+in backward, runs it again to get them. With the reentrant variant the first forward
+runs with gradients off, so the block's tensors get their gradients only in the
+second run. hookdbg matches each call of that second run to the forward call it
+repeats and lets the second run's tensors report their gradients (and backward
+times) for it; the second run itself is not a call of its own and adds no rows.
+
+Matching: the outermost call run again inside backward is the latest call of that module
+in the step not yet matched (backward meets checkpointed blocks in reverse order);
+inside it, calls are matched in order to the children of the call it repeats.
+"""
+
+from __future__ import annotations
+
+from hookdbg.recorder.calls import Call
+from hookdbg.recorder.naming import ModuleInfo
+
+
+class Recompute:
+    """A call run again inside backward, standing for the forward ``call`` it repeats."""
+
+    __slots__ = ("_children", "_next", "call", "outer")
+
+    def __init__(self, call: Call, outer: bool, children: list[Call]) -> None:
+        self.call = call
+        self.outer = outer  # the checkpointed block itself (its own gradients come anyway)
+        self._children = children
+        self._next = 0
+
+    @property
+    def info(self) -> ModuleInfo:
+        return self.call.info
+
+    def child(self, info: ModuleInfo) -> Call | None:
+        """The forward call that the next call of module ``info`` inside it repeats."""
+        children = self._children
+        for i in range(self._next, len(children)):
+            if children[i].info is info:
+                self._next = i + 1
+                return children[i]
+        return None
+
+
+class RecomputeIndex:
+    """Per step: which forward calls were already run again, and each call's children."""
+
+    def __init__(self, calls: list[Call]) -> None:
+        self._calls = calls
+        self._children: dict[int, list[Call]] = {}
+        self._indexed = 0  # calls indexed in _children so far
+        self._matched: set[int] = set()
+
+    def outer(self, module_calls: list[Call]) -> Recompute | None:
+        """The outermost call run again: the latest unmatched call of its module."""
+        for call in reversed(module_calls):
+            if call.id not in self._matched:
+                self._matched.add(call.id)
+                return Recompute(call, True, self.children(call))
+        return None
+
+    def inner(self, parent: Recompute, info: ModuleInfo) -> Recompute | None:
+        call = parent.child(info)
+        return None if call is None else Recompute(call, False, self.children(call))
+
+    def children(self, call: Call) -> list[Call]:
+        calls = self._calls
+        for c in calls[self._indexed :]:  # calls made since the last look
+            if c.parent is not None:
+                self._children.setdefault(c.parent.id, []).append(c)
+        self._indexed = len(calls)
+        return self._children.get(call.id, [])
