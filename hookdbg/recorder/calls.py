@@ -47,6 +47,7 @@ class Call:
         "bwd_task",
         "child_time",
         "depth",
+        "grad_on",
         "id",
         "index",
         "inf_below",
@@ -55,6 +56,7 @@ class Call:
         "nan_in",
         "param_end",
         "parent",
+        "recomputed",
         "tainted",
         "total",
         "vstart",
@@ -71,6 +73,7 @@ class Call:
         self.vstart = vstart
         self.total = 0.0
         self.child_time = 0.0
+        self.grad_on = True  # gradients were enabled for its forward
         self.bwd_start: float | None = None  # first gradient w.r.t. an output arrived
         self.bwd_task = -1  # the backward pass (autograd graph task) that reached it
         self.bwd_end = NEVER  # last gradient w.r.t. an input arrived
@@ -81,6 +84,7 @@ class Call:
         self.tainted = False  # NaN, or a reported origin, in this call or below
         self.bad_grad = False  # a gradient w.r.t. one of its outputs was non-finite
         self.below_bad = False  # a call inside it had non-finite gradients
+        self.recomputed = False  # run again in backward (activation checkpointing)
 
     def note_inf_below(self, birth: Alert) -> None:
         """Tell the enclosing calls where an inf made inside them was born."""
@@ -118,6 +122,7 @@ class Seen:
         "ref",
         "segment",
         "summary",
+        "timing_only",
         "version",
     )
 
@@ -134,3 +139,4 @@ class Seen:
         self.alerted = False
         self.birth: Alert | None = None
         self.hooked = False  # a gradient hook is registered on the tensor
+        self.timing_only = False  # its gradient times calls but is reported elsewhere

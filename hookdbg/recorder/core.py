@@ -56,6 +56,7 @@ from hookdbg.recorder.recompute import Recompute, RecomputeIndex
 from hookdbg.recorder.rows import CONVERTERS
 from hookdbg.recorder.steps import RootKind, StepTracker, root_kind
 from hookdbg.recorder.tensor_hooks import TensorHooks, summary_function
+from hookdbg.recorder.tensors import iter_args
 from hookdbg.recorder.timing import backward_rows, call_row
 from hookdbg.store.schema import ModuleKind, Phase, Slot, StepKind
 from hookdbg.store.writer import Writer, WriterError
@@ -322,7 +323,10 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
         """A module called with no other around it inside backward: a checkpointed block
         run again (recorder/recompute.py), or user code in a hook (not recorded)."""
         calls = self._module_calls.get(info.id)
-        frame = self._recompute.outer(calls) if (calls and self._recording) else None
+        frame = None
+        if calls and self._recording:
+            inputs = {id(t) for _, t in iter_args(args)}
+            frame = self._recompute.outer(calls, inputs)
         if frame is None:
             self._mute = 1
             self._stack.append(_MUTED)
@@ -337,7 +341,7 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
             self._stack.append(_MUTED)
             return
         self._stack.append(frame)
-        self._observe_recomputed(frame.call, args, _GRAD_INPUT)
+        self._observe_recomputed(frame, args, _GRAD_INPUT)
 
     @hook
     def _post(
@@ -354,8 +358,11 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
         if frame.__class__ is not Call:
             if frame is _MUTED:
                 self._mute -= 1
-            elif frame.__class__ is Recompute and not frame.outer and result is not _RAISED:
-                self._observe_recomputed(frame.call, (result,), _GRAD_OUTPUT)
+            elif frame.__class__ is Recompute and result is not _RAISED:
+                if frame.outer:  # its own output's gradient reports for the calls inside
+                    self._forget_recomputed(result)
+                else:
+                    self._observe_recomputed(frame, (result,), _GRAD_OUTPUT)
             return
         call: Call = frame
         total = call.total = t0 - self._ovh - call.vstart

@@ -19,6 +19,7 @@ from hookdbg.recorder.calls import Call, Seen, Segment
 from hookdbg.recorder.deferred import Pending, resolved
 from hookdbg.recorder.envelope import hook
 from hookdbg.recorder.naming import ModuleInfo
+from hookdbg.recorder.recompute import Recompute
 from hookdbg.recorder.tensors import iter_args, iter_tensors
 from hookdbg.store.schema import Phase, Slot
 
@@ -88,11 +89,14 @@ class TensorHooks:
             t.register_hook(partial(self._on_grad, seen))
         return seen
 
-    def _observe_recomputed(self, call: Call, tensors: tuple, slot: int) -> None:
+    def _observe_recomputed(self, frame: Recompute, tensors: tuple, slot: int) -> None:
         """Tensors of a forward run again inside backward (recorder/recompute.py): their
-        gradients are the gradients of ``call``'s tensors; nothing else is recorded."""
-        for path, t in iter_tensors(tensors) if slot == _GRAD_OUTPUT else iter_args(tensors):
-            if not t.requires_grad:
+        gradients are the gradients of ``frame.call``'s tensors; nothing else is
+        recorded."""
+        call = frame.call
+        items = iter_tensors(tensors) if slot == _GRAD_OUTPUT else iter_args(tensors)
+        for path, t in items:
+            if not t.requires_grad or id(t) in frame.boundary:
                 continue
             if slot == _GRAD_OUTPUT:
                 path = path.partition(".")[2]  # the result was wrapped in a 1-tuple
@@ -104,6 +108,14 @@ class TensorHooks:
             if not seen.hooked:
                 seen.hooked = True
                 t.register_hook(partial(self._on_grad, seen))
+
+    def _forget_recomputed(self, result: object) -> None:
+        """The block's output as run again: the original output's gradient reports it for
+        the calls that made it; this one only times their backward (in the inner pass)."""
+        for _, t in iter_tensors(result):
+            seen = self._memo.get(id(t))
+            if seen is not None and seen.ref() is t:
+                seen.timing_only = True
 
     def _summarise(self, t: torch.Tensor) -> tuple | Pending | None:
         """The summary of ``t`` at this level: computed now, or (deferring) left on its
@@ -134,7 +146,7 @@ class TensorHooks:
             check(*args)
 
     def _observe_inputs(self, call: Call, module: torch.nn.Module, args: tuple) -> None:
-        grad_mode = torch.is_grad_enabled()
+        call.grad_on = grad_mode = torch.is_grad_enabled()
         _set_grad_enabled(False)
         try:
             for path, t in iter_args(args):
@@ -256,13 +268,16 @@ class TensorHooks:
         for call, slot, path in seen.grad_slots:
             if call.bwd_task == -1:
                 call.bwd_task = task
-            if call.bwd_task == task:  # events of a later backward pass are not its own
+            if call.bwd_task == task or call.recomputed:  # not a later backward pass
                 if slot == _GRAD_OUTPUT:
                     if call.bwd_start is None or v < call.bwd_start:
                         call.bwd_start = v
                 elif v > call.bwd_end:
                     call.bwd_end = v
-            self._keep(call, _BWD, slot, path, grad, summary)
+            if not seen.timing_only:
+                self._keep(call, _BWD, slot, path, grad, summary)
+        if seen.timing_only:
+            return
         if (
             self._check_nan
             and summary is not None
@@ -291,7 +306,7 @@ class TensorHooks:
         calls = self._module_calls.get(info.id, [])
         owner = None  # the last call of the module in this backward pass
         for call in calls:
-            if call.bwd_task == task:
+            if call.bwd_task == task or call.recomputed:
                 call.param_end = max(call.param_end, v)
                 owner = call
         summary = self._summarise(param.grad)
