@@ -27,12 +27,14 @@ statistics (stats), naming, steps, NaN/inf origins (nonfinite), what an origin d
 from __future__ import annotations
 
 import collections
+import contextlib
 import gc
 import os
 import sys
 import threading
 import time
 import traceback
+import warnings
 from functools import partial
 from pathlib import Path
 from time import perf_counter
@@ -45,11 +47,12 @@ from hookdbg.options import Level, RecordOptions
 from hookdbg.recorder.actions import AlertActions, NonFiniteStop
 from hookdbg.recorder.calls import Call, Seen, Segment
 from hookdbg.recorder.capture import Capturer, FlightRecorder
+from hookdbg.recorder.compiled import InPlaceCompiled, compiled_in_place
 from hookdbg.recorder.deferred import StepBatch
 from hookdbg.recorder.envelope import hook
 from hookdbg.recorder.hookset import HookSet
 from hookdbg.recorder.meta import run_metadata
-from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry
+from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry, compiled_model
 from hookdbg.recorder.nonfinite import Alert, OriginDetector
 from hookdbg.recorder.optimizer_hooks import OptimizerHooks
 from hookdbg.recorder.recompute import Recompute, RecomputeIndex
@@ -70,6 +73,7 @@ _set_grad_enabled = torch._C._set_grad_enabled
 _graph_task_id = torch._C._current_graph_task_id
 
 _active: Recorder | None = None
+_COMPILE_WARNING = r"Using `torch.compile\(module\)` when there are global hooks"
 
 
 def status_prefix() -> str:
@@ -139,6 +143,7 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
         self._closed = False
         self._writer: Writer | None = None
         self._froze = False
+        self._warning_filter: tuple | None = None
         self._distributed = False  # torch.distributed initialised with several ranks
         # per-call state
         self._stack: list = []
@@ -206,6 +211,11 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
         self._froze = gc.isenabled()
         if self._froze:
             gc.freeze()
+        hooks.add(InPlaceCompiled, self._pre, self._post)
+        # torch.compile(model) warns that global hooks fire for its wrapper too: they
+        # are hookdbg's, which expects that (recorder/naming.py), not the script's
+        warnings.filterwarnings("ignore", message=_COMPILE_WARNING, category=UserWarning)
+        self._warning_filter = warnings.filters[0]
         _active = self
         self._live = True
         return self
@@ -220,6 +230,9 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
         try:
             self._hooks.remove()
         finally:
+            with contextlib.suppress(ValueError):
+                warnings.filters.remove(self._warning_filter)
+                warnings._filters_mutated()  # type: ignore[attr-defined]
             if _active is self:
                 _active = None
             if self._froze:
@@ -518,6 +531,8 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
 
     def _on_new_module(self, info: ModuleInfo, obj: object) -> None:
         self._rows.setdefault("modules", []).append(info.row())
+        if info.kind == ModuleKind.MODULE and (compiled_model(obj) or compiled_in_place(obj)):
+            self._rows.setdefault("info", []).append((time.time(), "compiled", info.name))
         if info.kind != ModuleKind.MODULE or not info.selected:
             return
         if self._capturer is not None:

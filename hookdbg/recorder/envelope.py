@@ -21,7 +21,7 @@ def hook(body: Callable[..., None]) -> Callable[..., None]:
     * the hook returns None: hookdbg never changes what a module or tensor passes on;
     * while torch.compile traces a model it does nothing at all, first thing, so that
       dynamo traces nothing of hookdbg into the graph: the compiled code is what it
-      would be without hookdbg, and the compiled region is recorded as one call.
+      would be without hookdbg (see recorder/compiled.py).
     """
 
     @functools.wraps(body)

@@ -71,7 +71,7 @@ class ModuleInfo:
         self.id = id
         self.name = name
         self.path = path
-        self.type = type(obj).__name__
+        self.type = type(compiled_model(obj) or obj).__name__
         self.ref = weakref.ref(obj)
         self.parent = parent
         self.root = root
@@ -107,20 +107,24 @@ def _is_wrapper(module: torch.nn.Module) -> bool:
 
 
 def _wrapped(module: torch.nn.Module) -> torch.nn.Module | None:
-    """The model inside a transparent wrapper, or None if ``module`` is not one."""
+    """The model inside a data-parallel wrapper, or None if ``module`` is not one."""
     if isinstance(module, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)):
         inner = getattr(module, "module", None)
-    elif is_compiled_wrapper(module):
-        inner = getattr(module, "_orig_mod", None)
-    else:
+        return inner if isinstance(inner, torch.nn.Module) else None
+    return None
+
+
+def compiled_model(module: object) -> torch.nn.Module | None:
+    """The model inside torch.compile(model)'s OptimizedModule, or None if ``module`` is
+    not one (checked by name: importing torch._dynamo to compare classes costs seconds).
+
+    The OptimizedModule is the call hookdbg can see (its model's hooks run inside the
+    compiled code), so it is recorded under the model's name and type, and the model
+    itself becomes a transparent alias."""
+    if type(module).__name__ != "OptimizedModule":
         return None
+    inner = getattr(module, "_orig_mod", None)
     return inner if isinstance(inner, torch.nn.Module) else None
-
-
-def is_compiled_wrapper(module: object) -> bool:
-    """torch.compile(model)'s OptimizedModule (checked by name: importing torch._dynamo
-    to compare classes costs a second at startup)."""
-    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
 
 
 def _clean_path(path: str) -> str:
@@ -211,15 +215,37 @@ class ModuleRegistry:
             self._add(wrapper, label, "", -1, root, 0, ModuleKind.WRAPPER).transparent = True
         self._add_tree(target, root)
 
+    def _add_aliases(self, compiled: torch.nn.Module, info: ModuleInfo) -> torch.nn.Module:
+        """The models inside a compiled wrapper (and any data-parallel wrapper in it) are
+        transparent aliases of its info; returns the innermost model."""
+        inner = compiled_model(compiled)
+        assert inner is not None
+        while True:
+            if self.known(inner) is None:
+                alias = self._add(
+                    inner,
+                    info.name,
+                    info.path,
+                    info.parent,
+                    self.infos[info.root],
+                    info.depth,
+                    ModuleKind.WRAPPER,
+                )
+                alias.transparent = True
+            nested = _wrapped(inner)
+            if nested is None:
+                return inner
+            inner = nested
+
     def _add_tree(self, module: torch.nn.Module, top: ModuleInfo) -> None:
         """Name every not-yet-known module under ``module`` (whose info is ``top``)."""
         root = self.infos[top.root]
+        if compiled_model(module) is not None:
+            module = self._add_aliases(module, top)
         for sub_path, sub in module.named_modules():
             if not sub_path or self.known(sub) is not None:
                 continue
             sub_path = _clean_path(sub_path)
-            if not sub_path:  # a wrapper's model (compiled inside a module): same name
-                continue
             path = f"{top.path}.{sub_path}" if top.path else sub_path
             parent_path = path.rpartition(".")[0]
             parent = self._find_path(root, parent_path) or top
@@ -227,8 +253,10 @@ class ModuleRegistry:
             info = self._add(
                 sub, f"{root.name}.{path}", path, parent.id, root, path.count(".") + 1, kind
             )
-            # a wrapper inside a model (a compiled block) passes its name to its model
+            # a data-parallel wrapper inside a model passes its name to its model
             info.transparent = kind == ModuleKind.WRAPPER
+            if compiled_model(sub) is not None:  # a compiled block: recorded as its model
+                self._add_aliases(sub, info)
 
     def _find_path(self, root: ModuleInfo, path: str) -> ModuleInfo | None:
         if not path:
@@ -322,6 +350,16 @@ def _user_namespaces() -> list[dict[str, object]]:
     if main is not None:
         spaces.append(vars(main))
     return spaces
+
+
+def user_modules() -> list[torch.nn.Module]:
+    """The modules held by variables of the calling user code and ``__main__``."""
+    found: dict[int, torch.nn.Module] = {}
+    for space in _user_namespaces():
+        for value in list(space.values()):
+            if isinstance(value, torch.nn.Module):
+                found[id(value)] = value
+    return list(found.values())
 
 
 def _find_owner(module: torch.nn.Module) -> torch.nn.Module | None:

@@ -309,6 +309,10 @@ class TensorHooks:
             if call.bwd_task == task or call.recomputed:
                 call.param_end = max(call.param_end, v)
                 owner = call
+        if not calls:  # not called itself (inside a compiled model): time the caller
+            for call in self._enclosing_calls(info):
+                if call.bwd_task == task:
+                    call.param_end = max(call.param_end, v)
         summary = self._summarise(param.grad)
         if owner is not None or calls:
             self._keep(owner or calls[-1], _BWD, _PARAM_GRAD, name, param.grad, summary)
@@ -328,6 +332,17 @@ class TensorHooks:
                 self._grad_finite,
                 self._context(param.grad),
             )
+
+    def _enclosing_calls(self, info: ModuleInfo) -> list[Call]:
+        """The calls in this step of the nearest enclosing module that was called."""
+        infos = self._registry.infos
+        parent = info.parent
+        while parent >= 0:
+            calls = self._module_calls.get(parent)
+            if calls:
+                return calls
+            parent = infos[parent].parent
+        return []
 
     def _param_grad_check(
         self,
