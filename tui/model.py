@@ -84,6 +84,24 @@ class RunView:
     def refresh(self) -> bool:
         return self.rec.refresh()
 
+    def ended(self) -> str | None:
+        """How the recording ended, once its recorder closed it (None while it runs)."""
+        end = self.rec.end
+        if end is None:
+            return None
+        return (
+            f"recording finished ({int(end['steps']):,} steps, exit status {int(end['exit_code'])})"
+        )
+
+    def first_alert(self) -> tuple[int, float, int] | None:
+        """(step, time, module) of the first NaN/inf origin, for ``f``: sorted with
+        other ranks' it says which rank saw one first."""
+        alerts = self.rec.alerts
+        if not len(alerts):
+            return None
+        first = alerts[np.argmax(alerts["first"])] if alerts["first"].any() else alerts[0]
+        return int(first["step"]), float(first["time"]), int(first["module"])
+
     def step_table(self, step: int) -> dict[int, ModuleStep]:
         calls = self.rec.calls(step, step, ["module", "phase", "self"])
         tensors = self.rec.tensors(step, step, ["module", "nan", "posinf", "neginf"])
@@ -106,7 +124,7 @@ class RunView:
         return out
 
     def detail(self, module: int, step: int) -> Detail:
-        rows = self.rec.tensors(step, step, TENSOR_COLUMNS)
+        rows = self.rec.tensors(step, step, list(TENSOR_COLUMNS))
         calls = self.rec.calls(step, step)
         captured = self.rec.captured(module, step)
         histogram = None
@@ -140,13 +158,16 @@ class RunView:
                 mask &= table.column("path") == stat.path.encode()
             else:
                 mask &= table.column("path") == b""
-            steps = table.column("step")[mask]
             if stat.column == "absmax":
                 values = np.maximum(
                     np.abs(table.column("min")[mask]), np.abs(table.column("max")[mask])
                 )
             else:
                 values = table.column(stat.column)[mask]
+            bad = sum(table.column(c)[mask] for c in ("nan", "posinf", "neginf"))
+            # a NaN of a tensor without NaN/inf is a statistic not recorded: leave it out
+            kept = (table.column("nan")[mask] >= 0) & ~(np.isnan(values) & (bad == 0))
+            steps, values = table.column("step")[mask][kept], values[kept]
         if not len(steps):
             return steps, values
         first = np.unique(steps, return_index=True)[1]  # the first call of each step
@@ -174,14 +195,20 @@ class DiffView:
     def compute(cls, a: RunView, b: RunView) -> DiffView:
         return cls(a, b, diff(a.rec, b.rec))
 
-    def divergence(self, step: int | None = None) -> dict[str, float]:
+    def divergence(self, step: int | None = None) -> dict[str, tuple[float | None, float | None]]:
         """Worst relative difference per module name, in one step or all (inf for
-        shape, dtype or NaN/inf count changes)."""
-        worst: dict[str, float] = {}
+        shape, dtype or NaN/inf count changes), as (forward, backward and optimizer).
+
+        The two are kept apart because a divergence spills backwards through the
+        gradients: modules before the real first divergence differ in their backward
+        pass only, and can differ more than it does."""
+        fwd: dict[str, float] = {}
+        rest: dict[str, float] = {}
         for d in self.result.divergences:
             if step is None or d.step == step:
+                worst = fwd if d.phase == Phase.FWD else rest
                 worst[d.module] = max(worst.get(d.module, 0.0), d.rel_diff)
-        return worst
+        return {name: (fwd.get(name), rest.get(name)) for name in fwd.keys() | rest.keys()}
 
     def divergent_slots(self, module: str, step: int) -> set[tuple[int, int, str]]:
         """(phase, slot, path) of the module's tensors that differ in a step."""
