@@ -56,12 +56,12 @@ class HookdbgApp(App[None]):
         opened = message.recording
         recordings = [opened[r] for r in opened.ranks] if isinstance(opened, RankSet) else [opened]
         self.ranks = [RunView(r) for r in recordings]
-        self.switch_screen(ReplayScreen(self.ranks[0], self.other_view, True, self.ranks))
+        self.push_screen(ReplayScreen(self.ranks[0], self.other_view, True, self.ranks))
 
     @property
     def replay(self) -> ReplayScreen | None:
-        screen = self.screen_stack[0] if self.screen_stack else None
-        return screen if isinstance(screen, ReplayScreen) else None
+        """The replay screen, under any screen open over it (None while waiting)."""
+        return next((s for s in self.screen_stack if isinstance(s, ReplayScreen)), None)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

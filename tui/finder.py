@@ -15,8 +15,7 @@ class ModuleFinder(Provider):
     ``model.layer3.0.conv1``) and goes to the one picked, unfolding the tree to it."""
 
     def _replay(self) -> ReplayScreen | None:
-        screen = self.app.screen_stack[0] if self.app.screen_stack else None
-        return screen if isinstance(screen, ReplayScreen) else None
+        return next((s for s in self.app.screen_stack if isinstance(s, ReplayScreen)), None)
 
     async def search(self, query: str) -> Hits:
         replay = self._replay()

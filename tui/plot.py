@@ -19,6 +19,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Static
 
+from hookdbg.text import plural
 from hookdbg.tui.cells import stat_text
 from hookdbg.tui.messages import Goto
 from hookdbg.tui.model import PlotStat
@@ -200,7 +201,8 @@ class PlotPane(Vertical):
             bad = steps[~np.isfinite(values)]
             if bad.size:
                 title.append(
-                    f"   × NaN/inf at {bad.size:,} steps (first {int(bad[0])})", self._style("bad")
+                    f"   × NaN/inf at {plural(bad.size, 'step')} (first {int(bad[0])})",
+                    self._style("bad"),
                 )
         if other is not None:
             title.append("\nupper: a, lower: b, on one scale", style="dim")

@@ -23,12 +23,18 @@ async def settle(app: App, pilot: Pilot) -> None:
 
 
 async def until(
-    app: App, pilot: Pilot, condition: Callable[[], bool], timeout: float = 30.0
+    app: App,
+    pilot: Pilot,
+    condition: Callable[[], bool],
+    timeout: float = 30.0,
+    workers: bool = True,
 ) -> bool:
-    """Wait (letting the app run) until ``condition()`` holds; a busy machine is slow."""
+    """Wait (letting the app run) until ``condition()`` holds; a busy machine is slow.
+    ``workers=False`` where a worker runs until the app ends (waiting for a file)."""
     deadline = time.time() + timeout
     while not condition() and time.time() < deadline:
-        await settle(app, pilot)
+        if workers:
+            await settle(app, pilot)
         await pilot.pause(0.2)
     return condition()
 
