@@ -163,11 +163,9 @@ class DetailPane(Vertical):
         }
         room = table.scrollable_content_region.width or self.size.width
         self._shown = fit(columns, widths, room) if room else columns
-        hidden = [c.label for c in columns if c not in self._shown]
-        title = self._title.copy()
-        if hidden:
-            title.append(f"  +{len(hidden)} columns in a wider window", style="dim")
-        self.query_one("#detail-title", Static).update(title)
+        hidden = len(columns) - len(self._shown)
+        self.border_subtitle = f"+{hidden} columns in a wider window" if hidden else ""
+        self.query_one("#detail-title", Static).update(self._title)
         cursor = table.cursor_coordinate
         table.clear(columns=True)
         for c in self._shown:

@@ -46,8 +46,8 @@ A click on the step bar or a plot goes to that step.
 
 **Badges** in the tree: share of the step's time, `×N` calls, `◆` a NaN/inf was born
 here, `⚠` non-finite values passed through, `≠` differs from the other run in the
-forward pass (`≠ bwd only`: only its gradients or weights differ, which a divergence
-further on causes), `★` the first divergence.
+forward pass (`≠ bwd only`: only its gradients differ, which a divergence further on
+causes; `≠ weights`: only its weights after the step), `★` the first divergence.
 
 **Plots**: `×` marks steps whose value is NaN/inf, `▲` the current step; two runs
 share one scale.

@@ -13,7 +13,7 @@ import numpy as np
 from textual.message import Message
 
 from hookdbg.read import RankSet, Recording
-from hookdbg.tui.model import Detail, DiffView, ModuleStep, PlotStat
+from hookdbg.tui.model import Detail, DiffView, Gap, ModuleStep, PlotStat
 
 
 @dataclass
@@ -30,7 +30,7 @@ class StepLoaded(Message):
 
     key: tuple[int, int, bool]
     table: dict[int, ModuleStep]
-    divergence: dict[str, tuple[float | None, float | None]] | None
+    divergence: dict[str, Gap] | None
 
 
 @dataclass

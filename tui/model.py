@@ -184,6 +184,16 @@ class RunView:
 
 
 @dataclass(frozen=True)
+class Gap:
+    """A module's worst relative difference between two runs in each phase (None where
+    it agrees; inf for shape, dtype or NaN/inf count changes)."""
+
+    fwd: float | None
+    bwd: float | None
+    opt: float | None
+
+
+@dataclass(frozen=True)
 class DiffView:
     """Two recordings compared: how far each module diverges, and where first."""
 
@@ -195,20 +205,18 @@ class DiffView:
     def compute(cls, a: RunView, b: RunView) -> DiffView:
         return cls(a, b, diff(a.rec, b.rec))
 
-    def divergence(self, step: int | None = None) -> dict[str, tuple[float | None, float | None]]:
-        """Worst relative difference per module name, in one step or all (inf for
-        shape, dtype or NaN/inf count changes), as (forward, backward and optimizer).
+    def divergence(self, step: int | None = None) -> dict[str, Gap]:
+        """How far each module (by name) diverges, in one step or all, per phase.
 
-        The two are kept apart because a divergence spills backwards through the
+        The phases are kept apart because a divergence spills backwards through the
         gradients: modules before the real first divergence differ in their backward
         pass only, and can differ more than it does."""
-        fwd: dict[str, float] = {}
-        rest: dict[str, float] = {}
+        worst: dict[str, list[float | None]] = {}
         for d in self.result.divergences:
             if step is None or d.step == step:
-                worst = fwd if d.phase == Phase.FWD else rest
-                worst[d.module] = max(worst.get(d.module, 0.0), d.rel_diff)
-        return {name: (fwd.get(name), rest.get(name)) for name in fwd.keys() | rest.keys()}
+                gaps = worst.setdefault(d.module, [None, None, None])
+                gaps[d.phase] = max(gaps[d.phase] or 0.0, d.rel_diff)
+        return {name: Gap(*gaps) for name, gaps in worst.items()}
 
     def divergent_slots(self, module: str, step: int) -> set[tuple[int, int, str]]:
         """(phase, slot, path) of the module's tensors that differ in a step."""

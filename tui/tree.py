@@ -11,9 +11,7 @@ from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from hookdbg.read.modules import Module, ModuleTable
-from hookdbg.tui.model import ModuleStep
-
-Divergence = tuple[float | None, float | None]  # worst (forward, backward/optimizer) gap
+from hookdbg.tui.model import Gap, ModuleStep
 
 
 def top_modules(modules: ModuleTable) -> list[Module]:
@@ -51,7 +49,7 @@ class ModuleTree(Tree[int]):
         self._module_table = modules
         self._node_of: dict[int, TreeNode[int]] = {}
         self._pending: int | None = None  # a module the cursor is on its way to
-        self._badges: tuple[dict[int, ModuleStep], dict[str, Divergence] | None] = ({}, None)
+        self._badges: tuple[dict[int, ModuleStep], dict[str, Gap] | None] = ({}, None)
         self.first_divergence: str | None = None
         self._add_modules()
 
@@ -92,7 +90,7 @@ class ModuleTree(Tree[int]):
     def _style(self, name: str) -> str:
         return str(self.get_component_rich_style(f"module-tree--{name}", partial=True))
 
-    def _label(self, module: Module, step: ModuleStep | None, diverges: Divergence | None) -> Text:
+    def _label(self, module: Module, step: ModuleStep | None, diverges: Gap | None) -> Text:
         name = module.name.rpartition(".")[2] if module.depth else module.name
         label = Text(name, style="bold" if module.depth == 0 else "")
         label.append(f" {module.type}", style="dim")
@@ -105,17 +103,18 @@ class ModuleTree(Tree[int]):
                 label.append(" ◆ NaN/inf born here", style=self._style("origin"))
             elif step.nonfinite:
                 label.append(f" ⚠ {step.nonfinite} non-finite", style=self._style("nonfinite"))
-        if diverges is not None:
-            fwd, rest = diverges
-            if fwd is not None:
-                label.append(f" ≠ {_gap(fwd)}", style=self._style("diverges"))
-            elif rest is not None:
-                label.append(f" ≠ bwd only {_gap(rest)}", style=self._style("spill"))
+        if diverges is not None:  # forward first: backward gaps may be spill-over
+            if diverges.fwd is not None:
+                label.append(f" ≠ {_gap(diverges.fwd)}", style=self._style("diverges"))
+            elif diverges.bwd is not None:
+                label.append(f" ≠ bwd only {_gap(diverges.bwd)}", style=self._style("spill"))
+            elif diverges.opt is not None:
+                label.append(f" ≠ weights {_gap(diverges.opt)}", style=self._style("diverges"))
         if module.name == self.first_divergence:
             label.append(" ★ first divergence", style=self._style("first"))
         return label
 
-    def badge(self, steps: dict[int, ModuleStep], divergence: dict[str, Divergence] | None) -> None:
+    def badge(self, steps: dict[int, ModuleStep], divergence: dict[str, Gap] | None) -> None:
         self._badges = (steps, divergence)
         for module_id, node in self._node_of.items():
             module = self._module_table[module_id]
