@@ -6,6 +6,7 @@ widgets receive the plain results.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,7 @@ from hookdbg.analysis.search import TENSOR_COLUMNS, SearchResult, search
 from hookdbg.read import Capture, Recording, Status
 from hookdbg.read.modules import Module
 from hookdbg.store.schema import Phase, Slot
+from hookdbg.text import plural
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,47 @@ class RunView:
 
     def search(self, query: Query, limit: int = 500) -> SearchResult:
         return search(self.rec, query, limit)
+
+
+def nearest_step(steps: list[int], step: int) -> int:
+    """The recorded step closest to ``step`` (``steps`` sorted, not empty)."""
+    i = min(bisect.bisect_left(steps, step), len(steps) - 1)
+    if i > 0 and step - steps[i - 1] < steps[i] - step:
+        i -= 1
+    return steps[i]
+
+
+def first_origin(ranks: list[RunView]) -> tuple[int, int, int] | None:
+    """(rank index, step, module) of the first NaN/inf origin of a run, across ranks:
+    the earliest step, then the earliest time."""
+    found = [(first, i) for i, view in enumerate(ranks) if (first := view.first_alert())]
+    if not found:
+        return None
+    (step, _, module), rank = min(found)
+    return rank, step, module
+
+
+def status_notice(run: RunView, following: bool) -> str | None:
+    """What the notice line says about a recording that is not simply complete."""
+    status = run.status
+    if status is Status.CUT_SHORT:
+        return (
+            "this recording was cut short (its process ended without closing it): "
+            "showing everything that was flushed"
+        )
+    if status is Status.LIVE and not following:
+        return "this recording is still being written: press F to follow it"
+    return None
+
+
+def alerts_notice(ranks: list[RunView]) -> str | None:
+    """'3 NaN/inf alerts on 1 of 2 ranks — f jumps to the first', said on open."""
+    counts = [len(view.rec.alerts) for view in ranks]
+    if not sum(counts):
+        return None
+    on = sum(1 for c in counts if c)
+    where = f" on {on} of {len(ranks)} ranks" if len(ranks) > 1 else ""
+    return f"{plural(sum(counts), 'NaN/inf alert')}{where} — f jumps to the first"
 
 
 @dataclass(frozen=True)

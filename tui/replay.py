@@ -5,11 +5,12 @@ their watchers start the thread workers that read the file. A worker posts its r
 back as a message tagged with the state it was read for; a result whose tag is not the
 screen's state any more is dropped. A thread cannot be stopped in the middle of a read,
 so after fast key presses late results of earlier steps do arrive, and must not win.
+
+The module is a little over 400 lines on purpose: the screen is the one owner of that
+state, and splitting its actions into mixins would spread who changes it.
 """
 
 from __future__ import annotations
-
-import bisect
 
 from rich.text import Text
 from textual import work
@@ -22,11 +23,18 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from hookdbg.read import Status
-from hookdbg.text import plural
 from hookdbg.tui.detail import DetailPane, DetailTable
 from hookdbg.tui.dialogs import GotoStepScreen, HelpScreen
 from hookdbg.tui.messages import DetailLoaded, DiffReady, Goto, NewData, SeriesLoaded, StepLoaded
-from hookdbg.tui.model import PLOT_STATS, DiffView, RunView
+from hookdbg.tui.model import (
+    PLOT_STATS,
+    DiffView,
+    RunView,
+    alerts_notice,
+    first_origin,
+    nearest_step,
+    status_notice,
+)
 from hookdbg.tui.plot import PlotPane
 from hookdbg.tui.screens import AlertsScreen, Jump, ProfileScreen, SearchScreen
 from hookdbg.tui.stepbar import StepBar
@@ -127,31 +135,15 @@ class ReplayScreen(Screen[None]):
         self.app.title = f"hookdbg  {title}"
 
     def _notice(self) -> None:
-        status = self.run.status
-        text = None
-        if status is Status.CUT_SHORT:
-            text = (
-                "this recording was cut short (its process ended without closing it): "
-                "showing everything that was flushed"
-            )
-        elif status is Status.LIVE and not self.following:
-            text = "this recording is still being written: press F to follow it"
+        text = status_notice(self.run, self.following)
         notice = self.query_one("#notice", Static)
         notice.set_class(text is None, "hidden")
         notice.update(Text(text or ""))
 
     def _announce_alerts(self) -> None:
-        counts = [len(view.rec.alerts) for view in self.ranks]
-        total = sum(counts)
-        if not total:
-            return
-        ranks = sum(1 for c in counts if c)
-        where = f" on {ranks} of {len(self.ranks)} ranks" if len(self.ranks) > 1 else ""
-        self.notify(
-            f"{plural(total, 'NaN/inf alert')}{where} — f jumps to the first",
-            severity="warning",
-            timeout=10,
-        )
+        text = alerts_notice(self.ranks)
+        if text:
+            self.notify(text, severity="warning", timeout=10)
 
     def _show_steps(self) -> None:
         bar = self.query_one(StepBar)
@@ -334,12 +326,9 @@ class ReplayScreen(Screen[None]):
         """Go to a step (the nearest recorded one) and/or a module."""
         self._moved = True
         if step is not None and self.steps:
-            i = min(bisect.bisect_left(self.steps, step), len(self.steps) - 1)
-            if i > 0 and step - self.steps[i - 1] < self.steps[i] - step:
-                i -= 1
-            if self.steps[i] != step:
-                self.notify(f"step {step} was not recorded: showing step {self.steps[i]}")
-            self.step = self.steps[i]
+            self.step = nearest_step(self.steps, step)
+            if self.step != step:
+                self.notify(f"step {step} was not recorded: showing step {self.step}")
         if module is not None:
             self.module = module
 
@@ -403,12 +392,11 @@ class ReplayScreen(Screen[None]):
         if self.other is not None:
             self._first_divergence()
             return
-        firsts = [(view.first_alert(), i) for i, view in enumerate(self.ranks)]
-        found = [(first, i) for first, i in firsts if first is not None]
-        if not found:
+        first = first_origin(self.ranks)
+        if first is None:
             self.notify("no NaN/inf alerts in this recording")
             return
-        (step, _, module), rank = min(found)
+        rank, step, module = first
         if rank != self.rank:
             self.rank = rank
             self.notify(f"the first NaN/inf origin is on rank {self.run.rec.info.rank}")
