@@ -1,6 +1,7 @@
 """Following a recording while it is written: waiting for it, staying on the newest
 step, and saying when and how the run ended."""
 
+import signal
 import subprocess
 import sys
 import time
@@ -10,7 +11,7 @@ from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.dialogs import WaitScreen
 from hookdbg.tui.replay import ReplayScreen
 from hookdbg.tui.stepbar import StepBar
-from tests.helpers import live_recording
+from tests.helpers import LIVE_WRITER, live_recording
 from tests.tui.pilot import SIZE, notices, settle, text, until
 
 ENDS = """
@@ -44,13 +45,19 @@ async def test_follow_waits_for_a_recording_that_does_not_exist_yet(tmp_path):
         await pilot.pause(0.5)
         assert isinstance(app.screen, WaitScreen)
         assert f"waiting for {path}…" in text(app.screen.query_one("#waiting"))
-        with live_recording(path, pause=0.05):
+        # the recorder starts after the TUI; nothing here blocks the app while it waits
+        code = LIVE_WRITER.format(path=str(path), pause=0.05)
+        writer = subprocess.Popen([sys.executable, "-c", code])
+        try:
             opened = await until(
-                app, pilot, lambda: isinstance(app.screen, ReplayScreen), workers=False
+                app, pilot, lambda: isinstance(app.screen, ReplayScreen), 90, workers=False
             )
             assert opened
-            assert await until(app, pilot, lambda: len(app.screen.steps) > 2)
+            assert await until(app, pilot, lambda: len(app.screen.steps) > 2, 60)
             assert "● following" in text(app.screen.query_one(StepBar))
+        finally:
+            writer.send_signal(signal.SIGKILL)
+            writer.wait()
 
 
 async def test_the_bar_says_when_the_recording_finished(tmp_path):
