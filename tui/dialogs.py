@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from rich.table import Table
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -17,28 +18,28 @@ from textual.worker import get_current_worker
 from hookdbg.read import RecordingError, open_run
 from hookdbg.tui.messages import Opened
 
-HELP = """\
-| key | does |
-| --- | --- |
-| `←` `→` (`h` `l`) | previous / next recorded step |
-| `pgup` `pgdn` | 10 steps back / on (with `shift`: 100) |
-| `home` `end` | first / last step |
-| `g` or `:` | go to a step by number |
-| `↑` `↓`, `enter` | move in the module tree, fold / unfold |
-| `tab` | between the tree and the tensor table |
-| `shift+←` `shift+→` | across the table's columns |
-| `s` | plot another statistic over steps |
-| `p` | profile (`a` in it: all steps) |
-| `a` | NaN/inf alerts; `enter` jumps to one |
-| `/` | search |
-| `n` `N` | next / previous module the search found |
-| `f` | first divergence (two runs) or first NaN/inf origin (all ranks) |
-| `r` | next rank of a distributed run |
-| `F` | follow a recording that is still being written |
-| `y` | copy the module's name, or the table cell (OSC 52) |
-| `ctrl+p` | command palette; type a module's name to go to it |
-| `?` | this help; `q` quits |
+KEYS = (
+    ("← → (h l)", "previous / next recorded step"),
+    ("pgup pgdn", "10 steps back / on (with shift: 100)"),
+    ("home end", "first / last step"),
+    ("g or :", "go to a step by number"),
+    ("↑ ↓ enter", "move in the module tree, fold / unfold"),
+    ("tab", "between the tree and the tensor table"),
+    ("shift+← →", "across the table's columns"),
+    ("s", "plot another statistic over steps"),
+    ("p", "profile (a in it: all steps)"),
+    ("a", "NaN/inf alerts; enter jumps to one"),
+    ("/", "search"),
+    ("n N", "next / previous module the search found"),
+    ("f", "first divergence (two runs) or first NaN/inf origin (all ranks)"),
+    ("r", "next rank of a distributed run"),
+    ("F", "follow a recording that is still being written"),
+    ("y", "copy the module's name, or the table cell (OSC 52)"),
+    ("ctrl+p", "command palette; type a module's name to go to it"),
+    ("?", "this help; q quits"),
+)
 
+NOTES = """\
 A click on the step bar or a plot goes to that step.
 
 **Search** uses the language of `hookdbg search`: `nan`, `inf`, `type:Conv2d`,
@@ -54,6 +55,16 @@ share one scale.
 """
 
 
+def key_table() -> Table:
+    """One line per key, so the list fits a 24-line terminal with little scrolling."""
+    table = Table(box=None, show_header=False, padding=(0, 1), expand=True)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(ratio=1)
+    for key, does in KEYS:
+        table.add_row(key, does)
+    return table
+
+
 class HelpScreen(ModalScreen[None]):
     """Every key; scrolls when the terminal is small."""
 
@@ -62,7 +73,8 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help"):
             yield Static(Text("hookdbg tui: keys (↑/↓ scroll, esc closes)", style="bold"))
-            yield Markdown(HELP)
+            yield Static(key_table(), id="help-keys")
+            yield Markdown(NOTES)
 
     def on_mount(self) -> None:
         self.query_one("#help", VerticalScroll).focus()
