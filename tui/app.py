@@ -4,56 +4,79 @@ palette; the replay screen does the work (tui/replay.py)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 from textual.app import App, SystemCommand
 from textual.screen import Screen
 
-from hookdbg.analysis.query import Query
-from hookdbg.read import Recording
+from hookdbg.read import RankSet, Recording
+from hookdbg.tui.dialogs import WaitScreen
+from hookdbg.tui.finder import ModuleFinder
+from hookdbg.tui.messages import Opened
 from hookdbg.tui.model import PLOT_STATS, RunView
 from hookdbg.tui.replay import ReplayScreen
-from hookdbg.tui.screens import SearchScreen
 
 
 class HookdbgApp(App[None]):
     CSS_PATH = "hookdbg.tcss"
     TITLE = "hookdbg"
     ENABLE_COMMAND_PALETTE = True
+    COMMANDS = App.COMMANDS | {ModuleFinder}
 
     def __init__(
         self,
-        recording: Recording,
+        recording: Recording | None,
         other: Recording | None = None,
         follow: bool = False,
         more_ranks: list[Recording] | None = None,
+        wait_for: Path | None = None,
     ) -> None:
+        """Replay ``recording`` (with ``more_ranks``, a distributed run), compare it with
+        ``other``, or, with no recording, wait for ``wait_for`` to appear and follow it."""
         super().__init__()
-        self.view = RunView(recording)  # not self.run: that is App.run()
-        self.other_view = RunView(other) if other is not None else None
         self.follow = follow
-        self.ranks = [self.view, *(RunView(r) for r in more_ranks or [])]
-
-    def get_default_screen(self) -> Screen:
-        return ReplayScreen(self.view, self.other_view, self.follow, self.ranks)
+        self.wait_for = wait_for
+        self.other_view = RunView(other) if other is not None else None
+        self.ranks: list[RunView] = []
+        if recording is not None:
+            self.ranks = [RunView(recording), *(RunView(r) for r in more_ranks or [])]
 
     @property
-    def replay(self) -> ReplayScreen:
-        screen = self.screen_stack[0]
-        assert isinstance(screen, ReplayScreen)
-        return screen
+    def view(self) -> RunView:
+        return self.ranks[0]
 
-    def search_from(self, query: Query, screen: SearchScreen) -> None:
-        self.replay.run_search(query, screen)
+    def get_default_screen(self) -> Screen:
+        if not self.ranks:
+            assert self.wait_for is not None, "a recording, or a path to wait for"
+            return WaitScreen(self.wait_for)
+        return ReplayScreen(self.ranks[0], self.other_view, self.follow, self.ranks)
+
+    def on_opened(self, message: Opened) -> None:
+        """The recording waited for is there: follow it."""
+        opened = message.recording
+        recordings = [opened[r] for r in opened.ranks] if isinstance(opened, RankSet) else [opened]
+        self.ranks = [RunView(r) for r in recordings]
+        self.push_screen(ReplayScreen(self.ranks[0], self.other_view, True, self.ranks))
+
+    @property
+    def replay(self) -> ReplayScreen | None:
+        """The replay screen, under any screen open over it (None while waiting)."""
+        return next((s for s in self.screen_stack if isinstance(s, ReplayScreen)), None)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         replay = self.replay
+        if replay is None:
+            return
         yield SystemCommand("Profile", "module times for this step", replay.action_profile)
         yield SystemCommand("Alerts", "every NaN/inf origin", replay.action_alerts)
         yield SystemCommand("Search", "find tensors and calls", replay.action_search)
+        yield SystemCommand("Go to step", "by number", replay.action_goto)
         yield SystemCommand("First alert or divergence", "jump to it", replay.action_first)
         yield SystemCommand(
             "Follow on/off", "show steps as they are written", replay.action_toggle_follow
         )
         for i, stat in enumerate(PLOT_STATS):
-            yield SystemCommand(f"Plot: {stat.label}", "over all steps", lambda i=i: replay.plot(i))
+            yield SystemCommand(
+                f"Plot: {stat.label}", "over all steps", lambda i=i: setattr(replay, "stat", i)
+            )

@@ -6,6 +6,7 @@ widgets receive the plain results.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,7 @@ from hookdbg.analysis.search import TENSOR_COLUMNS, SearchResult, search
 from hookdbg.read import Capture, Recording, Status
 from hookdbg.read.modules import Module
 from hookdbg.store.schema import Phase, Slot
+from hookdbg.text import plural
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,24 @@ class RunView:
     def refresh(self) -> bool:
         return self.rec.refresh()
 
+    def ended(self) -> str | None:
+        """How the recording ended, once its recorder closed it (None while it runs)."""
+        end = self.rec.end
+        if end is None:
+            return None
+        return (
+            f"recording finished ({int(end['steps']):,} steps, exit status {int(end['exit_code'])})"
+        )
+
+    def first_alert(self) -> tuple[int, float, int] | None:
+        """(step, time, module) of the first NaN/inf origin, for ``f``: sorted with
+        other ranks' it says which rank saw one first."""
+        alerts = self.rec.alerts
+        if not len(alerts):
+            return None
+        first = alerts[np.argmax(alerts["first"])] if alerts["first"].any() else alerts[0]
+        return int(first["step"]), float(first["time"]), int(first["module"])
+
     def step_table(self, step: int) -> dict[int, ModuleStep]:
         calls = self.rec.calls(step, step, ["module", "phase", "self"])
         tensors = self.rec.tensors(step, step, ["module", "nan", "posinf", "neginf"])
@@ -106,7 +126,7 @@ class RunView:
         return out
 
     def detail(self, module: int, step: int) -> Detail:
-        rows = self.rec.tensors(step, step, TENSOR_COLUMNS)
+        rows = self.rec.tensors(step, step, list(TENSOR_COLUMNS))
         calls = self.rec.calls(step, step)
         captured = self.rec.captured(module, step)
         histogram = None
@@ -140,13 +160,16 @@ class RunView:
                 mask &= table.column("path") == stat.path.encode()
             else:
                 mask &= table.column("path") == b""
-            steps = table.column("step")[mask]
             if stat.column == "absmax":
                 values = np.maximum(
                     np.abs(table.column("min")[mask]), np.abs(table.column("max")[mask])
                 )
             else:
                 values = table.column(stat.column)[mask]
+            bad = sum(table.column(c)[mask] for c in ("nan", "posinf", "neginf"))
+            # a NaN of a tensor without NaN/inf is a statistic not recorded: leave it out
+            kept = (table.column("nan")[mask] >= 0) & ~(np.isnan(values) & (bad == 0))
+            steps, values = table.column("step")[mask][kept], values[kept]
         if not len(steps):
             return steps, values
         first = np.unique(steps, return_index=True)[1]  # the first call of each step
@@ -162,6 +185,57 @@ class RunView:
         return search(self.rec, query, limit)
 
 
+def nearest_step(steps: list[int], step: int) -> int:
+    """The recorded step closest to ``step`` (``steps`` sorted, not empty)."""
+    i = min(bisect.bisect_left(steps, step), len(steps) - 1)
+    if i > 0 and step - steps[i - 1] < steps[i] - step:
+        i -= 1
+    return steps[i]
+
+
+def first_origin(ranks: list[RunView]) -> tuple[int, int, int] | None:
+    """(rank index, step, module) of the first NaN/inf origin of a run, across ranks:
+    the earliest step, then the earliest time."""
+    found = [(first, i) for i, view in enumerate(ranks) if (first := view.first_alert())]
+    if not found:
+        return None
+    (step, _, module), rank = min(found)
+    return rank, step, module
+
+
+def status_notice(run: RunView, following: bool) -> str | None:
+    """What the notice line says about a recording that is not simply complete."""
+    status = run.status
+    if status is Status.CUT_SHORT:
+        return (
+            "this recording was cut short (its process ended without closing it): "
+            "showing everything that was flushed"
+        )
+    if status is Status.LIVE and not following:
+        return "this recording is still being written: press F to follow it"
+    return None
+
+
+def alerts_notice(ranks: list[RunView]) -> str | None:
+    """'3 NaN/inf alerts on 1 of 2 ranks — f jumps to the first', said on open."""
+    counts = [len(view.rec.alerts) for view in ranks]
+    if not sum(counts):
+        return None
+    on = sum(1 for c in counts if c)
+    where = f" on {on} of {len(ranks)} ranks" if len(ranks) > 1 else ""
+    return f"{plural(sum(counts), 'NaN/inf alert')}{where} — f jumps to the first"
+
+
+@dataclass(frozen=True)
+class Gap:
+    """A module's worst relative difference between two runs in each phase (None where
+    it agrees; inf for shape, dtype or NaN/inf count changes)."""
+
+    fwd: float | None
+    bwd: float | None
+    opt: float | None
+
+
 @dataclass(frozen=True)
 class DiffView:
     """Two recordings compared: how far each module diverges, and where first."""
@@ -174,14 +248,18 @@ class DiffView:
     def compute(cls, a: RunView, b: RunView) -> DiffView:
         return cls(a, b, diff(a.rec, b.rec))
 
-    def divergence(self, step: int | None = None) -> dict[str, float]:
-        """Worst relative difference per module name, in one step or all (inf for
-        shape, dtype or NaN/inf count changes)."""
-        worst: dict[str, float] = {}
+    def divergence(self, step: int | None = None) -> dict[str, Gap]:
+        """How far each module (by name) diverges, in one step or all, per phase.
+
+        The phases are kept apart because a divergence spills backwards through the
+        gradients: modules before the real first divergence differ in their backward
+        pass only, and can differ more than it does."""
+        worst: dict[str, list[float | None]] = {}
         for d in self.result.divergences:
             if step is None or d.step == step:
-                worst[d.module] = max(worst.get(d.module, 0.0), d.rel_diff)
-        return worst
+                gaps = worst.setdefault(d.module, [None, None, None])
+                gaps[d.phase] = max(gaps[d.phase] or 0.0, d.rel_diff)
+        return {name: Gap(*gaps) for name, gaps in worst.items()}
 
     def divergent_slots(self, module: str, step: int) -> set[tuple[int, int, str]]:
         """(phase, slot, path) of the module's tensors that differ in a step."""

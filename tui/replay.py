@@ -1,7 +1,13 @@
 """The main screen: step through a recording, module by module (two, side by side).
 
-All reading happens in thread workers (``@work(thread=True)``); they hand plain results
-back with ``call_from_thread``, so the interface never waits on the file.
+Its state (step, module, statistic, following, rank) lives in reactive attributes, and
+their watchers start the thread workers that read the file. A worker posts its result
+back as a message tagged with the state it was read for; a result whose tag is not the
+screen's state any more is dropped. A thread cannot be stopped in the middle of a read,
+so after fast key presses late results of earlier steps do arrive, and must not win.
+
+The module is a little over 400 lines on purpose: the screen is the one owner of that
+state, and splitting its actions into mixins would spread who changes it.
 """
 
 from __future__ import annotations
@@ -11,34 +17,60 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.events import Resize
+from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from hookdbg.analysis.query import Query
 from hookdbg.read import Status
-from hookdbg.tui.model import PLOT_STATS, DiffView, RunView
-from hookdbg.tui.screens import AlertsScreen, HelpScreen, Jump, ProfileScreen, SearchScreen
-from hookdbg.tui.widgets import DetailPane, ModuleTree, PlotPane, StepBar
+from hookdbg.tui.detail import DetailPane, DetailTable
+from hookdbg.tui.dialogs import GotoStepScreen, HelpScreen
+from hookdbg.tui.messages import DetailLoaded, DiffReady, Goto, NewData, SeriesLoaded, StepLoaded
+from hookdbg.tui.model import (
+    PLOT_STATS,
+    DiffView,
+    RunView,
+    alerts_notice,
+    first_origin,
+    nearest_step,
+    status_notice,
+)
+from hookdbg.tui.plot import PlotPane
+from hookdbg.tui.screens import AlertsScreen, Jump, ProfileScreen, SearchScreen
+from hookdbg.tui.stepbar import StepBar
+from hookdbg.tui.tree import ModuleTree
 
 
 class ReplayScreen(Screen[None]):
     BINDINGS = [
-        Binding("left,h", "step(-1)", "step ←", priority=True),
-        Binding("right,l", "step(1)", "step →", priority=True),
+        Binding("left,h", "step(-1)", "step", priority=True, key_display="←→"),
+        Binding("right,l", "step(1)", "step →", priority=True, show=False),
+        Binding("pageup", "step(-10)", "10 steps back", priority=True, show=False),
+        Binding("pagedown", "step(10)", "10 steps on", priority=True, show=False),
+        Binding("shift+pageup", "step(-100)", "100 steps back", priority=True, show=False),
+        Binding("shift+pagedown", "step(100)", "100 steps on", priority=True, show=False),
         Binding("home", "edge(0)", "first step", show=False, priority=True),
         Binding("end", "edge(-1)", "last step", show=False, priority=True),
+        Binding("question_mark", "help", "help"),
+        Binding("q", "app.quit", "quit"),
         Binding("s", "next_stat", "plot"),
         Binding("p", "profile", "profile"),
         Binding("a", "alerts", "alerts"),
         Binding("slash", "search", "search"),
-        Binding("n", "hit(1)", "next hit", show=False),
-        Binding("N", "hit(-1)", "previous hit", show=False),
-        Binding("f", "first", "first divergence/alert"),
-        Binding("F", "toggle_follow", "follow"),
+        Binding("f", "first", "first"),
+        Binding("g,colon", "goto", "go to step"),
+        Binding("n", "hit(1)", "next match", show=False),
+        Binding("N", "hit(-1)", "previous match", show=False),
+        Binding("F", "toggle_follow", "follow", show=False),
         Binding("r", "next_rank", "rank", show=False),
-        Binding("question_mark", "help", "help"),
-        Binding("q", "app.quit", "quit"),
+        Binding("y", "copy", "copy", show=False),
     ]
+
+    step: reactive[int | None] = reactive(None, init=False)
+    module: reactive[int | None] = reactive(None, init=False)
+    stat: reactive[int] = reactive(0, init=False)
+    following: reactive[bool] = reactive(False, init=False)
+    rank: reactive[int] = reactive(0, init=False)  # index into ranks
 
     def __init__(
         self,
@@ -48,20 +80,20 @@ class ReplayScreen(Screen[None]):
         ranks: list[RunView] | None = None,
     ) -> None:
         super().__init__()
-        self.run = run
         self.ranks = ranks or [run]  # a distributed run: one view per rank, r switches
         self.other = other
-        self.following = follow
         self.diff: DiffView | None = None
         self.steps: list[int] = []
-        self.step: int | None = None
-        self.module: int | None = None
-        self.stat = 0
-        self.hits: list[tuple[int, int]] = []
+        self.hits: tuple[tuple[int, int], ...] = ()
         self.hit = -1
         self.query_text = ""
-        self.alert_steps: set[int] = set()
         self.known_alerts = 0
+        self._start_following = follow
+        self._moved = False  # the user went somewhere before the comparison was ready
+
+    @property
+    def run(self) -> RunView:
+        return self.ranks[self.rank]
 
     # -- layout ----------------------------------------------------------------------
 
@@ -76,261 +108,344 @@ class ReplayScreen(Screen[None]):
         yield StepBar(id="stepbar")
         yield Footer()
 
+    def on_mount(self) -> None:
+        self._title()
+        self.steps = self.run.steps
+        self.known_alerts = len(self.run.rec.alerts)
+        self._show_steps()
+        tree = self.query_one(ModuleTree)
+        tree.focus()
+        self.following = self._start_following
+        if self.steps:  # following a live run starts at its newest step, like tail -f
+            self.step = self.steps[-1] if self.following else self.steps[0]
+        self.module = tree.first_module
+        self._notice()
+        self._announce_alerts()
+        if self.other is not None:
+            self.load_diff()
+        self.set_interval(1.0, self._poll_tick)
+
+    def on_resize(self, event: Resize) -> None:
+        self.set_class(event.size.width < 120, "narrow")  # hookdbg.tcss: less chrome
+
     def _title(self) -> None:
         title = self.run.name if self.other is None else f"{self.run.name}  vs  {self.other.name}"
         if len(self.ranks) > 1:
             title += f"  (rank {self.run.rec.info.rank} of {len(self.ranks)}: r switches)"
         self.app.title = f"hookdbg  {title}"
 
-    def on_mount(self) -> None:
-        self._title()
-        self._load_meta()
-        self.steps = self.run.steps
-        if self.steps:  # following a live run starts at its newest step, like tail -f
-            self.step = self.steps[-1] if self.following else self.steps[0]
-        roots = self.run.rec.modules.roots()
-        if roots:
-            self.module = roots[0].id
-            self.query_one(ModuleTree).select_module(self.module)
-        self.query_one(ModuleTree).focus()
-        self._refresh_all()
-        if self.other is not None:
-            self.load_diff()
-        self.set_interval(1.0, self._maybe_poll)
-
-    def _load_meta(self) -> None:
-        alerts = self.run.rec.alerts
-        self.alert_steps = set(alerts["step"].tolist())
-        self.known_alerts = len(alerts)
+    def _notice(self) -> None:
+        text = status_notice(self.run, self.following)
         notice = self.query_one("#notice", Static)
-        status = self.run.status
-        text = None
-        if status is Status.CUT_SHORT:
-            text = (
-                "this recording was cut short (its process ended without closing it): "
-                "showing everything that was flushed"
-            )
-        elif status is Status.LIVE and not self.following:
-            text = "this recording is still being written: press F to follow it"
         notice.set_class(text is None, "hidden")
+        notice.update(Text(text or ""))
+
+    def _announce_alerts(self) -> None:
+        text = alerts_notice(self.ranks)
         if text:
-            notice.update(Text(text))
+            self.notify(text, severity="warning", timeout=10)
 
-    def _refresh_all(self) -> None:
-        self._show_stepbar()
+    def _show_steps(self) -> None:
+        bar = self.query_one(StepBar)
+        bar.steps = tuple(self.steps)
+        bar.alert_steps = frozenset(self.run.rec.alerts["step"].tolist())
+
+    # -- state: each change starts the reads it needs ---------------------------------
+
+    def watch_step(self, step: int | None) -> None:
+        self.query_one(StepBar).current = step
+        self.query_one(PlotPane).current = step
+        self._load_step()
+        self._load_detail()
+
+    def watch_module(self, module: int | None) -> None:
+        if module is not None:
+            self.query_one(ModuleTree).select_module(module)
+        self._load_detail()
+        self._load_series()
+
+    def watch_stat(self) -> None:
+        self._load_series()
+
+    def watch_following(self, following: bool) -> None:
+        if following:
+            self.query_one(StepBar).live = "● following"
+        elif "follow" in self.query_one(StepBar).live:
+            self.query_one(StepBar).live = ""
+        if following and self.steps:
+            self.step = self.steps[-1]
+        self._notice()
+
+    def watch_rank(self, old: int, new: int) -> None:
+        self._title()
+        self.steps = self.run.steps
+        self._show_steps()
+        self._notice()
+        if self.step not in self.steps:
+            self.step = self.steps[0] if self.steps else None
+        if self.module is not None:  # the same module, by name, on the other rank
+            twin = self.run.rec.modules.by_name(self.ranks[old].rec.modules.name(self.module))
+            self.module = twin.id if twin is not None else None
+        self._load_step()
+        self._load_detail()
+        self._load_series()
+
+    def _compared(self) -> bool:
+        return self.diff is not None
+
+    def _load_step(self) -> None:
         if self.step is not None:
-            self.load_step(self.step)
-            if self.module is not None:
-                self.load_detail(self.module, self.step)
-        if self.module is not None:
-            self.load_series(self.module, self.stat)
+            self.load_step(self.rank, self.step, self._compared())
 
-    def _show_stepbar(self) -> None:
-        self.query_one(StepBar).show(
-            self.steps, self.step if self.step is not None else -1, self.alert_steps, self.following
-        )
+    def _load_detail(self) -> None:
+        if self.step is not None and self.module is not None:
+            self.load_detail(self.rank, self.step, self.module, self._compared())
+
+    def _load_series(self) -> None:
+        if self.module is not None:
+            self.load_series(self.rank, self.module, self.stat)
 
     # -- workers: all file reads -----------------------------------------------------
 
     @work(thread=True, exclusive=True, group="step")
-    def load_step(self, step: int) -> None:
-        table = self.run.step_table(step)
-        divergence = self.diff.divergence(step) if self.diff else None
-        self.app.call_from_thread(self.query_one(ModuleTree).badge, table, divergence)
+    def load_step(self, rank: int, step: int, compared: bool) -> None:
+        table = self.ranks[rank].step_table(step)
+        divergence = self.diff.divergence(step) if self.diff and compared else None
+        self.post_message(StepLoaded((rank, step, compared), table, divergence))
+
+    def on_step_loaded(self, message: StepLoaded) -> None:
+        if message.key == (self.rank, self.step, self._compared()):
+            self.query_one(ModuleTree).badge(message.table, message.divergence)
 
     @work(thread=True, exclusive=True, group="detail")
-    def load_detail(self, module: int, step: int) -> None:
-        detail = self.run.detail(module, step)
+    def load_detail(self, rank: int, step: int, module: int, compared: bool) -> None:
+        run = self.ranks[rank]
+        detail = run.detail(module, step)
         other = divergent = None
         if self.other is not None:
             twin = self.other.rec.modules.by_name(detail.module.name)
             if twin is not None and step in self.other.steps:
                 other = self.other.detail(twin.id, step)
-            if self.diff is not None:
+            if self.diff is not None and compared:
                 divergent = self.diff.divergent_slots(detail.module.name, step)
-        self.app.call_from_thread(self.query_one(DetailPane).show, detail, other, divergent)
+        self.post_message(DetailLoaded((rank, step, module, compared), detail, other, divergent))
+
+    def on_detail_loaded(self, message: DetailLoaded) -> None:
+        if message.key == (self.rank, self.step, self.module, self._compared()):
+            self.query_one(DetailPane).show(message.detail, message.other, message.divergent)
 
     @work(thread=True, exclusive=True, group="series")
-    def load_series(self, module: int, stat_index: int) -> None:
-        stat = PLOT_STATS[stat_index]
-        series = self.run.series(module, stat)
-        name = self.run.rec.modules.name(module)
+    def load_series(self, rank: int, module: int, stat_index: int) -> None:
+        run, stat = self.ranks[rank], PLOT_STATS[stat_index]
+        series = run.series(module, stat)
+        name = run.rec.modules.name(module)
         other = None
         if self.other is not None:
             twin = self.other.rec.modules.by_name(name)
             if twin is not None:
                 other = self.other.series(twin.id, stat)
-        step = self.step if self.step is not None else -1
-        self.app.call_from_thread(self.query_one(PlotPane).show, stat, name, series, step, other)
+        self.post_message(SeriesLoaded((rank, module, stat_index), stat, name, series, other))
+
+    def on_series_loaded(self, message: SeriesLoaded) -> None:
+        if message.key == (self.rank, self.module, self.stat):
+            self.query_one(PlotPane).show(
+                message.stat, message.module, message.series, message.other
+            )
 
     @work(thread=True, group="diff")
     def load_diff(self) -> None:
         assert self.other is not None
         self.app.call_from_thread(self.notify, "comparing the two recordings...", timeout=2)
-        diff = DiffView.compute(self.run, self.other)
-        self.app.call_from_thread(self._diff_ready, diff)
+        self.post_message(DiffReady(DiffView.compute(self.run, self.other)))
 
-    def _diff_ready(self, diff: DiffView) -> None:
-        self.diff = diff
+    def on_diff_ready(self, message: DiffReady) -> None:
+        self.diff = message.diff
         self.app.clear_notifications()
-        first = diff.first()
+        first = self.diff.first()
+        tree = self.query_one(ModuleTree)
+        tree.mark_first_divergence(first[0] if first else None)
         if first is None:
             self.notify("the two recordings match within tolerance")
         else:
             self.notify(
-                f"first divergence: {first[0]} at step {first[1]} (f jumps there)",
+                f"first divergence: {first[0]} at step {first[1]} (★ in the tree; f jumps there)",
                 severity="warning",
+                timeout=10,
             )
-        self._refresh_all()
+            if not self._moved:  # show it at once, unless the user is elsewhere already
+                self.action_first()
+                self._moved = False
+        self._load_step()
+        self._load_detail()
 
     @work(thread=True, exclusive=True, group="poll")
     def poll(self) -> None:
-        if self.run.refresh():
-            self.app.call_from_thread(self._new_data)
+        grew = [view.refresh() for view in self.ranks]
+        if any(grew) or self.run.status is not Status.LIVE:
+            self.post_message(NewData(self.rank))
 
-    def _maybe_poll(self) -> None:
+    def _poll_tick(self) -> None:
         if self.following:
             self.poll()
 
-    def _new_data(self) -> None:
+    def on_new_data(self, message: NewData) -> None:
+        if not self.following or message.rank != self.rank:
+            return
         at_end = not self.steps or self.step == self.steps[-1]
         self.steps = self.run.steps
+        self._show_steps()
         alerts = self.run.rec.alerts
         for row in alerts[self.known_alerts :]:
             self.notify(
                 row["message"].decode(), title="new NaN/inf alert", severity="error", timeout=8
             )
-        self._load_meta()
-        if at_end and self.steps:  # like tail -f: stay on the newest step
-            self.step = self.steps[-1]
-        self._refresh_all()
-
-    @work(thread=True)
-    def run_search(self, query: Query, screen: SearchScreen) -> None:
-        result = self.run.search(query)
-        self.query_text = query.text
-        self.app.call_from_thread(screen.show, query.text, result)
+        self.known_alerts = len(alerts)
+        ended = self.run.ended()
+        if ended is not None or self.run.status is Status.CUT_SHORT:
+            self.following = False
+            self.query_one(StepBar).live = ended or "recording cut short"
+            self.notify(ended or "the recording process ended without closing it")
+        if at_end and self.steps and self.step != self.steps[-1]:
+            self.step = self.steps[-1]  # like tail -f: stay on the newest step
+        else:  # the current step may have grown
+            self._load_step()
+            self._load_detail()
+        self._load_series()
 
     # -- reacting to the user --------------------------------------------------------
 
     def on_module_tree_picked(self, message: ModuleTree.Picked) -> None:
-        if message.module == self.module:
-            return
-        self.module = message.module
-        if self.step is not None:
-            self.load_detail(self.module, self.step)
-        self.load_series(self.module, self.stat)
+        if message.module != self.module:
+            self._moved = True
+            self.module = message.module
+
+    def on_goto(self, message: Goto) -> None:
+        self.go_to(message.step, message.module)
 
     def go_to(self, step: int | None = None, module: int | None = None) -> None:
-        if step is not None and step in self.steps:
-            self.step = step
+        """Go to a step (the nearest recorded one) and/or a module."""
+        self._moved = True
+        if step is not None and self.steps:
+            self.step = nearest_step(self.steps, step)
+            if self.step != step:
+                self.notify(f"step {step} was not recorded: showing step {self.step}")
         if module is not None:
             self.module = module
-            self.query_one(ModuleTree).select_module(module)
-        self._refresh_all()
 
     def action_step(self, delta: int) -> None:
         if self.step is None or not self.steps:
             return
-        i = max(0, min(len(self.steps) - 1, self.steps.index(self.step) + delta))
-        self.go_to(self.steps[i])
+        i = self.steps.index(self.step) if self.step in self.steps else 0
+        self.go_to(self.steps[max(0, min(len(self.steps) - 1, i + delta))])
 
     def action_edge(self, index: int) -> None:
         if self.steps:
             self.go_to(self.steps[index])
 
-    def action_next_stat(self) -> None:
-        self.plot((self.stat + 1) % len(PLOT_STATS))
+    def action_goto(self) -> None:
+        if self.steps:
+            self.app.push_screen(GotoStepScreen(self.steps[0], self.steps[-1]), self._goto_step)
 
-    def plot(self, stat: int) -> None:
-        self.stat = stat
-        if self.module is not None:
-            self.load_series(self.module, self.stat)
+    def _goto_step(self, step: int | None) -> None:
+        if step is not None:
+            self.go_to(step)
+
+    def action_next_stat(self) -> None:
+        self.stat = (self.stat + 1) % len(PLOT_STATS)
 
     def action_profile(self) -> None:
         self._open_profile(self.step)
 
-    @work(thread=True)
+    @work(thread=True, group="screens")
     def _open_profile(self, step: int | None) -> None:
         prof = self.run.profile(step)
-        self.app.call_from_thread(self.app.push_screen, ProfileScreen(prof, step), self._jump)
+        screen = ProfileScreen(self.run, prof, step)
+        self.app.call_from_thread(self.app.push_screen, screen, self._jump)
 
     def action_alerts(self) -> None:
         self._open_alerts()
 
-    @work(thread=True)
+    @work(thread=True, group="screens")
     def _open_alerts(self) -> None:
         reports = self.run.alerts()
         self.app.call_from_thread(self.app.push_screen, AlertsScreen(reports), self._jump)
 
     def action_search(self) -> None:
-        screen = SearchScreen(self.run.rec.modules, self.query_text)
-        self.app.push_screen(screen, lambda jump: self._found(screen, jump))
+        self.app.push_screen(SearchScreen(self.run, self.query_text), self._found)
 
-    def _found(self, screen: SearchScreen, jump: Jump) -> None:
-        if screen.hits:  # n / N walk through them from here
-            self.hits = screen.hits
-            self.hit = self.hits.index(jump) if jump in self.hits else -1
+    def _found(self, jump: Jump | None) -> None:
+        if jump is not None and jump.hits:  # n / N walk through them from here
+            self.hits = jump.hits
+            self.hit = self.hits.index((jump.module, jump.step))
         self._jump(jump)
 
     def action_hit(self, delta: int) -> None:
         if not self.hits:
-            self.notify("no search hits: / searches", severity="warning")
+            self.notify("no search matches: / searches", severity="warning")
             return
         self.hit = (self.hit + delta) % len(self.hits)
         module, step = self.hits[self.hit]
         self.go_to(step, module)
+        self.notify(f"match {self.hit + 1} of {len(self.hits)}", timeout=2)
 
     def action_first(self) -> None:
         if self.other is not None:
-            if self.diff is None:
-                self.notify("still comparing the recordings...")
-                return
-            first = self.diff.first()
-            if first is None:
-                self.notify("no divergence: the recordings match")
-                return
-            module = self.run.rec.modules.by_name(first[0])
-            self.go_to(first[1], module.id if module else None)
+            self._first_divergence()
             return
-        first_alerts = self.run.rec.alerts
-        if not len(first_alerts):
+        first = first_origin(self.ranks)
+        if first is None:
             self.notify("no NaN/inf alerts in this recording")
             return
-        self.go_to(int(first_alerts["step"][0]), int(first_alerts["module"][0]))
+        rank, step, module = first
+        if rank != self.rank:
+            self.rank = rank
+            self.notify(f"the first NaN/inf origin is on rank {self.run.rec.info.rank}")
+        self.go_to(step, module)
+
+    def _first_divergence(self) -> None:
+        if self.diff is None:
+            self.notify("still comparing the recordings...")
+            return
+        first = self.diff.first()
+        if first is None:
+            self.notify("no divergence: the recordings match")
+            return
+        module = self.run.rec.modules.by_name(first[0])
+        self.go_to(first[1], module.id if module else None)
 
     def action_toggle_follow(self) -> None:
+        if not self.following and self.run.status is Status.COMPLETE:
+            ended = self.run.ended() or "recording finished"
+            self.notify(f"this recording is complete ({ended}): nothing more will be written")
+            return
         self.following = not self.following
-        if self.following and self.steps:
-            self.go_to(self.steps[-1])
         self.notify(
             "following: new steps appear as they are written"
             if self.following
             else "stopped following"
         )
-        self._load_meta()
-        self._show_stepbar()
 
     def action_next_rank(self) -> None:
         if len(self.ranks) < 2:
             self.notify("one rank only: r switches ranks of a distributed run")
             return
-        old = self.run
-        self.run = self.ranks[(self.ranks.index(self.run) + 1) % len(self.ranks)]
-        self._title()
-        self._load_meta()
-        self.steps = self.run.steps
-        if self.step not in self.steps:
-            self.step = self.steps[0] if self.steps else None
-        if self.module is not None:  # the same module, by name, on the other rank
-            twin = self.run.rec.modules.by_name(old.rec.modules.name(self.module))
-            self.module = twin.id if twin is not None else None
-        self._refresh_all()
+        self.rank = (self.rank + 1) % len(self.ranks)
+
+    def action_copy(self) -> None:
+        """Copy the table cell under the cursor, or the module's name (OSC 52: the
+        terminal puts it on the clipboard if it allows programs to)."""
+        text = None
+        if isinstance(self.focused, DetailTable):
+            text = self.query_one(DetailPane).selected_value()
+        if text is None and self.module is not None:
+            text = self.run.rec.modules.name(self.module)
+        if text:
+            self.app.copy_to_clipboard(text)
+            self.notify(f"copied {text}", timeout=3)
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())
 
-    def _jump(self, jump: Jump) -> None:
+    def _jump(self, jump: Jump | None) -> None:
         if jump is not None:
-            module, step = jump
-            self.go_to(step, module)
+            self.go_to(jump.step, jump.module)

@@ -1,51 +1,59 @@
-"""Screens over the replay: profile, alerts, search, help. Each returns a place to jump
-to ((module id, step), or None) when it is dismissed."""
+"""Screens over the replay: profile, alerts, search. Each is dismissed with a place to
+jump to (a ``Jump``), or None."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Input, Markdown, Static
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Static
+from textual.worker import get_current_worker
 
 from hookdbg.analysis.alerts import AlertReport
 from hookdbg.analysis.profile import Profile
-from hookdbg.analysis.query import QueryError, parse
+from hookdbg.analysis.query import Query, QueryError, parse
 from hookdbg.analysis.search import SearchResult
-from hookdbg.read.modules import ModuleTable
 from hookdbg.store.schema import Phase, nonfinite_count, slot_label
-from hookdbg.text import num
+from hookdbg.tui.cells import cell_text, count_text
+from hookdbg.tui.model import RunView
 
-Jump = tuple[int, int] | None  # (module id, step)
+
+@dataclass(frozen=True)
+class Jump:
+    """Where to go when a screen closes; a search also hands over its hits for n/N."""
+
+    module: int
+    step: int
+    hits: tuple[tuple[int, int], ...] = ()  # (module, step), one per module and step
 
 
-class ProfileScreen(Screen[Jump]):
-    """Modules by time; s/t/c/n sort by self, total, calls, name; Enter shows one."""
+class ProfileScreen(Screen[Jump | None]):
+    """Modules by time in one step, or all steps (``a``); s/t/c/n sort by self, total,
+    calls, name; Enter shows one."""
 
     BINDINGS = [
         Binding("escape,p", "dismiss(None)", "back"),
+        Binding("a", "all_steps", "all steps / this step"),
         Binding("s", "order('self')", "sort: self"),
         Binding("t", "order('total')", "total"),
         Binding("c", "order('calls')", "calls"),
         Binding("n", "order('name')", "name"),
     ]
 
-    def __init__(self, profile: Profile, step: int | None) -> None:
+    def __init__(self, run: RunView, profile: Profile, step: int | None) -> None:
         super().__init__()
+        self.run = run
         self.profile = profile
-        self.step = step
+        self.step = step  # the replay's step; None: the profile covers all steps
+        self.all_steps = step is None
         self._sort_key = "self"
 
     def compose(self) -> ComposeResult:
-        span = f"step {self.step}" if self.step is not None else "all steps"
-        yield Static(
-            Text(
-                f"profile of {span}: milliseconds per step, self = without recorded submodules",
-                style="bold",
-            ),
-            id="screen-title",
-        )
+        yield Static(id="screen-title")
         yield DataTable(id="profile-table", cursor_type="row", zebra_stripes=True)
         yield Footer()
 
@@ -56,9 +64,19 @@ class ProfileScreen(Screen[Jump]):
         table.focus()
 
     def _fill(self) -> None:
+        p = self.profile
+        span = f"step {p.first}" if p.first == p.last else f"steps {p.first}-{p.last} ({p.steps:,})"
+        other = "this step" if self.all_steps else "all steps"
+        self.query_one("#screen-title", Static).update(
+            Text.assemble(
+                (f"profile of {span}", "bold"),
+                ": milliseconds per step, self = without recorded submodules",
+                (f"   a: {other}", "dim"),
+            )
+        )
         table = self.query_one(DataTable)
         table.clear()
-        for row in self.profile.sorted(self._sort_key):
+        for row in p.sorted(self._sort_key):
             table.add_row(
                 Text(row.module.name),
                 Text(row.module.type, style="dim"),
@@ -74,13 +92,32 @@ class ProfileScreen(Screen[Jump]):
         self._sort_key = key
         self._fill()
 
+    def action_all_steps(self) -> None:
+        if self.step is None:
+            return  # no step to go back to
+        self.all_steps = not self.all_steps
+        self.notify(f"profiling {'all steps' if self.all_steps else f'step {self.step}'}...")
+        self._load(None if self.all_steps else self.step)
+
+    @work(thread=True, exclusive=True)
+    def _load(self, step: int | None) -> None:
+        profile = self.run.profile(step)
+        if not get_current_worker().is_cancelled:
+            self.app.call_from_thread(self._loaded, profile, step)
+
+    def _loaded(self, profile: Profile, step: int | None) -> None:
+        if (step is None) != self.all_steps:
+            return  # a late answer to an earlier press of a
+        self.profile = profile
+        self._fill()
+
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         module = int(str(event.row_key.value).split(":")[0])
         step = self.step if self.step is not None else self.profile.first
-        self.dismiss((module, step))
+        self.dismiss(Jump(module, step))
 
 
-class AlertsScreen(Screen[Jump]):
+class AlertsScreen(Screen[Jump | None]):
     """Every NaN/inf origin in order; the first is marked; Enter jumps to it."""
 
     BINDINGS = [Binding("escape,a", "dismiss(None)", "back")]
@@ -116,18 +153,19 @@ class AlertsScreen(Screen[Jump]):
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         r = self.reports[int(str(event.row_key.value))]
-        self.dismiss((r.module.id, int(r.alert["step"])))
+        self.dismiss(Jump(r.module.id, int(r.alert["step"])))
 
 
-class SearchScreen(Screen[Jump]):
+class SearchScreen(Screen[Jump | None]):
     """Type a query (the `hookdbg search` language), Enter to search, then pick a hit."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "back")]
 
-    def __init__(self, modules: ModuleTable, query: str = "") -> None:
+    def __init__(self, run: RunView, query: str = "") -> None:
         super().__init__()
-        self.modules = modules
+        self.run = run
         self.initial = query
+        self.query_text = query
         self.hits: list[tuple[int, int]] = []
 
     def compose(self) -> ComposeResult:
@@ -142,7 +180,7 @@ class SearchScreen(Screen[Jump]):
 
     def on_mount(self) -> None:
         self.query_one(DataTable).add_columns(
-            "step", "module", "phase", "tensor", "shape", "min", "max", "mean", "std", "nan/inf"
+            "step", "module", "phase", "tensor", "nan/inf", "shape", "min", "max", "mean", "std"
         )
         self.query_one(Input).focus()
 
@@ -154,36 +192,42 @@ class SearchScreen(Screen[Jump]):
             status.update(Text(f"bad query: {exc}", style="bold red"))
             return
         status.update(Text("searching...", style="dim"))
-        self.app.search_from(query, self)  # type: ignore[attr-defined]
+        self.query_text = query.text
+        self._search(query)
 
-    def show(self, query: str, result: SearchResult) -> None:
-        """Called by the app with the search's result."""
+    @work(thread=True, exclusive=True)
+    def _search(self, query: Query) -> None:
+        result = self.run.search(query)
+        if not get_current_worker().is_cancelled:
+            self.app.call_from_thread(self._show, query.text, result)
+
+    def _show(self, query: str, result: SearchResult) -> None:
+        if query != self.query_text:
+            return  # a late result of an earlier query
         table = self.query_one(DataTable)
         table.clear()
         self.hits = []
+        modules = self.run.rec.modules
         for i, r in enumerate(result.rows):
             self.hits.append((int(r["module"]), int(r["step"])))
             if result.on_tensors:
                 bad = nonfinite_count(r)
                 cells = [
                     Text(slot_label(int(r["slot"]), r["path"].decode())),
+                    _count(bad),
                     Text(r["shape"].decode()),
-                    *(Text(num(r[k]), justify="right") for k in ("min", "max", "mean", "std")),
-                    Text("-" if bad < 0 else str(bad), style="bold red" if bad > 0 else ""),
+                    *(
+                        Text(cell_text(r[k], bad), justify="right")
+                        for k in ("min", "max", "mean", "std")
+                    ),
                 ]
             else:
-                cells = [
-                    Text(f"call {int(r['index'])}"),
-                    Text(""),
-                    Text(f"{float(r['total']) * 1e3:.3f} ms", justify="right"),
-                    Text(""),
-                    Text(""),
-                    Text(""),
-                    Text(""),
-                ]
+                cells = [Text(f"call {int(r['index'])}"), Text(""), Text("")]
+                cells += [Text(f"{float(r['total']) * 1e3:.3f} ms", justify="right")]
+                cells += [Text("")] * 3
             table.add_row(
                 Text(str(int(r["step"])), justify="right"),
-                Text(self.modules.name(int(r["module"]))),
+                Text(modules.name(int(r["module"]))),
                 Text(Phase(int(r["phase"])).label),
                 *cells,
                 key=str(i),
@@ -192,7 +236,7 @@ class SearchScreen(Screen[Jump]):
         self.query_one("#search-status", Static).update(
             Text(
                 f"{result.total:,} matches for {query!r}{shown}; Enter jumps, n/N in the replay "
-                "walk through them",
+                "go to the next / previous matching module",
                 style="green" if result.total else "yellow",
             )
         )
@@ -200,37 +244,10 @@ class SearchScreen(Screen[Jump]):
             table.focus()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        self.dismiss(self.hits[int(str(event.row_key.value))])
+        module, step = self.hits[int(str(event.row_key.value))]
+        places = tuple(dict.fromkeys(self.hits))  # n/N: one stop per module and step
+        self.dismiss(Jump(module, step, places))
 
 
-HELP = """\
-# hookdbg tui
-
-| key | does |
-| --- | --- |
-| `←` `→` (`h` `l`) | previous / next recorded step |
-| `home` `end` | first / last step |
-| `↑` `↓`, `enter` | move in the module tree, fold / unfold |
-| `tab` | move between the tree and the tensor table |
-| `s` | plot another statistic over steps |
-| `p` | profile (`a` in it: all steps) |
-| `a` | NaN/inf alerts; `enter` jumps to one |
-| `/` | search; `n` / `N` next / previous hit |
-| `f` | first divergence (comparing two runs) or first alert |
-| `F` | follow a recording that is still being written on / off |
-| `ctrl+p` | command palette |
-| `?` | this help; `q` quits |
-
-**Search** uses the language of `hookdbg search`: `nan`, `inf`, `type:Conv2d`,
-`layer3.*`, `phase:bwd`, `slot:grad`, `step:3:7`, `max>1e4`, `std<1e-6`, `!type:Dropout`.
-
-**Badges** in the tree: share of the step's time, `×N` calls, `◆` a NaN/inf was born
-here, `⚠` non-finite values passed through, `≠` differs from the other run.
-"""
-
-
-class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,question_mark,q", "dismiss(None)", "close")]
-
-    def compose(self) -> ComposeResult:
-        yield Markdown(HELP, id="help")
+def _count(bad: int) -> Text:
+    return Text(count_text(bad), style="bold red" if bad > 0 else "", justify="right")

@@ -3,24 +3,28 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
 from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput
 from hookdbg.cli.output import open_or_fail, open_run_or_fail
-from hookdbg.read import RankSet
+from hookdbg.read import RankSet, rank_files
 
 
 @cli.command(
     epilog="""\b
-Keys: ←/→ steps, ↑/↓ modules, s plot, p profile, a alerts, / search,
-f first divergence or alert, F follow, ? help, q quit."""
+Keys: ←/→ steps, g go to step, ↑/↓ modules, s plot, p profile, a alerts,
+/ search, f first divergence or alert, F follow, y copy, ? help, q quit."""
 )
 @click.argument("recording")
 @click.argument("other", required=False)
 @click.option(
-    "--follow", is_flag=True, help="Show new steps as a running recorder writes them, like tail -f."
+    "--follow",
+    is_flag=True,
+    help="Show new steps as a running recorder writes them, like tail -f; waits for a "
+    "recording that does not exist yet.",
 )
 def tui(recording: str, other: str | None, follow: bool) -> None:
     """Step through RECORDING module by module: tensor summaries, timings, plots over
@@ -32,9 +36,14 @@ def tui(recording: str, other: str | None, follow: bool) -> None:
             "hookdbg tui needs a terminal; for scripts use summary, alerts, "
             "search or diff (with --json)"
         )
-    run = open_run_or_fail(recording, quiet=True)
     second = open_or_fail(other, quiet=True) if other else None
-    from hookdbg.tui.app import HookdbgApp  # Textual loads only for this command
+    if follow and not Path(recording).exists() and not rank_files(recording):
+        from hookdbg.tui.app import HookdbgApp  # Textual loads only for this command
+
+        HookdbgApp(None, second, follow=True, wait_for=Path(recording)).run()
+        return
+    run = open_run_or_fail(recording, quiet=True)
+    from hookdbg.tui.app import HookdbgApp
 
     if isinstance(run, RankSet):
         first, more = run[run.ranks[0]], [run[r] for r in run.ranks[1:]]

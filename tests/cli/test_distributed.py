@@ -134,3 +134,25 @@ async def test_tui_switches_ranks(nan_run):
         await pilot.pause(0.2)
         await app.workers.wait_for_complete()
         assert "rank 1 of 2" in app.title and app.screen.run.rec.info.rank == 1
+
+
+async def test_tui_f_goes_to_the_first_origin_across_ranks(nan_run):
+    """Rank 1's data brings the NaN in: from rank 0, f switches to rank 1 and its origin."""
+    from hookdbg.analysis.ranks import merged_alerts
+
+    run = open_run(nan_run[0])
+    rank, first = merged_alerts(run)[0]
+    assert rank == 1
+    app = HookdbgApp(run[0], more_ranks=[run[1]])
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause(0.2)
+        await app.workers.wait_for_complete()
+        assert any("f jumps to the first" in n.message for n in app._notifications)
+        await pilot.press("f")
+        for _ in range(3):
+            await pilot.pause(0.2)
+            await app.workers.wait_for_complete()
+        assert "rank 1 of 2" in app.title
+        title = str(app.screen.query_one("#detail-title").content)
+        module = run[1].modules[int(first["module"])].name
+        assert title.startswith(f"{module} ") and f"step {int(first['step'])}" in title

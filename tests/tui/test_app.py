@@ -1,44 +1,20 @@
-"""The TUI driven as a user would: keys pressed through Textual's Pilot."""
-
-import time
+"""The TUI driven as a user would: keys pressed through Textual's Pilot, and what is on
+screen read back."""
 
 import pytest
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable
 
 from hookdbg.read import open_recording
-from hookdbg.text import num
 from hookdbg.tui.app import HookdbgApp
-from hookdbg.tui.screens import AlertsScreen, HelpScreen, ProfileScreen, SearchScreen
-from hookdbg.tui.widgets import ModuleTree, StepBar
+from hookdbg.tui.cells import cell_text
+from hookdbg.tui.dialogs import HelpScreen
+from hookdbg.tui.messages import Goto
+from hookdbg.tui.screens import AlertsScreen, ProfileScreen, SearchScreen
+from hookdbg.tui.stepbar import StepBar
+from hookdbg.tui.tree import ModuleTree
 from tests.analysis.test_diff import SCRIPT
-from tests.helpers import hookdbg, live_recording
-
-SIZE = (160, 48)
-
-
-async def settle(app, pilot):
-    """Let workers finish and the screen catch up."""
-    for _ in range(3):
-        await pilot.pause(0.05)
-        await app.workers.wait_for_complete()
-    await pilot.pause(0.05)
-
-
-async def until(app, pilot, condition, timeout: float = 30.0) -> bool:
-    """Wait (letting the app run) until ``condition()`` holds; a busy machine is slow."""
-    deadline = time.time() + timeout
-    while not condition() and time.time() < deadline:
-        await settle(app, pilot)
-        await pilot.pause(0.2)
-    return condition()
-
-
-def text(widget: Static) -> str:
-    return str(widget.content)
-
-
-def rows(table: DataTable) -> list[list[str]]:
-    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+from tests.helpers import hookdbg
+from tests.tui.pilot import SIZE, SMALL, notices, records, rows, settle, text
 
 
 async def test_replay_tree_detail_and_steps(mlp_h5):
@@ -50,15 +26,15 @@ async def test_replay_tree_detail_and_steps(mlp_h5):
         names = {rec.modules[m].name for m in tree._node_of}
         assert {"model", "model.body", "model.body.1", "model.head", "criterion"} <= names
         assert "step 0" in text(app.screen.query_one(StepBar))
-        tree.select_module(rec.modules.resolve("head").id)
+        app.screen.post_message(Goto(module=rec.modules.resolve("head").id))  # as the finder does
         await pilot.press("right", "right")
         await settle(app, pilot)
         assert "step 2" in text(app.screen.query_one(StepBar))
         assert "model.head" in text(app.screen.query_one("#detail-title"))
-        shown = rows(app.screen.query_one("#detail-table", DataTable))
+        shown = records(app.screen.query_one("#detail-table", DataTable))
         want = rec.tensors(2, 2)
         want = want[want["module"] == rec.modules.resolve("head").id]
-        assert sorted(r[2] for r in shown) == sorted(
+        assert sorted(r["slot"] for r in shown) == sorted(
             [
                 "input[0]",
                 "output",
@@ -70,9 +46,13 @@ async def test_replay_tree_detail_and_steps(mlp_h5):
                 "param[bias]",
             ]
         )
-        output = next(r for r in shown if r[2] == "output")
+        output = next(r for r in shown if r["slot"] == "output")
         row = want[want["slot"] == 1][0]
-        assert output[5:10] == [num(row[k]) for k in ("min", "max", "mean", "std", "norm")]
+        assert [output[k] for k in ("min", "max", "mean", "std", "norm")] == [
+            cell_text(row[k], 0) for k in ("min", "max", "mean", "std", "norm")
+        ]
+        weight = next(r for r in shown if r["slot"] == "param[weight]")
+        assert weight["mean"] == "-" and weight["norm"] != "-"  # not recorded, not NaN
         assert "output std of model.head" in text(app.screen.query_one("#plot-title"))
         await pilot.press("s")
         await settle(app, pilot)
@@ -87,6 +67,7 @@ async def test_alerts_screen_jumps_to_the_origin(nan_h5):
     app = HookdbgApp(rec)
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, pilot)
+        assert "1 NaN/inf alert — f jumps to the first" in notices(app)
         tree = app.screen.query_one(ModuleTree)
         origin = rec.modules.resolve("standardize").id
         await pilot.press("a")
@@ -105,7 +86,7 @@ async def test_alerts_screen_jumps_to_the_origin(nan_h5):
         assert "born here" not in tree.label_of(origin)
 
 
-async def test_search_jumps_and_walks_through_hits(nan_h5):
+async def test_search_jumps_and_n_walks_through_matching_modules(nan_h5):
     app = HookdbgApp(open_recording(nan_h5))
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, pilot)
@@ -116,18 +97,24 @@ async def test_search_jumps_and_walks_through_hits(nan_h5):
         assert "0 matches" in text(app.screen.query_one("#search-status"))
         await pilot.press("escape")
         await pilot.press("slash")
-        query = app.screen.query_one("#query")
-        query.value = ""
+        app.screen.query_one("#query").value = ""
         await pilot.press(*"nan phase:fwd", "enter")
         await settle(app, pilot)
         hits = rows(app.screen.query_one(DataTable))
         assert hits[0][:3] == ["3", "model.standardize", "fwd"] and len(hits) > 2
+        places = list(dict.fromkeys((h[0], h[1]) for h in hits))
         await pilot.press("enter")  # the first hit
         await settle(app, pilot)
         assert "model.standardize" in text(app.screen.query_one("#detail-title"))
-        await pilot.press("n")
+        await pilot.press("n")  # the next module, not the next row of this one
         await settle(app, pilot)
-        assert hits[1][1] in text(app.screen.query_one("#detail-title"))
+        step, module = places[1]
+        assert module != "model.standardize"
+        title = text(app.screen.query_one("#detail-title"))
+        assert f"{module} " in title and f"step {step}" in title
+        await pilot.press("N")
+        await settle(app, pilot)
+        assert "model.standardize" in text(app.screen.query_one("#detail-title"))
         await pilot.press("slash")
         app.screen.query_one("#query").value = "max>>"
         await pilot.press("enter")
@@ -135,19 +122,29 @@ async def test_search_jumps_and_walks_through_hits(nan_h5):
         assert "bad query" in text(app.screen.query_one("#search-status"))
 
 
-async def test_profile_sorts_and_help_opens(resnet_h5):
+async def test_profile_sorts_covers_all_steps_with_a_and_help_opens(resnet_h5):
     app = HookdbgApp(open_recording(resnet_h5))
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, pilot)
         await pilot.press("p")
         await settle(app, pilot)
         assert isinstance(app.screen, ProfileScreen)
+        assert "profile of step 0" in text(app.screen.query_one("#screen-title"))
         by_self = rows(app.screen.query_one(DataTable))
         selfs = [float(r[4]) for r in by_self]
         assert selfs == sorted(selfs, reverse=True) and len(by_self) > 50
         await pilot.press("c")
         by_calls = rows(app.screen.query_one(DataTable))
         assert float(by_calls[0][3]) == 2  # the ReLUs, called twice per block
+        await pilot.press("a")
+        await settle(app, pilot)
+        title = app.screen.query_one("#screen-title")
+        assert "profile of steps 0-1 (2)" in text(title)
+        await pilot.press("end")  # the title stays on screen below a long table
+        assert title.region.y == 0 and title.display
+        await pilot.press("a")
+        await settle(app, pilot)
+        assert "profile of step 0" in text(app.screen.query_one("#screen-title"))
         await pilot.press("escape", "question_mark")
         await settle(app, pilot)
         assert isinstance(app.screen, HelpScreen)
@@ -165,41 +162,45 @@ def diverging(tmp_path_factory):
     return base / "a.h5", base / "b.h5"
 
 
-async def test_diff_mode_jumps_to_the_divergent_module(diverging):
+async def test_diff_opens_on_the_first_divergence_kept_apart_from_backward_spill(diverging):
     a, b = (open_recording(p) for p in diverging)
     app = HookdbgApp(a, b)
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, pilot)
         tree = app.screen.query_one(ModuleTree)
-        assert "≠" in tree.label_of(a.modules.resolve("net.3").id)
-        # net.0 runs before the change: only its backward (and weights) can differ
-        assert {phase for phase, _, _ in app.screen.diff.divergent_slots("net.0", 0)} <= {1, 2}
+        net3 = a.modules.resolve("net.3").id
+        # on open, without a key: unfolded to it, selected, marked
+        assert "net.3" in text(app.screen.query_one("#detail-title"))
+        assert tree.cursor_node is not None and tree.cursor_node.data == net3
+        assert "★ first divergence" in tree.label_of(net3)
+        assert "≠" in tree.label_of(net3) and "bwd only" not in tree.label_of(net3)
+        # net.0 runs before the change: only its backward can differ, and says so
+        assert "≠ bwd only" in tree.label_of(a.modules.resolve("net.0").id)
+        assert any("first divergence: net.3" in n for n in notices(app))
+        shown = records(app.screen.query_one("#detail-table", DataTable))
+        assert {r["run"] for r in shown} == {"a", "b"}  # both runs, side by side
+        await pilot.press("down")  # the cursor really is on net.3: down goes on from it
+        await settle(app, pilot)
+        assert "net.4" in text(app.screen.query_one("#detail-title"))
         await pilot.press("f")
         await settle(app, pilot)
         assert "net.3" in text(app.screen.query_one("#detail-title"))
-        shown = rows(app.screen.query_one("#detail-table", DataTable))
-        assert {r[0] for r in shown} == {"a", "b"}  # both runs, side by side
 
 
-async def test_follow_shows_steps_as_they_are_written(tmp_path):
-    path = tmp_path / "live.h5"
-    with live_recording(path, pause=0.05):
-        app = HookdbgApp(open_recording(path), follow=True)
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(app, pilot)
-            first = len(app.screen.steps)
-            assert await until(app, pilot, lambda: len(app.screen.steps) > first + 2)
-            # like tail -f, it stays on the newest step
-            assert await until(app, pilot, lambda: app.screen.step == app.screen.steps[-1])
-            assert "following" in text(app.screen.query_one(StepBar))
-
-
-async def test_a_cut_short_recording_says_so(tmp_path):
-    path = tmp_path / "cut.h5"
-    with live_recording(path):
-        pass  # killed at the end of the block
-    app = HookdbgApp(open_recording(path))
-    async with app.run_test(size=SIZE) as pilot:
+async def test_help_scrolls_and_fits_a_small_terminal_whose_footer_keeps_help_and_quit(mlp_h5):
+    app = HookdbgApp(open_recording(mlp_h5))
+    async with app.run_test(size=SMALL) as pilot:
         await settle(app, pilot)
-        notice = app.screen.query_one("#notice")
-        assert "cut short" in text(notice) and notice.display
+        footer = app.screen.query_one("Footer")
+        keys = [k for k in footer.query("FooterKey") if k.region.right <= SMALL[0]]
+        assert {"?", "q"} <= {k.key_display for k in keys}
+        await pilot.press("question_mark")
+        await settle(app, pilot)
+        help_box = app.screen.query_one("#help")
+        assert help_box.region.right <= SMALL[0] and help_box.region.bottom <= SMALL[1]
+        assert help_box.max_scroll_y > 0
+        await pilot.press("end")
+        await settle(app, pilot)
+        assert help_box.scroll_y == help_box.max_scroll_y > 0
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)

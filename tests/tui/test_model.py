@@ -4,7 +4,7 @@ import numpy as np
 
 from hookdbg.read import open_recording
 from hookdbg.store.schema import Phase, Slot
-from hookdbg.tui.model import PLOT_STATS, RunView
+from hookdbg.tui.model import PLOT_STATS, PlotStat, RunView
 
 
 def test_step_table_badges(nan_h5):
@@ -34,3 +34,21 @@ def test_detail_and_series_match_the_reader(mlp_h5):
     assert len(fwd_ms) == 4 and np.all(fwd_ms > 0)
     grads = run.series(head, next(s for s in PLOT_STATS if s.label == "weight grad norm"))
     assert len(grads[0]) == 4 and np.all(grads[1] > 0)
+
+
+def test_first_origin_across_ranks_and_nearest_step(nan_h5, mlp_h5):
+    from hookdbg.tui.model import first_origin, nearest_step
+
+    nan, clean = RunView(open_recording(nan_h5)), RunView(open_recording(mlp_h5))
+    standardize = nan.rec.modules.resolve("standardize").id
+    assert first_origin([clean, nan]) == (1, 3, standardize)
+    assert first_origin([clean]) is None
+    assert [nearest_step([0, 10, 20], s) for s in (-5, 4, 6, 14, 99)] == [0, 0, 10, 10, 20]
+
+
+def test_a_not_recorded_statistic_is_left_out_of_a_series(nan_h5):
+    run = RunView(open_recording(nan_h5))
+    proj = run.rec.modules.resolve("proj").id
+    weight_mean = PlotStat("weight mean", Slot.PARAM, "mean", "weight")  # only the norm is kept
+    steps, _ = run.series(proj, weight_mean)
+    assert 3 in steps.tolist() and 0 not in steps.tolist()  # NaN at 3 is real: its grad was NaN

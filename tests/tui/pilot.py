@@ -1,0 +1,64 @@
+"""Helpers for driving the TUI as a user would and reading what is on screen."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from textual.app import App
+from textual.pilot import Pilot
+from textual.widget import Widget
+from textual.widgets import DataTable, Static
+
+SIZE = (160, 48)
+SMALL = (80, 24)
+
+
+async def settle(app: App, pilot: Pilot) -> None:
+    """Let workers finish and the screen catch up."""
+    for _ in range(3):
+        await pilot.pause(0.05)
+        await app.workers.wait_for_complete()
+    await pilot.pause(0.05)
+
+
+async def until(
+    app: App,
+    pilot: Pilot,
+    condition: Callable[[], bool],
+    timeout: float = 30.0,
+    workers: bool = True,
+) -> bool:
+    """Wait (letting the app run) until ``condition()`` holds; a busy machine is slow.
+    ``workers=False`` where a worker runs until the app ends (waiting for a file)."""
+    deadline = time.time() + timeout
+    while not condition() and time.time() < deadline:
+        if workers:
+            await settle(app, pilot)
+        await pilot.pause(0.2)
+    return condition()
+
+
+def text(widget: Widget) -> str:
+    """What a widget shows, as plain text."""
+    if isinstance(widget, Static):
+        return str(widget.content)
+    return str(widget.render())
+
+
+def rows(table: DataTable) -> list[list[str]]:
+    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+def columns(table: DataTable) -> list[str]:
+    return [str(c.label) for c in table.ordered_columns]
+
+
+def records(table: DataTable) -> list[dict[str, str]]:
+    """Each row as {column label: cell text}."""
+    labels = columns(table)
+    return [dict(zip(labels, row, strict=True)) for row in rows(table)]
+
+
+def notices(app: App) -> list[str]:
+    return [n.message for n in app._notifications]

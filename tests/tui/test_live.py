@@ -1,0 +1,100 @@
+"""Following a recording while it is written: waiting for it, staying on the newest
+step, and saying when and how the run ended."""
+
+import signal
+import subprocess
+import sys
+import time
+
+from hookdbg.read import RecordingError, open_recording
+from hookdbg.tui.app import HookdbgApp
+from hookdbg.tui.dialogs import WaitScreen
+from hookdbg.tui.replay import ReplayScreen
+from hookdbg.tui.stepbar import StepBar
+from tests.helpers import LIVE_WRITER, live_recording
+from tests.tui.pilot import SIZE, notices, settle, text, until
+
+ENDS = """
+import sys, time, torch
+model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+with torch.no_grad():
+    for _ in range(int(sys.argv[1])):
+        model(torch.randn(2, 4))
+        time.sleep(0.1)
+sys.exit(3)
+"""
+
+
+async def test_follow_shows_steps_as_they_are_written(tmp_path):
+    path = tmp_path / "live.h5"
+    with live_recording(path, pause=0.05):
+        app = HookdbgApp(open_recording(path), follow=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(app, pilot)
+            first = len(app.screen.steps)
+            assert await until(app, pilot, lambda: len(app.screen.steps) > first + 2)
+            # like tail -f, it stays on the newest step
+            assert await until(app, pilot, lambda: app.screen.step == app.screen.steps[-1])
+            assert "● following" in text(app.screen.query_one(StepBar))
+
+
+async def test_follow_waits_for_a_recording_that_does_not_exist_yet(tmp_path):
+    path = tmp_path / "later.h5"
+    app = HookdbgApp(None, follow=True, wait_for=path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.5)
+        assert isinstance(app.screen, WaitScreen)
+        assert f"waiting for {path}…" in text(app.screen.query_one("#waiting"))
+        # the recorder starts after the TUI; nothing here blocks the app while it waits
+        code = LIVE_WRITER.format(path=str(path), pause=0.05)
+        writer = subprocess.Popen([sys.executable, "-c", code])
+        try:
+            opened = await until(
+                app, pilot, lambda: isinstance(app.screen, ReplayScreen), 90, workers=False
+            )
+            assert opened
+            assert await until(app, pilot, lambda: len(app.screen.steps) > 2, 60)
+            assert "● following" in text(app.screen.query_one(StepBar))
+        finally:
+            writer.send_signal(signal.SIGKILL)
+            writer.wait()
+
+
+async def test_the_bar_says_when_the_recording_finished(tmp_path):
+    script, path = tmp_path / "ends.py", tmp_path / "ends.h5"
+    script.write_text(ENDS)
+    record = [sys.executable, "-m", "hookdbg", "record", "-q", "--flush-interval", "0.1"]
+    proc = subprocess.Popen([*record, "-o", str(path), str(script), "30"])
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                rec = open_recording(path)
+                break
+            except RecordingError:
+                assert time.time() < deadline, "the recorder never wrote a readable file"
+                time.sleep(0.2)
+        app = HookdbgApp(rec, follow=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(app, pilot)
+            bar = app.screen.query_one(StepBar)
+            assert await until(app, pilot, lambda: "recording finished" in text(bar), 60)
+            assert "recording finished (30 steps, exit status 3)" in text(bar)
+            assert "following" not in text(bar) and not app.screen.following
+            assert app.screen.step == 29  # it stayed on the newest step to the end
+            await pilot.press("F")
+            assert any("this recording is complete" in n for n in notices(app))
+            assert not app.screen.following
+    finally:
+        assert proc.wait(timeout=60) == 3
+
+
+async def test_a_cut_short_recording_says_so(tmp_path):
+    path = tmp_path / "cut.h5"
+    with live_recording(path):
+        pass  # killed at the end of the block
+    app = HookdbgApp(open_recording(path))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        notice = app.screen.query_one("#notice")
+        assert "cut short" in text(notice) and notice.display

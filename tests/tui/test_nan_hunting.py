@@ -1,0 +1,86 @@
+"""Finding a NaN on screen: counts next to the slot, nan printed as nan, tinted rows, a
+readable table at 80x24, and plots that mark NaN/inf steps."""
+
+import os
+
+from hookdbg.read import open_recording
+from hookdbg.tui.app import HookdbgApp
+from hookdbg.tui.detail import DetailPane, DetailTable
+from hookdbg.tui.plot import Plot
+from hookdbg.tui.stepbar import StepBar
+from tests.helpers import ROOT
+from tests.tui.pilot import SIZE, SMALL, columns, records, settle, text
+
+
+async def test_non_finite_values_read_as_such_in_a_small_terminal(nan_h5):
+    rec = open_recording(nan_h5)
+    app = HookdbgApp(rec)
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(app, pilot)
+        app.screen.go_to(3, rec.modules.resolve("proj").id)
+        await settle(app, pilot)
+        table = app.screen.query_one(DetailTable)
+        shown = columns(table)
+        assert shown.index("nan/inf") == shown.index("slot") + 1  # next to the slot
+        assert {"mean", "std"} <= set(shown)  # numbers, even at 80x24
+        assert table.region.right <= SMALL[0]
+        assert "columns in a wider window" in app.screen.query_one(DetailPane).border_subtitle
+        grad = next(r for r in records(table) if r["slot"] == "param_grad[weight]")
+        assert grad["nan/inf"] == "256" and grad["mean"] == "nan"  # NaN, not "not recorded"
+        assert _tinted(app, table) == [r["nan/inf"] not in ("0", "-") for r in records(table)]
+        assert any(_tinted(app, table))
+        # the table moves across by keyboard, and ←/→ still change the step
+        table.focus()
+        await pilot.press("shift+right", "shift+right")
+        assert table.cursor_coordinate.column == 2
+        await pilot.press("left")
+        await settle(app, pilot)
+        assert "step 2" in text(app.screen.query_one(StepBar))
+        before = records(table)  # before the NaN: nothing tinted, no nan
+        assert before and not any(_tinted(app, table))
+        assert all(r["nan/inf"] == "0" and r["mean"] != "nan" for r in before)
+
+
+def _tinted(app, table) -> list[bool]:
+    """Which rows have the non-finite tint, as drawn."""
+    tint = app.screen.query_one(DetailPane).get_component_rich_style("detail-pane--nonfinite")
+    return [
+        bool(table.get_row_at(i)[0].style)
+        and _style(table.get_row_at(i)[0]).bgcolor == tint.bgcolor
+        for i in range(table.row_count)
+    ]
+
+
+def _style(cell):
+    from rich.style import Style
+
+    return cell.style if isinstance(cell.style, Style) else Style.parse(cell.style)
+
+
+async def test_the_plot_marks_non_finite_steps_the_range_and_the_current_step(nan_h5):
+    app = HookdbgApp(open_recording(nan_h5))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        await pilot.press("right")  # the root module, output std, step 1
+        await settle(app, pilot)
+        title = text(app.screen.query_one("#plot-title"))
+        assert "output std of model" in title and "× NaN/inf at 1 step (first 4)" in title
+        assert "step 1: " in title
+        lines = text(app.screen.query_one("#plot-a", Plot)).splitlines()
+        assert lines[0].split("┤")[0].strip() and "┤" in lines[-2]  # the range, top and bottom
+        assert lines[0].count("×") == app.screen.query_one("#plot-a", Plot)._cells
+        axis = lines[-1]
+        assert "▲" in axis and axis.strip().startswith("0") and axis.rstrip().endswith("4")
+
+
+async def test_two_runs_plot_on_one_scale(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    a, b = (open_recording(os.path.join("tests", "data", f"nan_{x}.h5")) for x in "ab")
+    app = HookdbgApp(a, b)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        plots = [text(app.screen.query_one(f"#plot-{x}", Plot)).splitlines() for x in "ab"]
+        assert all(p for p in plots)
+        assert plots[0][0].split("┤")[0] == plots[1][0].split("┤")[0]  # the same top
+        assert plots[0][-2].split("┤")[0] == plots[1][-2].split("┤")[0]  # and bottom
+        assert "one scale" in text(app.screen.query_one("#plot-title"))

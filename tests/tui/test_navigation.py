@@ -1,0 +1,165 @@
+"""Moving through a recording fast and landing where asked: folded branches, late
+results, go to step, pages, clicks, the module finder, copy."""
+
+import time
+
+from textual.widgets import DataTable
+
+from hookdbg.read import open_recording
+from hookdbg.tui.app import HookdbgApp
+from hookdbg.tui.detail import DetailTable
+from hookdbg.tui.plot import Plot
+from hookdbg.tui.stepbar import StepBar
+from hookdbg.tui.tree import ModuleTree
+from tests.tui.pilot import SIZE, notices, records, settle, text, until
+
+
+def title(app) -> str:
+    return text(app.screen.query_one("#detail-title"))
+
+
+def bar_step(app) -> int:
+    return int(text(app.screen.query_one(StepBar)).split()[1])
+
+
+async def test_a_jump_into_a_folded_branch_lands_on_the_module(resnet_h5):
+    rec = open_recording(resnet_h5)
+    app = HookdbgApp(rec)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        tree = app.screen.query_one(ModuleTree)
+        conv = rec.modules.resolve("layer3.0.conv1")
+        assert not tree._node_of[conv.parent].is_expanded  # layer3.0 starts folded
+        await pilot.press("slash")
+        await pilot.press(*"layer3.0.conv1 slot:output", "enter")
+        await settle(app, pilot)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert title(app).startswith("model.layer3.0.conv1 ")
+        assert tree.cursor_node is not None and tree.cursor_node.data == conv.id
+        await pilot.press("down")  # on from the module, not from the root
+        await settle(app, pilot)
+        assert title(app).startswith("model.layer3.0.bn1 ")
+
+
+async def test_late_results_of_earlier_steps_are_dropped(long_mlp_h5):
+    """Holding → : many step changes while reads are still running; what the detail,
+    the plot and the tree show at the end is the step the bar shows. Reads of even
+    steps take longer (a slow disk), so they finish after the reads of later steps."""
+    rec = open_recording(long_mlp_h5)
+    app = HookdbgApp(rec)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        view = app.screen.run
+        read = view.detail
+
+        def slow_on_even_steps(module: int, step: int):
+            time.sleep(0.5 if step % 2 == 0 else 0.0)
+            return read(module, step)
+
+        view.detail = slow_on_even_steps
+        app.screen.go_to(module=rec.modules.resolve("head").id)
+        for _ in range(3):
+            for _ in range(12):
+                await pilot.press("right")
+                await pilot.pause(0.01)  # faster than a read: workers overlap
+            await pilot.press("left")
+        await settle(app, pilot)
+        step = bar_step(app)
+        assert step == 33
+        assert title(app).startswith(f"model.head  Linear  step {step}")
+        assert f"step {step}:" in text(app.screen.query_one("#plot-title"))
+        want = rec.tensors(step, step)
+        want = want[(want["module"] == rec.modules.resolve("head").id) & (want["slot"] == 1)]
+        output = next(r for r in records(app.screen.query_one(DataTable)) if r["slot"] == "output")
+        assert output["mean"] == f"{want['mean'][0]:.4g}"
+
+
+async def test_go_to_step_pages_and_clicks(long_mlp_h5):
+    app = HookdbgApp(open_recording(long_mlp_h5))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        await pilot.press("g", *"42", "enter")
+        await settle(app, pilot)
+        assert bar_step(app) == 42 and "step 42" in title(app)
+        await pilot.press("colon", *"7", "enter")
+        await settle(app, pilot)
+        assert bar_step(app) == 7
+        await pilot.press("pagedown")
+        await settle(app, pilot)
+        assert bar_step(app) == 17
+        await pilot.press("shift+pagedown")
+        await settle(app, pilot)
+        assert bar_step(app) == 59  # the last step: a page past it stops there
+        await pilot.press("pageup")
+        await settle(app, pilot)
+        assert bar_step(app) == 49
+        await pilot.press("shift+pageup")
+        await settle(app, pilot)
+        assert bar_step(app) == 0
+        bar = app.screen.query_one(StepBar)
+        await pilot.click(StepBar, offset=(1 + bar._timeline_at + 30 // bar._per, 0))
+        await settle(app, pilot)
+        assert bar_step(app) == 30 and "step 30" in title(app)
+        plot = app.screen.query_one("#plot-a", Plot)
+        await pilot.click("#plot-a", offset=(plot._axis + 5 * plot._cells, 1))
+        await settle(app, pilot)
+        assert bar_step(app) == 5 and "step 5" in title(app)
+
+
+async def test_the_palette_finds_modules_by_name(resnet_h5):
+    app = HookdbgApp(open_recording(resnet_h5))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        await pilot.press("ctrl+p", *"layer3")
+        assert await until(app, pilot, lambda: "layer3" in _palette_text(app))
+        assert "No matches" not in _palette_text(app)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert title(app).startswith("model.layer3")
+
+
+def _palette_text(app) -> str:
+    from textual.command import CommandList
+
+    lists = app.screen.query(CommandList)
+    if not lists:
+        return ""
+    options = lists.first()
+    return " ".join(str(options.get_option_at_index(i).prompt) for i in range(options.option_count))
+
+
+async def test_y_copies_the_module_name_or_the_cell(mlp_h5):
+    rec = open_recording(mlp_h5)
+    app = HookdbgApp(rec)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        app.screen.go_to(module=rec.modules.resolve("head").id)
+        await settle(app, pilot)
+        await pilot.press("y")
+        assert app.clipboard == "model.head" and "copied model.head" in notices(app)
+        app.screen.query_one(DetailTable).focus()
+        await pilot.press("shift+right", "shift+right", "shift+right")  # phase, slot, nan/inf, min
+        await settle(app, pilot)
+        table = app.screen.query_one(DetailTable)
+        row = records(table)[table.cursor_coordinate.row]
+        assert table.cursor_coordinate.column == 3
+        await pilot.press("y")
+        assert float(app.clipboard) == float(row["min"]) or app.clipboard.startswith(
+            row["min"].rstrip("0")[:4]
+        )
+        assert f"copied {app.clipboard}" in notices(app)
+
+
+async def test_a_recording_without_root_modules_shows_its_modules(rootless_h5):
+    rec = open_recording(rootless_h5)
+    app = HookdbgApp(rec)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        tree = app.screen.query_one(ModuleTree)
+        assert len(tree._node_of) == len(rec.modules)
+        assert "m0 Linear" in tree.label_of(rec.modules.resolve("model.m0").id)
+        assert title(app).startswith("model.m0 ")
+        await pilot.press("down")
+        await settle(app, pilot)
+        assert title(app).startswith("model.m1 ")

@@ -1,0 +1,137 @@
+"""Small screens: help, go to step, and waiting for a recording that does not exist yet."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rich.table import Table
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Footer, Input, Markdown, Static
+from textual.worker import get_current_worker
+
+from hookdbg.read import RecordingError, open_run
+from hookdbg.tui.messages import Opened
+
+KEYS = (
+    ("← → (h l)", "previous / next recorded step"),
+    ("pgup pgdn", "10 steps back / on (with shift: 100)"),
+    ("home end", "first / last step"),
+    ("g or :", "go to a step by number"),
+    ("↑ ↓ enter", "move in the module tree, fold / unfold"),
+    ("tab", "between the tree and the tensor table"),
+    ("shift+← →", "across the table's columns"),
+    ("s", "plot another statistic over steps"),
+    ("p", "profile (a in it: all steps)"),
+    ("a", "NaN/inf alerts; enter jumps to one"),
+    ("/", "search"),
+    ("n N", "next / previous module the search found"),
+    ("f", "first divergence (two runs) or first NaN/inf origin (all ranks)"),
+    ("r", "next rank of a distributed run"),
+    ("F", "follow a recording that is still being written"),
+    ("y", "copy the module's name, or the table cell (OSC 52)"),
+    ("ctrl+p", "command palette; type a module's name to go to it"),
+    ("?", "this help; q quits"),
+)
+
+NOTES = """\
+A click on the step bar or a plot goes to that step.
+
+**Search** uses the language of `hookdbg search`: `nan`, `inf`, `type:Conv2d`,
+`layer3.*`, `phase:bwd`, `slot:grad`, `step:3:7`, `max>1e4`, `std<1e-6`, `!type:Dropout`.
+
+**Badges** in the tree: share of the step's time, `×N` calls, `◆` a NaN/inf was born
+here, `⚠` non-finite values passed through, `≠` differs from the other run in the
+forward pass (`≠ bwd only`: only its gradients differ, which a divergence further on
+causes; `≠ weights`: only its weights after the step), `★` the first divergence.
+
+**Plots**: `×` marks steps whose value is NaN/inf, `▲` the current step; two runs
+share one scale.
+"""
+
+
+def key_table() -> Table:
+    """One line per key, so the list fits a 24-line terminal with little scrolling."""
+    table = Table(box=None, show_header=False, padding=(0, 1), expand=True)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(ratio=1)
+    for key, does in KEYS:
+        table.add_row(key, does)
+    return table
+
+
+class HelpScreen(ModalScreen[None]):
+    """Every key; scrolls when the terminal is small."""
+
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss(None)", "close")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help"):
+            yield Static(Text("hookdbg tui: keys (↑/↓ scroll, esc closes)", style="bold"))
+            yield Static(key_table(), id="help-keys")
+            yield Markdown(NOTES)
+
+    def on_mount(self) -> None:
+        self.query_one("#help", VerticalScroll).focus()
+
+
+class GotoStepScreen(ModalScreen[int | None]):
+    """Type a step number; Enter goes to it (or to the nearest recorded step)."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "cancel")]
+
+    def __init__(self, first: int, last: int) -> None:
+        super().__init__()
+        self.first, self.last = first, last
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="goto"):
+            yield Static(f"go to step ({self.first}-{self.last}), Enter goes, esc cancels")
+            yield Input(id="goto-step", type="integer", placeholder=str(self.first))
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(int(event.value) if event.value.strip().lstrip("-").isdigit() else None)
+
+
+class WaitScreen(Screen[None]):
+    """``--follow`` on a recording that does not exist yet: wait for its recorder to
+    create it, then follow it."""
+
+    BINDINGS = [Binding("q", "app.quit", "quit")]
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(f"waiting for {self.path}…", style="bold"), id="waiting")
+        yield Static(id="waiting-why")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.wait_for_it()
+
+    @work(thread=True, exclusive=True)
+    def wait_for_it(self) -> None:
+        worker = get_current_worker()
+        while not worker.is_cancelled:
+            try:
+                opened = open_run(self.path)
+            except RecordingError as exc:
+                if self.path.exists():  # there, but not readable yet: say why
+                    self.app.call_from_thread(self._why, str(exc))
+                time.sleep(0.5)
+                continue
+            self.post_message(Opened(opened))  # the app follows it
+            return
+
+    def _why(self, reason: str) -> None:
+        self.query_one("#waiting-why", Static).update(Text(f"not readable yet: {reason}", "dim"))

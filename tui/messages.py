@@ -1,0 +1,75 @@
+"""Messages between the replay screen, its widgets and its workers.
+
+Widgets say what the user asked for (``Goto``); workers hand back what they read, tagged
+with the state they read it for (``key``), so the screen can drop a late result of a
+request that is no longer current instead of showing it over a newer one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from textual.message import Message
+
+from hookdbg.read import RankSet, Recording
+from hookdbg.tui.model import Detail, DiffView, Gap, ModuleStep, PlotStat
+
+
+@dataclass
+class Goto(Message):
+    """Go to a step and/or module (a click on the timeline or a plot, the module finder)."""
+
+    step: int | None = None
+    module: int | None = None
+
+
+@dataclass
+class StepLoaded(Message):
+    """Tree badges of one step: ``key`` is (rank, step, compared)."""
+
+    key: tuple[int, int, bool]
+    table: dict[int, ModuleStep]
+    divergence: dict[str, Gap] | None
+
+
+@dataclass
+class DetailLoaded(Message):
+    """The detail of one module in one step: ``key`` is (rank, step, module, compared)."""
+
+    key: tuple[int, int, int, bool]
+    detail: Detail
+    other: Detail | None
+    divergent: set[tuple[int, int, str]] | None
+
+
+@dataclass
+class SeriesLoaded(Message):
+    """One statistic of one module over all steps: ``key`` is (rank, module, stat)."""
+
+    key: tuple[int, int, int]
+    stat: PlotStat
+    module: str
+    series: tuple[np.ndarray, np.ndarray]
+    other: tuple[np.ndarray, np.ndarray] | None
+
+
+@dataclass
+class DiffReady(Message):
+    """Two recordings compared."""
+
+    diff: DiffView
+
+
+@dataclass
+class NewData(Message):
+    """A followed recording grew, or ended."""
+
+    rank: int
+
+
+@dataclass
+class Opened(Message):
+    """A recording that was waited for can be read now."""
+
+    recording: Recording | RankSet

@@ -1,0 +1,83 @@
+"""The step bar: where we are among the recorded steps, and whether the run goes on."""
+
+from __future__ import annotations
+
+import math
+
+from rich.text import Text
+from textual import events
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from hookdbg.tui.messages import Goto
+
+
+class StepBar(Widget):
+    """The current step, a timeline of all recorded steps (◆ marks a step where a NaN/inf
+    was born; a click goes to a step) and the state of a followed run."""
+
+    COMPONENT_CLASSES = {
+        "step-bar--step",
+        "step-bar--dim",
+        "step-bar--here",
+        "step-bar--alert",
+        "step-bar--live",
+        "step-bar--ended",
+    }
+
+    steps: reactive[tuple[int, ...]] = reactive(())
+    current: reactive[int | None] = reactive(None)
+    alert_steps: reactive[frozenset[int]] = reactive(frozenset())
+    live: reactive[str] = reactive("")  # "● following", "recording finished (...)", ""
+
+    def __init__(self, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._timeline_at = 0  # where the timeline starts, in cells
+        self._per = 1  # steps per timeline cell
+
+    def _style(self, name: str) -> str:
+        return str(self.get_component_rich_style(f"step-bar--{name}", partial=True))
+
+    def render(self) -> Text:
+        steps = self.steps
+        if not steps:
+            text = Text("no recorded steps yet", style=self._style("dim"))
+            if self.live:
+                text.append(f"   {self.live}", style=self._style("live"))
+            return text
+        step = self.current
+        pos = steps.index(step) if step in steps else 0
+        text = Text(f" step {step} ", style=self._style("step"))
+        text.append(f"  {pos + 1:,} of {len(steps):,}  ", style=self._style("dim"))
+        live = Text(
+            f"  {self.live}", style=self._style("live" if "follow" in self.live else "ended")
+        )
+        width = max(10, self.size.width - len(text) - (len(live) if self.live else 0) - 1)
+        self._timeline_at = len(text)
+        self._per = max(1, math.ceil(len(steps) / width))
+        text.append_text(self._timeline(pos))
+        if self.live:
+            text.append_text(live)
+        return text
+
+    def _timeline(self, pos: int) -> Text:
+        steps, per = self.steps, self._per
+        alert_steps = self.alert_steps
+        out = Text()
+        for start in range(0, len(steps), per):
+            chunk = steps[start : start + per]
+            if start <= pos < start + per:
+                out.append("▲", style=self._style("here"))
+            elif alert_steps.intersection(chunk):
+                out.append("◆", style=self._style("alert"))
+            else:
+                out.append("·", style=self._style("dim"))
+        return out
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None or not self.steps:
+            return
+        cell = offset.x - self._timeline_at
+        if cell >= 0 and cell * self._per < len(self.steps):
+            self.post_message(Goto(step=self.steps[cell * self._per]))

@@ -1,0 +1,174 @@
+"""The module tree: the model hierarchy, with each module's badges in the current step."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.message import Message
+from textual.widgets import Tree
+from textual.widgets.tree import TreeNode
+
+from hookdbg.read.modules import Module, ModuleTable
+from hookdbg.tui.model import Gap, ModuleStep
+
+
+def top_modules(modules: ModuleTable) -> list[Module]:
+    """The modules the tree starts from: each model's root, and any module whose parent
+    is not a module of the table (a recording written without root rows, as
+    benchmarks/reader.py writes, would otherwise show nothing)."""
+    parts = {m.id for m in modules if m.is_model_part}
+    return [m for m in modules if m.is_model_part and (m.parent == m.id or m.parent not in parts)]
+
+
+class ModuleTree(Tree[int]):
+    """The model hierarchy; each module's badge shows its time share, NaN/inf and calls
+    in the current step (and, comparing two runs, how far it diverges)."""
+
+    COMPONENT_CLASSES = {
+        "module-tree--share",
+        "module-tree--calls",
+        "module-tree--origin",
+        "module-tree--nonfinite",
+        "module-tree--diverges",
+        "module-tree--spill",
+        "module-tree--first",
+    }
+
+    @dataclass
+    class Picked(Message):
+        """The user moved the cursor to a module."""
+
+        module: int
+
+    def __init__(self, modules: ModuleTable, **kwargs: object) -> None:
+        super().__init__("modules", **kwargs)  # type: ignore[arg-type]
+        self.show_root = False
+        self.guide_depth = 2
+        self._module_table = modules
+        self._node_of: dict[int, TreeNode[int]] = {}
+        self._pending: int | None = None  # a module the cursor is on its way to
+        self._badges: tuple[dict[int, ModuleStep], dict[str, Gap] | None] = ({}, None)
+        self.first_divergence: str | None = None
+        self._add_modules()
+
+    def _add_modules(self) -> None:
+        seen: set[int] = set()  # a parent cycle must not recurse forever
+
+        def add(parent: TreeNode[int], module: Module) -> None:
+            seen.add(module.id)
+            children = [
+                c
+                for c in self._module_table.children(module.id)
+                if c.is_model_part and c.id not in seen
+            ]
+            node = parent.add(
+                self._label(module, None, None),
+                data=module.id,
+                expand=module.depth < 2,
+                allow_expand=bool(children),
+            )
+            self._node_of[module.id] = node
+            for child in children:
+                if child.id not in seen:
+                    add(node, child)
+
+        for top in top_modules(self._module_table):
+            if top.id not in seen:
+                add(self.root, top)
+        for module in self._module_table:  # left out by a parent cycle: show them anyway
+            if module.is_model_part and module.id not in seen:
+                add(self.root, module)
+
+    @property
+    def first_module(self) -> int | None:
+        """The module on the tree's first line."""
+        children = self.root.children
+        return children[0].data if children else None
+
+    def _style(self, name: str) -> str:
+        return str(self.get_component_rich_style(f"module-tree--{name}", partial=True))
+
+    def _label(self, module: Module, step: ModuleStep | None, diverges: Gap | None) -> Text:
+        name = module.name.rpartition(".")[2] if module.depth else module.name
+        label = Text(name, style="bold" if module.depth == 0 else "")
+        label.append(f" {module.type}", style="dim")
+        if step is not None:
+            if step.share >= 0.005:
+                label.append(f" {step.share:.0%}", style=self._style("share"))
+            if step.calls > 1:
+                label.append(f" ×{step.calls}", style=self._style("calls"))
+            if step.origin:
+                label.append(" ◆ NaN/inf born here", style=self._style("origin"))
+            elif step.nonfinite:
+                label.append(f" ⚠ {step.nonfinite} non-finite", style=self._style("nonfinite"))
+        if diverges is not None:  # forward first: backward gaps may be spill-over
+            if diverges.fwd is not None:
+                label.append(f" ≠ {_gap(diverges.fwd)}", style=self._style("diverges"))
+            elif diverges.bwd is not None:
+                label.append(f" ≠ bwd only {_gap(diverges.bwd)}", style=self._style("spill"))
+            elif diverges.opt is not None:
+                label.append(f" ≠ weights {_gap(diverges.opt)}", style=self._style("diverges"))
+        if module.name == self.first_divergence:
+            label.append(" ★ first divergence", style=self._style("first"))
+        return label
+
+    def badge(self, steps: dict[int, ModuleStep], divergence: dict[str, Gap] | None) -> None:
+        self._badges = (steps, divergence)
+        for module_id, node in self._node_of.items():
+            module = self._module_table[module_id]
+            diverges = divergence.get(module.name) if divergence else None
+            node.set_label(self._label(module, steps.get(module_id), diverges))
+
+    def mark_first_divergence(self, name: str | None) -> None:
+        self.first_divergence = name
+        self.badge(*self._badges)
+
+    def select_module(self, module: int) -> None:
+        """Unfold the branch down to a module and put the cursor on it.
+
+        The cursor can only move once the unfolded branch has lines, so it moves after
+        the next refresh; until then highlight events of other lines (the tree keeps its
+        old cursor node while it rebuilds) are not reported as the user's pick."""
+        node = self._node_of.get(module)
+        if node is None:
+            return
+        parent = node.parent
+        while parent is not None:
+            if not parent.is_expanded and parent is not self.root:
+                parent.expand()
+            parent = parent.parent
+        if self.cursor_node is node and self._pending is None:
+            self.scroll_to_node(node, animate=False)
+            return
+        self._pending = module
+        self.call_after_refresh(self._land, node)
+
+    def _land(self, node: TreeNode[int]) -> None:
+        if self._pending != node.data:
+            return  # a newer selection is on its way
+        before = self.cursor_line
+        _ = self.last_line  # builds the lines of the unfolded branch, if not yet built
+        self.move_cursor(node)
+        self.scroll_to_node(node, animate=False)
+        if self.cursor_line == before:
+            self._pending = None  # no highlight event will come
+
+    def label_of(self, module: int) -> str:
+        return str(self._node_of[module].label)
+
+    def on_tree_node_highlighted(self, event: Tree.NodeHighlighted[int]) -> None:
+        event.stop()
+        module = event.node.data
+        if module is None:
+            return
+        if self._pending is not None:
+            if module == self._pending:
+                self._pending = None
+            return  # the screen chose this module itself
+        self.post_message(self.Picked(module))
+
+
+def _gap(rel: float) -> str:
+    return "changed" if math.isinf(rel) else f"{rel:.1e}"
