@@ -17,10 +17,12 @@ from tests.tui.pilot import SIZE, notices, settle, text, until
 ENDS = """
 import sys, time, torch
 model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
-with torch.no_grad():
-    for _ in range(int(sys.argv[1])):
-        model(torch.randn(2, 4))
-        time.sleep(0.1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for _ in range(int(sys.argv[1])):
+    opt.zero_grad()
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    time.sleep(0.1)
 sys.exit(3)
 """
 
