@@ -1,8 +1,10 @@
 """NumNet: a small MLP that learns to tell ten noisy 8x8 digit patterns apart.
 
-The smallest real training loop: runs in about a second on a laptop CPU.
+The smallest real training loop: runs in about a second on a laptop CPU. With
+``--eval-every N`` it also validates every N steps, as most training scripts do (hookdbg
+records those forward-only batches as eval batches, apart from the steps).
 
-    hookdbg record -o numnet.h5 samples/numnet_mlp.py --steps 20
+    hookdbg record -o numnet.h5 samples/numnet_mlp.py --steps 20 --eval-every 10
 """
 
 import argparse
@@ -39,6 +41,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--eval-every", type=int, default=0, metavar="N")
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
@@ -52,6 +55,20 @@ def main() -> None:
         optimizer.step()
         if step % 5 == 0 or step == args.steps - 1:
             print(f"step {step:3d}  loss {loss.item():.4f}")
+        if args.eval_every and (step + 1) % args.eval_every == 0:
+            print(f"step {step:3d}  validation accuracy {validate(model, args):.0%}")
+
+
+def validate(model: nn.Module, args: argparse.Namespace) -> float:
+    """Two held-out batches, the way validation loops run: eval mode, no gradients."""
+    model.eval()
+    right = total = 0
+    with torch.no_grad():
+        for x, y in batches(2, args.batch, args.seed + 1):
+            right += int((model(x).argmax(1) == y).sum())
+            total += len(y)
+    model.train()
+    return right / total
 
 
 if __name__ == "__main__":

@@ -44,6 +44,16 @@ def mlp_h5(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def eval_h5(tmp_path_factory):
+    """samples/numnet_mlp.py, 6 steps validated every 3: 6 training steps, 4 eval batches."""
+    from tests.helpers import SAMPLES
+
+    return _record(
+        tmp_path_factory, "eval", SAMPLES / "numnet_mlp.py", "--steps", "6", "--eval-every", "3"
+    )
+
+
+@pytest.fixture(scope="session")
 def nan_h5(tmp_path_factory):
     """samples/nan_blowup.py: NaN born in model.standardize's forward at step 3."""
     from tests.helpers import SAMPLES

@@ -228,7 +228,7 @@ def _title(detail: Detail) -> Text:
     fwd = detail.timings[detail.timings["phase"] == Phase.FWD]
     bwd = detail.timings[detail.timings["phase"] == Phase.BWD]
     title = Text(f"{module.name}", style="bold")
-    title.append(f"  {module.type}  step {detail.step}", style="dim")
+    title.append(f"  {module.type}  {detail.label}", style="dim")
     if len(fwd):
         title.append(
             f"\nforward {fwd['total'].sum() * 1e3:.3f} ms total, "

@@ -32,6 +32,7 @@ KEYS = (
     ("/", "search"),
     ("n N", "next / previous module the search found"),
     ("f", "first divergence (two runs) or first NaN/inf origin (all ranks)"),
+    ("e", "eval batches (validation, test) instead of training steps, and back"),
     ("r", "next rank of a distributed run"),
     ("F", "follow a recording that is still being written"),
     ("y", "copy the module's name, or the table cell (OSC 52)"),

@@ -26,18 +26,19 @@ class Goto(Message):
 
 @dataclass
 class StepLoaded(Message):
-    """Tree badges of one step: ``key`` is (rank, step, compared)."""
+    """Tree badges of one step: ``key`` is (rank, step, evals, compared)."""
 
-    key: tuple[int, int, bool]
+    key: tuple[int, int, bool, bool]
     table: dict[int, ModuleStep]
     divergence: dict[str, Gap] | None
 
 
 @dataclass
 class DetailLoaded(Message):
-    """The detail of one module in one step: ``key`` is (rank, step, module, compared)."""
+    """The detail of one module in one step: ``key`` is (rank, step, evals, module,
+    compared)."""
 
-    key: tuple[int, int, int, bool]
+    key: tuple[int, int, bool, int, bool]
     detail: Detail
     other: Detail | None
     divergent: set[tuple[int, int, str]] | None
@@ -45,9 +46,9 @@ class DetailLoaded(Message):
 
 @dataclass
 class SeriesLoaded(Message):
-    """One statistic of one module over all steps: ``key`` is (rank, module, stat)."""
+    """One statistic of one module over all steps: ``key`` is (rank, module, evals, stat)."""
 
-    key: tuple[int, int, int]
+    key: tuple[int, int, bool, int]
     stat: PlotStat
     module: str
     series: tuple[np.ndarray, np.ndarray]

@@ -59,6 +59,7 @@ class ModuleStep:
 class Detail:
     module: Module
     step: int
+    label: str  # "step 3", or "eval batch 2" (then ``step`` is its number among them)
     rows: np.ndarray  # tensor summaries of the module in the step
     timings: np.ndarray  # its call rows
     captures: list[Capture]
@@ -78,6 +79,28 @@ class RunView:
     @property
     def steps(self) -> list[int]:
         return [int(s) for s in self.rec.recorded_steps]
+
+    @property
+    def eval_steps(self) -> list[int]:
+        """The recorded eval batches, by their number among all eval batches."""
+        return [int(i) for i in np.flatnonzero(self.rec.evals["recorded"] == 1)]
+
+    def _rows(self, table: str, step: int, evals: bool, columns: list[str] | None) -> np.ndarray:
+        """Rows of training step ``step``, or of eval batch number ``step``."""
+        read = self.rec.tensors if table == "tensors" else self.rec.calls
+        if not evals:
+            return read(step, step, columns)
+        batch = self.rec.evals[step]
+        wanted = None if columns is None else list(dict.fromkeys([*columns, "segment"]))
+        rows = read(int(batch["step"]), int(batch["step"]), wanted, None)
+        return rows[rows["segment"] == batch["segment"]]
+
+    def _segment(self, step: int, evals: bool) -> np.void | None:
+        rows = self.rec.evals if evals else self.rec.steps
+        if evals:
+            return rows[step] if 0 <= step < len(rows) else None
+        found = rows[rows["step"] == step]
+        return found[0] if len(found) else None
 
     @property
     def status(self) -> Status:
@@ -104,14 +127,24 @@ class RunView:
         first = alerts[np.argmax(alerts["first"])] if alerts["first"].any() else alerts[0]
         return int(first["step"]), float(first["time"]), int(first["module"])
 
-    def step_table(self, step: int) -> dict[int, ModuleStep]:
-        calls = self.rec.calls(step, step, ["module", "phase", "self"])
-        tensors = self.rec.tensors(step, step, ["module", "nan", "posinf", "neginf"])
-        steps = self.rec.steps
-        row = steps[steps["step"] == step]
-        length = float(row["end"][0] - row["start"][0]) if len(row) else 0.0
+    def eval_number(self, step: int, time: float) -> int | None:
+        """The eval batch number of the alert at (step, time), or None for a training step."""
+        alerts = self.rec.alerts
+        found = alerts[(alerts["step"] == step) & (alerts["time"] == time)]
+        if not len(found):
+            return None
+        hits = np.flatnonzero(self.rec.evals["segment"] == found["segment"][0])
+        return int(hits[0]) if len(hits) else None
+
+    def step_table(self, step: int, evals: bool = False) -> dict[int, ModuleStep]:
+        calls = self._rows("calls", step, evals, ["module", "phase", "self"])
+        tensors = self._rows("tensors", step, evals, ["module", "nan", "posinf", "neginf"])
+        row = self._segment(step, evals)
+        length = float(row["end"] - row["start"]) if row is not None else 0.0
         bad = (tensors["nan"] > 0) | (tensors["posinf"] > 0) | (tensors["neginf"] > 0)
-        origins = set(self.rec.alerts["module"][self.rec.alerts["step"] == step].tolist())
+        alerts = self.rec.alerts
+        here = alerts["segment"] == row["segment"] if row is not None else alerts["step"] < 0
+        origins = set(alerts["module"][here].tolist())
         out = {}
         for module in set(calls["module"].tolist()) | set(tensors["module"].tolist()):
             mine = calls[calls["module"] == module]
@@ -125,10 +158,15 @@ class RunView:
             )
         return out
 
-    def detail(self, module: int, step: int) -> Detail:
-        rows = self.rec.tensors(step, step, list(TENSOR_COLUMNS))
-        calls = self.rec.calls(step, step)
-        captured = self.rec.captured(module, step)
+    def detail(self, module: int, step: int, evals: bool = False) -> Detail:
+        rows = self._rows("tensors", step, evals, list(TENSOR_COLUMNS))
+        calls = self._rows("calls", step, evals, None)
+        segment = self._segment(step, evals)
+        captured = [
+            c
+            for c in self.rec.captured(module, int(segment["step"]) if segment else step)
+            if segment is None or c.segment == int(segment["segment"])
+        ]
         histogram = None
         if captured:
             first = next((c for c in captured if c.slot == Slot.OUTPUT), captured[0])
@@ -140,19 +178,23 @@ class RunView:
         return Detail(
             self.rec.modules[module],
             step,
+            f"eval batch {step}" if evals else f"step {step}",
             rows[rows["module"] == module],
             calls[calls["module"] == module],
             captured,
             histogram,
         )
 
-    def series(self, module: int, stat: PlotStat) -> tuple[np.ndarray, np.ndarray]:
-        """(steps, values) of one statistic of one module (its first call per step)."""
+    def series(
+        self, module: int, stat: PlotStat, evals: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, values) of one statistic of one module (its first call per step), over
+        the training steps, or over the eval batches (numbered among them)."""
         if stat.slot is None:
             table = self.rec.calls_table
             phase = Phase.FWD if stat.column == "fwd" else Phase.BWD
             mask = (table.column("module") == module) & (table.column("phase") == phase)
-            steps, values = table.column("step")[mask], table.column("total")[mask] * 1e3
+            values = table.column("total")[mask] * 1e3
         else:
             table = self.rec.tensors_table
             mask = (table.column("module") == module) & (table.column("slot") == stat.slot)
@@ -169,7 +211,15 @@ class RunView:
             bad = sum(table.column(c)[mask] for c in ("nan", "posinf", "neginf"))
             # a NaN of a tensor without NaN/inf is a statistic not recorded: leave it out
             kept = (table.column("nan")[mask] >= 0) & ~(np.isnan(values) & (bad == 0))
-            steps, values = table.column("step")[mask][kept], values[kept]
+            mask[mask] = kept
+            values = values[kept]
+        segments = table.column("segment")[mask]
+        is_eval = self.rec.is_eval(segments)
+        if evals:
+            numbers = np.searchsorted(self.rec.evals["segment"], segments[is_eval])
+            steps, values = numbers, values[is_eval]
+        else:
+            steps, values = table.column("step")[mask][~is_eval], values[~is_eval]
         if not len(steps):
             return steps, values
         first = np.unique(steps, return_index=True)[1]  # the first call of each step

@@ -12,6 +12,7 @@ state, and splitting its actions into mixins would spread who changes it.
 
 from __future__ import annotations
 
+import numpy as np
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -23,6 +24,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from hookdbg.read import Status
+from hookdbg.text import plural
 from hookdbg.tui.detail import DetailPane, DetailTable
 from hookdbg.tui.dialogs import GotoStepScreen, HelpScreen
 from hookdbg.tui.messages import DetailLoaded, DiffReady, Goto, NewData, SeriesLoaded, StepLoaded
@@ -64,6 +66,7 @@ class ReplayScreen(Screen[None]):
         Binding("F", "toggle_follow", "follow", show=False),
         Binding("r", "next_rank", "rank", show=False),
         Binding("y", "copy", "copy", show=False),
+        Binding("e", "toggle_evals", "eval batches", show=False),
     ]
 
     step: reactive[int | None] = reactive(None, init=False)
@@ -71,6 +74,7 @@ class ReplayScreen(Screen[None]):
     stat: reactive[int] = reactive(0, init=False)
     following: reactive[bool] = reactive(False, init=False)
     rank: reactive[int] = reactive(0, init=False)  # index into ranks
+    evals: reactive[bool] = reactive(False, init=False)  # eval batches instead of steps
 
     def __init__(
         self,
@@ -107,6 +111,9 @@ class ReplayScreen(Screen[None]):
                 yield PlotPane(id="plot")
         yield StepBar(id="stepbar")
         yield Footer()
+
+    def _steps_of(self, view: RunView) -> list[int]:
+        return view.eval_steps if self.evals else view.steps
 
     def on_mount(self) -> None:
         self._title()
@@ -147,8 +154,19 @@ class ReplayScreen(Screen[None]):
 
     def _show_steps(self) -> None:
         bar = self.query_one(StepBar)
+        bar.unit = "eval batch" if self.evals else "step"
         bar.steps = tuple(self.steps)
-        bar.alert_steps = frozenset(self.run.rec.alerts["step"].tolist())
+        alerts = self.run.rec.alerts
+        if self.evals:
+            marked = np.flatnonzero(np.isin(self.run.rec.evals["segment"], alerts["segment"]))
+        else:
+            marked = alerts["step"][~self.run.rec.is_eval(alerts["segment"])]
+        bar.alert_steps = frozenset(int(s) for s in marked)
+        bar.other_unit = (
+            plural(len(self.run.rec.evals), "eval batch", "eval batches") + " (e)"
+            if len(self.run.rec.evals) and not self.evals
+            else ("training steps (e)" if self.evals else "")
+        )
 
     # -- state: each change starts the reads it needs ---------------------------------
 
@@ -176,9 +194,18 @@ class ReplayScreen(Screen[None]):
             self.step = self.steps[-1]
         self._notice()
 
+    def watch_evals(self, evals: bool) -> None:
+        self.steps = self._steps_of(self.run)
+        self._show_steps()
+        self.step = self.steps[0] if self.steps else None
+        self.query_one(StepBar).current = self.step
+        self._load_step()  # also when the number did not change: it is another batch
+        self._load_detail()
+        self._load_series()
+
     def watch_rank(self, old: int, new: int) -> None:
         self._title()
-        self.steps = self.run.steps
+        self.steps = self._steps_of(self.run)
         self._show_steps()
         self._notice()
         if self.step not in self.steps:
@@ -195,59 +222,61 @@ class ReplayScreen(Screen[None]):
 
     def _load_step(self) -> None:
         if self.step is not None:
-            self.load_step(self.rank, self.step, self._compared())
+            self.load_step(self.rank, self.step, self.evals, self._compared())
 
     def _load_detail(self) -> None:
         if self.step is not None and self.module is not None:
-            self.load_detail(self.rank, self.step, self.module, self._compared())
+            self.load_detail(self.rank, self.step, self.evals, self.module, self._compared())
 
     def _load_series(self) -> None:
         if self.module is not None:
-            self.load_series(self.rank, self.module, self.stat)
+            self.load_series(self.rank, self.module, self.evals, self.stat)
 
     # -- workers: all file reads -----------------------------------------------------
 
     @work(thread=True, exclusive=True, group="step")
-    def load_step(self, rank: int, step: int, compared: bool) -> None:
-        table = self.ranks[rank].step_table(step)
-        divergence = self.diff.divergence(step) if self.diff and compared else None
-        self.post_message(StepLoaded((rank, step, compared), table, divergence))
+    def load_step(self, rank: int, step: int, evals: bool, compared: bool) -> None:
+        table = self.ranks[rank].step_table(step, evals)
+        divergence = self.diff.divergence(step) if self.diff and compared and not evals else None
+        self.post_message(StepLoaded((rank, step, evals, compared), table, divergence))
 
     def on_step_loaded(self, message: StepLoaded) -> None:
-        if message.key == (self.rank, self.step, self._compared()):
+        if message.key == (self.rank, self.step, self.evals, self._compared()):
             self.query_one(ModuleTree).badge(message.table, message.divergence)
 
     @work(thread=True, exclusive=True, group="detail")
-    def load_detail(self, rank: int, step: int, module: int, compared: bool) -> None:
+    def load_detail(self, rank: int, step: int, evals: bool, module: int, compared: bool) -> None:
         run = self.ranks[rank]
-        detail = run.detail(module, step)
+        detail = run.detail(module, step, evals)
         other = divergent = None
         if self.other is not None:
             twin = self.other.rec.modules.by_name(detail.module.name)
-            if twin is not None and step in self.other.steps:
-                other = self.other.detail(twin.id, step)
-            if self.diff is not None and compared:
+            if twin is not None and step in self._steps_of(self.other):
+                other = self.other.detail(twin.id, step, evals)
+            if self.diff is not None and compared and not evals:
                 divergent = self.diff.divergent_slots(detail.module.name, step)
-        self.post_message(DetailLoaded((rank, step, module, compared), detail, other, divergent))
+        key = (rank, step, evals, module, compared)
+        self.post_message(DetailLoaded(key, detail, other, divergent))
 
     def on_detail_loaded(self, message: DetailLoaded) -> None:
-        if message.key == (self.rank, self.step, self.module, self._compared()):
+        if message.key == (self.rank, self.step, self.evals, self.module, self._compared()):
             self.query_one(DetailPane).show(message.detail, message.other, message.divergent)
 
     @work(thread=True, exclusive=True, group="series")
-    def load_series(self, rank: int, module: int, stat_index: int) -> None:
+    def load_series(self, rank: int, module: int, evals: bool, stat_index: int) -> None:
         run, stat = self.ranks[rank], PLOT_STATS[stat_index]
-        series = run.series(module, stat)
+        series = run.series(module, stat, evals)
         name = run.rec.modules.name(module)
         other = None
         if self.other is not None:
             twin = self.other.rec.modules.by_name(name)
             if twin is not None:
-                other = self.other.series(twin.id, stat)
-        self.post_message(SeriesLoaded((rank, module, stat_index), stat, name, series, other))
+                other = self.other.series(twin.id, stat, evals)
+        key = (rank, module, evals, stat_index)
+        self.post_message(SeriesLoaded(key, stat, name, series, other))
 
     def on_series_loaded(self, message: SeriesLoaded) -> None:
-        if message.key == (self.rank, self.module, self.stat):
+        if message.key == (self.rank, self.module, self.evals, self.stat):
             self.query_one(PlotPane).show(
                 message.stat, message.module, message.series, message.other
             )
@@ -292,7 +321,7 @@ class ReplayScreen(Screen[None]):
         if not self.following or message.rank != self.rank:
             return
         at_end = not self.steps or self.step == self.steps[-1]
-        self.steps = self.run.steps
+        self.steps = self._steps_of(self.run)
         self._show_steps()
         alerts = self.run.rec.alerts
         for row in alerts[self.known_alerts :]:
@@ -400,7 +429,16 @@ class ReplayScreen(Screen[None]):
         if rank != self.rank:
             self.rank = rank
             self.notify(f"the first NaN/inf origin is on rank {self.run.rec.info.rank}")
-        self.go_to(step, module)
+        alert = self.run.first_alert()
+        batch = self.run.eval_number(alert[0], alert[1]) if alert else None
+        if (batch is not None) != self.evals:
+            self.evals = batch is not None
+            self.notify(
+                f"the first NaN/inf origin is in eval batch {batch}"
+                if batch is not None
+                else "the first NaN/inf origin is in a training step"
+            )
+        self.go_to(step if batch is None else batch, module)
 
     def _first_divergence(self) -> None:
         if self.diff is None:
@@ -442,6 +480,18 @@ class ReplayScreen(Screen[None]):
         if text:
             self.app.copy_to_clipboard(text)
             self.notify(f"copied {text}", timeout=3)
+
+    def action_toggle_evals(self) -> None:
+        if not self.evals and not len(self.run.rec.evals):
+            self.notify("no eval batches in this recording: every batch was a training step")
+            return
+        self.evals = not self.evals
+        self.notify(
+            "eval batches: forward-only batches (validation, test), apart from the "
+            "steps; e goes back"
+            if self.evals
+            else "training steps"
+        )
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())

@@ -29,6 +29,8 @@ class StepBar(Widget):
     current: reactive[int | None] = reactive(None)
     alert_steps: reactive[frozenset[int]] = reactive(frozenset())
     live: reactive[str] = reactive("")  # "● following", "recording finished (...)", ""
+    unit: reactive[str] = reactive("step")  # or "eval batch"
+    other_unit: reactive[str] = reactive("")  # "4 eval batches (e)": the other kind, if any
 
     def __init__(self, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
@@ -41,14 +43,23 @@ class StepBar(Widget):
     def render(self) -> Text:
         steps = self.steps
         if not steps:
-            text = Text("no recorded steps yet", style=self._style("dim"))
+            text = Text(
+                f"no recorded {self.unit}es yet"
+                if self.unit.endswith("batch")
+                else "no recorded steps yet",
+                style=self._style("dim"),
+            )
+            if self.other_unit:
+                text.append(f"   {self.other_unit}", style=self._style("dim"))
             if self.live:
                 text.append(f"   {self.live}", style=self._style("live"))
             return text
         step = self.current
         pos = steps.index(step) if step in steps else 0
-        text = Text(f" step {step} ", style=self._style("step"))
+        text = Text(f" {self.unit} {step} ", style=self._style("step"))
         text.append(f"  {pos + 1:,} of {len(steps):,}  ", style=self._style("dim"))
+        if self.other_unit:
+            text.append(f"{self.other_unit}  ", style=self._style("dim"))
         live = Text(
             f"  {self.live}", style=self._style("live" if "follow" in self.live else "ended")
         )

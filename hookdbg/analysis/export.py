@@ -13,9 +13,8 @@ from typing import IO
 import numpy as np
 
 from hookdbg.analysis.overview import shape_text
-from hookdbg.read.modules import ModuleTable
 from hookdbg.read.recording import Recording
-from hookdbg.store.schema import Phase, Slot
+from hookdbg.store.schema import Phase, Slot, StepKind
 
 TABLES = ("tensors", "calls", "steps", "alerts", "modules")
 _TRACKS = {Phase.FWD: 1, Phase.BWD: 2, Phase.OPT: 3}  # tid 0: the steps
@@ -29,7 +28,7 @@ def perfetto(
     one track of step spans, and forward, backward and optimizer tracks of module spans
     nested by time. Returns the number of events written."""
     pid = recording.info.rank
-    first, last = recording.step_range(first, last)
+    first, last = recording.segment_range(first, last)
     events: list[dict] = [
         {
             "ph": "M",
@@ -52,19 +51,23 @@ def perfetto(
 
 
 def _trace_events(recording: Recording, first: int, last: int, pid: int) -> Iterator[dict]:
+    """Training steps and eval batches in the range, each a span with its calls."""
     modules = recording.modules
-    steps = recording.steps
-    for row in steps[(steps["step"] >= first) & (steps["step"] <= last) & (steps["recorded"] == 1)]:
-        step = int(row["step"])
+    segments = recording.segments
+    chosen = (segments["step"] >= first) & (segments["step"] <= last) & (segments["recorded"] == 1)
+    for row in segments[chosen]:
+        step, segment = int(row["step"]), int(row["segment"])
+        label = recording.segment_label(segment)
         yield {
             "ph": "X",
-            "name": f"step {step}",
-            "cat": "step",
+            "name": label,
+            "cat": "eval" if row["kind"] == StepKind.EVAL else "step",
             "pid": pid,
             "tid": 0,
             **_span(row["start"], row["end"]),
         }
-        calls = recording.calls(step, step)
+        calls = recording.calls(step, step, kind=None)
+        calls = calls[calls["segment"] == segment]
         for phase in (Phase.FWD, Phase.BWD, Phase.OPT):
             spans = calls[calls["phase"] == phase]
             for start, end, call in _nested(spans):
@@ -78,7 +81,7 @@ def _trace_events(recording: Recording, first: int, last: int, pid: int) -> Iter
                     **_span(start, end),
                     "args": {
                         "type": module.type if module else "?",
-                        "step": step,
+                        "step": label,
                         "call": int(call["index"]),
                         "self_ms": float(call["self"]) * 1e3,
                     },
@@ -111,13 +114,15 @@ def _span(start: float, end: float) -> dict[str, float]:
 def table_rows(
     recording: Recording, table: str, first: int | None = None, last: int | None = None
 ) -> Iterator[dict[str, object]]:
-    """Rows of one table as plain dicts with names instead of ids and codes."""
+    """Rows of one table as plain dicts with names instead of ids and codes, steps
+    ``first``..``last`` (eval batches by the step they came after) where rows have one."""
     modules = recording.modules
     if table in ("tensors", "calls"):
-        lo, hi = recording.step_range(first, last)
+        lo, hi = recording.segment_range(first, last)
+        read = recording.tensors if table == "tensors" else recording.calls
         for step in range(lo, hi + 1):
-            for row in (recording.tensors if table == "tensors" else recording.calls)(step, step):
-                yield _readable(row, modules)
+            for row in read(step, step, kind=None):
+                yield _readable(row, recording)
     elif table == "modules":
         for m in modules:
             yield {
@@ -131,11 +136,15 @@ def table_rows(
                 "params": m.params,
             }
     else:
-        for row in recording.steps if table == "steps" else recording.alerts:
-            yield _readable(row, modules)
+        rows = recording.segments if table == "steps" else recording.alerts
+        lo = -(2**31) if first is None else first
+        hi = 2**31 - 1 if last is None else last
+        for row in rows[(rows["step"] >= lo) & (rows["step"] <= hi)]:
+            yield _readable(row, recording)
 
 
-def _readable(row: np.void, modules: ModuleTable) -> dict[str, object]:
+def _readable(row: np.void, recording: Recording) -> dict[str, object]:
+    modules = recording.modules
     out: dict[str, object] = {}
     for name in row.dtype.names:
         value = row[name]
@@ -143,6 +152,11 @@ def _readable(row: np.void, modules: ModuleTable) -> dict[str, object]:
             out["module"] = modules.name(int(value))
             module = modules.get(int(value))
             out["type"] = module.type if module else ""
+        elif name == "segment":  # which step or eval batch: 'step 3', 'eval batch 0'
+            out["segment"] = int(value)
+            out["of"] = recording.segment_label(int(value))
+        elif name == "kind":
+            out[name] = StepKind(int(value)).name.lower()
         elif name == "phase":
             out[name] = Phase(int(value)).label
         elif name == "slot":

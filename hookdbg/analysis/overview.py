@@ -25,15 +25,36 @@ class ModuleLine:
 
 @dataclass(frozen=True)
 class Overview:
-    steps: int
+    steps: int  # training steps
     recorded_steps: int
+    eval_batches: int  # forward-only batches (validation, test, inference), kept apart
     module_calls: int
     step_median: float
     modules: int
     params: int
     optimizers: list[str]
+    compiled: list[str]  # modules run by torch.compile, recorded as one call each
     step: int | None  # the step the module table describes
     lines: list[ModuleLine]
+
+
+def ending(recording: Recording) -> str:
+    """How the run ended, in a few words: 'exit status 0', 'stopped at a NaN/inf
+    (exit status 3)', 'RuntimeError: ... (exit status 1)'; '' while it is still live
+    or when it was cut short (the status says so)."""
+    end = recording.end
+    if end is None:
+        return ""
+    status = end["status"].decode(errors="replace")
+    code = int(end["exit_code"])
+    message = end["message"].decode(errors="replace")
+    if status == "exception":
+        return f"{message} (exit status {code})"
+    if status == "stopped":
+        return f"stopped at the first NaN/inf origin (exit status {code})"
+    if status in ("interrupted", "terminated"):
+        return f"{status}{f' by {message}' if message else ''} (exit status {code})"
+    return f"exit status {code}"
 
 
 def shape_text(shape: bytes) -> str:
@@ -57,11 +78,13 @@ def overview(recording: Recording, step: int | None = None) -> Overview:
     return Overview(
         steps=len(steps),
         recorded_steps=len(recorded),
+        eval_batches=len(recording.evals),
         module_calls=int(np.count_nonzero(phases == Phase.FWD)),
         step_median=float(np.median(durations)) if len(durations) else 0.0,
         modules=len(modules),
         params=sum(totals[m.id] for m in recording.modules.roots()),
         optimizers=[f"{m.name} ({m.type})" for m in recording.modules if m.is_optimizer],
+        compiled=recording.compiled,
         step=step,
         lines=lines,
     )

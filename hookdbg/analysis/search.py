@@ -17,7 +17,7 @@ from hookdbg.store.schema import SUMMARY_COLUMNS, WHERE_COLUMNS
 
 # what a report shows of a tensor row (everything but the device)
 TENSOR_COLUMNS = tuple(c for c in (*WHERE_COLUMNS, *SUMMARY_COLUMNS) if c != "device")
-CALL_COLUMNS = ("step", "call", "module", "phase", "index", "total", "self")
+CALL_COLUMNS = ("step", "segment", "call", "module", "phase", "index", "total", "self")
 
 
 @dataclass(frozen=True)

@@ -53,10 +53,8 @@ def alerts(recording: str, rank: int | None, exit_code: bool, as_json: bool) -> 
                         "slot": slot_label(int(a.alert["slot"]), a.alert["path"].decode()),
                         "first": i == 0,
                         "message": a.alert["message"].decode(),
-                        "tensor": tensor_json(a.tensor, rec.modules)
-                        if a.tensor is not None
-                        else None,
-                        "context": [tensor_json(c, rec.modules) for c in a.context],
+                        "tensor": tensor_json(a.tensor, rec) if a.tensor is not None else None,
+                        "context": [tensor_json(c, rec) for c in a.context],
                     }
                     for i, (r, rec, a) in enumerate(ranked)
                 ],
@@ -97,6 +95,6 @@ def _print(run: Recording | RankSet, ranked: list) -> None:
         message = escape(r.alert["message"].decode())
         out.print(f"\n{mark}[bold]alert {n}{where}[/bold]: {message}")
         if r.tensor is not None:
-            out.print(tensor_table(None, [r.tensor], rec.modules))
+            out.print(tensor_table(None, [r.tensor], rec))
         if len(r.context):
-            out.print(tensor_table(f"  {r.context_label}", r.context, rec.modules))
+            out.print(tensor_table(f"  {r.context_label}", r.context, rec))

@@ -57,11 +57,11 @@ def export(
 ) -> None:
     """Write RECORDING in a format other tools read."""
     rec = open_or_fail(recording, rank=rank)
+    first, last = steps
     if fmt == "perfetto" or table_name in ("tensors", "calls"):
         require_calls(rec)
-        first, last = check_steps(rec, steps)
-    else:
-        first, last = steps
+        if steps != (None, None):
+            first, last = check_steps(rec, steps)
     suffix = ".trace.json" if fmt == "perfetto" else f".{table_name}.{fmt}"
     target = output or str(Path(recording).with_suffix("")) + suffix
     if target != "-":

@@ -220,11 +220,28 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3f}"
 
 
+def step_text(rec: Recording, row: Any) -> str:
+    """The step column of a row: its step number, or 'eval N' for an eval batch."""
+    if "segment" in row.dtype.names:
+        label = rec.segment_label(int(row["segment"]))
+        if label.startswith("eval batch "):
+            return "eval " + label.removeprefix("eval batch ")
+    return str(int(row["step"]))
+
+
 def tensor_table(
-    title: str | None, rows: Any, modules: Any, *, module_column: bool = True
+    title: str | None,
+    rows: Any,
+    rec: Recording,
+    *,
+    module_column: bool = True,
+    call_index: dict[int, int] | None = None,
 ) -> Table:
-    """Tensor summary rows as a table: where (step, module, phase, slot) and statistics."""
+    """Tensor summary rows as a table: where (step, module, phase, slot) and statistics;
+    with ``call_index`` (call id -> nth call of its module in the step), which call."""
     cols: list[str | tuple[str, str]] = [("step", "right")]
+    if call_index is not None:
+        cols.append(("call", "right"))
     if module_column:
         cols.append("module")
     cols += [
@@ -243,9 +260,12 @@ def tensor_table(
     t = table(title, cols)
     for r in rows:
         bad = nonfinite_count(r)
-        cells = [str(int(r["step"]))]
+        cells = [step_text(rec, r)]
+        if call_index is not None:
+            index = call_index.get(int(r["call"]))
+            cells.append("-" if index is None else str(index))
         if module_column:
-            cells.append(modules.name(int(r["module"])))
+            cells.append(rec.modules.name(int(r["module"])))
         zeros = float(r["zero_frac"])
         cells += [
             Phase(int(r["phase"])).label,
@@ -264,10 +284,12 @@ def tensor_table(
     return t
 
 
-def tensor_json(row: Any, modules: Any) -> dict[str, object]:
+def tensor_json(row: Any, rec: Recording) -> dict[str, object]:
+    label = rec.segment_label(int(row["segment"])) if "segment" in row.dtype.names else ""
     out: dict[str, object] = {
         "step": int(row["step"]),
-        "module": modules.name(int(row["module"])),
+        "eval_batch": int(label.removeprefix("eval batch ")) if label.startswith("eval") else None,
+        "module": rec.modules.name(int(row["module"])),
         "phase": Phase(int(row["phase"])).label,
         "slot": Slot(int(row["slot"])).label,
         "path": row["path"].decode(),

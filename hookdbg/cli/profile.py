@@ -97,7 +97,7 @@ def profile_command(
     span = f"step {first}" if first == last else f"steps {first}-{last}"
     title = (
         f"{rec.path}: {span} ({prof.steps} recorded), {ms(prof.step_median)} ms per step "
-        f"(median); seconds per step in ms, sorted by {sort}"
+        f"(median), sorted by {sort}"
     )
     t = table(
         title,
@@ -106,11 +106,11 @@ def profile_command(
             "type",
             "phase",
             ("calls", "right"),
-            ("self mean", "right"),
-            ("self median", "right"),
-            ("total mean", "right"),
-            ("total median", "right"),
-            ("share", "right"),
+            ("self ms mean", "right"),
+            ("median", "right"),
+            ("total ms mean", "right"),
+            ("median", "right"),
+            ("self share", "right"),
         ],
     )
     for r in rows:
@@ -126,6 +126,11 @@ def profile_command(
             f"{r.share:.1%}",
         )
     console().print(t)
+    console().print(
+        "  [dim]ms per step: all calls of the module in a step (mean and median over the "
+        "steps it ran in); self: without its recorded submodules; self share: of the "
+        "time of all steps in the range[/dim]"
+    )
     hidden = len(prof.rows) - len(rows)
     if hidden > 0:
         console().print(f"  ... {hidden} more rows (--top {len(prof.rows)} shows all)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -168,11 +169,41 @@ def record(
     say(f"recording {target} -> {path} (level {level})")
     code = run(goal, script_args, recorder)
     say(_status_line(recorder, path))
+    misplaced, rest = _misplaced_options(script_args)
+    if code == 2 and recorder.calls_recorded == 0 and misplaced:
+        fixed = shlex.join(["hookdbg", "record", *misplaced, target, *rest])
+        click.echo(
+            f"{prefix}the script exited with status 2 before any module call, and hookdbg "
+            f"options were given after it: they go before the script, as in `{fixed}`",
+            err=True,
+        )
     unmatched = options.modules.unmatched([(i.name, i.path) for i in recorder.modules])
     for glob in unmatched:
         say(f"--modules {glob!r} matched no module (names look like {_example_name(recorder)})")
     sys.stdout.flush()
     sys.exit(code)
+
+
+def _misplaced_options(script_args: list[str]) -> tuple[list[str], list[str]]:
+    """hookdbg record's own options (with their values) found among the script's
+    arguments, and the script's arguments without them."""
+    takes_value = {}
+    for param in record.params:
+        if isinstance(param, click.Option):
+            for opt in (*param.opts, *param.secondary_opts):
+                takes_value[opt] = not param.is_flag
+    ours: list[str] = []
+    rest: list[str] = []
+    args = iter(script_args)
+    for arg in args:
+        name = arg.split("=", 1)[0]
+        if name not in takes_value:
+            rest.append(arg)
+            continue
+        ours.append(arg)
+        if takes_value[name] and "=" not in arg:
+            ours.append(next(args, ""))
+    return ours, rest
 
 
 def rank_path(path: Path) -> Path:

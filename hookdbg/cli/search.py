@@ -17,6 +17,7 @@ from hookdbg.cli.output import (
     open_or_fail,
     rank_option,
     require_calls,
+    step_text,
     table,
     tensor_json,
     tensor_table,
@@ -64,11 +65,12 @@ def search(
     hits = result.rows
     if as_json:
         rows = (
-            [tensor_json(r, rec.modules) for r in hits]
+            [tensor_json(r, rec) for r in hits]
             if parsed.on_tensors
             else [
                 {
                     "step": int(r["step"]),
+                    "eval": step_text(rec, r).startswith("eval"),
                     "module": rec.modules.name(int(r["module"])),
                     "phase": Phase(int(r["phase"])).label,
                     "call": int(r["index"]),
@@ -98,7 +100,7 @@ def search(
         out.print(escape(title))
         return
     if parsed.on_tensors:
-        out.print(tensor_table(title, hits, rec.modules))
+        out.print(tensor_table(title, hits, rec))
     else:
         t = table(
             title,
@@ -115,7 +117,7 @@ def search(
         for r in hits:
             m = rec.modules[int(r["module"])]
             t.add_row(
-                str(r["step"]),
+                step_text(rec, r),
                 m.name,
                 m.type,
                 Phase(int(r["phase"])).label,

@@ -18,6 +18,7 @@ from hookdbg.cli.output import (
     tensor_json,
     tensor_table,
 )
+from hookdbg.store.schema import StepKind
 
 
 @cli.command()
@@ -32,6 +33,13 @@ from hookdbg.cli.output import (
     show_default=True,
     help="Show at most this many rows.",
 )
+@click.option(
+    "--eval",
+    "evals",
+    is_flag=True,
+    help="Show the eval batches (forward-only: validation, test) instead of the training "
+    "steps; --step/--steps then select them by the number of training steps before them.",
+)
 @json_option
 def show(
     recording: str,
@@ -39,35 +47,50 @@ def show(
     module: str,
     steps: tuple[int | None, int | None],
     limit: int,
+    evals: bool,
     as_json: bool,
 ) -> None:
     """Every summary recorded for MODULE in RECORDING: inputs, outputs, gradients and
     parameters, for one step (--step) or across steps. MODULE is a name as `hookdbg
     summary` prints it (model.layer1.0.conv1), its path (layer1.0.conv1) or a glob
-    matching exactly one module."""
+    matching exactly one module. The call column says which call of the module in its
+    step a row belongs to (0 for the first), for modules called several times."""
     rec = open_or_fail(recording, quiet=as_json, rank=rank)
     try:
         target = rec.modules.resolve(module)
     except LookupError as exc:
         raise BadInput(f"{exc} (`hookdbg summary {recording}` lists them)") from None
-    first, last = check_steps(rec, steps)
-    rows = rec.tensors(first, last)
+    kind = StepKind.EVAL if evals else StepKind.TRAIN
+    if evals:
+        if not len(rec.evals):
+            raise BadInput(f"{recording} has no eval batches")
+        first, last = steps
+    else:
+        first, last = check_steps(rec, steps)
+    rows = rec.tensors(first, last, kind=kind)
     rows = rows[rows["module"] == target.id]
+    calls = rec.calls(first, last, ["call", "module", "index"], kind=kind)
+    calls = calls[calls["module"] == target.id]
+    call_index = dict(zip(calls["call"].tolist(), calls["index"].tolist(), strict=True))
     if as_json:
         emit_json(
             {
                 "recording": str(rec.path),
                 "module": target.name,
                 "type": target.type,
-                "rows": [tensor_json(r, rec.modules) for r in rows[:limit]],
+                "rows": [
+                    {**tensor_json(r, rec), "call": call_index.get(int(r["call"]))}
+                    for r in rows[:limit]
+                ],
                 "total_rows": len(rows),
             }
         )
         return
     out = console()
     if not len(rows):
+        where = "eval batches" if evals else f"steps {first}-{last}"
         out.print(
-            escape(f"{target.name} ({target.type}): no tensor summaries in steps {first}-{last}")
+            escape(f"{target.name} ({target.type}): no tensor summaries in {where}")
             + (
                 ""
                 if rec.info.options.get("level") != "timing"
@@ -76,9 +99,15 @@ def show(
         )
         return
     span = f"step {first}" if first == last else f"steps {first}-{last}"
+    if evals:
+        span = "eval batches"
     out.print(
         tensor_table(
-            f"{target.name} ({target.type}), {span}", rows[:limit], rec.modules, module_column=False
+            f"{target.name} ({target.type}), {span}",
+            rows[:limit],
+            rec,
+            module_column=False,
+            call_index=call_index,
         )
     )
     if len(rows) > limit:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from rich.markup import escape
 
-from hookdbg.analysis.overview import overview
+from hookdbg.analysis.overview import ending, overview
 from hookdbg.analysis.ranks import merged_alerts, rank_rows, step_spreads
 from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput, human_bytes, plural
@@ -57,6 +57,9 @@ def _one_summary(rec: Recording, step: int | None, as_json: bool) -> None:
             {
                 "recording": str(rec.path),
                 "status": rec.status.value,
+                "ended": rec.end["status"].decode() if rec.end is not None else None,
+                "exit_code": int(rec.end["exit_code"]) if rec.end is not None else None,
+                "end_message": rec.end["message"].decode() if rec.end is not None else None,
                 "bytes": rec.size,
                 "command": info.argv,
                 "created": info.created,
@@ -68,11 +71,13 @@ def _one_summary(rec: Recording, step: int | None, as_json: bool) -> None:
                 "world_size": info.world_size,
                 "steps": view.steps,
                 "recorded_steps": view.recorded_steps,
+                "eval_batches": view.eval_batches,
                 "module_calls": view.module_calls,
                 "step_seconds_median": view.step_median,
                 "modules": view.modules,
                 "parameters": view.params,
                 "optimizers": view.optimizers,
+                "compiled": view.compiled,
                 "alerts": len(rec.alerts),
                 "first_alert": first_alert,
                 "dropped_rows": rec.dropped_rows,
@@ -97,8 +102,11 @@ def _one_summary(rec: Recording, step: int | None, as_json: bool) -> None:
     opts = info.options
     rank = f", rank {info.rank} of {info.world_size}" if info.world_size > 1 else ""
     rank += f" ({rec.backend})" if rec.backend and info.world_size > 1 else ""
+    ended = ending(rec)
     out.print(
-        f"[bold]{escape(str(rec.path))}[/bold]  {rec.status.value}, {human_bytes(rec.size)}{rank}"
+        f"[bold]{escape(str(rec.path))}[/bold]  {rec.status.value}"
+        + (f" ({escape(ended)})" if ended else "")
+        + f", {human_bytes(rec.size)}{rank}"
     )
     lines = [
         ("command", info.command),
@@ -118,10 +126,32 @@ def _one_summary(rec: Recording, step: int | None, as_json: bool) -> None:
             f"{plural(view.module_calls, 'module call')}, "
             f"{ms(view.step_median)} ms per step (median)",
         ),
+        *(
+            [
+                (
+                    "eval",
+                    f"{plural(view.eval_batches, 'eval batch', 'eval batches')} (forward "
+                    "only: validation, test or inference), kept apart from the steps",
+                )
+            ]
+            if view.eval_batches
+            else []
+        ),
         (
             "modules",
             f"{view.modules}, {view.params:,} parameters"
             + (f"; optimizers: {', '.join(view.optimizers)}" if view.optimizers else ""),
+        ),
+        *(
+            [
+                (
+                    "compiled",
+                    f"{', '.join(view.compiled)} ran under torch.compile: each is one call, "
+                    "with nothing recorded inside it (record without compiling to see inside)",
+                )
+            ]
+            if view.compiled
+            else []
         ),
         ("alerts", f"{len(rec.alerts)}" + (f": {first_alert}" if first_alert else "")),
         (

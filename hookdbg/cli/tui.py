@@ -16,7 +16,8 @@ from hookdbg.read import RankSet, rank_files
 @cli.command(
     epilog="""\b
 Keys: ←/→ steps, g go to step, ↑/↓ modules, s plot, p profile, a alerts,
-/ search, f first divergence or alert, F follow, y copy, ? help, q quit."""
+/ search, f first divergence or alert, e eval batches, F follow, y copy,
+? help, q quit."""
 )
 @click.argument("recording")
 @click.argument("other", required=False)

@@ -15,6 +15,7 @@ class Capture:
     """Where a stored tensor came from, and where its bytes are."""
 
     step: int
+    segment: int  # the training step or eval batch (a steps.segment)
     call: int
     module: Module
     phase: Phase
@@ -42,6 +43,7 @@ def captures_from(rows: np.ndarray, modules: object) -> list[Capture]:
         out.append(
             Capture(
                 step=int(r["step"]),
+                segment=int(r["segment"]),
                 call=int(r["call"]),
                 module=modules[int(r["module"])],  # type: ignore[index]
                 phase=Phase(int(r["phase"])),

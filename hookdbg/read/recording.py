@@ -124,7 +124,9 @@ class Recording:
         self.end = ends[0] if len(ends) else None
         progress = t["progress"].read()
         self.last_progress = progress[-1] if len(progress) else None
-        self.facts = {r["key"].decode(): r["value"].decode() for r in t["info"].read()}
+        facts = t["info"].read()
+        self.facts = {r["key"].decode(): r["value"].decode() for r in facts}
+        self.compiled = [r["value"].decode() for r in facts if r["key"] == b"compiled"]
 
     # -- what is in it --------------------------------------------------------------
 
@@ -200,6 +202,16 @@ class Recording:
         """Which of these segment ids are eval batches (a segment still being recorded
         counts as training until it ends)."""
         return np.isin(segments, self.evals["segment"])
+
+    def segment_range(self, first: int | None = None, last: int | None = None) -> tuple[int, int]:
+        """Like ``step_range``, over training steps and eval batches alike (an eval batch
+        after the last training step has that step's number plus one)."""
+        recorded = self.segments["step"][self.segments["recorded"] == 1]
+        if len(recorded) == 0:
+            return (0, -1)
+        lo = int(recorded.min()) if first is None else max(first, int(recorded.min()))
+        hi = int(recorded.max()) if last is None else min(last, int(recorded.max()))
+        return lo, hi
 
     def calls(
         self,

@@ -149,3 +149,21 @@ def test_help_documents_every_option(tmp_path):
     ):
         assert option in out.stdout
     assert textwrap.dedent(out.stdout).count("\n") > 20
+
+
+def test_hookdbg_options_after_the_script_are_pointed_out(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import argparse\n"
+        "parser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--epochs', type=int)\n"
+        "parser.parse_args()\n"
+    )
+    out = hookdbg(
+        "record", script, "-o", "x.h5", "--level", "timing", "--epochs", "3", cwd=tmp_path
+    )
+    assert out.returncode == 2  # the script's own exit status, from argparse
+    assert "unrecognized arguments: -o x.h5 --level timing" in out.stderr
+    hint = out.stderr.strip().splitlines()[-1]
+    assert hint.startswith("hookdbg: the script exited with status 2 before any module call")
+    assert f"`hookdbg record -o x.h5 --level timing {script} --epochs 3`" in hint

@@ -131,3 +131,68 @@ def test_reports_on_a_recording_without_module_calls(tmp_path):
     assert summary.returncode == 0 and "no module calls were recorded" in summary.stdout
     profile = hookdbg("profile", tmp_path / "idle.h5")
     assert profile.returncode == 2 and "holds no module calls" in profile.stderr
+
+
+def test_eval_batches_are_counted_apart_and_marked(eval_h5):
+    data = run_json("summary", eval_h5)
+    assert data["steps"] == 6 and data["eval_batches"] == 4
+    out = hookdbg("summary", eval_h5)
+    assert "4 eval batches (forward only" in out.stdout
+    shown = run_json("show", eval_h5, "model.head", "--eval")
+    assert {r["eval_batch"] for r in shown["rows"]} == {0, 1, 2, 3}
+    assert {r["phase"] for r in shown["rows"]} == {"fwd"}
+    trained = run_json("show", eval_h5, "model.head")
+    assert {r["eval_batch"] for r in trained["rows"]} == {None}
+    found = hookdbg("search", eval_h5, "model.head slot:output")
+    assert "eval 0" in found.stdout and "eval 3" in found.stdout
+    rows = list(
+        csv.DictReader(
+            io.StringIO(
+                hookdbg(
+                    "export",
+                    eval_h5,
+                    "--format",
+                    "csv",
+                    "--table",
+                    "steps",
+                    "-o",
+                    "-",
+                    "--steps",
+                    "3:6",
+                ).stdout
+            )
+        )
+    )
+    assert [(r["of"], r["kind"]) for r in rows] == [
+        ("eval batch 0", "eval"),
+        ("eval batch 1", "eval"),
+        ("step 3", "train"),
+        ("step 4", "train"),
+        ("step 5", "train"),
+    ]
+
+
+def test_show_tells_two_calls_of_one_module_apart(tmp_path):
+    script = tmp_path / "twice.py"
+    script.write_text(
+        "import torch\n"
+        "layer = torch.nn.Linear(3, 3)\n"
+        "opt = torch.optim.SGD(layer.parameters(), lr=0.1)\n"
+        "for _ in range(2):\n"
+        "    layer(layer(torch.randn(2, 3))).sum().backward()\n"
+        "    opt.step()\n"
+        "raise SystemExit(3)\n"
+    )
+    assert hookdbg("record", "-q", "-o", tmp_path / "run.h5", script).returncode == 3
+    rows = run_json("show", tmp_path / "run.h5", "layer", "--step", "1")["rows"]
+    outputs = [r["call"] for r in rows if r["slot"] == "output"]
+    assert outputs == [0, 1]
+    out = hookdbg("show", tmp_path / "run.h5", "layer", "--step", "1")
+    header = next(line for line in out.stdout.splitlines() if "slot" in line)
+    assert header.split()[:3] == ["step", "call", "phase"]
+    summary = hookdbg("summary", tmp_path / "run.h5")
+    assert "complete (exit status 3)" in summary.stdout.splitlines()[0]
+    data = run_json("summary", tmp_path / "run.h5")
+    assert data["exit_code"] == 3 and data["ended"] == "complete"
+    profile = hookdbg("profile", tmp_path / "run.h5")
+    assert "self share" in profile.stdout and "ms per step: all calls" in profile.stdout

@@ -53,9 +53,9 @@ async def test_late_results_of_earlier_steps_are_dropped(long_mlp_h5):
         view = app.screen.run
         read = view.detail
 
-        def slow_on_even_steps(module: int, step: int):
+        def slow_on_even_steps(module: int, step: int, evals: bool = False):
             time.sleep(0.5 if step % 2 == 0 else 0.0)
-            return read(module, step)
+            return read(module, step, evals)
 
         view.detail = slow_on_even_steps
         app.screen.go_to(module=rec.modules.resolve("head").id)
@@ -163,3 +163,28 @@ async def test_a_recording_without_root_modules_shows_its_modules(rootless_h5):
         await pilot.press("down")
         await settle(app, pilot)
         assert title(app).startswith("model.m1 ")
+
+
+async def test_eval_batches_are_marked_and_browsed_apart(eval_h5):
+    rec = open_recording(eval_h5)
+    app = HookdbgApp(rec)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        bar = app.screen.query_one(StepBar)
+        assert text(bar).startswith(" step 0 ") and "4 eval batches (e)" in text(bar)
+        app.screen.go_to(module=rec.modules.resolve("head").id)
+        await settle(app, pilot)
+        await pilot.press("e")
+        await settle(app, pilot)
+        assert text(bar).startswith(" eval batch 0 ") and "1 of 4" in text(bar)
+        assert title(app).startswith("model.head  Linear  eval batch 0")
+        shown = records(app.screen.query_one("#detail-table", DataTable))
+        assert {r["phase"] for r in shown} == {"fwd"}  # forward only
+        await pilot.press("right")
+        await settle(app, pilot)
+        assert title(app).startswith("model.head  Linear  eval batch 1")
+        await pilot.press("e")
+        await settle(app, pilot)
+        assert text(bar).startswith(" step 0 ") and title(app).startswith(
+            "model.head  Linear  step 0"
+        )
