@@ -130,7 +130,7 @@ class RecordOptions:
     capture_budget: int = 512 * MB
     flight_budget: int = 256 * MB  # 0 turns the flight recorder off
     flush_interval: float = 1.0
-    max_backlog_rows: int = 2_000_000
+    max_backlog_bytes: int = 256 * MB  # rows waiting for the writer, and captured tensors
     quiet: bool = False
 
     def __post_init__(self) -> None:

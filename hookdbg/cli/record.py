@@ -214,7 +214,9 @@ def rank_path(path: Path) -> Path:
 
 
 def _status_line(recorder: Recorder, path: Path) -> str:
+    """What the file holds, never more: if writing stopped early, only what reached it."""
     size = human_bytes(path.stat().st_size) if path.exists() else "no file"
+    error = recorder.write_error
     evals = recorder.evals_recorded
     parts = [
         plural(recorder.steps_recorded, "step"),
@@ -222,12 +224,20 @@ def _status_line(recorder: Recorder, path: Path) -> str:
         plural(recorder.calls_recorded, "module call"),
         plural(recorder.detector.alerts, "alert"),
     ]
-    line = f"recorded {', '.join(parts)} -> {path} ({size})"
-    if recorder.dropped_rows:
-        line += f"; {recorder.dropped_rows:,} rows DROPPED (the writer fell behind)"
-    if recorder.write_error:
-        line += f"; writing stopped early: {recorder.write_error}"
-    return line
+    if error is None:
+        line = f"recorded {', '.join(parts)} -> {path} ({size})"
+        if recorder.dropped_rows:
+            line += (
+                f"; {recorder.dropped_rows:,} rows DROPPED (the disk could not keep up; "
+                "counted in the file)"
+            )
+        return line
+    held = plural(recorder.steps_written, "step or eval batch", "steps and eval batches")
+    return (
+        f"writing {path} stopped early ({error}): it holds {held} of the {', '.join(parts)} "
+        f"seen, and {recorder.dropped_rows:,} rows were lost ({size}; `hookdbg summary "
+        f"{path}` says when writing stopped)"
+    )
 
 
 def _example_name(recorder: Recorder) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import click
 from rich.markup import escape
 
@@ -81,6 +83,8 @@ def _one_summary(rec: Recording, step: int | None, as_json: bool) -> None:
                 "alerts": len(rec.alerts),
                 "first_alert": first_alert,
                 "dropped_rows": rec.dropped_rows,
+                "write_error": rec.write_error,
+                "write_failed_at": rec.write_failed_at,
                 "module_table_step": view.step,
                 "module_table": [
                     {
@@ -156,7 +160,7 @@ def _one_summary(rec: Recording, step: int | None, as_json: bool) -> None:
         ("alerts", f"{len(rec.alerts)}" + (f": {first_alert}" if first_alert else "")),
         (
             "data lost",
-            f"{rec.dropped_rows:,} rows dropped by the writer" if rec.dropped_rows else "none",
+            lost_text(rec),
         ),
     ]
     for key, value in lines:
@@ -189,6 +193,20 @@ def _one_summary(rec: Recording, step: int | None, as_json: bool) -> None:
             ms(line.bwd) if line.bwd else "-",
         )
     out.print(t)
+
+
+def lost_text(rec: Recording) -> str:
+    """'none', or how many rows were dropped and, if writing stopped, when and why."""
+    if rec.write_error is not None:
+        failed = rec.write_failed_at
+        when = "" if failed is None else time.strftime(" at %H:%M:%S", time.localtime(failed))
+        return (
+            f"writing stopped{when} ({rec.write_error}): {rec.dropped_rows:,} rows lost, "
+            "the rest of the run is not in the file"
+        )
+    if rec.dropped_rows:
+        return f"{rec.dropped_rows:,} rows dropped (the disk could not keep up)"
+    return "none"
 
 
 def _ranks_summary(run: RankSet, as_json: bool) -> None:

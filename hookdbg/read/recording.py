@@ -11,9 +11,11 @@ the recorder is running, and works after a ``kill -9``.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -81,10 +83,20 @@ class Recording:
             derived = _DERIVED if self.info.schema_version < 2 else {}
             for name, (dtype, _) in schema.TABLES.items():
                 _check_table(self._file, name, dtype, path, derived.get(name, {}))
+            _check_table(self._file, schema.END_TABLE, schema.END, path, derived.get("end", {}))
+            committed = self._file.get(schema.COMMITTED)
+            if committed is not None and (
+                not isinstance(committed, h5py.Dataset)
+                or committed.shape != (len(schema.TABLES),)
+                or committed.dtype.kind != "i"
+            ):
+                raise RecordingError(f"{path} is damaged: bad {schema.COMMITTED!r} lengths")
+            self._committed = committed
             self._tables = {
-                name: Table(self._file[name], dtype, derived.get(name))
-                for name, (dtype, _) in schema.TABLES.items()
+                name: Table(self._file[name], dtype, derived.get(name), self._committed_length(i))
+                for i, (name, (dtype, _)) in enumerate(schema.TABLES.items())
             }
+            self._end_table = Table(self._file[schema.END_TABLE], schema.END, derived.get("end"))
             self._load_small()
         except BaseException:
             self._file.close()
@@ -101,9 +113,20 @@ class Recording:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _committed_length(self, index: int) -> Callable[[], int] | None:
+        """How many rows of table ``index`` the writer vouched for (None: no limit, as in
+        schema-1 files): rows past it were half written when writing stopped."""
+        committed = self._committed
+        if committed is None:
+            return None
+        return lambda: int(committed[index])
+
     def refresh(self) -> bool:
         """Pick up what a live recorder wrote since; True if anything is new."""
         new = False
+        if self._committed is not None and self._file.swmr_mode:
+            self._committed.refresh()
+        self._end_table.refresh()
         for table in self._tables.values():
             new = table.refresh() or new
         if new:
@@ -120,8 +143,11 @@ class Recording:
         self._labels: dict[int, str] = {}
         self.alerts = t["alerts"].read()
         self.captures = t["captures"].read()
-        ends = t["end"].read()
-        self.end = ends[0] if len(ends) else None
+        ends = self._end_table.read()
+        # the end row: its status is empty until the recorder closed the file, but it
+        # may say before that that writing stopped (disk full), and why
+        self.end_record = ends[0] if len(ends) else None
+        self.end = self.end_record if ends[:1]["status"].any() else None
         progress = t["progress"].read()
         self.last_progress = progress[-1] if len(progress) else None
         facts = t["info"].read()
@@ -165,9 +191,27 @@ class Recording:
 
     @property
     def dropped_rows(self) -> int:
-        if self.end is not None:
-            return int(self.end["dropped"])
-        return int(self.last_progress["dropped"]) if self.last_progress is not None else 0
+        """Rows the recorder could not write (the disk fell behind, or failed)."""
+        counts = [int(self.last_progress["dropped"])] if self.last_progress is not None else [0]
+        if self.end_record is not None:
+            counts.append(int(self.end_record["dropped"]))
+        return max(counts)
+
+    @property
+    def write_error(self) -> str | None:
+        """Why writing stopped before the recording ended (disk full...), if it did."""
+        record = self.end_record
+        if record is None or not record["write_error"]:
+            return None
+        return record["write_error"].decode("utf-8", "replace")
+
+    @property
+    def write_failed_at(self) -> float | None:
+        """When writing stopped, in seconds since the epoch (None if it never did)."""
+        record = self.end_record
+        if record is None or not math.isfinite(float(record["write_failed"])):
+            return None
+        return float(record["write_failed"])
 
     @property
     def recorded_steps(self) -> np.ndarray:
@@ -363,17 +407,18 @@ def _run_info(f: h5py.File, path: Path) -> RunInfo:
 
 
 # Columns that schema version 1 did not have: each segment was a step of its own.
-_DERIVED: dict[str, dict[str, str | int]] = {
+_DERIVED: dict[str, dict[str, str | float]] = {
     "calls": {"segment": "step"},
     "tensors": {"segment": "step"},
     "alerts": {"segment": "step"},
     "captures": {"segment": "step"},
     "steps": {"segment": "step", "kind": int(schema.StepKind.TRAIN)},
+    "end": {"write_failed": math.nan, "write_error": b""},
 }
 
 
 def _check_table(
-    f: h5py.File, name: str, dtype: np.dtype, path: Path, derived: dict[str, str | int]
+    f: h5py.File, name: str, dtype: np.dtype, path: Path, derived: dict[str, str | float]
 ) -> None:
     group = f.get(name)
     if not isinstance(group, h5py.Group):

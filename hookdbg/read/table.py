@@ -9,20 +9,28 @@ binary search (a few chunk reads, however long the run).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import h5py
 import numpy as np
 
 
 class Table:
     """``derived`` fills columns an older schema did not have: name -> the column to copy,
-    or a constant."""
+    or a constant. ``committed`` says how many rows the writer vouched for: rows past it
+    were being written when writing stopped."""
 
     def __init__(
-        self, group: h5py.Group, dtype: np.dtype, derived: dict[str, str | int] | None = None
+        self,
+        group: h5py.Group,
+        dtype: np.dtype,
+        derived: dict[str, str | float] | None = None,
+        committed: Callable[[], int] | None = None,
     ) -> None:
         self._group = group
         self.dtype = dtype
         self._derived = derived or {}
+        self._committed = committed
         self._stored = [n for n in dtype.names if n not in self._derived]
         self._length = self._shortest()
         self._cache: dict[str, np.ndarray] = {}
@@ -43,7 +51,8 @@ class Table:
 
     def _shortest(self) -> int:
         # while a file is written one column may be a batch ahead of another
-        return min(self._group[name].shape[0] for name in self._stored)
+        shortest = min(self._group[name].shape[0] for name in self._stored)
+        return shortest if self._committed is None else min(shortest, self._committed())
 
     def column(self, name: str, rows: slice | None = None) -> np.ndarray:
         """One column (whole, cached, or a row range)."""

@@ -87,11 +87,13 @@ class AlertActions:
         new_origin = None
         for alert in alerts:
             new = self.detector.is_new_origin(alert)
-            self._rows.setdefault("alerts", []).append(alert.row())
+            with self._lock:
+                self._rows.setdefault("alerts", []).append(alert.row())
             if new:
                 new_origin = new_origin or alert
                 self.warn(alert.message())
-                self._fly(alert)
+                with self._lock:
+                    self._fly(alert)
         action = self.options.on_nan
         if action == "warn" or not actions:
             return

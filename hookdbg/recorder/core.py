@@ -30,6 +30,7 @@ import collections
 import contextlib
 import gc
 import os
+import signal
 import sys
 import threading
 import time
@@ -57,6 +58,7 @@ from hookdbg.recorder.nonfinite import Alert, OriginDetector
 from hookdbg.recorder.optimizer_hooks import OptimizerHooks
 from hookdbg.recorder.recompute import Recompute, RecomputeIndex
 from hookdbg.recorder.rows import CONVERTERS
+from hookdbg.recorder.signals import TerminationSignals
 from hookdbg.recorder.steps import RootKind, StepTracker, root_kind
 from hookdbg.recorder.tensor_hooks import TensorHooks, summary_function
 from hookdbg.recorder.tensors import iter_args
@@ -143,6 +145,9 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
         self._closed = False
         self._writer: Writer | None = None
         self._froze = False
+        self._started = False
+        # held by every hook body, and by the writer while it takes the rows (_pull)
+        self._lock = threading.RLock()
         self._warning_filter: tuple | None = None
         self._distributed = False  # torch.distributed initialised with several ranks
         # per-call state
@@ -178,8 +183,14 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
 
     def start(self) -> Recorder:
         global _active
+        if self._started:
+            raise RecordError(
+                f"this recorder already recorded to {self.path}; make a new one for "
+                "another recording (hookdbg.record(...))"
+            )
         if _active is not None:
             raise RecordError("a hookdbg recording is already running in this process")
+        self._started = True
         meta = run_metadata(self._argv, self.options)
         try:
             self._writer = Writer(
@@ -187,8 +198,9 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
                 meta,
                 converters=CONVERTERS,
                 flush_interval=self.options.flush_interval,
-                max_backlog_rows=self.options.max_backlog_rows,
+                max_backlog_bytes=self.options.max_backlog_bytes,
                 warn=self.warn,
+                pull=self._pull,
             )
         except WriterError as exc:
             raise RecordError(str(exc)) from None
@@ -212,6 +224,7 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
         if self._froze:
             gc.freeze()
         hooks.add(InPlaceCompiled, self._pre, self._post)
+        hooks.add(TerminationSignals, self._terminated)
         # torch.compile(model) warns that global hooks fire for its wrapper too: they
         # are hookdbg's, which expects that (recorder/naming.py), not the script's
         warnings.filterwarnings("ignore", message=_COMPILE_WARNING, category=UserWarning)
@@ -237,13 +250,14 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
                 _active = None
             if self._froze:
                 gc.unfreeze()
-            now = perf_counter() - self._ovh
-            if self._segment >= 0:
-                self._end_step(now)
-            self._read_batches(wait=True)
-            if self._alerts:
-                self._act(actions=False)  # the script is over: nothing left to stop
-            self._handoff()
+            with self._lock:
+                now = perf_counter() - self._ovh
+                if self._segment >= 0:
+                    self._end_step(now)
+                self._read_batches(wait=True)
+                if self._alerts:
+                    self._act(actions=False)  # the script is over: nothing left to stop
+                self._handoff()
             end = {
                 "time": time.time(),
                 "status": status,
@@ -253,8 +267,24 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
                 "alerts": self.detector.alerts,
                 "message": message,
             }
-            if self._writer is not None:
+            if self._writer is not None:  # not under the lock: the writer may want it
                 self._writer.close(end)
+
+    def _terminated(self, signum: signal.Signals) -> None:
+        """SIGTERM or SIGHUP that would end the process: close the recording first."""
+        self.close("terminated", 128 + int(signum), signum.name)
+        self.warn(f"{signum.name}: the recording is closed (status terminated) -> {self.path}")
+
+    def _pull(self) -> None:
+        """Hand over what the hooks gathered, asked by the writer on its own timer, so
+        rows do not wait for the training thread to call a hook again. Not if a hook
+        holds the lock for long (a signal handler closing the recording inside one):
+        what it gathered is handed over when it is done."""
+        if self._lock.acquire(timeout=0.2):
+            try:
+                self._handoff()
+            finally:
+                self._lock.release()
 
     def __enter__(self) -> Recorder:
         return self.start()
@@ -282,7 +312,15 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
 
     @property
     def write_error(self) -> str | None:
-        return self._writer.failed if self._writer else None
+        """Why the file stopped growing before the recording ended, if it did."""
+        if self._writer is None:
+            return None
+        return self._writer.failed or self._writer.died
+
+    @property
+    def steps_written(self) -> int:
+        """Steps and eval batches whose rows reached the file."""
+        return self._writer.steps_written if self._writer else 0
 
     def warn(self, message: str) -> None:
         if not self.options.quiet:
@@ -491,6 +529,7 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
             self._batch.launch()
             self._inflight.append(self._batch)
             self._batch = None
+        self._handoff()  # a finished step is on its way to disk at once
 
     def _read_batches(self, wait: bool) -> None:
         """Complete the steps whose device statistics have reached the host: rows to the

@@ -16,6 +16,8 @@ def hook(body: Callable[..., None]) -> Callable[..., None]:
     * the time it takes counts as hookdbg's overhead, which module timings leave out
       (``t0`` is when the hook was entered);
     * a bug in hookdbg stops the recording (with a message) instead of the training;
+    * the body runs under the recorder's lock, which the writer thread also takes to
+      collect the rows the hooks gathered;
     * the NaN/inf origins the body found are acted on after that guard, so that
       ``--on-nan raise`` can raise into the training code;
     * the hook returns None: hookdbg never changes what a module or tensor passes on;
@@ -31,12 +33,13 @@ def hook(body: Callable[..., None]) -> Callable[..., None]:
         t0 = perf_counter()
         if not self._live:
             return
-        try:
-            body(self, t0, *args)
-        except Exception:
-            self._internal_error()
-        finally:
-            self._ovh += perf_counter() - t0
+        with self._lock:  # the writer takes the rows under it
+            try:
+                body(self, t0, *args)
+            except Exception:
+                self._internal_error()
+            finally:
+                self._ovh += perf_counter() - t0
         if self._alerts:
             self._act()
 

@@ -214,10 +214,12 @@ END = np.dtype(
         ("alerts", "<i4"),
         ("dropped", "<i8"),
         ("message", f"S{MESSAGE_BYTES}"),
+        ("write_failed", "<f8"),  # when writing stopped (disk full...), NaN if it never did
+        ("write_error", f"S{MESSAGE_BYTES}"),  # why
     ]
 )
 
-# name -> (row dtype, rows per chunk of each column)
+# name -> (row dtype, rows per chunk of each column): the tables rows are appended to
 TABLES: dict[str, tuple[np.dtype, int]] = {
     "modules": (MODULES, 1024),
     "calls": (CALLS, 8192),
@@ -227,8 +229,13 @@ TABLES: dict[str, tuple[np.dtype, int]] = {
     "captures": (CAPTURES, 256),
     "progress": (PROGRESS, 1024),
     "info": (INFO, 64),  # facts learned during the run (e.g. the distributed backend)
-    "end": (END, 16),
 }
+# Written in place, never appended: their file space is allocated (and filled) when the
+# file is created, so that they can be written when the disk is full.
+#   end: one row, the recording's last word; its status is empty until it ends
+#   committed: rows of each table in TABLES (in that order) known to be whole on disk
+END_TABLE = "end"
+COMMITTED = "committed"
 # Raw bytes of captured tensors; "captures" rows point into it (offset, nbytes).
 CAPTURE_DATA = "capture_data"
 CAPTURE_CHUNK = 1 << 20

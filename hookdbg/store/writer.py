@@ -1,23 +1,32 @@
 """The background writer: the only code that touches the HDF5 file while recording.
 
-The training thread hands over batches of rows with ``submit`` (a deque append, never
-a wait); a daemon thread turns them into numpy rows, appends them and flushes, at
-least every ``flush_interval`` seconds. The file is in SWMR mode from the start, so it
-can be read while it grows and survives ``kill -9`` of the writer process, losing
-only what was not yet flushed.
+Rows reach it with ``submit`` (a deque append; the training thread never waits): the
+recorder hands its rows over at the end of each step, and the writer thread asks it to
+(``pull``) every ``flush_interval`` seconds, so rows never wait for the training thread
+to come back (a long data-loading pause, a hang). It turns them into numpy rows,
+appends, records how many rows of each table are whole (``committed``), flushes. The
+file is in SWMR mode from the start, so it can be read while it grows and survives
+``kill -9`` of the writer process, losing at most what was gathered since the last
+flush.
 
-Full-queue policy: when the rows handed over but not yet written exceed
-``max_backlog_rows`` (the disk cannot keep up), new batches are dropped whole and
-counted; the count is printed once when dropping starts, kept in every progress row
-and in the end row. Nothing is dropped silently. If writing fails (disk full, file
-removed), recording stops with one warning, training goes on, and every later batch
-counts as dropped.
+Full-queue policy: batches handed over and not yet written are bounded in bytes
+(``max_backlog_bytes``, estimated from row counts plus the exact size of captured
+tensors); while the writer is that far behind (the disk cannot keep up), new batches
+are dropped whole and counted; the count is printed once when dropping starts, kept in
+every progress row and in the end row. Nothing is dropped silently.
+
+Write errors (disk full, file removed): recording stops with one warning naming the
+cause, training goes on, and every later batch counts as dropped. The ``end`` row and
+the ``committed`` lengths live in datasets whose space was allocated when the file was
+created, so the writer can still say in the file when writing stopped, why, and how
+much was lost, and the reader ignores half-written rows past the committed lengths.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import math
 import os
 import re
 import sys
@@ -37,6 +46,22 @@ class WriterError(Exception):
 
 
 Convert = Callable[[list], np.ndarray]
+Batch = dict[str, list]
+
+# What a row costs in memory while it waits (Python tuples on the training thread's
+# side; measured with sys.getsizeof over a resnet18 recording, rounded up).
+ROW_BYTES = {"tensors": 700, "calls": 400, "captures": 400}
+OTHER_ROW_BYTES = 300
+
+
+def batch_bytes(batch: Batch) -> int:
+    """What a batch of rows holds in memory, about: rows plus captured tensors' bytes."""
+    total = 0
+    for table, rows in batch.items():
+        total += len(rows) * ROW_BYTES.get(table, OTHER_ROW_BYTES)
+        if table == "captures":
+            total += sum(len(row[-1]) for row in rows)
+    return total
 
 
 class Writer:
@@ -49,22 +74,27 @@ class Writer:
         *,
         converters: dict[str, Convert] | None = None,
         flush_interval: float = 1.0,
-        max_backlog_rows: int = 2_000_000,
+        max_backlog_bytes: int = 256 << 20,
         warn: Callable[[str], None] | None = None,
+        pull: Callable[[], None] | None = None,
     ) -> None:
         self.path = Path(path)
         self.flush_interval = flush_interval
-        self.max_backlog_rows = max_backlog_rows
+        self.max_backlog_bytes = max_backlog_bytes
         self._converters = converters or {}
         self._warn = warn or (lambda msg: print(f"hookdbg: {msg}", file=sys.stderr))
-        self._inbox: collections.deque[dict[str, list]] = collections.deque()
+        self._pull = pull
+        self._inbox: collections.deque[tuple[Batch, int]] = collections.deque()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._submitted_rows = 0  # written only by the training thread
-        self._written_rows = 0  # written only by the writer thread
+        self._submitted_bytes = 0  # written only by the training thread
+        self._written_bytes = 0  # written only by the writer thread
+        self._written_rows = 0
         self.dropped_rows = 0
         self.failed: str | None = None
+        self.failed_at = math.nan
         self.steps_written = 0
+        self.died: str | None = None  # the writer thread itself broke (a bug)
         self._end: dict[str, object] | None = None
         self._file = self._create(meta)
         self._thread = threading.Thread(target=self._run, name="hookdbg-writer", daemon=True)
@@ -72,26 +102,34 @@ class Writer:
 
     # -- training thread -------------------------------------------------------------
 
-    def submit(self, batch: dict[str, list]) -> None:
+    def submit(self, batch: Batch) -> None:
         """Hand rows over to the writer; drops (and counts) them if it is too far behind."""
-        n = sum(len(rows) for rows in batch.values())
-        if self.failed is not None or self.backlog_rows > self.max_backlog_rows:
-            if self.dropped_rows == 0 and self.failed is None:
-                self._warn(
-                    f"the writer is {self.max_backlog_rows:,} rows behind; dropping rows "
-                    "(counted in the recording) until it catches up"
-                )
-            self.dropped_rows += n
+        size = batch_bytes(batch)
+        if self.failed is not None or self.died is not None or self._over(size):
+            self._drop(batch)
             return
-        self._submitted_rows += n
-        self._inbox.append(batch)
-        if n > 50_000:
+        self._submitted_bytes += size
+        self._inbox.append((batch, size))
+        if size > 32 << 20:
             self._wake.set()
+
+    def _over(self, size: int) -> bool:
+        return self.backlog_bytes + size > self.max_backlog_bytes and self.backlog_bytes > 0
+
+    def _drop(self, batch: Batch) -> None:
+        n = sum(len(rows) for rows in batch.values())
+        if self.dropped_rows == 0 and self.failed is None and self.died is None:
+            self._warn(
+                f"the writer is {self.max_backlog_bytes / 2**20:,.0f} MB behind (the disk "
+                "cannot keep up); dropping rows, counted in the recording, until it catches up"
+            )
+        self.dropped_rows += n
 
     def close(self, end: dict[str, object] | None = None) -> None:
         """Write what is queued, then the end row (marks the recording complete), close.
 
-        ``end`` holds the END fields but "dropped", which the writer knows best.
+        ``end`` holds the END fields but "dropped" and the write error, which the writer
+        knows best.
         """
         self._end = end
         self._stop.set()
@@ -99,9 +137,9 @@ class Writer:
         self._thread.join()
 
     @property
-    def backlog_rows(self) -> int:
-        """Rows handed over and not yet written (each side counts its own)."""
-        return self._submitted_rows - self._written_rows
+    def backlog_bytes(self) -> int:
+        """Bytes handed over and not yet written (each side counts its own)."""
+        return self._submitted_bytes - self._written_bytes
 
     # -- writer thread ---------------------------------------------------------------
 
@@ -113,20 +151,36 @@ class Writer:
         try:
             for key, value in meta.items():
                 f.attrs[key] = value
+            self._columns = {}
             for name, (dtype, chunk) in schema.TABLES.items():
                 group = f.create_group(name)
-                for field in dtype.names:
-                    group.create_dataset(
+                self._columns[name] = [
+                    (
                         field,
-                        shape=(0,),
-                        maxshape=(None,),
-                        dtype=dtype[field],
-                        chunks=(chunk,),
-                        compression="gzip",
-                        compression_opts=1,
-                        shuffle=True,
+                        group.create_dataset(
+                            field,
+                            shape=(0,),
+                            maxshape=(None,),
+                            dtype=dtype[field],
+                            chunks=(chunk,),
+                            compression="gzip",
+                            compression_opts=1,
+                            shuffle=True,
+                            # appends touch the last chunk only: cache that one, not the
+                            # default 1 MB of old chunks per column (~80 MB in all)
+                            rdcc_nbytes=chunk * dtype[field].itemsize + 1024,
+                            rdcc_nslots=11,
+                        ),
                     )
-            f.create_dataset(
+                    for field in dtype.names
+                ]
+            end = f.create_group(schema.END_TABLE)
+            for field in schema.END.names:
+                _allocated(end, field, schema.END[field], 1)
+            end["write_failed"][0] = math.nan
+            committed = _allocated(f, schema.COMMITTED, np.dtype("<i8"), len(schema.TABLES))
+            committed[list(schema.TABLES).index("progress")] = 1  # the first heartbeat
+            self._capture_data = f.create_dataset(
                 schema.CAPTURE_DATA,
                 shape=(0,),
                 maxshape=(None,),
@@ -134,58 +188,77 @@ class Writer:
                 chunks=(schema.CAPTURE_CHUNK,),
                 compression="gzip",
                 compression_opts=1,
+                rdcc_nbytes=schema.CAPTURE_CHUNK + 1024,
+                rdcc_nslots=11,
             )
             # a first heartbeat before SWMR starts: a reader that opens the file before
             # the first flush still sees a live writer
-            f["progress"]["time"].resize((1,))
-            f["progress"]["time"][0] = time.time()
-            for column in ("steps", "rows", "dropped"):
-                f["progress"][column].resize((1,))
+            progress = dict(self._columns["progress"])
+            for column in progress.values():
+                column.resize((1,))
+            progress["time"][0] = time.time()
             f.swmr_mode = True
         except Exception as exc:
             f.close()
             raise WriterError(f"cannot create {self.path}: {_reason(exc)}") from None
-        # one handle per dataset for the file's lifetime: cheaper than a lookup per
-        # append, and no handle is freed while HDF5 is in an error state
-        self._columns = {
-            name: [(field, f[name][field]) for field in dtype.names]
-            for name, (dtype, _) in schema.TABLES.items()
-        }
-        self._capture_data = f[schema.CAPTURE_DATA]
+        # one handle per dataset (self._columns) for the file's lifetime: cheaper than a
+        # lookup per append, and no handle is freed while HDF5 is in an error state
+        self._lengths = {name: 0 for name in schema.TABLES}
+        self._lengths["progress"] = 1
+        self._end_columns = {field: f[schema.END_TABLE][field] for field in schema.END.names}
+        # where the in-place datasets are in the file: written there directly, bypassing
+        # HDF5, once HDF5 itself can no longer write
+        self._offsets = {field: ds.id.get_offset() for field, ds in self._end_columns.items()}
+        self._committed = f[schema.COMMITTED]
         return f
 
     def _run(self) -> None:
-        while True:
-            self._wake.wait(self.flush_interval)
-            self._wake.clear()
-            stopping = self._stop.is_set()  # nothing is submitted after close() sets it
-            self._drain()
-            if stopping:
-                break
+        try:
+            while True:
+                self._wake.wait(self.flush_interval)
+                self._wake.clear()
+                stopping = self._stop.is_set()  # nothing is submitted after close() sets it
+                self._drain()
+                if stopping:
+                    break
+        except BaseException as exc:  # a bug in the writer: say so, keep the file readable
+            self.died = f"{type(exc).__name__}: {exc}"
+            self._warn(
+                f"the writer stopped ({self.died}): recording stopped, training goes on, "
+                "and what was written so far stays readable"
+            )
         self._finish()
 
     def _drain(self) -> None:
+        if self._pull is not None:
+            self._pull()  # the recorder hands over what it gathered: after the rest, in order
         batches = []
         while self._inbox:
             batches.append(self._inbox.popleft())
+        rows = sum(len(r) for b, _ in batches for r in b.values())
+        size = sum(s for _, s in batches)
         if self.failed is not None:
-            self.dropped_rows += sum(len(r) for b in batches for r in b.values())
-            self._written_rows += sum(len(r) for b in batches for r in b.values())
+            self.dropped_rows += rows
+            self._written_bytes += size
             return
         try:
-            merged: dict[str, list] = {}
-            for batch in batches:
-                for table, rows in batch.items():
-                    merged.setdefault(table, []).extend(rows)
-            for table, rows in merged.items():
-                if rows:
-                    self._append(table, rows)
+            merged: Batch = {}
+            for batch, _ in batches:
+                for table, table_rows in batch.items():
+                    merged.setdefault(table, []).extend(table_rows)
+            for table, table_rows in merged.items():
+                if table_rows:
+                    self._append(table, table_rows)
+            self._written_rows += rows
             self._append_raw("progress", [self._progress_row()])
+            self._file.flush()  # the rows first, then the lengths that vouch for them
+            self._committed[:] = [self._lengths[name] for name in schema.TABLES]
             self._file.flush()
         except Exception as exc:
+            self.dropped_rows += rows
             self._fail(exc)
         finally:
-            self._written_rows += sum(len(r) for b in batches for r in b.values())
+            self._written_bytes += size
 
     def _append(self, table: str, rows: list) -> None:
         if table == "captures":
@@ -200,10 +273,11 @@ class Writer:
         self._append_array(table, np.array(rows, dtype=schema.TABLES[table][0]))
 
     def _append_array(self, table: str, data: np.ndarray) -> None:
+        n = self._lengths[table]
         for field, ds in self._columns[table]:
-            n = ds.shape[0]
             ds.resize((n + len(data),))
             ds[n:] = data[field]
+        self._lengths[table] = n + len(data)
 
     def _store_capture_bytes(self, rows: list) -> list:
         """Capture rows arrive as (fields..., payload bytes); append payloads, set offsets."""
@@ -222,18 +296,48 @@ class Writer:
     def _progress_row(self) -> tuple:
         return (time.time(), self.steps_written, self._written_rows, self.dropped_rows)
 
+    def _end_row(self, status: str) -> np.ndarray:
+        end = {
+            "time": time.time(),
+            "status": "",
+            "exit_code": 0,
+            "steps": self.steps_written,
+            "calls": 0,
+            "alerts": 0,
+            "message": "",
+            **(self._end or {}),
+        }
+        end["status"] = status
+        end["dropped"] = self.dropped_rows
+        end["write_failed"] = self.failed_at
+        end["write_error"] = self.failed or self.died or ""
+        row = tuple(_fit(end[name], schema.END[name]) for name in schema.END.names)
+        return np.array([row], dtype=schema.END)
+
     def _finish(self) -> None:
-        try:
-            if self.failed is None and self._end is not None:
-                end = {**self._end, "dropped": self.dropped_rows}
-                self._append_raw("end", [tuple(end[name] for name in schema.END.names)])
+        status = str(self._end["status"]) if self._end is not None else ""
+        if self.failed is None:
+            try:
+                row = self._end_row(status)
+                for field, ds in self._end_columns.items():
+                    ds[0] = row[field][0]
                 self._file.flush()
-        except Exception as exc:
-            self._fail(exc)
+            except Exception as exc:
+                self._fail(exc)
         if self.failed is not None:
+            self._write_end_directly(self._end_row(status))
             self._abandon()
         with contextlib.suppress(Exception):
             self._file.close()
+
+    def _write_end_directly(self, row: np.ndarray) -> None:
+        """Write the end row into its preallocated bytes with plain OS writes: HDF5 has
+        failed, but these bytes need no new space."""
+        with contextlib.suppress(Exception):
+            fd = self._file.id.get_vfd_handle()
+            for field in schema.END.names:
+                os.pwrite(fd, row[field].tobytes(), self._offsets[field])
+            os.fsync(fd)
 
     def _abandon(self) -> None:
         """After a write error, point the file's descriptor at /dev/null before closing.
@@ -251,10 +355,33 @@ class Writer:
 
     def _fail(self, exc: BaseException) -> None:
         self.failed = _reason(exc)
+        self.failed_at = time.time()
         self._warn(
             f"writing {self.path} failed ({self.failed}); recording stopped, training goes "
             "on, and what was written so far stays readable"
         )
+        # say so in the file at once, in case the process does not get to close it
+        self._write_end_directly(self._end_row(""))
+
+
+def _allocated(group: h5py.Group, name: str, dtype: np.dtype, n: int) -> h5py.Dataset:
+    """A fixed-size contiguous dataset whose file space is allocated and filled now."""
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_layout(h5py.h5d.CONTIGUOUS)
+    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    dcpl.set_fill_time(h5py.h5d.FILL_TIME_ALLOC)
+    space = h5py.h5s.create_simple((n,))
+    tid = h5py.h5t.py_create(dtype, logical=True)
+    dsid = h5py.h5d.create(group.id, name.encode(), tid, space, dcpl=dcpl)
+    return h5py.Dataset(dsid)
+
+
+def _fit(value: object, dtype: np.dtype) -> object:
+    """A value for a fixed-width field: text encoded and cut to the width."""
+    if dtype.kind == "S":
+        data = str(value).encode("utf-8")[: dtype.itemsize]
+        return data.decode("utf-8", "ignore").encode("utf-8")
+    return value
 
 
 def _reason(exc: BaseException) -> str:
