@@ -31,3 +31,10 @@ def num(value: float, digits: int = 4) -> str:
     if 1e-3 <= abs(value) < 1e5:
         return f"{value:.{digits}g}"
     return f"{value:.{max(digits - 1, 1)}e}"
+
+
+def utf8(raw: bytes | str) -> str:
+    """Text of a fixed-width string column. The recorder writes valid UTF-8, but a file
+    is input like any other: bytes that are not UTF-8 become U+FFFD, not an error."""
+    return raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "replace")
+

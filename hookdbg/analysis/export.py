@@ -16,6 +16,7 @@ from hookdbg.analysis.overview import shape_text
 from hookdbg.read.modules import ModuleTable
 from hookdbg.read.recording import Recording
 from hookdbg.store.schema import Phase, Slot
+from hookdbg.text import utf8
 
 TABLES = ("tensors", "calls", "steps", "alerts", "modules")
 _TRACKS = {Phase.FWD: 1, Phase.BWD: 2, Phase.OPT: 3}  # tid 0: the steps
@@ -150,7 +151,7 @@ def _readable(row: np.void, modules: ModuleTable) -> dict[str, object]:
         elif name == "shape":
             out[name] = shape_text(value)
         elif isinstance(value, bytes):
-            out[name] = value.decode("utf-8", "replace")
+            out[name] = utf8(value)
         elif isinstance(value, np.floating):
             out[name] = None if np.isnan(value) else float(value)
         else:

@@ -8,6 +8,7 @@ import numpy as np
 
 from hookdbg.read.modules import Module
 from hookdbg.store.schema import CaptureReason, Phase, Slot, slot_label
+from hookdbg.text import utf8
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class Capture:
 def captures_from(rows: np.ndarray, modules: object) -> list[Capture]:
     out = []
     for r in rows:
-        shape = r["shape"].decode()
+        shape = utf8(r["shape"])
         out.append(
             Capture(
                 step=int(r["step"]),
@@ -46,8 +47,8 @@ def captures_from(rows: np.ndarray, modules: object) -> list[Capture]:
                 module=modules[int(r["module"])],  # type: ignore[index]
                 phase=Phase(int(r["phase"])),
                 slot=Slot(int(r["slot"])),
-                path=r["path"].decode(),
-                dtype=r["dtype"].decode(),
+                path=utf8(r["path"]),
+                dtype=utf8(r["dtype"]),
                 shape=tuple(int(x) for x in shape.split(",")) if shape else (),
                 reason=CaptureReason(int(r["reason"])),
                 offset=int(r["offset"]),

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hookdbg.store.schema import ModuleKind
+from hookdbg.text import utf8
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,8 @@ class ModuleTable:
         self._modules = [
             Module(
                 int(r["id"]),
-                r["name"].decode("utf-8", "replace"),
-                r["type"].decode("utf-8", "replace"),
+                utf8(r["name"]),
+                utf8(r["type"]),
                 int(r["parent"]),
                 int(r["root"]),
                 int(r["depth"]),

@@ -25,6 +25,7 @@ from hookdbg.read.captures import Capture, captures_from, to_array
 from hookdbg.read.modules import ModuleTable
 from hookdbg.read.table import Table
 from hookdbg.store import schema
+from hookdbg.text import utf8
 
 # A live recorder appends a progress row every flush interval; this much silence
 # (or a dead pid on this host) means the recording was cut short.
@@ -118,7 +119,7 @@ class Recording:
         self.end = ends[0] if len(ends) else None
         progress = t["progress"].read()
         self.last_progress = progress[-1] if len(progress) else None
-        self.facts = {r["key"].decode(): r["value"].decode() for r in t["info"].read()}
+        self.facts = {utf8(r["key"]): utf8(r["value"]) for r in t["info"].read()}
 
     # -- what is in it --------------------------------------------------------------
 
