@@ -16,6 +16,7 @@ from textual.widgets import Footer, Header, Static
 
 from hookdbg.analysis.query import Query
 from hookdbg.read import Status
+from hookdbg.text import printable
 from hookdbg.tui.model import PLOT_STATS, DiffView, RunView
 from hookdbg.tui.screens import AlertsScreen, HelpScreen, Jump, ProfileScreen, SearchScreen
 from hookdbg.tui.widgets import DetailPane, ModuleTree, PlotPane, StepBar
@@ -80,7 +81,7 @@ class ReplayScreen(Screen[None]):
         title = self.run.name if self.other is None else f"{self.run.name}  vs  {self.other.name}"
         if len(self.ranks) > 1:
             title += f"  (rank {self.run.rec.info.rank} of {len(self.ranks)}: r switches)"
-        self.app.title = f"hookdbg  {title}"
+        self.app.title = f"hookdbg  {printable(title)}"
 
     def on_mount(self) -> None:
         self._title()
@@ -178,8 +179,9 @@ class ReplayScreen(Screen[None]):
             self.notify("the two recordings match within tolerance")
         else:
             self.notify(
-                f"first divergence: {first[0]} at step {first[1]} (f jumps there)",
+                f"first divergence: {printable(first[0])} at step {first[1]} (f jumps there)",
                 severity="warning",
+                markup=False,
             )
         self._refresh_all()
 
@@ -198,7 +200,11 @@ class ReplayScreen(Screen[None]):
         alerts = self.run.rec.alerts
         for row in alerts[self.known_alerts :]:
             self.notify(
-                row["message"].decode(), title="new NaN/inf alert", severity="error", timeout=8
+                printable(row["message"]),
+                title="new NaN/inf alert",
+                severity="error",
+                timeout=8,
+                markup=False,
             )
         self._load_meta()
         if at_end and self.steps:  # like tail -f: stay on the newest step

@@ -15,7 +15,7 @@ from hookdbg.analysis.query import QueryError, parse
 from hookdbg.analysis.search import SearchResult
 from hookdbg.read.modules import ModuleTable
 from hookdbg.store.schema import Phase, nonfinite_count, slot_label
-from hookdbg.text import num
+from hookdbg.text import num, printable, utf8
 
 Jump = tuple[int, int] | None  # (module id, step)
 
@@ -60,8 +60,8 @@ class ProfileScreen(Screen[Jump]):
         table.clear()
         for row in self.profile.sorted(self._sort_key):
             table.add_row(
-                Text(row.module.name),
-                Text(row.module.type, style="dim"),
+                Text(printable(row.module.name)),
+                Text(printable(row.module.type), style="dim"),
                 Text(Phase(row.phase).label),
                 Text(f"{row.calls_per_step:g}", justify="right"),
                 Text(f"{row.self_mean * 1e3:.3f}", justify="right"),
@@ -106,10 +106,10 @@ class AlertsScreen(Screen[Jump]):
             table.add_row(
                 first,
                 Text(str(int(a["step"])), justify="right"),
-                Text(r.module.name),
+                Text(printable(r.module.name)),
                 Text(Phase(int(a["phase"])).label),
-                Text(slot_label(int(a["slot"]), a["path"].decode())),
-                Text(a["message"].decode().split(": ", 1)[-1]),
+                Text(printable(slot_label(int(a["slot"]), utf8(a["path"])))),
+                Text(printable(utf8(a["message"]).split(": ", 1)[-1])),
                 key=str(i),
             )
         table.focus()
@@ -166,8 +166,8 @@ class SearchScreen(Screen[Jump]):
             if result.on_tensors:
                 bad = nonfinite_count(r)
                 cells = [
-                    Text(slot_label(int(r["slot"]), r["path"].decode())),
-                    Text(r["shape"].decode()),
+                    Text(printable(slot_label(int(r["slot"]), utf8(r["path"])))),
+                    Text(printable(r["shape"])),
                     *(Text(num(r[k]), justify="right") for k in ("min", "max", "mean", "std")),
                     Text("-" if bad < 0 else str(bad), style="bold red" if bad > 0 else ""),
                 ]
@@ -183,7 +183,7 @@ class SearchScreen(Screen[Jump]):
                 ]
             table.add_row(
                 Text(str(int(r["step"])), justify="right"),
-                Text(self.modules.name(int(r["module"]))),
+                Text(printable(self.modules.name(int(r["module"])))),
                 Text(Phase(int(r["phase"])).label),
                 *cells,
                 key=str(i),

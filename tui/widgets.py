@@ -15,7 +15,7 @@ from textual.widgets.tree import TreeNode
 from hookdbg.analysis.overview import shape_text
 from hookdbg.read.modules import Module, ModuleTable
 from hookdbg.store.schema import Phase, nonfinite_count, slot_label
-from hookdbg.text import num
+from hookdbg.text import num, printable, utf8
 from hookdbg.tui.model import Detail, ModuleStep, PlotStat
 
 
@@ -54,8 +54,8 @@ class ModuleTree(Tree[int]):
 
     def _label(self, module: Module, step: ModuleStep | None, diverges: float | None) -> Text:
         name = module.name.rpartition(".")[2] if module.depth else module.name
-        label = Text(name, style="bold" if module.depth == 0 else "")
-        label.append(f" {module.type}", style="dim")
+        label = Text(printable(name), style="bold" if module.depth == 0 else "")
+        label.append(f" {printable(module.type)}", style="dim")
         if step is not None:
             if step.share >= 0.005:
                 label.append(f" {step.share:.0%}", style="cyan")
@@ -132,8 +132,8 @@ class DetailPane(Vertical):
         module = detail.module
         fwd = detail.timings[detail.timings["phase"] == Phase.FWD]
         bwd = detail.timings[detail.timings["phase"] == Phase.BWD]
-        title = Text(f"{module.name}", style="bold")
-        title.append(f"  {module.type}  step {detail.step}", style="dim")
+        title = Text(printable(module.name), style="bold")
+        title.append(f"  {printable(module.type)}  step {detail.step}", style="dim")
         if len(fwd):
             title.append(
                 f"\nforward {fwd['total'].sum() * 1e3:.3f} ms total, "
@@ -154,14 +154,14 @@ class DetailPane(Vertical):
             for r in d.rows:
                 bad = nonfinite_count(r)
                 zeros = float(r["zero_frac"])
-                key = (int(r["phase"]), int(r["slot"]), r["path"].decode())
+                key = (int(r["phase"]), int(r["slot"]), utf8(r["path"]))
                 style = "bold magenta" if divergent and key in divergent else ""
                 table.add_row(
                     Text(run),
                     Text(Phase(int(r["phase"])).label),
-                    Text(slot_label(int(r["slot"]), r["path"].decode()), style=style),
-                    Text(shape_text(r["shape"])),
-                    Text(r["dtype"].decode()),
+                    Text(printable(slot_label(int(r["slot"]), utf8(r["path"]))), style=style),
+                    Text(printable(shape_text(r["shape"]))),
+                    Text(printable(r["dtype"])),
                     *(
                         Text(num(r[k]), justify="right")
                         for k in ("min", "max", "mean", "std", "norm")
@@ -213,7 +213,7 @@ class PlotPane(Vertical):
         other: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         steps, values = series
-        title = Text(f"{stat.label} of {module}", style="bold")
+        title = Text(f"{stat.label} of {printable(module)}", style="bold")
         if len(values):
             finite = values[np.isfinite(values)]
             here = values[steps == step]

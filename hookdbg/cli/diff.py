@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.markup import escape
 
 from hookdbg.analysis.diff import DiffResult, Divergence, diff
 from hookdbg.analysis.ranks import rank_diff
@@ -15,6 +14,7 @@ from hookdbg.cli.output import (
     console,
     emit_json,
     json_option,
+    literal,
     open_or_fail,
     open_run_or_fail,
     step_options,
@@ -155,7 +155,7 @@ def _explain(result: DiffResult, a: Recording, b: Recording) -> list[str]:
 def _print(result: DiffResult, a: Recording, b: Recording, top: int) -> None:
     out = console()
     for line in _explain(result, a, b):
-        out.print(f"[dim]{escape(line)}[/dim]")
+        out.print(f"[dim]{literal(line)}[/dim]")
     if result.equal:
         out.print(
             f"[bold green]match[/]: every compared summary agrees within rtol={result.rtol:g}, "
@@ -166,7 +166,7 @@ def _print(result: DiffResult, a: Recording, b: Recording, top: int) -> None:
     if first is None:
         out.print("[bold red]differ[/]: the recordings do not line up (see above)")
         return
-    out.print(f"[bold red]first divergence[/]: {escape(_where(first))}: {escape(_gap(first))}")
+    out.print(f"[bold red]first divergence[/]: {literal(_where(first))}: {literal(_gap(first))}")
     differing = plural(len(result.divergences), "tensor summary", "tensor summaries")
     t = table(
         f"\nlargest divergences ({differing} differ)",
@@ -270,7 +270,7 @@ def _diff_ranks(
     compared = result.compared_steps
     span = f" ({compared[0]}-{compared[-1]})" if compared else ""
     out.print(
-        escape(
+        literal(
             f"compared ranks {', '.join(map(str, run.ranks))} over "
             f"{plural(len(compared), 'step')}{span}: {result.compared:,} parameter and "
             "step-gradient norms"
@@ -299,8 +299,8 @@ def _diff_ranks(
     agreed = [s for s in compared if s < first.step]
     since = f"; they agreed at step {agreed[-1]}" if agreed else ""
     out.print(
-        f"[bold red]first desync[/]: step {first.step}, {escape(first.module)} "
-        f"{escape(slot_label(first.slot, first.path))} norm: {values} ({blame}{since})"
+        f"[bold red]first desync[/]: step {first.step}, {literal(first.module)} "
+        f"{literal(slot_label(first.slot, first.path))} norm: {values} ({blame}{since})"
     )
     t = table(
         f"\n{plural(len(result.desyncs), 'desync')}",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import click
-from rich.markup import escape
 
 from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput
@@ -12,6 +11,7 @@ from hookdbg.cli.output import (
     console,
     emit_json,
     json_option,
+    literal,
     open_or_fail,
     rank_option,
     step_options,
@@ -67,7 +67,7 @@ def show(
     out = console()
     if not len(rows):
         out.print(
-            escape(f"{target.name} ({target.type}): no tensor summaries in steps {first}-{last}")
+            literal(f"{target.name} ({target.type}): no tensor summaries in steps {first}-{last}")
             + (
                 ""
                 if rec.info.options.get("level") != "timing"

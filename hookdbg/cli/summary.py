@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import click
-from rich.markup import escape
 
 from hookdbg.analysis.overview import overview
 from hookdbg.analysis.ranks import merged_alerts, rank_rows, step_spreads
@@ -13,6 +12,7 @@ from hookdbg.cli.output import (
     console,
     emit_json,
     json_option,
+    literal,
     ms,
     open_or_fail,
     open_run_or_fail,
@@ -20,6 +20,7 @@ from hookdbg.cli.output import (
     table,
 )
 from hookdbg.read import RankSet, Recording
+from hookdbg.text import utf8
 
 
 @cli.command()
@@ -51,7 +52,7 @@ def _one_summary(rec: Recording, step: int | None, as_json: bool) -> None:
         )
     view = overview(rec, step)
     info = rec.info
-    first_alert = next((a["message"].decode() for a in rec.alerts if a["first"]), None)
+    first_alert = next((utf8(a["message"]) for a in rec.alerts if a["first"]), None)
     if as_json:
         emit_json(
             {
@@ -98,7 +99,8 @@ def _one_summary(rec: Recording, step: int | None, as_json: bool) -> None:
     rank = f", rank {info.rank} of {info.world_size}" if info.world_size > 1 else ""
     rank += f" ({rec.backend})" if rec.backend and info.world_size > 1 else ""
     out.print(
-        f"[bold]{escape(str(rec.path))}[/bold]  {rec.status.value}, {human_bytes(rec.size)}{rank}"
+        f"[bold]{literal(rec.path)}[/bold]  "
+        + literal(f"{rec.status.value}, {human_bytes(rec.size)}{rank}")
     )
     lines = [
         ("command", info.command),
@@ -130,7 +132,7 @@ def _one_summary(rec: Recording, step: int | None, as_json: bool) -> None:
         ),
     ]
     for key, value in lines:
-        out.print(f"  [dim]{key:<10}[/dim] {escape(value)}")
+        out.print(f"  [dim]{key:<10}[/dim] {literal(value)}")
     if not view.lines:
         out.print("\n  no module calls were recorded")
         return
@@ -206,7 +208,7 @@ def _ranks_summary(run: RankSet, as_json: bool) -> None:
                     "rank": first[0],
                     "step": int(first[1]["step"]),
                     "module": run[first[0]].modules.name(int(first[1]["module"])),
-                    "message": first[1]["message"].decode(),
+                    "message": utf8(first[1]["message"]),
                 },
             }
         )
@@ -214,9 +216,10 @@ def _ranks_summary(run: RankSet, as_json: bool) -> None:
     out = console()
     backend = f" ({rank0.backend})" if rank0.backend else ""
     out.print(
-        f"[bold]{escape(str(run.path))}[/bold]  {len(run.ranks)} of {run.world_size} ranks{backend}"
+        f"[bold]{literal(run.path)}[/bold]  "
+        + literal(f"{len(run.ranks)} of {run.world_size} ranks{backend}")
     )
-    out.print(f"  [dim]{'command':<10}[/dim] {escape(rank0.info.command)}")
+    out.print(f"  [dim]{'command':<10}[/dim] {literal(rank0.info.command)}")
     t = table(
         None,
         [
@@ -240,23 +243,23 @@ def _ranks_summary(run: RankSet, as_json: bool) -> None:
     out.print(t)
     if spreads:
         counts = ", ".join(f"rank {r} in {plural(n, 'step')}" for r, n in sorted(slowest.items()))
-        out.print(escape(f"  stragglers: slowest was {counts} of {len(spreads)}"))
+        out.print(literal(f"  stragglers: slowest was {counts} of {len(spreads)}"))
         if worst is not None and worst.lag > 0:
             fastest = min(worst.seconds.values())
             share = worst.lag / fastest if fastest > 0 else 0.0
             out.print(
-                escape(
+                literal(
                     f"  largest lag: step {worst.step}, rank {worst.slowest} took "
                     f"{ms(worst.lag)} ms ({share:.0%}) longer than the fastest rank"
                 )
             )
     if first is not None:
         rank, row = first
-        out.print(f"  [bold red]first NaN/inf[/] on rank {rank}: {escape(row['message'].decode())}")
+        out.print(f"  [bold red]first NaN/inf[/] on rank {rank}: {literal(utf8(row['message']))}")
     else:
         out.print("  no NaN/inf alerts on any rank")
     out.print(
-        f"  [dim]`hookdbg summary {escape(str(run.path))} --rank N` shows one rank's "
-        f"modules; `hookdbg diff --ranks {escape(str(run.path))}` checks that the "
+        f"  [dim]`hookdbg summary {literal(run.path)} --rank N` shows one rank's "
+        f"modules; `hookdbg diff --ranks {literal(run.path)}` checks that the "
         "replicas agree[/dim]"
     )

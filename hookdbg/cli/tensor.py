@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 import numpy as np
-from rich.markup import escape
+from rich.text import Text
 
 from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput, human_bytes, plural
-from hookdbg.cli.output import console, emit_json, json_option, open_or_fail, rank_option, table
+from hookdbg.cli.output import (
+    console,
+    emit_json,
+    json_option,
+    literal,
+    note,
+    open_or_fail,
+    rank_option,
+    table,
+)
 from hookdbg.read import Capture
 from hookdbg.store.schema import parse_slot_label
 
@@ -97,10 +104,9 @@ def tensor(
     values = rec.tensor(chosen)
     if npy:
         np.save(npy, values)
-        click.echo(
-            f"hookdbg: saved {chosen.module.name} {chosen.label} of step {chosen.step} "
-            f"{values.shape} {values.dtype} to {Path(npy)}",
-            err=True,
+        note(
+            f"saved {chosen.module.name} {chosen.label} of step {chosen.step} "
+            f"{values.shape} {values.dtype} to {npy}"
         )
         return
     if as_json:
@@ -118,7 +124,7 @@ def tensor(
         return
     out = console()
     out.print(
-        escape(
+        literal(
             f"{chosen.module.name} {chosen.label}, step {chosen.step} "
             f"({chosen.phase.label}, from the {chosen.source}): {values.dtype} "
             f"{values.shape}"
@@ -135,7 +141,7 @@ def tensor(
             )
         )
     with np.printoptions(threshold=np.inf if full else 200, linewidth=120, precision=5):
-        out.print(escape(np.array2string(values)))
+        out.print(Text(np.array2string(values)))
 
 
 def _list(stored: list[Capture], where: str, as_json: bool) -> None:
