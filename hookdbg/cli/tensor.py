@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 import numpy as np
 from rich.text import Text
@@ -42,7 +44,7 @@ Examples:
 @click.option(
     "--call",
     "call_index",
-    type=int,
+    type=click.IntRange(min=0),
     default=0,
     show_default=True,
     metavar="K",
@@ -52,7 +54,7 @@ Examples:
     "--npy",
     type=click.Path(dir_okay=False),
     metavar="FILE",
-    help="Save the tensor with numpy.save instead of printing it.",
+    help="Save the tensor to FILE (numpy .npy format) instead of printing it.",
 )
 @click.option("--full", is_flag=True, help="Print every value, not an abbreviation.")
 @json_option
@@ -103,7 +105,7 @@ def tensor(
     chosen = next(c for c in matches if (c.step, c.call) == calls[call_index])
     values = rec.tensor(chosen)
     if npy:
-        np.save(npy, values)
+        _save(values, Path(npy))
         note(
             f"saved {chosen.module.name} {chosen.label} of step {chosen.step} "
             f"{values.shape} {values.dtype} to {npy}"
@@ -142,6 +144,17 @@ def tensor(
         )
     with np.printoptions(threshold=np.inf if full else 200, linewidth=120, precision=5):
         out.print(Text(np.array2string(values)))
+
+
+def _save(values: np.ndarray, path: Path) -> None:
+    """np.save to exactly ``path`` (np.save given a name would add .npy to it)."""
+    if not path.parent.is_dir():
+        raise BadInput(f"cannot write {path}: no directory {path.parent}")
+    try:
+        with open(path, "wb") as f:
+            np.save(f, values, allow_pickle=False)
+    except OSError as exc:
+        raise BadInput(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _list(stored: list[Capture], where: str, as_json: bool) -> None:
