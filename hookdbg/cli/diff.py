@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
@@ -86,8 +87,7 @@ def diff_command(
         raise BadInput("give two recordings to compare, or --ranks with one distributed run")
     rtol = 1e-5 if rtol is None else rtol
     atol = 1e-8 if atol is None else atol
-    if rtol < 0 or atol < 0:
-        raise BadInput("--rtol and --atol must not be negative")
+    _check_tolerances(rtol, atol)
     rec_a, rec_b = open_or_fail(a, quiet=as_json), open_or_fail(b, quiet=as_json)
     for rec in (rec_a, rec_b):
         if len(rec.tensors_table) == 0:
@@ -105,6 +105,13 @@ def diff_command(
     else:
         _print(result, rec_a, rec_b, top)
     raise SystemExit(0 if result.equal else 1)
+
+
+def _check_tolerances(rtol: float, atol: float) -> None:
+    """NaN would make every value differ and inf every value agree: both are typos."""
+    for name, value in (("--rtol", rtol), ("--atol", atol)):
+        if not (math.isfinite(value) and value >= 0):
+            raise BadInput(f"{name} must be a finite number, 0 or more, not {value}")
 
 
 def _where(d: Divergence) -> str:
@@ -234,8 +241,7 @@ def _diff_ranks(
     top: int,
     as_json: bool,
 ) -> None:
-    if rtol < 0 or atol < 0:
-        raise BadInput("--rtol and --atol must not be negative")
+    _check_tolerances(rtol, atol)
     run = open_run_or_fail(path, quiet=as_json)
     if not isinstance(run, RankSet) or len(run.ranks) < 2:
         raise BadInput(
