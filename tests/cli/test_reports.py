@@ -109,6 +109,8 @@ def test_export_formats(resnet_h5, tmp_path):
         (["show", "{h5}", "model.nothing"], "no module 'model.nothing'"),
         (["show", "{h5}", "body.*"], "matches 5 modules"),
         (["search", "{h5}", "max>>1"], "bad query"),
+        (["search", "{h5}", "max>"], "bad query: 'max>' is incomplete"),
+        (["search", "{h5}", "(std<1"], "bad query: '(std<1': the query language has no"),
         (["profile", "{h5}", "--steps", "9:12"], "no recorded step in the range"),
         (["profile", "{h5}", "--step", "1", "--steps", "1:2"], "give --step or --steps"),
         (["summary", "{h5}", "--step", "99"], "step 99 was not recorded"),
