@@ -7,8 +7,8 @@ import math
 
 def human_bytes(n: float) -> str:
     """'512 B', '1.5 kB', '11.2 MB' (powers of 1000, like ls -h --si)."""
-    for unit in ("B", "kB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     raise AssertionError("unreachable")

@@ -69,7 +69,12 @@ class ModuleTable:
         return iter(self._modules)
 
     def __getitem__(self, module_id: int) -> Module:
-        return self._by_id[module_id]
+        """The module with this id; one a row names but the table lacks (a damaged
+        file, or a live one whose tables are a flush apart) shows as ``<module N>``."""
+        found = self._by_id.get(module_id)
+        if found is None:
+            return Module(module_id, f"<module {module_id}>", "?", -1, -1, 0, -1, 0)
+        return found
 
     def get(self, module_id: int) -> Module | None:
         return self._by_id.get(module_id)

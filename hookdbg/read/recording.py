@@ -1,68 +1,52 @@
 """``open_recording``: the one way everything in hookdbg reads a recording.
 
-It validates before it trusts: is the file there, is it HDF5, is it a hookdbg
-recording, is its schema one this version understands, are its tables whole, and was
-it closed (complete), is it still being written (live), or was it cut short by a
-crash. Every failure is a ``RecordingError`` with one line that says what is wrong and
-what to do. Files are opened read-only with SWMR, so reading never writes, works while
-the recorder is running, and works after a ``kill -9``.
+It validates before it trusts (hookdbg/read/checks.py, runinfo.py): is the file there,
+is it whole HDF5, is it a hookdbg recording, is its schema one this version
+understands, is every attribute and column of the right type and shape, inside this
+file and no longer than its bytes can hold; and was it closed (complete), is it still
+being written (live), or was it cut short by a crash. Every failure, at open or in a
+later read, is a ``RecordingError`` with one line that says what is wrong. Files are
+opened read-only with SWMR, so reading never writes, works while the recorder is
+running, and works after a ``kill -9``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-import h5py
 import numpy as np
 
 from hookdbg.read.captures import Capture, captures_from, to_array
+from hookdbg.read.checks import (
+    RecordingError,
+    check_module_rows,
+    checked_capture_data,
+    checked_tables,
+    open_file,
+    read_or_fail,
+)
 from hookdbg.read.modules import ModuleTable
+from hookdbg.read.runinfo import RunInfo, run_info
 from hookdbg.read.table import Table
 from hookdbg.store import schema
 from hookdbg.text import utf8
 
+__all__ = ["Recording", "RecordingError", "RunInfo", "Status", "open_recording"]
+
 # A live recorder appends a progress row every flush interval; this much silence
 # (or a dead pid on this host) means the recording was cut short.
 _SILENCE = 10.0
-
-
-class RecordingError(Exception):
-    """A file that cannot be read as a recording; the message is one line for the user."""
+_MAX_FACTS = 4096  # info rows read: a run learns a handful of facts
 
 
 class Status(Enum):
     COMPLETE = "complete"  # closed by the recorder: has its end row
     LIVE = "live"  # still being written
     CUT_SHORT = "cut short"  # the recording process died (crash, kill -9, power)
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """What ran, where, with which software and options (the file's attributes)."""
-
-    argv: list[str]
-    created: str
-    host: str
-    pid: int
-    cwd: str
-    hookdbg_version: str
-    torch_version: str
-    python_version: str
-    options: dict[str, object]
-    rank: int
-    world_size: int
-    backend: str
-    schema_version: int
-
-    @property
-    def command(self) -> str:
-        return " ".join(self.argv)
 
 
 def open_recording(path: str | os.PathLike[str]) -> Recording:
@@ -76,14 +60,13 @@ class Recording:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file = _open(path)
+        self._file, _ = open_file(path)
         try:
-            self.info = _run_info(self._file, path)
-            for name, (dtype, _) in schema.TABLES.items():
-                _check_table(self._file, name, dtype, path)
-            self._tables = {
-                name: Table(self._file[name], dtype) for name, (dtype, _) in schema.TABLES.items()
-            }
+            self.info = run_info(self._file, path)
+            dtypes = {name: dtype for name, (dtype, _) in schema.TABLES.items()}
+            columns = checked_tables(self._file, path, dtypes)
+            self._tables = {n: Table(n, columns[n], dtypes[n], path) for n in dtypes}
+            self._capture_data = checked_capture_data(self._file, path)
             self._load_small()
         except BaseException:
             self._file.close()
@@ -110,16 +93,23 @@ class Recording:
         return new
 
     def _load_small(self) -> None:
+        """The small tables, read whole: all but progress (only its last row matters,
+        and a damaged file may claim 10^8 of them), end (one row) and info (bounded)."""
         t = self._tables
-        self.modules = ModuleTable(t["modules"].read())
+        modules = t["modules"].read()
+        check_module_rows(modules, self.path)
+        self.modules = ModuleTable(modules)
         self.steps = t["steps"].read()
         self.alerts = t["alerts"].read()
         self.captures = t["captures"].read()
-        ends = t["end"].read()
+        self._stored = captures_from(self.captures, self.modules, self.path)
+        ends = t["end"].read(rows=slice(0, 1))
         self.end = ends[0] if len(ends) else None
-        progress = t["progress"].read()
+        n = len(t["progress"])
+        progress = t["progress"].read(rows=slice(max(n - 1, 0), n))
         self.last_progress = progress[-1] if len(progress) else None
-        self.facts = {utf8(r["key"]): utf8(r["value"]) for r in t["info"].read()}
+        facts = t["info"].read(rows=slice(0, _MAX_FACTS))
+        self.facts = {utf8(r["key"]): utf8(r["value"]) for r in facts}
 
     # -- what is in it --------------------------------------------------------------
 
@@ -203,121 +193,24 @@ class Recording:
 
     def captured(self, module: int | None = None, step: int | None = None) -> list[Capture]:
         """Stored full tensors, optionally of one module (id) and/or one step."""
-        rows = self.captures
-        if module is not None:
-            rows = rows[rows["module"] == module]
-        if step is not None:
-            rows = rows[rows["step"] == step]
-        return captures_from(rows, self.modules)
+        return [
+            c
+            for c in self._stored
+            if (module is None or c.module.id == module) and (step is None or c.step == step)
+        ]
 
     def tensor(self, capture: Capture) -> np.ndarray:
         """The values of a stored tensor."""
-        ds = self._file[schema.CAPTURE_DATA]
+        ds = self._capture_data
         if self._file.swmr_mode:
-            ds.refresh()
-        return to_array(capture, ds[capture.offset : capture.offset + capture.nbytes].tobytes())
-
-
-# -- validation ---------------------------------------------------------------------
-
-
-def _open(path: Path) -> h5py.File:
-    """Open read-only: plainly if the file was closed cleanly, else (still being written,
-    or its writer died) with SWMR. Truncation is caught first, from the superblock:
-    HDF5's SWMR reader retries failed metadata reads for minutes instead of failing."""
-    if not path.exists():
-        raise RecordingError(f"{path}: no such file")
-    if path.is_dir():
-        raise RecordingError(f"{path} is a directory, not a recording")
-    try:
-        is_hdf5 = h5py.is_hdf5(path)
-    except OSError as exc:
-        raise RecordingError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    if not is_hdf5:
-        raise RecordingError(f"{path} is not a hookdbg recording (not an HDF5 file)")
-    _check_length(path)
-    try:
-        return h5py.File(path, "r")
-    except OSError as exc:
-        if "already open for write" not in str(exc):
-            raise _damaged(path, exc) from None
-    try:  # the writer set the "open for write" flag: live, or it died (kill -9, crash)
-        return h5py.File(path, "r", swmr=True)
-    except OSError as exc:
-        raise _damaged(path, exc) from None
-
-
-def _damaged(path: Path, exc: Exception) -> RecordingError:
-    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return RecordingError(
-        f"{path} is damaged and cannot be opened (truncated or corrupt: {reason})"
-    )
-
-
-_SIGNATURE = b"\x89HDF\r\n\x1a\n"
-
-
-def _check_length(path: Path) -> None:
-    """Compare the end-of-file address in a version 2/3 superblock (what hookdbg writes)
-    with the file's size; other superblocks are left to HDF5 to judge."""
-    with open(path, "rb") as f:
-        head = f.read(48)
-    if not head.startswith(_SIGNATURE) or len(head) < 12 or head[8] not in (2, 3):
-        return
-    width = head[9]  # size of offsets
-    if width not in (4, 8) or len(head) < 12 + 4 * width:
-        return
-    end = int.from_bytes(head[12 + 2 * width : 12 + 3 * width], "little")
-    size = path.stat().st_size
-    if size < end:
-        raise RecordingError(
-            f"{path} is damaged: it is truncated ({size:,} of {end:,} bytes); was it copied "
-            "while being written, or did a transfer stop early?"
-        )
-
-
-def _run_info(f: h5py.File, path: Path) -> RunInfo:
-    attrs = f.attrs
-    if attrs.get("format") != schema.FORMAT:
-        raise RecordingError(f"{path} is an HDF5 file but not a hookdbg recording")
-    version = int(attrs.get("schema_version", 0))
-    if version > schema.SCHEMA_VERSION:
-        raise RecordingError(
-            f"{path} was written by a newer hookdbg (schema version {version}; this one reads "
-            f"up to {schema.SCHEMA_VERSION}): upgrade with `pip install -U hookdbg`"
-        )
-    if version < 1:
-        raise RecordingError(f"{path} has an invalid schema version ({version})")
-    try:
-        return RunInfo(
-            argv=json.loads(attrs["argv"]),
-            created=str(attrs["created"]),
-            host=str(attrs["host"]),
-            pid=int(attrs["pid"]),
-            cwd=str(attrs["cwd"]),
-            hookdbg_version=str(attrs["hookdbg_version"]),
-            torch_version=str(attrs["torch_version"]),
-            python_version=str(attrs["python_version"]),
-            options=json.loads(attrs["options"]),
-            rank=int(attrs["rank"]),
-            world_size=int(attrs["world_size"]),
-            backend=str(attrs["backend"]),
-            schema_version=version,
-        )
-    except (KeyError, ValueError, TypeError) as exc:
-        raise RecordingError(f"{path} is damaged: bad run metadata ({exc})") from None
-
-
-def _check_table(f: h5py.File, name: str, dtype: np.dtype, path: Path) -> None:
-    group = f.get(name)
-    if not isinstance(group, h5py.Group):
-        raise RecordingError(f"{path} is damaged: table {name!r} is missing")
-    for column in dtype.names:
-        ds = group.get(column)
-        if not isinstance(ds, h5py.Dataset) or ds.ndim != 1:
-            raise RecordingError(f"{path} is damaged: table {name!r} has no column {column!r}")
-        if ds.dtype.kind != dtype[column].kind:
+            read_or_fail(self.path, schema.CAPTURE_DATA, ds.refresh)
+        end = capture.offset + capture.nbytes
+        if end > ds.shape[0]:
             raise RecordingError(
-                f"{path} is damaged: column {name}/{column} has type {ds.dtype}, "
-                f"expected {dtype[column]}"
+                f"{self.path} is damaged: the bytes of {capture.module.name} {capture.label} "
+                f"(step {capture.step}) lie beyond the end of its stored tensors"
             )
+        data = read_or_fail(
+            self.path, schema.CAPTURE_DATA, lambda: ds[capture.offset : end].tobytes()
+        )
+        return to_array(capture, data)

@@ -1,0 +1,297 @@
+"""What a file must pass before the reader trusts any of it.
+
+A recording is input like any other: copied half-way, cut short by a crash, edited by
+hand, or built to hurt. Before anything is read the reader checks, in order: the file
+is a regular HDF5 file whose superblock says it is whole; every table and column it
+reads is a plain dataset inside this file (no soft or external link, no virtual or
+external storage: a recording holds none); every column is 1-D with the schema's type;
+and no column declares more rows than its stored bytes can hold. That last check runs
+before anything is allocated: a 134 kB file that claims 10^12 rows is refused, not read
+into 312 TiB.
+
+Every failure is a ``RecordingError`` whose message is one line for the user.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import h5py
+import numpy as np
+
+from hookdbg.store import schema
+from hookdbg.text import human_bytes, plural
+
+T = TypeVar("T")
+
+
+class RecordingError(Exception):
+    """A file that cannot be read as a recording; the message is one line for the user."""
+
+
+# -- the superblock: is the file whole, and did its writer finish creating it? ---------
+
+_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+@dataclass(frozen=True)
+class Superblock:
+    """The facts a version 2/3 superblock (what hookdbg writes) gives away for free."""
+
+    flags: int
+    eof: int  # the end-of-file address: how long the file should be
+
+
+def superblock(path: Path) -> Superblock | None:
+    """The superblock's flags and end-of-file address; None for other superblock
+    versions (left to HDF5 to judge) or a file too short to hold one."""
+    with open(path, "rb") as f:
+        head = f.read(48)
+    if not head.startswith(_SIGNATURE) or len(head) < 12 or head[8] not in (2, 3):
+        return None
+    width = head[9]  # size of offsets
+    if width not in (4, 8) or len(head) < 12 + 4 * width:
+        return None
+    eof = int.from_bytes(head[12 + 2 * width : 12 + 3 * width], "little")
+    return Superblock(flags=head[11], eof=eof)
+
+
+def open_file(path: Path) -> tuple[h5py.File, Superblock | None]:
+    """Open read-only: plainly if the file was closed cleanly, else (still being written,
+    or its writer died) with SWMR. Truncation is caught first, from the superblock:
+    HDF5's SWMR reader retries failed metadata reads for minutes instead of failing."""
+    if not path.exists():
+        raise RecordingError(f"{path}: no such file")
+    if path.is_dir():
+        raise RecordingError(f"{path} is a directory, not a recording")
+    if not path.is_file():
+        raise RecordingError(f"{path} is not a regular file (a device or a pipe?)")
+    try:
+        size = path.stat().st_size
+        is_hdf5 = h5py.is_hdf5(path)
+        block = superblock(path)
+    except OSError as exc:
+        raise RecordingError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if not is_hdf5:
+        raise RecordingError(f"{path} is not a hookdbg recording (not an HDF5 file)")
+    if block is not None and size < block.eof:
+        raise RecordingError(
+            f"{path} is damaged: it is truncated ({size:,} of {block.eof:,} bytes); was it "
+            "copied while being written, or did a transfer stop early?"
+        )
+    try:
+        return h5py.File(path, "r"), block
+    except OSError as exc:
+        if "already open for write" not in str(exc):
+            raise damaged(path, exc) from None
+    try:  # the writer set the "open for write" flag: live, or it died (kill -9, crash)
+        return h5py.File(path, "r", swmr=True), block
+    except OSError as exc:
+        raise damaged(path, exc) from None
+
+
+def read_or_fail(path: Path, what: str, read: Callable[[], T]) -> T:
+    """Run an h5py read of ``what``; its failure (a corrupt chunk, a filter HDF5 lacks)
+    is the file's fault, said in one line."""
+    try:
+        return read()
+    except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise RecordingError(f"{path} is damaged: cannot read {what} ({reason})") from None
+
+
+def damaged(path: Path, exc: BaseException) -> RecordingError:
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return RecordingError(f"{path} is damaged and cannot be read (truncated or corrupt: {reason})")
+
+
+# -- structure: tables, columns, links ---------------------------------------------------
+
+_LINK_KINDS = {h5py.SoftLink: "a soft link", h5py.ExternalLink: "an external link"}
+
+
+def member(group: h5py.Group, name: str, where: str, path: Path) -> object | None:
+    """``group[name]`` if it is a hard link (an object inside this file), None if there
+    is none. Soft links (which may point at themselves) and external links (to other
+    files) are refused without following them: a recording holds no links."""
+    try:
+        link = group.get(name, getlink=True)
+        if link is None:
+            return None
+        if not isinstance(link, h5py.HardLink):
+            kind = _LINK_KINDS.get(type(link), "a link")
+            target = getattr(link, "filename", None) or getattr(link, "path", "?")
+            raise RecordingError(
+                f"{path} is damaged: {where} is {kind} (to {target}), which a recording never "
+                "holds; refusing to follow it"
+            )
+        return group[name]
+    except (OSError, KeyError, ValueError, RuntimeError, TypeError) as exc:
+        raise damaged(path, exc) from None
+
+
+# zlib's deflate cannot compress better than about 1032:1 (258-byte matches coded in 2
+# bits); LZF does worse. A column whose stored bytes could not hold what it declares,
+# at that ratio, is lying about its length.
+_BEST_RATIO = 1032
+_COMPRESSING = {h5py.h5z.FILTER_DEFLATE, h5py.h5z.FILTER_LZF}
+_HARMLESS = {h5py.h5z.FILTER_SHUFFLE, h5py.h5z.FILTER_FLETCHER32}
+_SLACK = 1 << 20  # a column may declare this much more than it stores (unwritten tail)
+
+
+def checked_dataset(
+    parent: h5py.Group,
+    name: str,
+    where: str,
+    expected: np.dtype,
+    path: Path,
+    file_size: int,
+    missing: str | None = None,
+) -> h5py.Dataset:
+    """A column (or the capture bytes) that can be read safely: a 1-D dataset inside the
+    file, of the expected kind, declaring no more rows than its storage can hold."""
+    ds = member(parent, name, where, path)
+    if ds is None:
+        raise RecordingError(f"{path} is damaged: {missing or where + ' is missing'}")
+    if not isinstance(ds, h5py.Dataset):
+        raise RecordingError(f"{path} is damaged: {where} is a group, not a column")
+    try:
+        shape, dtype = ds.shape, ds.dtype
+        if ds.is_virtual or ds.external:
+            raise RecordingError(
+                f"{path} is damaged: {where} keeps its data in other files, which a "
+                "recording never does; refusing to read it"
+            )
+    except (OSError, ValueError, TypeError) as exc:
+        raise damaged(path, exc) from None
+    if shape is None or len(shape) != 1:
+        dims = "no shape" if shape is None else f"shape {shape}"
+        raise RecordingError(f"{path} is damaged: {where} has {dims}, expected one dimension")
+    same = dtype.kind == expected.kind and (
+        dtype.kind == "S" or dtype.itemsize == expected.itemsize
+    )
+    if not same or dtype.names is not None or dtype.subdtype is not None:
+        raise RecordingError(
+            f"{path} is damaged: {where} has type {dtype}, expected {expected.str.lstrip('<|')}"
+        )
+    _check_declared_size(ds, where, path, file_size)
+    return ds
+
+
+def _check_declared_size(ds: h5py.Dataset, where: str, path: Path, file_size: int) -> None:
+    declared = ds.shape[0] * ds.dtype.itemsize
+    if declared <= _SLACK:
+        return
+    try:
+        stored = min(ds.id.get_storage_size(), file_size)
+        plist = ds.id.get_create_plist()
+        filters = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise damaged(path, exc) from None
+    unknown = [f for f in filters if f not in _COMPRESSING | _HARMLESS]
+    squeezers = [f for f in filters if f in _COMPRESSING]
+    if unknown or len(squeezers) > 1:
+        raise RecordingError(
+            f"{path} is damaged: {where} uses HDF5 filters hookdbg never writes "
+            f"({', '.join(map(str, filters))}); refusing to read it"
+        )
+    ratio = _BEST_RATIO if squeezers else 1
+    if declared > stored * ratio + _SLACK:
+        raise RecordingError(
+            f"{path} is damaged: {where} claims {ds.shape[0]:,} rows "
+            f"({human_bytes(declared)}), more than its {human_bytes(stored)} on disk can "
+            "hold; refusing to read it"
+        )
+
+
+def checked_tables(
+    f: h5py.File, path: Path, tables: Mapping[str, np.dtype]
+) -> dict[str, dict[str, h5py.Dataset]]:
+    """Each table's columns, checked (see ``checked_dataset``). Extra groups, columns
+    and attributes are ignored: a newer recorder may add some."""
+    file_size = os.path.getsize(path)
+    root = f["/"]
+    out = {}
+    for name, dtype in tables.items():
+        group = member(f, name, f"table {name!r}", path)
+        if group is None:
+            raise RecordingError(f"{path} is damaged: table {name!r} is missing")
+        if not isinstance(group, h5py.Group):
+            raise RecordingError(f"{path} is damaged: table {name!r} is not a group of columns")
+        if group == root:
+            raise RecordingError(f"{path} is damaged: table {name!r} links back to the file's root")
+        out[name] = {
+            column: checked_dataset(
+                group,
+                column,
+                f"{name}/{column}",
+                dtype[column],
+                path,
+                file_size,
+                missing=f"table {name!r} has no column {column!r}",
+            )
+            for column in dtype.names
+        }
+    return out
+
+
+def checked_capture_data(f: h5py.File, path: Path) -> h5py.Dataset:
+    """The flat bytes that ``captures`` rows point into."""
+    name = schema.CAPTURE_DATA
+    return checked_dataset(f, name, name, np.dtype("u1"), path, os.path.getsize(path))
+
+
+def check_column_values(where: str, name: str, values: np.ndarray, path: Path) -> None:
+    """Codes a report turns into names (phase, slot, kind, reason) must be known ones."""
+    limit = _CODE_LIMITS.get(name)
+    if limit is not None and len(values):
+        top = int(values.max())
+        if top > limit:
+            raise RecordingError(
+                f"{path} is damaged: {where}/{name} holds {top}, which is no {name} "
+                f"(0 to {limit}); {plural(int((values > limit).sum()), 'row')} affected"
+            )
+
+
+_CODE_LIMITS = {
+    "phase": max(schema.Phase),
+    "slot": max(schema.Slot),
+    "kind": max(schema.ModuleKind),
+    "reason": max(schema.CaptureReason),
+}
+
+
+_MAX_DEPTH = 500  # modules nested deeper than this are no model; readers recurse by depth
+
+
+def check_module_rows(rows: np.ndarray, path: Path) -> None:
+    """The module table must be a forest: unique ids, parents that exist, no cycles, a
+    sane depth. Reports and the TUI walk it recursively."""
+    ids = rows["id"].tolist()
+    if len(set(ids)) != len(ids):
+        raise RecordingError(f"{path} is damaged: the modules table repeats module ids")
+    parent = dict(zip(ids, rows["parent"].tolist(), strict=True))
+    depth: dict[int, int] = {}
+    for start in ids:
+        chain = []
+        node = start
+        while node != -1 and node not in depth:
+            if node not in parent:
+                raise RecordingError(
+                    f"{path} is damaged: module {chain[-1]} has parent {node}, which is no module"
+                )
+            chain.append(node)
+            if len(chain) > len(ids):
+                raise RecordingError(f"{path} is damaged: module {start}'s parents form a loop")
+            node = parent[node]
+        below = -1 if node == -1 else depth[node]
+        if below + len(chain) > _MAX_DEPTH:
+            raise RecordingError(
+                f"{path} is damaged: module {start} is nested over {_MAX_DEPTH} deep"
+            )
+        for i, member_id in enumerate(reversed(chain)):
+            depth[member_id] = below + 1 + i
