@@ -2,12 +2,12 @@
 
 A recording is input like any other: copied half-way, cut short by a crash, edited by
 hand, or built to hurt. Before anything is read the reader checks, in order: the file
-is a regular HDF5 file whose superblock says it is whole; every table and column it
-reads is a plain dataset inside this file (no soft or external link, no virtual or
-external storage: a recording holds none); every column is 1-D with the schema's type;
-and no column declares more rows than its stored bytes can hold. That last check runs
-before anything is allocated: a 134 kB file that claims 10^12 rows is refused, not read
-into 312 TiB.
+is a regular HDF5 file whose superblock says it is whole; its writer finished setting
+it up; every table and column it reads is a plain dataset inside this file (no soft or
+external link, no virtual or external storage: a recording holds none); every column is
+1-D with the schema's type; and no column declares more rows than its stored bytes can
+hold. That last check runs before anything is allocated: a 134 kB file that claims
+10^12 rows is refused, not read into 312 TiB.
 
 Every failure is a ``RecordingError`` whose message is one line for the user.
 """
@@ -15,6 +15,7 @@ Every failure is a ``RecordingError`` whose message is one line for the user.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,8 @@ class RecordingError(Exception):
 # -- the superblock: is the file whole, and did its writer finish creating it? ---------
 
 _SIGNATURE = b"\x89HDF\r\n\x1a\n"
+WRITING = 0x01  # file consistency flags of a version 2/3 superblock
+SWMR_WRITING = 0x04
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,12 @@ class Superblock:
 
     flags: int
     eof: int  # the end-of-file address: how long the file should be
+
+    @property
+    def being_created(self) -> bool:
+        """Opened for writing but never switched to SWMR: the recorder switches as the
+        last step of creating the file, so its process died while creating it."""
+        return bool(self.flags & WRITING) and not self.flags & SWMR_WRITING
 
 
 def superblock(path: Path) -> Superblock | None:
@@ -60,6 +69,27 @@ def superblock(path: Path) -> Superblock | None:
     return Superblock(flags=head[11], eof=eof)
 
 
+_CREATING_SECONDS = 10.0  # creating a file takes milliseconds; 10 s of silence means dead
+
+
+def created_too_soon(path: Path, detail: str) -> RecordingError:
+    """The file's writer never finished setting it up: it died doing so (``kill -9``
+    within milliseconds of starting), or, if the file is seconds old, is still at it."""
+    try:
+        age = time.time() - path.stat().st_mtime
+    except OSError:
+        age = float("inf")
+    if age < _CREATING_SECONDS:
+        return RecordingError(
+            f"{path} is still being created, or its recording process died as it started "
+            f"({detail}); try again in a moment"
+        )
+    return RecordingError(
+        f"{path} was cut short while it was being created: the recording process ended "
+        f"before the file was set up ({detail}), so nothing was recorded in it"
+    )
+
+
 def open_file(path: Path) -> tuple[h5py.File, Superblock | None]:
     """Open read-only: plainly if the file was closed cleanly, else (still being written,
     or its writer died) with SWMR. Truncation is caught first, from the superblock:
@@ -72,17 +102,29 @@ def open_file(path: Path) -> tuple[h5py.File, Superblock | None]:
         raise RecordingError(f"{path} is not a regular file (a device or a pipe?)")
     try:
         size = path.stat().st_size
+        if size == 0:
+            raise RecordingError(
+                f"{path} is empty (0 bytes): nothing was ever written to it (a recording "
+                "process killed as it started leaves this)"
+            )
         is_hdf5 = h5py.is_hdf5(path)
         block = superblock(path)
     except OSError as exc:
         raise RecordingError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     if not is_hdf5:
         raise RecordingError(f"{path} is not a hookdbg recording (not an HDF5 file)")
-    if block is not None and size < block.eof:
-        raise RecordingError(
-            f"{path} is damaged: it is truncated ({size:,} of {block.eof:,} bytes); was it "
-            "copied while being written, or did a transfer stop early?"
-        )
+    if block is not None:
+        if block.being_created:
+            raise created_too_soon(path, f"{size:,} bytes written")
+        if size < block.eof:
+            why = (
+                "was it copied while being written, or did a transfer stop early?"
+                if block.flags & WRITING
+                else "did a copy or a transfer stop early?"
+            )
+            raise RecordingError(
+                f"{path} is damaged: it is truncated ({size:,} of {block.eof:,} bytes); {why}"
+            )
     try:
         return h5py.File(path, "r"), block
     except OSError as exc:
