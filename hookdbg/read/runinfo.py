@@ -11,7 +11,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from hookdbg.read.checks import RecordingError
+from hookdbg.read.checks import H5_ERRORS, RecordingError, read_or_fail, reason
 from hookdbg.store import schema
 
 _MAX_WORLD = 1 << 20  # ranks: more than any cluster runs
@@ -79,17 +79,16 @@ class _Attributes:
     """Typed access to a file's attributes; every failure is one line."""
 
     def __init__(self, f: h5py.File, path: Path) -> None:
-        self._attrs = f.attrs
+        self._attrs = read_or_fail(path, "the file's attributes", lambda: f.attrs)
         self._path = path
 
     def get(self, name: str) -> object:
         """The attribute's value, with strings as str; None when it is absent."""
         try:
             value = self._attrs.get(name)
-        except (OSError, TypeError, ValueError, KeyError) as exc:
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        except H5_ERRORS as exc:
             raise RecordingError(
-                f"{self._path} is damaged: attribute {name!r} cannot be read ({reason})"
+                f"{self._path} is damaged: attribute {name!r} cannot be read ({reason(exc)})"
             ) from None
         if isinstance(value, (bytes, np.bytes_)):
             return bytes(value).decode("utf-8", "replace")
