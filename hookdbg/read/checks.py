@@ -315,7 +315,7 @@ def checked_tables(
                 file_size,
                 missing=f"table {name!r} has no column {column!r}",
             )
-            for column in dtype.names
+            for column in dtype.names or ()
         }
     return out
 
@@ -358,7 +358,7 @@ def check_module_rows(rows: np.ndarray, path: Path) -> None:
     parent = dict(zip(ids, rows["parent"].tolist(), strict=True))
     depth: dict[int, int] = {}
     for start in ids:
-        chain = []
+        chain: list[int] = []
         node = start
         while node != -1 and node not in depth:
             if node not in parent:

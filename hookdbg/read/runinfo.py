@@ -53,12 +53,12 @@ def run_info(f: h5py.File, path: Path) -> RunInfo:
             f"{path} was written by a newer hookdbg (schema version {version}; this one reads "
             f"up to {schema.SCHEMA_VERSION}): upgrade with `pip install -U hookdbg`"
         )
-    argv = attrs.json("argv", list)
+    argv = attrs.json_list("argv")
     if not all(isinstance(a, str) for a in argv):
         raise attrs.bad("argv", "a JSON list of strings", argv)
     world_size = attrs.integer("world_size", 1, _MAX_WORLD)
     return RunInfo(
-        argv=argv,
+        argv=[str(a) for a in argv],
         created=attrs.text("created"),
         host=attrs.text("host"),
         pid=attrs.integer("pid", 1, (1 << 31) - 1),
@@ -66,7 +66,7 @@ def run_info(f: h5py.File, path: Path) -> RunInfo:
         hookdbg_version=attrs.text("hookdbg_version"),
         torch_version=attrs.text("torch_version"),
         python_version=attrs.text("python_version"),
-        options=attrs.json("options", dict),
+        options=attrs.json_object("options"),
         rank=attrs.integer("rank", 0, world_size - 1),
         world_size=world_size,
         local_rank=attrs.integer("local_rank", 0, _MAX_WORLD),
@@ -118,13 +118,21 @@ class _Attributes:
             raise self.bad(name, f"an integer from {low:,} to {high:,}", int(value))
         return int(value)
 
-    def json(self, name: str, kind: type) -> list | dict:
+    def json_list(self, name: str) -> list[object]:
+        value = self._json(name, "a list")
+        if not isinstance(value, list):
+            raise self.bad(name, "a JSON list", value)
+        return value
+
+    def json_object(self, name: str) -> dict[str, object]:
+        value = self._json(name, "an object")
+        if not isinstance(value, dict):
+            raise self.bad(name, "a JSON object", value)
+        return value
+
+    def _json(self, name: str, kind: str) -> object:
         text = self.text(name)
         try:
-            value = json.loads(text)
+            return json.loads(text)
         except (ValueError, RecursionError):
-            what = f"JSON text ({'a list' if kind is list else 'an object'})"
-            raise self.bad(name, what, text) from None
-        if not isinstance(value, kind):
-            raise self.bad(name, f"a JSON {'list' if kind is list else 'object'}", value)
-        return value
+            raise self.bad(name, f"JSON text ({kind})", text) from None

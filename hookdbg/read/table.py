@@ -14,6 +14,7 @@ value that names nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -61,7 +62,7 @@ class Table:
 
     def _shortest(self) -> int:
         # while a file is written one column may be a batch ahead of another
-        return min(self._h5(n, lambda n=n: self._columns[n].shape[0]) for n in self.dtype.names)
+        return min(self._h5(n, partial(_length, self._columns[n])) for n in self.dtype.names or ())
 
     def column(self, name: str, rows: slice | None = None) -> np.ndarray:
         """One column (whole, cached, or a row range)."""
@@ -115,8 +116,12 @@ class Table:
         lo, hi = 0, self._length
         while lo < hi:
             mid = (lo + hi) // 2
-            if self._h5("step", lambda mid=mid: col[mid]) < step:
+            if self._h5("step", partial(col.__getitem__, mid)) < step:
                 lo = mid + 1
             else:
                 hi = mid
         return lo
+
+
+def _length(column: h5py.Dataset) -> int:
+    return int(column.shape[0])
