@@ -47,7 +47,7 @@ def hookdbg_in_terminal(
     keys: tuple[bytes, ...] = (),
     ready: bytes | None = None,
     timeout: float = 60,
-    size: tuple[int, int] = (48, 160),
+    size: tuple[int, int] = (50, 200),
 ) -> tuple[int, bytes]:
     """Run the real ``hookdbg`` on a pseudo-terminal, as a user's shell would: returns
     its exit status and every byte it sent to the terminal. ``keys`` are typed one by
@@ -59,7 +59,13 @@ def hookdbg_in_terminal(
         stdin=slave,
         stdout=slave,
         stderr=slave,
-        env={**os.environ, "TERM": "xterm-256color"},
+        # the terminal's size, also where a parent process (pytest-xdist) set COLUMNS
+        env={
+            **os.environ,
+            "TERM": "xterm-256color",
+            "LINES": str(size[0]),
+            "COLUMNS": str(size[1]),
+        },
     )
     os.close(slave)
     out = bytearray()
