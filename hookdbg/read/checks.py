@@ -199,20 +199,24 @@ def member(group: h5py.Group, name: str, where: str, path: Path) -> object | Non
     """``group[name]`` if it is a hard link (an object inside this file), None if there
     is none. Soft links (which may point at themselves) and external links (to other
     files) are refused without following them: a recording holds no links."""
+    key = name.encode()
     try:
-        link = group.get(name, getlink=True)
-        if link is None:
+        if not group.id.links.exists(key):
             return None
-        if not isinstance(link, h5py.HardLink):
+        if group.id.links.get_info(key).type != h5py.h5l.TYPE_HARD:
+            link = group.get(name, getlink=True)
             kind = _LINK_KINDS.get(type(link), "a link")
             target = getattr(link, "filename", None) or getattr(link, "path", "?")
             raise RecordingError(
                 f"{path} is damaged: {where} is {kind} (to {target}), which a recording never "
                 "holds; refusing to follow it"
             )
-        return group[name]
+        found = h5py.h5o.open(group.id, key)
     except H5_ERRORS as exc:
         raise damaged(path, exc) from None
+    if isinstance(found, h5py.h5d.DatasetID):
+        return h5py.Dataset(found)
+    return h5py.Group(found) if isinstance(found, h5py.h5g.GroupID) else found
 
 
 # zlib's deflate cannot compress better than about 1032:1 (258-byte matches coded in 2
@@ -241,8 +245,9 @@ def checked_dataset(
     if not isinstance(ds, h5py.Dataset):
         raise RecordingError(f"{path} is damaged: {where} is a group, not a column")
     try:
-        shape, dtype = ds.shape, ds.dtype
-        if ds.is_virtual or ds.external:
+        shape, dtype = ds.id.shape, ds.id.dtype
+        plist = ds.id.get_create_plist()
+        if plist.get_layout() == h5py.h5d.VIRTUAL or plist.get_external_count():
             raise RecordingError(
                 f"{path} is damaged: {where} keeps its data in other files, which a "
                 "recording never does; refusing to read it"
