@@ -76,9 +76,10 @@ def attribute_variants(base: h5py.File) -> Iterator[tuple[str, Mutation]]:
 
 
 def columns(base: h5py.File) -> list[str]:
-    """Every dataset the reader uses: each table's columns, and the capture bytes."""
-    names = [f"{t}/{c}" for t, (dtype, _) in schema.TABLES.items() for c in dtype.names]
-    return [*names, schema.CAPTURE_DATA]
+    """Every dataset the reader uses that ``base`` holds: each table's columns, and the
+    capture bytes (a column an older schema lacks is not there to damage)."""
+    names = [f"{t}/{c}" for t, (dtype, _) in schema.TABLES.items() for c in dtype.names or ()]
+    return [n for n in [*names, schema.CAPTURE_DATA] if n in base]
 
 
 def dataset_variants(base: h5py.File, table: str) -> Iterator[tuple[str, Mutation]]:
