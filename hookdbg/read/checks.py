@@ -97,8 +97,8 @@ def created_too_soon(path: Path, detail: str) -> RecordingError:
 
 def open_file(path: Path) -> tuple[h5py.File, Superblock | None]:
     """Open read-only: plainly if the file was closed cleanly, else (still being written,
-    or its writer died) with SWMR. Truncation is caught first, from the superblock:
-    HDF5's SWMR reader retries failed metadata reads for minutes instead of failing."""
+    or its writer died) with SWMR. Truncation and a file whose writer died creating it
+    are told from the superblock first, so the message can say which it was."""
     if not path.exists():
         raise RecordingError(f"{path}: no such file")
     if path.is_dir():
