@@ -47,7 +47,7 @@ def build(path: Path, rows: int) -> None:
             "backend": "",
         },
         flush_interval=0.5,
-        max_backlog_rows=10**9,
+        max_backlog_bytes=1 << 40,
     )
     modules = [(i, f"model.m{i}", "Linear", 0, 0, 1, 0, 10) for i in range(MODULES)]
     writer.submit({"modules": modules})
@@ -57,7 +57,7 @@ def build(path: Path, rows: int) -> None:
         n_steps = min(block, steps - first)
         n = n_steps * ROWS_PER_STEP
         t = np.zeros(n, dtype=schema.TENSORS)
-        t["step"] = first + np.arange(n) // ROWS_PER_STEP
+        t["step"] = t["segment"] = first + np.arange(n) // ROWS_PER_STEP
         t["module"] = rng.integers(0, MODULES, n)
         t["call"] = t["step"] * 100 + t["module"]
         t["slot"] = rng.integers(0, 5, n)
@@ -66,7 +66,7 @@ def build(path: Path, rows: int) -> None:
             t[stat] = rng.standard_normal(n)
         writer._append_array("tensors", t)  # straight to disk: this measures reading
         s = np.zeros(n_steps, dtype=schema.STEPS)
-        s["step"] = first + np.arange(n_steps)
+        s["step"] = s["segment"] = first + np.arange(n_steps)
         s["recorded"] = 1
         writer._append_array("steps", s)
     writer.close(

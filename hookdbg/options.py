@@ -7,6 +7,8 @@ Parsing lives here (not in the CLI) so that ``hookdbg.record(...)`` and
 from __future__ import annotations
 
 import fnmatch
+import math
+import numbers
 import re
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -114,6 +116,38 @@ ON_NAN_ACTIONS = ("warn", "break", "raise", "stop")
 
 MB = 1 << 20
 
+# Sane ranges for numeric options: beyond them a value is a typo (or inf/nan), and some
+# would break the recorder (a flush interval of 1e300 s overflows the writer's timer).
+FLUSH_SECONDS = (0.001, 3600.0)
+MAX_MB = 1_000_000.0  # 1 TB of memory for captured tensors is already beyond any machine
+
+
+def number(option: str, value: object, unit: str, low: float, high: float) -> float:
+    """``value`` as a finite number in ``[low, high]``, or an OptionError naming the
+    option, the range and the unit."""
+    if _finite(value) and low <= float(value) <= high:  # type: ignore[arg-type]
+        return float(value)  # type: ignore[arg-type]
+    raise OptionError(f"{option} must be from {low:,g} to {high:,.0f} {unit}, not {value!r}")
+
+
+def megabytes(option: str, value: object, *, off: bool) -> int:
+    """A memory budget given in MB, as bytes; with ``off``, 0 is allowed (and turns it
+    off), else the budget must be more than 0."""
+    mb = float(value) if _finite(value) else math.nan  # type: ignore[arg-type]
+    if (0 < mb <= MAX_MB) or (off and mb == 0):
+        return int(mb * MB)
+    allowed = "0 (off) or a number of MB" if off else "a number of MB above 0"
+    raise OptionError(f"{option} must be {allowed} up to {MAX_MB:,.0f}, not {value!r}")
+
+
+def _finite(value: object) -> bool:
+    """A real, finite number (not a bool, not a string, not NaN or infinity)."""
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+    )
+
 
 @dataclass(frozen=True)
 class RecordOptions:
@@ -134,18 +168,17 @@ class RecordOptions:
     quiet: bool = False
 
     def __post_init__(self) -> None:
+        if isinstance(self.every, bool) or not isinstance(self.every, numbers.Integral):
+            raise OptionError(f"--every must be a whole number of steps, not {self.every!r}")
         if self.every < 1:
             raise OptionError(f"--every must be at least 1, not {self.every}")
         if self.on_nan not in ON_NAN_ACTIONS:
             raise OptionError(
                 f"unknown --on-nan action {self.on_nan!r}; use one of: {', '.join(ON_NAN_ACTIONS)}"
             )
-        if not self.flush_interval > 0:
-            raise OptionError(f"flush interval must be positive, not {self.flush_interval}")
-        if self.capture_budget <= 0:
-            raise OptionError("--capture-budget must be more than 0 MB")
-        if self.flight_budget < 0:
-            raise OptionError("--flight-recorder must be 0 (off) or more MB")
+        number("--flush-interval", self.flush_interval, "seconds", *FLUSH_SECONDS)
+        megabytes("--capture-budget", self.capture_budget / MB, off=False)
+        megabytes("--flight-recorder", self.flight_budget / MB, off=True)
         if self.on_nan != "warn" and not self.checks_nan:
             raise OptionError(f"--on-nan {self.on_nan} needs NaN checks: drop --no-nan-check")
 
@@ -175,8 +208,8 @@ class RecordOptions:
             steps=StepRange.parse(steps),
             capture=ModuleFilter.parse(capture) if capture else None,
             capture_steps=StepRange.parse(capture_steps),
-            capture_budget=int(capture_budget_mb * MB),
-            flight_budget=int(flight_recorder_mb * MB),
+            capture_budget=megabytes("--capture-budget", capture_budget_mb, off=False),
+            flight_budget=megabytes("--flight-recorder", flight_recorder_mb, off=True),
             **rest,  # type: ignore[arg-type]
         )
 

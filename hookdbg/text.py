@@ -7,8 +7,8 @@ import math
 
 def human_bytes(n: float) -> str:
     """'512 B', '1.5 kB', '11.2 MB' (powers of 1000, like ls -h --si)."""
-    for unit in ("B", "kB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     raise AssertionError("unreachable")
@@ -31,3 +31,29 @@ def num(value: float, digits: int = 4) -> str:
     if 1e-3 <= abs(value) < 1e5:
         return f"{value:.{digits}g}"
     return f"{value:.{max(digits - 1, 1)}e}"
+
+
+def utf8(raw: bytes | str) -> str:
+    """Text of a fixed-width string column. The recorder writes valid UTF-8, but a file
+    is input like any other: bytes that are not UTF-8 become U+FFFD, not an error."""
+    return raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "replace")
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def printable(text: bytes | str) -> str:
+    """``text`` made safe to show on a terminal: control characters (ESC, CR, BEL, C1),
+    line breaks and invisible format characters (bidi overrides, zero-width) are
+    written as escapes (``\\x1b``, ``\\u202e``). Module names, paths and messages come
+    from recordings and from users' models; printed raw, an ESC sequence in them would
+    reach the terminal (retitle it, hide text, fake output). JSON output does not need
+    this: JSON escapes control characters itself."""
+    text = utf8(text)
+    if text.isprintable():  # the common case, checked in C
+        return text
+    return "".join(c if c.isprintable() else _escaped(c) for c in text)

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import pty
+import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +40,62 @@ def hookdbg(
         input=input,
         env={**os.environ, **(env or {})},
     )
+
+
+def hookdbg_in_terminal(
+    *args: str | os.PathLike[str],
+    keys: tuple[bytes, ...] = (),
+    ready: bytes | None = None,
+    timeout: float = 60,
+    size: tuple[int, int] = (50, 200),
+) -> tuple[int, bytes]:
+    """Run the real ``hookdbg`` on a pseudo-terminal, as a user's shell would: returns
+    its exit status and every byte it sent to the terminal. ``keys`` are typed one by
+    one, after ``ready`` has appeared in the output (when given)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", *size, 0, 0))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hookdbg", *map(str, args)],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        # the terminal's size, also where a parent process (pytest-xdist) set COLUMNS
+        env={
+            **os.environ,
+            "TERM": "xterm-256color",
+            "LINES": str(size[0]),
+            "COLUMNS": str(size[1]),
+        },
+    )
+    os.close(slave)
+    out = bytearray()
+
+    def read_for(seconds: float, until: bytes | None = None) -> None:
+        deadline = time.time() + seconds
+        while time.time() < deadline and (until is None or until not in out):
+            if select.select([master], [], [], 0.05)[0]:
+                try:
+                    chunk = os.read(master, 1 << 16)
+                except OSError:  # the other side closed: the process is done
+                    return
+                if not chunk:
+                    return
+                out.extend(chunk)
+
+    try:
+        if ready is not None:
+            read_for(timeout, ready)
+        for key in keys:
+            os.write(master, key)
+            read_for(1.0)
+        read_for(timeout)  # until the process closes the terminal
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    return proc.returncode, bytes(out)
 
 
 def tables(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:

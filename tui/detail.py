@@ -20,6 +20,7 @@ from textual.widgets import DataTable, Static
 
 from hookdbg.analysis.overview import shape_text
 from hookdbg.store.schema import Phase, nonfinite_count, slot_label
+from hookdbg.text import printable, utf8
 from hookdbg.tui.cells import cell_text, count_text, stat_text
 from hookdbg.tui.model import Detail
 
@@ -66,17 +67,17 @@ def summary_rows(
 ) -> list[Row]:
     out = []
     for r in detail.rows:
-        path = r["path"].decode()
+        path = utf8(r["path"])
         bad = nonfinite_count(r)
         zeros = float(r["zero_frac"])
         row = Row(
             {
                 "run": run,
                 "phase": Phase(int(r["phase"])).label,
-                "slot": slot_label(int(r["slot"]), path),
+                "slot": printable(slot_label(int(r["slot"]), path)),
                 "nonfinite": count_text(bad),
-                "shape": shape_text(r["shape"]),
-                "dtype": r["dtype"].decode(),
+                "shape": printable(shape_text(r["shape"])),
+                "dtype": printable(utf8(r["dtype"])),
                 "zeros": "-" if math.isnan(zeros) else f"{zeros:.0%}",
             },
             nonfinite=bad,
@@ -227,8 +228,8 @@ def _title(detail: Detail) -> Text:
     module = detail.module
     fwd = detail.timings[detail.timings["phase"] == Phase.FWD]
     bwd = detail.timings[detail.timings["phase"] == Phase.BWD]
-    title = Text(f"{module.name}", style="bold")
-    title.append(f"  {module.type}  {detail.label}", style="dim")
+    title = Text(printable(module.name), style="bold")
+    title.append(f"  {printable(module.type)}  {detail.label}", style="dim")
     if len(fwd):
         title.append(
             f"\nforward {fwd['total'].sum() * 1e3:.3f} ms total, "

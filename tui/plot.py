@@ -19,7 +19,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Static
 
-from hookdbg.text import plural
+from hookdbg.text import plural, printable
 from hookdbg.tui.cells import stat_text
 from hookdbg.tui.messages import Goto
 from hookdbg.tui.model import PlotStat
@@ -190,7 +190,7 @@ class PlotPane(Vertical):
         if self._shown is None:
             return
         stat, module, (steps, values), other = self._shown
-        title = Text(f"{stat.label} of {module}", style="bold")
+        title = Text(f"{stat.label} of {printable(module)}", style="bold")
         if not len(values):
             title.append("   not recorded for this module", style="dim")
         else:

@@ -24,7 +24,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from hookdbg.read import Status
-from hookdbg.text import plural
+from hookdbg.text import plural, printable
 from hookdbg.tui.detail import DetailPane, DetailTable
 from hookdbg.tui.dialogs import GotoStepScreen, HelpScreen
 from hookdbg.tui.messages import DetailLoaded, DiffReady, Goto, NewData, SeriesLoaded, StepLoaded
@@ -139,7 +139,7 @@ class ReplayScreen(Screen[None]):
         title = self.run.name if self.other is None else f"{self.run.name}  vs  {self.other.name}"
         if len(self.ranks) > 1:
             title += f"  (rank {self.run.rec.info.rank} of {len(self.ranks)}: r switches)"
-        self.app.title = f"hookdbg  {title}"
+        self.app.title = f"hookdbg  {printable(title)}"
 
     def _notice(self) -> None:
         text = status_notice(self.run, self.following)
@@ -297,9 +297,11 @@ class ReplayScreen(Screen[None]):
             self.notify("the two recordings match within tolerance")
         else:
             self.notify(
-                f"first divergence: {first[0]} at step {first[1]} (★ in the tree; f jumps there)",
+                f"first divergence: {printable(first[0])} at step {first[1]} "
+                "(★ in the tree; f jumps there)",
                 severity="warning",
                 timeout=10,
+                markup=False,
             )
             if not self._moved:  # show it at once, unless the user is elsewhere already
                 self.action_first()
@@ -326,7 +328,11 @@ class ReplayScreen(Screen[None]):
         alerts = self.run.rec.alerts
         for row in alerts[self.known_alerts :]:
             self.notify(
-                row["message"].decode(), title="new NaN/inf alert", severity="error", timeout=8
+                printable(row["message"]),
+                title="new NaN/inf alert",
+                severity="error",
+                timeout=8,
+                markup=False,
             )
         self.known_alerts = len(alerts)
         ended = self.run.ended()
@@ -479,7 +485,7 @@ class ReplayScreen(Screen[None]):
             text = self.run.rec.modules.name(self.module)
         if text:
             self.app.copy_to_clipboard(text)
-            self.notify(f"copied {text}", timeout=3)
+            self.notify(f"copied {printable(text)}", timeout=3, markup=False)
 
     def action_toggle_evals(self) -> None:
         if not self.evals and not len(self.run.rec.evals):

@@ -14,10 +14,12 @@ from textual.widgets import DataTable, Footer, Input, Static
 from textual.worker import get_current_worker
 
 from hookdbg.analysis.alerts import AlertReport
+from hookdbg.analysis.overview import shape_text
 from hookdbg.analysis.profile import Profile
 from hookdbg.analysis.query import Query, QueryError, parse
 from hookdbg.analysis.search import SearchResult
 from hookdbg.store.schema import Phase, nonfinite_count, slot_label
+from hookdbg.text import printable, utf8
 from hookdbg.tui.cells import cell_text, count_text
 from hookdbg.tui.model import RunView
 
@@ -78,8 +80,8 @@ class ProfileScreen(Screen[Jump | None]):
         table.clear()
         for row in p.sorted(self._sort_key):
             table.add_row(
-                Text(row.module.name),
-                Text(row.module.type, style="dim"),
+                Text(printable(row.module.name)),
+                Text(printable(row.module.type), style="dim"),
                 Text(Phase(row.phase).label),
                 Text(f"{row.calls_per_step:g}", justify="right"),
                 Text(f"{row.self_mean * 1e3:.3f}", justify="right"),
@@ -143,10 +145,10 @@ class AlertsScreen(Screen[Jump | None]):
             table.add_row(
                 first,
                 Text(str(int(a["step"])), justify="right"),
-                Text(r.module.name),
+                Text(printable(r.module.name)),
                 Text(Phase(int(a["phase"])).label),
-                Text(slot_label(int(a["slot"]), a["path"].decode())),
-                Text(a["message"].decode().split(": ", 1)[-1]),
+                Text(printable(slot_label(int(a["slot"]), utf8(a["path"])))),
+                Text(printable(utf8(a["message"]).split(": ", 1)[-1])),
                 key=str(i),
             )
         table.focus()
@@ -213,9 +215,9 @@ class SearchScreen(Screen[Jump | None]):
             if result.on_tensors:
                 bad = nonfinite_count(r)
                 cells = [
-                    Text(slot_label(int(r["slot"]), r["path"].decode())),
+                    Text(printable(slot_label(int(r["slot"]), utf8(r["path"])))),
                     _count(bad),
-                    Text(r["shape"].decode()),
+                    Text(printable(shape_text(r["shape"]))),
                     *(
                         Text(cell_text(r[k], bad), justify="right")
                         for k in ("min", "max", "mean", "std")
@@ -227,7 +229,7 @@ class SearchScreen(Screen[Jump | None]):
                 cells += [Text("")] * 3
             table.add_row(
                 Text(str(int(r["step"])), justify="right"),
-                Text(modules.name(int(r["module"]))),
+                Text(printable(modules.name(int(r["module"])))),
                 Text(Phase(int(r["phase"])).label),
                 *cells,
                 key=str(i),

@@ -11,6 +11,7 @@ from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from hookdbg.read.modules import Module, ModuleTable
+from hookdbg.text import printable
 from hookdbg.tui.model import Gap, ModuleStep
 
 
@@ -92,8 +93,8 @@ class ModuleTree(Tree[int]):
 
     def _label(self, module: Module, step: ModuleStep | None, diverges: Gap | None) -> Text:
         name = module.name.rpartition(".")[2] if module.depth else module.name
-        label = Text(name, style="bold" if module.depth == 0 else "")
-        label.append(f" {module.type}", style="dim")
+        label = Text(printable(name), style="bold" if module.depth == 0 else "")
+        label.append(f" {printable(module.type)}", style="dim")
         if step is not None:
             if step.share >= 0.005:
                 label.append(f" {step.share:.0%}", style=self._style("share"))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hookdbg.read.recording import Recording
+from hookdbg.text import utf8
 
 STATS = ("min", "max", "mean", "std", "norm")
 EXACT = ("shape", "dtype", "nan", "posinf", "neginf")
@@ -163,10 +164,10 @@ def _compare_step(a: Recording, b: Recording, step: int, result: DiffResult) -> 
                 index=key[1] if result.by == "name" else key[0],
                 phase=int(x["phase"][i]),
                 slot=int(x["slot"][i]),
-                path=x["path"][i].decode(),
+                path=utf8(x["path"][i]),
                 stat=stat,
-                a=va.decode() if isinstance(va, bytes) else float(va),
-                b=vb.decode() if isinstance(vb, bytes) else float(vb),
+                a=utf8(va) if isinstance(va, bytes) else float(va),
+                b=utf8(vb) if isinstance(vb, bytes) else float(vb),
                 rel_diff=float(worst[i]),
             )
         )

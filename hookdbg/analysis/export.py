@@ -15,6 +15,7 @@ import numpy as np
 from hookdbg.analysis.overview import shape_text
 from hookdbg.read.recording import Recording
 from hookdbg.store.schema import Phase, Slot, StepKind
+from hookdbg.text import utf8
 
 TABLES = ("tensors", "calls", "steps", "alerts", "modules")
 _TRACKS = {Phase.FWD: 1, Phase.BWD: 2, Phase.OPT: 3}  # tid 0: the steps
@@ -164,7 +165,7 @@ def _readable(row: np.void, recording: Recording) -> dict[str, object]:
         elif name == "shape":
             out[name] = shape_text(value)
         elif isinstance(value, bytes):
-            out[name] = value.decode("utf-8", "replace")
+            out[name] = utf8(value)
         elif isinstance(value, np.floating):
             out[name] = None if np.isnan(value) else float(value)
         else:

@@ -9,6 +9,7 @@ import numpy as np
 from hookdbg.read.modules import Module
 from hookdbg.read.recording import Recording
 from hookdbg.store.schema import Phase, Slot
+from hookdbg.text import utf8
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def ending(recording: Recording) -> str:
 
 def shape_text(shape: bytes) -> str:
     """'16,64,32,32' -> '(16, 64, 32, 32)'; scalars -> '()'."""
-    text = shape.decode()
+    text = utf8(shape)
     return f"({text.replace(',', ', ')})" if text else "()"
 
 

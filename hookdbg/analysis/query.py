@@ -68,6 +68,7 @@ _OPS: dict[str, Callable[[np.ndarray, float], np.ndarray]] = {
     "=": operator.eq,
 }
 _COMPARISON = re.compile(r"^([a-z_]+)\s*(<=|>=|!=|==|<|>|=)\s*(.+)$")
+_INCOMPLETE = re.compile(r"^([a-z_]*)\s*(<=|>=|!=|==|<|>|=)\s*$")  # max> : no number
 _PHASES = {p.label: int(p) for p in Phase}
 _SLOTS = {s.label: [int(s)] for s in Slot} | {
     "grad": [int(Slot.GRAD_OUTPUT), int(Slot.GRAD_INPUT), int(Slot.PARAM_GRAD)],
@@ -125,6 +126,8 @@ class Query:
 def parse(text: str) -> Query:
     """Parse a query; raises QueryError saying which term is wrong and why."""
     query = Query(text.strip())
+    if not query.text:
+        raise QueryError("the query is empty; try e.g. nan, type:Linear or std<1e-6")
     for raw in text.split():
         negate = raw.startswith("!")
         body = raw[1:] if negate else raw
@@ -138,6 +141,12 @@ def _term(body: str, negate: bool) -> Term:
     lowered = body.lower()
     if lowered in _FLAGS:
         return Term(body, negate, {"nan", "posinf", "neginf"}, True, _flag(lowered))
+    incomplete = _INCOMPLETE.match(body)
+    if incomplete and incomplete.group(1):
+        raise QueryError(
+            f"{body!r} is incomplete: put a number after {incomplete.group(2)!r}, "
+            f"as in {incomplete.group(1)}{incomplete.group(2)}1e-6"
+        )
     m = _COMPARISON.match(body)
     if m and m.group(1) in STATS:
         return _comparison(body, negate, m.group(1), m.group(2), m.group(3))
@@ -147,6 +156,7 @@ def _term(body: str, negate: bool) -> Term:
         )
     key, sep, value = body.partition(":")
     if not sep:
+        _check_bare(body)
         return Term(body, negate, {"module"}, False, _names(body))
     if not value:
         raise QueryError(f"{body!r} needs a value after ':'")
@@ -168,6 +178,24 @@ def _term(body: str, negate: bool) -> Term:
     raise QueryError(
         f"unknown field {key!r} in {body!r}; use name, type, phase, slot, step, dtype, path, shape"
     )
+
+
+def _check_bare(body: str) -> None:
+    """A bare term is a module name glob; one holding a comparison or a parenthesis is
+    a mistyped comparison (``max>``, ``(std<1``), not a name to match nothing with.
+    Names with such characters can still be searched for with ``name:``."""
+    if "(" in body or ")" in body:
+        raise QueryError(
+            f"{body!r}: the query language has no parentheses; terms separated by spaces "
+            "must all match, and | gives alternatives within a field (type:Conv2d|Linear)"
+        )
+    for op in ("<", ">", "="):
+        if op in body:
+            raise QueryError(
+                f"{body!r} is not a comparison: write a statistic, an operator and a "
+                f"number, as in max>1e4 (statistics: {', '.join(STATS)}); "
+                "name:GLOB matches module names holding such characters"
+            )
 
 
 def _flag(flag: str) -> Callable[[np.ndarray, ModuleTable], np.ndarray]:

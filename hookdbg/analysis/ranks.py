@@ -18,6 +18,7 @@ import numpy as np
 from hookdbg.read.ranks import RankSet
 from hookdbg.read.recording import Status
 from hookdbg.store.schema import Phase, Slot
+from hookdbg.text import utf8
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ def rank_diff(
                 (rows["phase"] == Phase.OPT) & np.isin(rows["slot"], [Slot.PARAM, Slot.STEP_GRAD])
             ]
             for r in rows:
-                key = (rec.modules.name(int(r["module"])), int(r["slot"]), r["path"].decode())
+                key = (rec.modules.name(int(r["module"])), int(r["slot"]), utf8(r["path"]))
                 values.setdefault(key, {})[rank] = float(r["norm"])
         for (module, slot, path), norms in values.items():
             if len(norms) < len(recs):

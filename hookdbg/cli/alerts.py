@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import click
-from rich.markup import escape
 
 from hookdbg.analysis.alerts import AlertReport, alert_reports
 from hookdbg.cli.app import cli
@@ -11,6 +10,7 @@ from hookdbg.cli.output import (
     console,
     emit_json,
     json_option,
+    literal,
     open_or_fail,
     open_run_or_fail,
     rank_option,
@@ -19,6 +19,7 @@ from hookdbg.cli.output import (
 )
 from hookdbg.read import RankSet, Recording
 from hookdbg.store.schema import Phase, slot_label
+from hookdbg.text import utf8
 
 
 @cli.command()
@@ -50,9 +51,9 @@ def alerts(recording: str, rank: int | None, exit_code: bool, as_json: bool) -> 
                         "module": a.module.name,
                         "type": a.module.type,
                         "phase": Phase(int(a.alert["phase"])).label,
-                        "slot": slot_label(int(a.alert["slot"]), a.alert["path"].decode()),
+                        "slot": slot_label(int(a.alert["slot"]), utf8(a.alert["path"])),
                         "first": i == 0,
-                        "message": a.alert["message"].decode(),
+                        "message": utf8(a.alert["message"]),
                         "tensor": tensor_json(a.tensor, rec) if a.tensor is not None else None,
                         "context": [tensor_json(c, rec) for c in a.context],
                     }
@@ -80,7 +81,7 @@ def _print(run: Recording | RankSet, ranked: list) -> None:
         recs = run.recordings.values() if isinstance(run, RankSet) else [run]
         unchecked = any(rec.info.options.get("level") != "stats" for rec in recs)
         out.print(
-            escape(
+            literal(
                 f"{run.path}: no NaN/inf alerts"
                 + (
                     " (recorded without --level stats: values were not checked)"
@@ -92,7 +93,7 @@ def _print(run: Recording | RankSet, ranked: list) -> None:
     for n, (rank, rec, r) in enumerate(ranked, 1):
         mark = "[bold red]FIRST[/] " if n == 1 else ""
         where = "" if rank is None else f" on rank {rank}"
-        message = escape(r.alert["message"].decode())
+        message = literal(utf8(r.alert["message"]))
         out.print(f"\n{mark}[bold]alert {n}{where}[/bold]: {message}")
         if r.tensor is not None:
             out.print(tensor_table(None, [r.tensor], rec))

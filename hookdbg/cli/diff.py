@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
-from rich.markup import escape
 
 from hookdbg.analysis.diff import DiffResult, Divergence, diff
 from hookdbg.analysis.ranks import rank_diff
@@ -15,6 +15,7 @@ from hookdbg.cli.output import (
     console,
     emit_json,
     json_option,
+    literal,
     open_or_fail,
     open_run_or_fail,
     step_options,
@@ -86,8 +87,7 @@ def diff_command(
         raise BadInput("give two recordings to compare, or --ranks with one distributed run")
     rtol = 1e-5 if rtol is None else rtol
     atol = 1e-8 if atol is None else atol
-    if rtol < 0 or atol < 0:
-        raise BadInput("--rtol and --atol must not be negative")
+    _check_tolerances(rtol, atol)
     rec_a, rec_b = open_or_fail(a, quiet=as_json), open_or_fail(b, quiet=as_json)
     for rec in (rec_a, rec_b):
         if len(rec.tensors_table) == 0:
@@ -105,6 +105,13 @@ def diff_command(
     else:
         _print(result, rec_a, rec_b, top)
     raise SystemExit(0 if result.equal else 1)
+
+
+def _check_tolerances(rtol: float, atol: float) -> None:
+    """NaN would make every value differ and inf every value agree: both are typos."""
+    for name, value in (("--rtol", rtol), ("--atol", atol)):
+        if not (math.isfinite(value) and value >= 0):
+            raise BadInput(f"{name} must be a finite number, 0 or more, not {value}")
 
 
 def _where(d: Divergence) -> str:
@@ -155,7 +162,7 @@ def _explain(result: DiffResult, a: Recording, b: Recording) -> list[str]:
 def _print(result: DiffResult, a: Recording, b: Recording, top: int) -> None:
     out = console()
     for line in _explain(result, a, b):
-        out.print(f"[dim]{escape(line)}[/dim]")
+        out.print(f"[dim]{literal(line)}[/dim]")
     if result.equal:
         out.print(
             f"[bold green]match[/]: every compared summary agrees within rtol={result.rtol:g}, "
@@ -166,7 +173,7 @@ def _print(result: DiffResult, a: Recording, b: Recording, top: int) -> None:
     if first is None:
         out.print("[bold red]differ[/]: the recordings do not line up (see above)")
         return
-    out.print(f"[bold red]first divergence[/]: {escape(_where(first))}: {escape(_gap(first))}")
+    out.print(f"[bold red]first divergence[/]: {literal(_where(first))}: {literal(_gap(first))}")
     differing = plural(len(result.divergences), "tensor summary", "tensor summaries")
     t = table(
         f"\nlargest divergences ({differing} differ)",
@@ -234,8 +241,7 @@ def _diff_ranks(
     top: int,
     as_json: bool,
 ) -> None:
-    if rtol < 0 or atol < 0:
-        raise BadInput("--rtol and --atol must not be negative")
+    _check_tolerances(rtol, atol)
     run = open_run_or_fail(path, quiet=as_json)
     if not isinstance(run, RankSet) or len(run.ranks) < 2:
         raise BadInput(
@@ -270,7 +276,7 @@ def _diff_ranks(
     compared = result.compared_steps
     span = f" ({compared[0]}-{compared[-1]})" if compared else ""
     out.print(
-        escape(
+        literal(
             f"compared ranks {', '.join(map(str, run.ranks))} over "
             f"{plural(len(compared), 'step')}{span}: {result.compared:,} parameter and "
             "step-gradient norms"
@@ -299,8 +305,8 @@ def _diff_ranks(
     agreed = [s for s in compared if s < first.step]
     since = f"; they agreed at step {agreed[-1]}" if agreed else ""
     out.print(
-        f"[bold red]first desync[/]: step {first.step}, {escape(first.module)} "
-        f"{escape(slot_label(first.slot, first.path))} norm: {values} ({blame}{since})"
+        f"[bold red]first desync[/]: step {first.step}, {literal(first.module)} "
+        f"{literal(slot_label(first.slot, first.path))} norm: {values} ({blame}{since})"
     )
     t = table(
         f"\n{plural(len(result.desyncs), 'desync')}",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -11,7 +12,15 @@ import click
 from hookdbg.analysis.export import TABLES, perfetto, table_rows, write_csv, write_json
 from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput, human_bytes, plural
-from hookdbg.cli.output import check_steps, open_or_fail, rank_option, require_calls, step_options
+from hookdbg.cli.output import (
+    check_steps,
+    note,
+    open_or_fail,
+    rank_option,
+    require_calls,
+    step_options,
+)
+from hookdbg.text import printable
 
 
 @cli.command(
@@ -34,7 +43,8 @@ Examples:
     "-o",
     "--output",
     metavar="FILE",
-    help="Where to write ('-' for stdout) [default: RECORDING with a new suffix].",
+    help="Where to write ('-' for stdout; CSV shown on a terminal has control "
+    "characters escaped) [default: RECORDING with a new suffix].",
 )
 @click.option(
     "--table",
@@ -79,6 +89,8 @@ def export(
             what = plural(count, "trace event")
         else:
             rows = table_rows(rec, table_name, first, last)
+            if fmt == "csv" and stream is sys.stdout and sys.stdout.isatty():
+                rows = _printable_rows(rows)
             count = (write_csv if fmt == "csv" else write_json)(rows, stream)
             what = plural(count, f"{table_name} row")
     except BrokenPipeError:
@@ -89,6 +101,11 @@ def export(
         if stream is not sys.stdout:
             stream.close()
     if target != "-":
-        click.echo(
-            f"hookdbg: wrote {what} to {target} ({human_bytes(os.path.getsize(target))})", err=True
-        )
+        note(f"wrote {what} to {target} ({human_bytes(os.path.getsize(target))})")
+
+
+def _printable_rows(rows: Iterator[dict[str, object]]) -> Iterator[dict[str, object]]:
+    """CSV shown on a terminal: strings from the recording with control characters
+    escaped. Into a file or a pipe the CSV stays exact (JSON escapes them itself)."""
+    for row in rows:
+        yield {k: printable(v) if isinstance(v, str) else v for k, v in row.items()}

@@ -1,5 +1,12 @@
 """How report commands open recordings and print: rich tables on a terminal, plain JSON
-for machines, and one clean line for every bad input."""
+for machines, and one clean line for every bad input.
+
+Everything printed for people goes through ``Output``, ``table``/``DataTable``,
+``literal`` or ``note``, which show a recording's strings (module names, paths,
+messages, the command line) as text: control characters escaped (``\\x1b``), rich markup
+(``[bold]``) and emoji codes (``:smile:``) left as they are. ``--json`` output is exact:
+JSON escapes control characters itself.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ from typing import Any
 import click
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -30,7 +38,7 @@ from hookdbg.read import (
     rank_files,
 )
 from hookdbg.store.schema import SUMMARY_COLUMNS, Phase, Slot, nonfinite_count, slot_label
-from hookdbg.text import num
+from hookdbg.text import num, printable, utf8
 
 
 def open_or_fail(path: str, *, quiet: bool = False, rank: int | None = None) -> Recording:
@@ -42,14 +50,13 @@ def open_or_fail(path: str, *, quiet: bool = False, rank: int | None = None) -> 
         if chosen not in files:
             raise BadInput(f"{path} has no rank {chosen} (ranks {', '.join(map(str, files))})")
         if rank is None and not quiet:
-            click.echo(
-                f"hookdbg: note: {path} is a {len(files)}-rank run; showing rank "
-                f"{chosen} (--rank N for another)",
-                err=True,
+            note(
+                f"note: {path} is a {len(files)}-rank run; showing rank "
+                f"{chosen} (--rank N for another)"
             )
         path = str(files[chosen])
     elif rank is not None and not quiet:
-        click.echo(f"hookdbg: note: {path} is one file; --rank {rank} is ignored", err=True)
+        note(f"note: {path} is one file; --rank {rank} is ignored")
     try:
         recording = open_recording(path)
     except RecordingError as exc:
@@ -57,8 +64,25 @@ def open_or_fail(path: str, *, quiet: bool = False, rank: int | None = None) -> 
     if not quiet:
         notice = status_notice(recording)
         if notice:
-            click.echo(f"hookdbg: {notice}", err=True)
+            note(notice)
     return recording
+
+
+def note(message: str) -> None:
+    """A status line for people, on stderr (it may name files from a recording)."""
+    click.echo(f"hookdbg: {printable(message)}", err=True)
+
+
+def literal(value: object) -> str:
+    """``value`` as plain text inside rich markup: ``[bold]`` in a module name prints as
+    ``[bold]``, and control characters print escaped. Use it (not rich's ``escape``)
+    for anything a recording or a user supplied."""
+    return escape(printable(str(value)))
+
+
+def _lines(text: str) -> str:
+    """``printable`` line by line: a report's own line breaks stay line breaks."""
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 def status_notice(recording: Recording) -> str | None:
@@ -84,12 +108,11 @@ def open_run_or_fail(path: str, *, quiet: bool = False) -> Recording | RankSet:
         for rec in recordings:
             notice = status_notice(rec)
             if notice:
-                click.echo(f"hookdbg: {notice}", err=True)
+                note(notice)
         if isinstance(run, RankSet) and run.missing:
-            click.echo(
-                f"hookdbg: note: ranks {', '.join(map(str, run.missing))} of "
-                f"{run.world_size} have no recording",
-                err=True,
+            note(
+                f"note: ranks {', '.join(map(str, run.missing))} of "
+                f"{run.world_size} have no recording"
             )
     return run
 
@@ -165,18 +188,20 @@ def _plain(value: object) -> object:
     if hasattr(value, "item"):
         return _plain(value.item())  # numpy scalars
     if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
+        return utf8(value)
     return value
 
 
 class Output:
     """Prints rich markup and tables to stdout, without the trailing spaces rich pads
-    lines with (they clutter files and CI logs), and without colour when piped."""
+    lines with (they clutter files and CI logs), and without colour when piped. A
+    control character in markup is escaped here too, whatever the caller forgot."""
 
     def __init__(self) -> None:
         tty = sys.stdout.isatty()
         self._console = Console(
             highlight=False,
+            emoji=False,
             soft_wrap=False,
             width=None if tty else 200,
             force_terminal=tty,
@@ -184,6 +209,7 @@ class Output:
         )
 
     def print(self, *renderables: Any) -> None:
+        renderables = tuple(_lines(r) if isinstance(r, str) else r for r in renderables)
         with self._console.capture() as capture:
             self._console.print(*renderables)
         text = "\n".join(line.rstrip() for line in capture.get().splitlines())
@@ -196,16 +222,17 @@ def console() -> Output:
 
 class DataTable(Table):
     """A table whose title and string cells are shown as they are: module names, slots
-    (``param_grad[weight]``) and queries are data, not rich markup."""
+    (``param_grad[weight]``) and queries are data, not rich markup, and their control
+    characters print escaped."""
 
     def add_row(self, *cells: Any, **kwargs: Any) -> None:  # type: ignore[override]
-        super().add_row(*(Text(c) if isinstance(c, str) else c for c in cells), **kwargs)
+        super().add_row(*(Text(printable(c)) if isinstance(c, str) else c for c in cells), **kwargs)
 
 
 def table(title: str | None, columns: Sequence[str | tuple[str, str]]) -> Table:
     """A plain table; a column given as (name, "right") is right-aligned."""
     t = DataTable(
-        title=Text(title) if title is not None else None,
+        title=Text(_lines(title)) if title is not None else None,
         box=box.SIMPLE_HEAD,
         title_justify="left",
         pad_edge=False,
@@ -269,9 +296,9 @@ def tensor_table(
         zeros = float(r["zero_frac"])
         cells += [
             Phase(int(r["phase"])).label,
-            slot_label(int(r["slot"]), r["path"].decode()),
+            slot_label(int(r["slot"]), utf8(r["path"])),
             shape_text(r["shape"]),
-            r["dtype"].decode(),
+            utf8(r["dtype"]),
             num(r["min"]),
             num(r["max"]),
             num(r["mean"]),
@@ -292,7 +319,7 @@ def tensor_json(row: Any, rec: Recording) -> dict[str, object]:
         "module": rec.modules.name(int(row["module"])),
         "phase": Phase(int(row["phase"])).label,
         "slot": Slot(int(row["slot"])).label,
-        "path": row["path"].decode(),
+        "path": utf8(row["path"]),
     }
     for name in SUMMARY_COLUMNS:
         if name in row.dtype.names and name != "device":

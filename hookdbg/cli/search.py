@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import click
-from rich.markup import escape
 
 from hookdbg.analysis.query import QueryError, parse
 from hookdbg.analysis.search import search as run_search
@@ -13,6 +12,7 @@ from hookdbg.cli.output import (
     console,
     emit_json,
     json_option,
+    literal,
     ms,
     open_or_fail,
     rank_option,
@@ -97,7 +97,7 @@ def search(
     )
     title = f"{rec.path}: {what} match {parsed.text!r}"
     if not result.total:
-        out.print(escape(title))
+        out.print(literal(title))
         return
     if parsed.on_tensors:
         out.print(tensor_table(title, hits, rec))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import click
-from rich.markup import escape
 
 from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput
@@ -12,6 +11,7 @@ from hookdbg.cli.output import (
     console,
     emit_json,
     json_option,
+    literal,
     open_or_fail,
     rank_option,
     step_options,
@@ -90,7 +90,7 @@ def show(
     if not len(rows):
         where = "eval batches" if evals else f"steps {first}-{last}"
         out.print(
-            escape(f"{target.name} ({target.type}): no tensor summaries in {where}")
+            literal(f"{target.name} ({target.type}): no tensor summaries in {where}")
             + (
                 ""
                 if rec.info.options.get("level") != "timing"

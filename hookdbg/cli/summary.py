@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import click
-from rich.markup import escape
 
 from hookdbg.analysis.overview import ending, overview
 from hookdbg.analysis.ranks import merged_alerts, rank_rows, step_spreads
@@ -15,6 +14,7 @@ from hookdbg.cli.output import (
     console,
     emit_json,
     json_option,
+    literal,
     ms,
     open_or_fail,
     open_run_or_fail,
@@ -22,6 +22,7 @@ from hookdbg.cli.output import (
     table,
 )
 from hookdbg.read import RankSet, Recording
+from hookdbg.text import utf8
 
 
 @cli.command()
@@ -53,15 +54,15 @@ def _one_summary(rec: Recording, step: int | None, as_json: bool) -> None:
         )
     view = overview(rec, step)
     info = rec.info
-    first_alert = next((a["message"].decode() for a in rec.alerts if a["first"]), None)
+    first_alert = next((utf8(a["message"]) for a in rec.alerts if a["first"]), None)
     if as_json:
         emit_json(
             {
                 "recording": str(rec.path),
                 "status": rec.status.value,
-                "ended": rec.end["status"].decode() if rec.end is not None else None,
+                "ended": utf8(rec.end["status"]) if rec.end is not None else None,
                 "exit_code": int(rec.end["exit_code"]) if rec.end is not None else None,
-                "end_message": rec.end["message"].decode() if rec.end is not None else None,
+                "end_message": utf8(rec.end["message"]) if rec.end is not None else None,
                 "bytes": rec.size,
                 "command": info.argv,
                 "created": info.created,
@@ -108,9 +109,10 @@ def _one_summary(rec: Recording, step: int | None, as_json: bool) -> None:
     rank += f" ({rec.backend})" if rec.backend and info.world_size > 1 else ""
     ended = ending(rec)
     out.print(
-        f"[bold]{escape(str(rec.path))}[/bold]  {rec.status.value}"
-        + (f" ({escape(ended)})" if ended else "")
-        + f", {human_bytes(rec.size)}{rank}"
+        f"[bold]{literal(rec.path)}[/bold]  "
+        + literal(
+            f"{rec.status.value}{f' ({ended})' if ended else ''}, {human_bytes(rec.size)}{rank}"
+        )
     )
     lines = [
         ("command", info.command),
@@ -164,7 +166,7 @@ def _one_summary(rec: Recording, step: int | None, as_json: bool) -> None:
         ),
     ]
     for key, value in lines:
-        out.print(f"  [dim]{key:<10}[/dim] {escape(value)}")
+        out.print(f"  [dim]{key:<10}[/dim] {literal(value)}")
     if not view.lines:
         out.print("\n  no module calls were recorded")
         return
@@ -254,7 +256,7 @@ def _ranks_summary(run: RankSet, as_json: bool) -> None:
                     "rank": first[0],
                     "step": int(first[1]["step"]),
                     "module": run[first[0]].modules.name(int(first[1]["module"])),
-                    "message": first[1]["message"].decode(),
+                    "message": utf8(first[1]["message"]),
                 },
             }
         )
@@ -262,9 +264,10 @@ def _ranks_summary(run: RankSet, as_json: bool) -> None:
     out = console()
     backend = f" ({rank0.backend})" if rank0.backend else ""
     out.print(
-        f"[bold]{escape(str(run.path))}[/bold]  {len(run.ranks)} of {run.world_size} ranks{backend}"
+        f"[bold]{literal(run.path)}[/bold]  "
+        + literal(f"{len(run.ranks)} of {run.world_size} ranks{backend}")
     )
-    out.print(f"  [dim]{'command':<10}[/dim] {escape(rank0.info.command)}")
+    out.print(f"  [dim]{'command':<10}[/dim] {literal(rank0.info.command)}")
     t = table(
         None,
         [
@@ -288,23 +291,23 @@ def _ranks_summary(run: RankSet, as_json: bool) -> None:
     out.print(t)
     if spreads:
         counts = ", ".join(f"rank {r} in {plural(n, 'step')}" for r, n in sorted(slowest.items()))
-        out.print(escape(f"  stragglers: slowest was {counts} of {len(spreads)}"))
+        out.print(literal(f"  stragglers: slowest was {counts} of {len(spreads)}"))
         if worst is not None and worst.lag > 0:
             fastest = min(worst.seconds.values())
             share = worst.lag / fastest if fastest > 0 else 0.0
             out.print(
-                escape(
+                literal(
                     f"  largest lag: step {worst.step}, rank {worst.slowest} took "
                     f"{ms(worst.lag)} ms ({share:.0%}) longer than the fastest rank"
                 )
             )
     if first is not None:
         rank, row = first
-        out.print(f"  [bold red]first NaN/inf[/] on rank {rank}: {escape(row['message'].decode())}")
+        out.print(f"  [bold red]first NaN/inf[/] on rank {rank}: {literal(utf8(row['message']))}")
     else:
         out.print("  no NaN/inf alerts on any rank")
     out.print(
-        f"  [dim]`hookdbg summary {escape(str(run.path))} --rank N` shows one rank's "
-        f"modules; `hookdbg diff --ranks {escape(str(run.path))}` checks that the "
+        f"  [dim]`hookdbg summary {literal(run.path)} --rank N` shows one rank's "
+        f"modules; `hookdbg diff --ranks {literal(run.path)}` checks that the "
         "replicas agree[/dim]"
     )

@@ -6,11 +6,20 @@ from pathlib import Path
 
 import click
 import numpy as np
-from rich.markup import escape
+from rich.text import Text
 
 from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput, human_bytes, plural
-from hookdbg.cli.output import console, emit_json, json_option, open_or_fail, rank_option, table
+from hookdbg.cli.output import (
+    console,
+    emit_json,
+    json_option,
+    literal,
+    note,
+    open_or_fail,
+    rank_option,
+    table,
+)
 from hookdbg.read import Capture
 from hookdbg.store.schema import parse_slot_label
 
@@ -35,7 +44,7 @@ Examples:
 @click.option(
     "--call",
     "call_index",
-    type=int,
+    type=click.IntRange(min=0),
     default=0,
     show_default=True,
     metavar="K",
@@ -45,7 +54,7 @@ Examples:
     "--npy",
     type=click.Path(dir_okay=False),
     metavar="FILE",
-    help="Save the tensor with numpy.save instead of printing it.",
+    help="Save the tensor to FILE (numpy .npy format) instead of printing it.",
 )
 @click.option("--full", is_flag=True, help="Print every value, not an abbreviation.")
 @json_option
@@ -96,11 +105,10 @@ def tensor(
     chosen = next(c for c in matches if (c.step, c.call) == calls[call_index])
     values = rec.tensor(chosen)
     if npy:
-        np.save(npy, values)
-        click.echo(
-            f"hookdbg: saved {chosen.module.name} {chosen.label} of step {chosen.step} "
-            f"{values.shape} {values.dtype} to {Path(npy)}",
-            err=True,
+        _save(values, Path(npy))
+        note(
+            f"saved {chosen.module.name} {chosen.label} of step {chosen.step} "
+            f"{values.shape} {values.dtype} to {npy}"
         )
         return
     if as_json:
@@ -118,7 +126,7 @@ def tensor(
         return
     out = console()
     out.print(
-        escape(
+        literal(
             f"{chosen.module.name} {chosen.label}, step {chosen.step} "
             f"({chosen.phase.label}, from the {chosen.source}): {values.dtype} "
             f"{values.shape}"
@@ -135,7 +143,18 @@ def tensor(
             )
         )
     with np.printoptions(threshold=np.inf if full else 200, linewidth=120, precision=5):
-        out.print(escape(np.array2string(values)))
+        out.print(Text(np.array2string(values)))
+
+
+def _save(values: np.ndarray, path: Path) -> None:
+    """np.save to exactly ``path`` (np.save given a name would add .npy to it)."""
+    if not path.parent.is_dir():
+        raise BadInput(f"cannot write {path}: no directory {path.parent}")
+    try:
+        with open(path, "wb") as f:
+            np.save(f, values, allow_pickle=False)
+    except OSError as exc:
+        raise BadInput(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _list(stored: list[Capture], where: str, as_json: bool) -> None:

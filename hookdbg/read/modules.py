@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hookdbg.store.schema import ModuleKind
+from hookdbg.text import utf8
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,8 @@ class ModuleTable:
         self._modules = [
             Module(
                 int(r["id"]),
-                r["name"].decode("utf-8", "replace"),
-                r["type"].decode("utf-8", "replace"),
+                utf8(r["name"]),
+                utf8(r["type"]),
                 int(r["parent"]),
                 int(r["root"]),
                 int(r["depth"]),
@@ -69,7 +70,12 @@ class ModuleTable:
         return iter(self._modules)
 
     def __getitem__(self, module_id: int) -> Module:
-        return self._by_id[module_id]
+        """The module with this id; one a row names but the table lacks (a damaged
+        file, or a live one whose tables are a flush apart) shows as ``<module N>``."""
+        found = self._by_id.get(module_id)
+        if found is None:
+            return Module(module_id, f"<module {module_id}>", "?", -1, -1, 0, -1, 0)
+        return found
 
     def get(self, module_id: int) -> Module | None:
         return self._by_id.get(module_id)

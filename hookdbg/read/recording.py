@@ -1,69 +1,67 @@
 """``open_recording``: the one way everything in hookdbg reads a recording.
 
-It validates before it trusts: is the file there, is it HDF5, is it a hookdbg
-recording, is its schema one this version understands, are its tables whole, and was
-it closed (complete), is it still being written (live), or was it cut short by a
-crash. Every failure is a ``RecordingError`` with one line that says what is wrong and
-what to do. Files are opened read-only with SWMR, so reading never writes, works while
-the recorder is running, and works after a ``kill -9``.
+It validates before it trusts (hookdbg/read/checks.py, runinfo.py): is the file there,
+is it whole HDF5, is it a hookdbg recording, is its schema one this version
+understands, is every attribute and column of the right type and shape, inside this
+file and no longer than its bytes can hold; and was it closed (complete), is it still
+being written (live), or was it cut short by a crash. Every failure, at open or in a
+later read, is a ``RecordingError`` with one line that says what is wrong. Files are
+opened read-only with SWMR, so reading never writes, works while the recorder is
+running, and works after a ``kill -9``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-import h5py
 import numpy as np
 
 from hookdbg.read.captures import Capture, captures_from, to_array
+from hookdbg.read.checks import (
+    RecordingError,
+    check_module_rows,
+    checked_capture_data,
+    checked_committed,
+    checked_tables,
+    open_file,
+    read_or_fail,
+)
 from hookdbg.read.modules import ModuleTable
+from hookdbg.read.runinfo import RunInfo, run_info
 from hookdbg.read.table import Table
 from hookdbg.store import schema
+from hookdbg.text import utf8
+
+__all__ = ["Recording", "RecordingError", "RunInfo", "Status", "open_recording"]
 
 # A live recorder appends a progress row every flush interval; this much silence
 # (or a dead pid on this host) means the recording was cut short.
 _SILENCE = 10.0
+_MAX_FACTS = 4096  # info rows read: a run learns a handful of facts
 
 
-class RecordingError(Exception):
-    """A file that cannot be read as a recording; the message is one line for the user."""
+# Columns that schema version 1 did not have: each segment was a step of its own, and
+# the end row was appended (no write errors recorded).
+_DERIVED: dict[str, dict[str, str | float]] = {
+    "calls": {"segment": "step"},
+    "tensors": {"segment": "step"},
+    "alerts": {"segment": "step"},
+    "captures": {"segment": "step"},
+    "steps": {"segment": "step", "kind": int(schema.StepKind.TRAIN)},
+    schema.END_TABLE: {"write_failed": math.nan, "write_error": b""},
+}
 
 
 class Status(Enum):
     COMPLETE = "complete"  # closed by the recorder: has its end row
     LIVE = "live"  # still being written
     CUT_SHORT = "cut short"  # the recording process died (crash, kill -9, power)
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """What ran, where, with which software and options (the file's attributes)."""
-
-    argv: list[str]
-    created: str
-    host: str
-    pid: int
-    cwd: str
-    hookdbg_version: str
-    torch_version: str
-    python_version: str
-    options: dict[str, object]
-    rank: int
-    world_size: int
-    backend: str
-    schema_version: int
-
-    @property
-    def command(self) -> str:
-        return " ".join(self.argv)
 
 
 def open_recording(path: str | os.PathLike[str]) -> Recording:
@@ -77,26 +75,19 @@ class Recording:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file = _open(path)
+        self._file, _ = open_file(path)
         try:
-            self.info = _run_info(self._file, path)
+            self.info = run_info(self._file, path)
             derived = _DERIVED if self.info.schema_version < 2 else {}
-            for name, (dtype, _) in schema.TABLES.items():
-                _check_table(self._file, name, dtype, path, derived.get(name, {}))
-            _check_table(self._file, schema.END_TABLE, schema.END, path, derived.get("end", {}))
-            committed = self._file.get(schema.COMMITTED)
-            if committed is not None and (
-                not isinstance(committed, h5py.Dataset)
-                or committed.shape != (len(schema.TABLES),)
-                or committed.dtype.kind != "i"
-            ):
-                raise RecordingError(f"{path} is damaged: bad {schema.COMMITTED!r} lengths")
-            self._committed = committed
+            dtypes = {name: dtype for name, (dtype, _) in schema.TABLES.items()}
+            dtypes[schema.END_TABLE] = schema.END
+            columns = checked_tables(self._file, path, dtypes, derived)
+            self._committed = checked_committed(self._file, path)
             self._tables = {
-                name: Table(self._file[name], dtype, derived.get(name), self._committed_length(i))
-                for i, (name, (dtype, _)) in enumerate(schema.TABLES.items())
+                n: Table(n, columns[n], dtypes[n], path, derived.get(n), self._committed_length(n))
+                for n in dtypes
             }
-            self._end_table = Table(self._file[schema.END_TABLE], schema.END, derived.get("end"))
+            self._capture_data = checked_capture_data(self._file, path)
             self._load_small()
         except BaseException:
             self._file.close()
@@ -113,20 +104,21 @@ class Recording:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _committed_length(self, index: int) -> Callable[[], int] | None:
-        """How many rows of table ``index`` the writer vouched for (None: no limit, as in
-        schema-1 files): rows past it were half written when writing stopped."""
+    def _committed_length(self, table: str) -> Callable[[], int] | None:
+        """How many rows of ``table`` the writer vouched for (None: no limit, as in
+        schema-1 files and the end row): rows past it were half written when writing
+        stopped."""
         committed = self._committed
-        if committed is None:
+        if committed is None or table not in schema.TABLES:
             return None
-        return lambda: int(committed[index])
+        index = list(schema.TABLES).index(table)
+        return lambda: int(read_or_fail(self.path, schema.COMMITTED, lambda: committed[index]))
 
     def refresh(self) -> bool:
         """Pick up what a live recorder wrote since; True if anything is new."""
         new = False
         if self._committed is not None and self._file.swmr_mode:
-            self._committed.refresh()
-        self._end_table.refresh()
+            read_or_fail(self.path, schema.COMMITTED, self._committed.refresh)
         for table in self._tables.values():
             new = table.refresh() or new
         if new:
@@ -134,8 +126,12 @@ class Recording:
         return new
 
     def _load_small(self) -> None:
+        """The small tables, read whole: all but progress (only its last row matters,
+        and a damaged file may claim 10^8 of them), end (one row) and info (bounded)."""
         t = self._tables
-        self.modules = ModuleTable(t["modules"].read())
+        modules = t["modules"].read()
+        check_module_rows(modules, self.path)
+        self.modules = ModuleTable(modules)
         self.segments = t["steps"].read()  # training steps and eval batches, in order
         training = self.segments["kind"] == schema.StepKind.TRAIN
         self.steps = self.segments[training]
@@ -143,16 +139,18 @@ class Recording:
         self._labels: dict[int, str] = {}
         self.alerts = t["alerts"].read()
         self.captures = t["captures"].read()
-        ends = self._end_table.read()
+        self._stored = captures_from(self.captures, self.modules, self.path)
+        ends = t[schema.END_TABLE].read(rows=slice(0, 1))
         # the end row: its status is empty until the recorder closed the file, but it
         # may say before that that writing stopped (disk full), and why
         self.end_record = ends[0] if len(ends) else None
-        self.end = self.end_record if ends[:1]["status"].any() else None
-        progress = t["progress"].read()
+        self.end = self.end_record if ends["status"].any() else None
+        n = len(t["progress"])
+        progress = t["progress"].read(rows=slice(max(n - 1, 0), n))
         self.last_progress = progress[-1] if len(progress) else None
-        facts = t["info"].read()
-        self.facts = {r["key"].decode(): r["value"].decode() for r in facts}
-        self.compiled = [r["value"].decode() for r in facts if r["key"] == b"compiled"]
+        facts = t["info"].read(rows=slice(0, _MAX_FACTS))
+        self.facts = {utf8(r["key"]): utf8(r["value"]) for r in facts}
+        self.compiled = [utf8(r["value"]) for r in facts if r["key"] == b"compiled"]
 
     # -- what is in it --------------------------------------------------------------
 
@@ -203,7 +201,7 @@ class Recording:
         record = self.end_record
         if record is None or not record["write_error"]:
             return None
-        return record["write_error"].decode("utf-8", "replace")
+        return utf8(record["write_error"])
 
     @property
     def write_failed_at(self) -> float | None:
@@ -301,136 +299,24 @@ class Recording:
 
     def captured(self, module: int | None = None, step: int | None = None) -> list[Capture]:
         """Stored full tensors, optionally of one module (id) and/or one step."""
-        rows = self.captures
-        if module is not None:
-            rows = rows[rows["module"] == module]
-        if step is not None:
-            rows = rows[rows["step"] == step]
-        return captures_from(rows, self.modules)
+        return [
+            c
+            for c in self._stored
+            if (module is None or c.module.id == module) and (step is None or c.step == step)
+        ]
 
     def tensor(self, capture: Capture) -> np.ndarray:
         """The values of a stored tensor."""
-        ds = self._file[schema.CAPTURE_DATA]
+        ds = self._capture_data
         if self._file.swmr_mode:
-            ds.refresh()
-        return to_array(capture, ds[capture.offset : capture.offset + capture.nbytes].tobytes())
-
-
-# -- validation ---------------------------------------------------------------------
-
-
-def _open(path: Path) -> h5py.File:
-    """Open read-only: plainly if the file was closed cleanly, else (still being written,
-    or its writer died) with SWMR. Truncation is caught first, from the superblock:
-    HDF5's SWMR reader retries failed metadata reads for minutes instead of failing."""
-    if not path.exists():
-        raise RecordingError(f"{path}: no such file")
-    if path.is_dir():
-        raise RecordingError(f"{path} is a directory, not a recording")
-    try:
-        is_hdf5 = h5py.is_hdf5(path)
-    except OSError as exc:
-        raise RecordingError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    if not is_hdf5:
-        raise RecordingError(f"{path} is not a hookdbg recording (not an HDF5 file)")
-    _check_length(path)
-    try:
-        return h5py.File(path, "r")
-    except OSError as exc:
-        if "already open for write" not in str(exc):
-            raise _damaged(path, exc) from None
-    try:  # the writer set the "open for write" flag: live, or it died (kill -9, crash)
-        return h5py.File(path, "r", swmr=True)
-    except OSError as exc:
-        raise _damaged(path, exc) from None
-
-
-def _damaged(path: Path, exc: Exception) -> RecordingError:
-    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return RecordingError(
-        f"{path} is damaged and cannot be opened (truncated or corrupt: {reason})"
-    )
-
-
-_SIGNATURE = b"\x89HDF\r\n\x1a\n"
-
-
-def _check_length(path: Path) -> None:
-    """Compare the end-of-file address in a version 2/3 superblock (what hookdbg writes)
-    with the file's size; other superblocks are left to HDF5 to judge."""
-    with open(path, "rb") as f:
-        head = f.read(48)
-    if not head.startswith(_SIGNATURE) or len(head) < 12 or head[8] not in (2, 3):
-        return
-    width = head[9]  # size of offsets
-    if width not in (4, 8) or len(head) < 12 + 4 * width:
-        return
-    end = int.from_bytes(head[12 + 2 * width : 12 + 3 * width], "little")
-    size = path.stat().st_size
-    if size < end:
-        raise RecordingError(
-            f"{path} is damaged: it is truncated ({size:,} of {end:,} bytes); was it copied "
-            "while being written, or did a transfer stop early?"
-        )
-
-
-def _run_info(f: h5py.File, path: Path) -> RunInfo:
-    attrs = f.attrs
-    if attrs.get("format") != schema.FORMAT:
-        raise RecordingError(f"{path} is an HDF5 file but not a hookdbg recording")
-    version = int(attrs.get("schema_version", 0))
-    if version > schema.SCHEMA_VERSION:
-        raise RecordingError(
-            f"{path} was written by a newer hookdbg (schema version {version}; this one reads "
-            f"up to {schema.SCHEMA_VERSION}): upgrade with `pip install -U hookdbg`"
-        )
-    if version < 1:
-        raise RecordingError(f"{path} has an invalid schema version ({version})")
-    try:
-        return RunInfo(
-            argv=json.loads(attrs["argv"]),
-            created=str(attrs["created"]),
-            host=str(attrs["host"]),
-            pid=int(attrs["pid"]),
-            cwd=str(attrs["cwd"]),
-            hookdbg_version=str(attrs["hookdbg_version"]),
-            torch_version=str(attrs["torch_version"]),
-            python_version=str(attrs["python_version"]),
-            options=json.loads(attrs["options"]),
-            rank=int(attrs["rank"]),
-            world_size=int(attrs["world_size"]),
-            backend=str(attrs["backend"]),
-            schema_version=version,
-        )
-    except (KeyError, ValueError, TypeError) as exc:
-        raise RecordingError(f"{path} is damaged: bad run metadata ({exc})") from None
-
-
-# Columns that schema version 1 did not have: each segment was a step of its own.
-_DERIVED: dict[str, dict[str, str | float]] = {
-    "calls": {"segment": "step"},
-    "tensors": {"segment": "step"},
-    "alerts": {"segment": "step"},
-    "captures": {"segment": "step"},
-    "steps": {"segment": "step", "kind": int(schema.StepKind.TRAIN)},
-    "end": {"write_failed": math.nan, "write_error": b""},
-}
-
-
-def _check_table(
-    f: h5py.File, name: str, dtype: np.dtype, path: Path, derived: dict[str, str | float]
-) -> None:
-    group = f.get(name)
-    if not isinstance(group, h5py.Group):
-        raise RecordingError(f"{path} is damaged: table {name!r} is missing")
-    for column in dtype.names:
-        if column in derived:
-            continue
-        ds = group.get(column)
-        if not isinstance(ds, h5py.Dataset) or ds.ndim != 1:
-            raise RecordingError(f"{path} is damaged: table {name!r} has no column {column!r}")
-        if ds.dtype.kind != dtype[column].kind:
+            read_or_fail(self.path, schema.CAPTURE_DATA, ds.refresh)
+        end = capture.offset + capture.nbytes
+        if end > ds.shape[0]:
             raise RecordingError(
-                f"{path} is damaged: column {name}/{column} has type {ds.dtype}, "
-                f"expected {dtype[column]}"
+                f"{self.path} is damaged: the bytes of {capture.module.name} {capture.label} "
+                f"(step {capture.step}) lie beyond the end of its stored tensors"
             )
+        data = read_or_fail(
+            self.path, schema.CAPTURE_DATA, lambda: ds[capture.offset : end].tobytes()
+        )
+        return to_array(capture, data)

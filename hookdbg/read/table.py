@@ -5,45 +5,70 @@ module's output std over a long run reads the ``module``, ``slot`` and ``std`` c
 and nothing else. Rows are in the order they were recorded, and the ``step`` column of
 ``calls`` and ``tensors`` never decreases, so a step range becomes a row range by
 binary search (a few chunk reads, however long the run).
+
+A read that fails (a corrupt chunk, a filter HDF5 lacks) raises ``RecordingError``
+with one line, like a failed open; so does a code column (phase, slot, ...) holding a
+value that names nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import TypeVar
 
 import h5py
 import numpy as np
 
+from hookdbg.read.checks import check_column_values, read_or_fail
+
+T = TypeVar("T")
+
 
 class Table:
-    """``derived`` fills columns an older schema did not have: name -> the column to copy,
-    or a constant. ``committed`` says how many rows the writer vouched for: rows past it
-    were being written when writing stopped."""
+    """``columns`` are the stored ones (an older schema may lack some of ``dtype``'s);
+    ``derived`` fills those it lacks: name -> the column to copy, or a constant.
+    ``committed`` says how many rows the writer vouched for: rows past it were being
+    written when writing stopped."""
 
     def __init__(
         self,
-        group: h5py.Group,
+        name: str,
+        columns: dict[str, h5py.Dataset],
         dtype: np.dtype,
+        path: Path,
         derived: dict[str, str | float] | None = None,
         committed: Callable[[], int] | None = None,
     ) -> None:
-        self._group = group
+        self.name = name
+        self._columns = columns  # checked by hookdbg/read/checks.py
         self.dtype = dtype
+        self._path = path
         self._derived = derived or {}
+        self._stored = [n for n in dtype.names or () if n not in self._derived]
         self._committed = committed
-        self._stored = [n for n in dtype.names if n not in self._derived]
+        self._swmr = next(iter(columns.values())).file.swmr_mode
         self._length = self._shortest()
         self._cache: dict[str, np.ndarray] = {}
+
+    def _h5(self, what: str, read: Callable[[], T]) -> T:
+        return read_or_fail(self._path, f"{self.name}/{what}", read)
+
+    def _load(self, name: str, start: int, stop: int) -> np.ndarray:
+        values = self._h5(name, lambda: self._columns[name][start:stop])
+        check_column_values(self.name, name, values, self._path)
+        return values
 
     def __len__(self) -> int:
         return self._length
 
     def refresh(self) -> bool:
         """See rows appended since the last look; True if there are new ones."""
-        if not self._group.file.swmr_mode:
+        if not self._swmr:
             return False  # a file closed by its writer does not change
         for name in self._stored:
-            self._group[name].refresh()
+            self._h5(name, self._columns[name].refresh)
         before, self._length = self._length, self._shortest()
         if self._length != before:
             self._cache.clear()
@@ -51,7 +76,7 @@ class Table:
 
     def _shortest(self) -> int:
         # while a file is written one column may be a batch ahead of another
-        shortest = min(self._group[name].shape[0] for name in self._stored)
+        shortest = min(self._h5(n, partial(_length, self._columns[n])) for n in self._stored)
         return shortest if self._committed is None else min(shortest, self._committed())
 
     def column(self, name: str, rows: slice | None = None) -> np.ndarray:
@@ -65,12 +90,12 @@ class Table:
         if rows is None:
             cached = self._cache.get(name)
             if cached is None:
-                cached = self._cache[name] = self._group[name][: self._length]
+                cached = self._cache[name] = self._load(name, 0, self._length)
             return cached
         start, stop, _ = rows.indices(self._length)
         if name in self._cache:
             return self._cache[name][start:stop]
-        return self._group[name][start:stop]
+        return self._load(name, start, stop)
 
     def read(
         self, columns: list[str] | tuple[str, ...] | None = None, rows: slice | None = None
@@ -110,12 +135,16 @@ class Table:
 
     def _bisect(self, step: int) -> int:
         """First row whose step is >= ``step``."""
-        col = self._group["step"]
+        col = self._columns["step"]
         lo, hi = 0, self._length
         while lo < hi:
             mid = (lo + hi) // 2
-            if col[mid] < step:
+            if self._h5("step", partial(col.__getitem__, mid)) < step:
                 lo = mid + 1
             else:
                 hi = mid
         return lo
+
+
+def _length(column: h5py.Dataset) -> int:
+    return int(column.shape[0])

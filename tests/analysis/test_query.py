@@ -18,6 +18,13 @@ from hookdbg.store.schema import Phase, Slot
         ("step:9:2", "empty step"),
         ("type:", "needs a value"),
         ("!", "'!' must be followed by a term"),
+        ("max>", "'max>' is incomplete: put a number after '>'"),
+        ("std<=", "'std<=' is incomplete"),
+        ("(std<1", "no parentheses"),
+        ("type:Linear )", "no parentheses"),
+        (">1e4", "'>1e4' is not a comparison"),
+        ("max >1", "'>1' is not a comparison"),
+        ("  ", "the query is empty"),
     ],
 )
 def test_bad_queries_say_what_is_wrong(text, error):
@@ -42,6 +49,12 @@ def test_query_terms_on_a_real_recording(nan_h5):
         assert set(big["slot"]) <= {Slot.INPUT, Slot.OUTPUT} and np.all(big["nan"] == 0)
         grads = search(rec, parse("proj slot:grad step:1")).rows
         assert set(grads["slot"]) == {Slot.GRAD_OUTPUT, Slot.PARAM_GRAD}
+
+
+def test_names_with_comparison_characters_are_searched_with_name(nan_h5):
+    query = parse("name:*(x)* !name:a<b")
+    with open_recording(nan_h5) as rec:
+        assert search(rec, query).total == 0
 
 
 def test_query_reads_only_the_steps_it_allows():

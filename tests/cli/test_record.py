@@ -6,6 +6,7 @@ import sys
 import textwrap
 
 import pytest
+from click.testing import CliRunner
 
 from tests.helpers import SAMPLES, hookdbg, tables
 
@@ -89,6 +90,8 @@ def test_non_int_exit_value_is_printed_like_python(tmp_path):
         (["--every", "0", "{probe}"], "--every must be at least 1"),
         (["-o", "{tmp}/nodir/run.h5", "{probe}"], "cannot create"),
         (["-o", "{tmp}", "{probe}"], "is a directory"),
+        (["--flush-interval", "inf", "{probe}"], "--flush-interval must be from"),
+        (["--flight-recorder", "nan", "{probe}"], "--flight-recorder must be 0 (off) or"),
     ],
 )
 def test_bad_input_is_one_clean_line_and_exit_2(tmp_path, probe, args, message):
@@ -167,3 +170,46 @@ def test_hookdbg_options_after_the_script_are_pointed_out(tmp_path):
     hint = out.stderr.strip().splitlines()[-1]
     assert hint.startswith("hookdbg: the script exited with status 2 before any module call")
     assert f"`hookdbg record -o x.h5 --level timing {script} --epochs 3`" in hint
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "unit"),
+    [
+        ("--flush-interval", "inf", "seconds"),
+        ("--flush-interval", "1e300", "seconds"),
+        ("--flush-interval", "nan", "seconds"),
+        ("--flush-interval", "0", "seconds"),
+        ("--flush-interval", "-1", "seconds"),
+        ("--flight-recorder", "nan", "MB"),
+        ("--flight-recorder", "inf", "MB"),
+        ("--flight-recorder", "-1", "MB"),
+        ("--capture-budget", "nan", "MB"),
+        ("--capture-budget", "inf", "MB"),
+        ("--capture-budget", "0", "MB"),
+        ("--capture-budget", "1e300", "MB"),
+    ],
+)
+def test_numeric_options_are_refused_alike_by_the_cli_and_the_api(
+    tmp_path, probe, option, value, unit
+):
+    """Finite, in a sane range, with the unit in the message: one line and exit 2 from
+    the command line, the same OptionError from hookdbg.record, and no file either way."""
+    import hookdbg
+    from hookdbg.cli import cli
+    from hookdbg.options import OptionError
+
+    out = CliRunner().invoke(
+        cli, ["record", "-o", str(tmp_path / "run.h5"), option, value, str(probe)]
+    )
+    assert out.exit_code == 2, out.output
+    assert len(out.stderr.strip().splitlines()) == 1 and out.exception.__class__ is SystemExit
+    assert f"{option} must be" in out.stderr and unit in out.stderr
+    keyword = {
+        "--flush-interval": "flush_interval",
+        "--flight-recorder": "flight_recorder_mb",
+        "--capture-budget": "capture_budget_mb",
+    }[option]
+    with pytest.raises(OptionError) as api:
+        hookdbg.record(tmp_path / "api.h5", **{keyword: float(value)})
+    assert str(api.value) in out.stderr
+    assert not list(tmp_path.glob("*.h5"))

@@ -63,7 +63,7 @@ def corrupt_files(source, tmp_path):
     yield noise, "not a hookdbg recording \\(not an HDF5 file\\)"
     empty = tmp_path / "empty.h5"
     empty.write_bytes(b"")
-    yield empty, "not an HDF5 file"
+    yield empty, "is empty \\(0 bytes\\): nothing was ever written to it"
     foreign = tmp_path / "foreign.h5"
     with h5py.File(foreign, "w") as f:
         f["weights"] = np.arange(10)

@@ -1,0 +1,407 @@
+"""What a file must pass before the reader trusts any of it.
+
+A recording is input like any other: copied half-way, cut short by a crash, edited by
+hand, or built to hurt. Before anything is read the reader checks, in order: the file
+is a regular HDF5 file whose superblock says it is whole; its writer finished setting
+it up; every table and column it reads is a plain dataset inside this file (no soft or
+external link, no virtual or external storage: a recording holds none); every column is
+1-D with the schema's type; and no column declares more rows than its stored bytes can
+hold. That last check runs before anything is allocated: a 134 kB file that claims
+10^12 rows is refused, not read into 312 TiB.
+
+Every failure is a ``RecordingError`` whose message is one line for the user.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import h5py
+import numpy as np
+
+from hookdbg.store import schema
+from hookdbg.text import human_bytes, plural
+
+T = TypeVar("T")
+
+# What h5py raises for a file it cannot make sense of (corrupt metadata, bad heaps,
+# missing filters): any of these from an h5py call on a recording means a damaged file.
+H5_ERRORS = (OSError, ValueError, RuntimeError, KeyError, TypeError)
+
+
+class RecordingError(Exception):
+    """A file that cannot be read as a recording; the message is one line for the user."""
+
+
+# -- the superblock: is the file whole, and did its writer finish creating it? ---------
+
+_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+WRITING = 0x01  # file consistency flags of a version 2/3 superblock
+SWMR_WRITING = 0x04
+
+
+@dataclass(frozen=True)
+class Superblock:
+    """The facts a version 2/3 superblock (what hookdbg writes) gives away for free."""
+
+    flags: int
+    eof: int  # the end-of-file address: how long the file should be
+
+    @property
+    def being_created(self) -> bool:
+        """Opened for writing but never switched to SWMR: the recorder switches as the
+        last step of creating the file, so its process died while creating it."""
+        return bool(self.flags & WRITING) and not self.flags & SWMR_WRITING
+
+
+def superblock(path: Path) -> Superblock | None:
+    """The superblock's flags and end-of-file address; None for other superblock
+    versions (left to HDF5 to judge) or a file too short to hold one."""
+    with open(path, "rb") as f:
+        head = f.read(48)
+    if not head.startswith(_SIGNATURE) or len(head) < 12 or head[8] not in (2, 3):
+        return None
+    width = head[9]  # size of offsets
+    if width not in (4, 8) or len(head) < 12 + 4 * width:
+        return None
+    eof = int.from_bytes(head[12 + 2 * width : 12 + 3 * width], "little")
+    return Superblock(flags=head[11], eof=eof)
+
+
+_CREATING_SECONDS = 10.0  # creating a file takes milliseconds; 10 s of silence means dead
+
+
+def created_too_soon(path: Path, detail: str) -> RecordingError:
+    """The file's writer never finished setting it up: it died doing so (``kill -9``
+    within milliseconds of starting), or, if the file is seconds old, is still at it."""
+    try:
+        age = time.time() - path.stat().st_mtime
+    except OSError:
+        age = float("inf")
+    if age < _CREATING_SECONDS:
+        return RecordingError(
+            f"{path} is still being created, or its recording process died as it started "
+            f"({detail}); try again in a moment"
+        )
+    return RecordingError(
+        f"{path} was cut short while it was being created: the recording process ended "
+        f"before the file was set up ({detail}), so nothing was recorded in it"
+    )
+
+
+def open_file(path: Path) -> tuple[h5py.File, Superblock | None]:
+    """Open read-only: plainly if the file was closed cleanly, else (still being written,
+    or its writer died) with SWMR. Truncation and a file whose writer died creating it
+    are told from the superblock first, so the message can say which it was."""
+    if not path.exists():
+        raise RecordingError(f"{path}: no such file")
+    if path.is_dir():
+        raise RecordingError(f"{path} is a directory, not a recording")
+    if not path.is_file():
+        raise RecordingError(f"{path} is not a regular file (a device or a pipe?)")
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            raise RecordingError(
+                f"{path} is empty (0 bytes): nothing was ever written to it (a recording "
+                "process killed as it started leaves this)"
+            )
+        is_hdf5 = h5py.is_hdf5(path)
+        block = superblock(path)
+    except OSError as exc:
+        raise RecordingError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if not is_hdf5:
+        raise RecordingError(f"{path} is not a hookdbg recording (not an HDF5 file)")
+    if block is not None:
+        if block.being_created:
+            raise created_too_soon(path, f"{size:,} bytes written")
+        if size < block.eof and not block.flags & SWMR_WRITING:
+            why = (
+                "was it copied while being written, or did a transfer stop early?"
+                if block.flags & WRITING
+                else "did a copy or a transfer stop early?"
+            )
+            raise RecordingError(
+                f"{path} is damaged: it is truncated ({size:,} of {block.eof:,} bytes); {why}"
+            )
+        # Shorter than it says, but its SWMR writer never closed it: the disk filled up
+        # (HDF5 had reserved space it could not write) or the writer died extending it.
+        # Everything the writer committed is there (``committed``); reads are bounded.
+    try:
+        return h5py.File(path, "r"), block
+    except OSError as exc:
+        if "already open for write" not in str(exc):
+            raise damaged(path, exc) from None
+    try:  # the writer set the "open for write" flag: live, or it died (kill -9, crash)
+        return _open_swmr(path), block
+    except OSError as exc:
+        raise damaged(path, exc) from None
+
+
+# A SWMR reader retries a metadata read that fails its checksum (a torn read while the
+# writer flushes), sleeping 1 ns, 2 ns, 4 ns... between attempts. HDF5's default of 100
+# attempts never ends on a file that is simply corrupt (measured on a damaged cut-short
+# recording: 30 attempts 1.1 s, 33 attempts 8.6 s, 36 attempts 69 s). 28 attempts wait
+# about 0.27 s in all, ample for a writer to finish a flush.
+_SWMR_READ_ATTEMPTS = 28
+
+
+def _open_swmr(path: Path) -> h5py.File:
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    _limit_read_attempts(fapl, _SWMR_READ_ATTEMPTS)
+    flags = h5py.h5f.ACC_RDONLY | h5py.h5f.ACC_SWMR_READ
+    return h5py.File(h5py.h5f.open(os.fsencode(path), flags, fapl=fapl))
+
+
+def _limit_read_attempts(fapl: h5py.h5p.PropFAID, attempts: int) -> None:
+    """H5Pset_metadata_read_attempts, which h5py does not wrap: looked up through h5py's
+    own extension module, so it is the HDF5 library h5py uses. Without it (an unusual
+    build), HDF5's default applies."""
+    try:
+        setter = ctypes.CDLL(h5py.h5p.__file__).H5Pset_metadata_read_attempts
+    except (OSError, AttributeError):
+        return
+    setter.argtypes = [ctypes.c_int64, ctypes.c_uint]
+    setter.restype = ctypes.c_int
+    setter(fapl.id, attempts)
+
+
+def read_or_fail(path: Path, what: str, read: Callable[[], T]) -> T:
+    """Run an h5py read of ``what``; its failure (a corrupt chunk, a filter HDF5 lacks)
+    is the file's fault, said in one line."""
+    try:
+        return read()
+    except H5_ERRORS as exc:
+        raise RecordingError(f"{path} is damaged: cannot read {what} ({reason(exc)})") from None
+
+
+def damaged(path: Path, exc: BaseException) -> RecordingError:
+    return RecordingError(
+        f"{path} is damaged and cannot be read (truncated or corrupt: {reason(exc)})"
+    )
+
+
+def reason(exc: BaseException) -> str:
+    """The first line of an h5py error (KeyError's message comes without its quotes)."""
+    text = str(exc.args[0]) if exc.args else ""
+    return text.splitlines()[0] if text.strip() else type(exc).__name__
+
+
+# -- structure: tables, columns, links ---------------------------------------------------
+
+_LINK_KINDS = {h5py.SoftLink: "a soft link", h5py.ExternalLink: "an external link"}
+
+
+def member(group: h5py.Group, name: str, where: str, path: Path) -> object | None:
+    """``group[name]`` if it is a hard link (an object inside this file), None if there
+    is none. Soft links (which may point at themselves) and external links (to other
+    files) are refused without following them: a recording holds no links."""
+    key = name.encode()
+    try:
+        if not group.id.links.exists(key):
+            return None
+        if group.id.links.get_info(key).type != h5py.h5l.TYPE_HARD:
+            link = group.get(name, getlink=True)
+            kind = _LINK_KINDS.get(type(link), "a link")
+            target = getattr(link, "filename", None) or getattr(link, "path", "?")
+            raise RecordingError(
+                f"{path} is damaged: {where} is {kind} (to {target}), which a recording never "
+                "holds; refusing to follow it"
+            )
+        found = h5py.h5o.open(group.id, key)
+    except H5_ERRORS as exc:
+        raise damaged(path, exc) from None
+    if isinstance(found, h5py.h5d.DatasetID):
+        return h5py.Dataset(found)
+    return h5py.Group(found) if isinstance(found, h5py.h5g.GroupID) else found
+
+
+# zlib's deflate cannot compress better than about 1032:1 (258-byte matches coded in 2
+# bits); LZF does worse. A column whose stored bytes could not hold what it declares,
+# at that ratio, is lying about its length.
+_BEST_RATIO = 1032
+_COMPRESSING = {h5py.h5z.FILTER_DEFLATE, h5py.h5z.FILTER_LZF}
+_HARMLESS = {h5py.h5z.FILTER_SHUFFLE, h5py.h5z.FILTER_FLETCHER32}
+_SLACK = 1 << 20  # a column may declare this much more than it stores (unwritten tail)
+
+
+def checked_dataset(
+    parent: h5py.Group,
+    name: str,
+    where: str,
+    expected: np.dtype,
+    path: Path,
+    file_size: int,
+    missing: str | None = None,
+) -> h5py.Dataset:
+    """A column (or the capture bytes) that can be read safely: a 1-D dataset inside the
+    file, of the expected kind, declaring no more rows than its storage can hold."""
+    ds = member(parent, name, where, path)
+    if ds is None:
+        raise RecordingError(f"{path} is damaged: {missing or where + ' is missing'}")
+    if not isinstance(ds, h5py.Dataset):
+        raise RecordingError(f"{path} is damaged: {where} is a group, not a column")
+    try:
+        shape, dtype = ds.id.shape, ds.id.dtype
+        plist = ds.id.get_create_plist()
+        if plist.get_layout() == h5py.h5d.VIRTUAL or plist.get_external_count():
+            raise RecordingError(
+                f"{path} is damaged: {where} keeps its data in other files, which a "
+                "recording never does; refusing to read it"
+            )
+    except H5_ERRORS as exc:
+        raise damaged(path, exc) from None
+    if shape is None or len(shape) != 1:
+        dims = "no shape" if shape is None else f"shape {shape}"
+        raise RecordingError(f"{path} is damaged: {where} has {dims}, expected one dimension")
+    same = dtype.kind == expected.kind and (
+        dtype.kind == "S" or dtype.itemsize == expected.itemsize
+    )
+    if not same or dtype.names is not None or dtype.subdtype is not None:
+        raise RecordingError(
+            f"{path} is damaged: {where} has type {dtype}, expected {expected.str.lstrip('<|')}"
+        )
+    _check_declared_size(ds, where, path, file_size)
+    return ds
+
+
+def _check_declared_size(ds: h5py.Dataset, where: str, path: Path, file_size: int) -> None:
+    declared = ds.shape[0] * ds.dtype.itemsize
+    if declared <= _SLACK:
+        return
+    try:
+        stored = min(ds.id.get_storage_size(), file_size)
+        plist = ds.id.get_create_plist()
+        filters = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
+    except H5_ERRORS as exc:
+        raise damaged(path, exc) from None
+    unknown = [f for f in filters if f not in _COMPRESSING | _HARMLESS]
+    squeezers = [f for f in filters if f in _COMPRESSING]
+    if unknown or len(squeezers) > 1:
+        raise RecordingError(
+            f"{path} is damaged: {where} uses HDF5 filters hookdbg never writes "
+            f"({', '.join(map(str, filters))}); refusing to read it"
+        )
+    ratio = _BEST_RATIO if squeezers else 1
+    if declared > stored * ratio + _SLACK:
+        raise RecordingError(
+            f"{path} is damaged: {where} claims {ds.shape[0]:,} rows "
+            f"({human_bytes(declared)}), more than its {human_bytes(stored)} on disk can "
+            "hold; refusing to read it"
+        )
+
+
+def checked_tables(
+    f: h5py.File,
+    path: Path,
+    tables: Mapping[str, np.dtype],
+    derived: Mapping[str, Mapping[str, object]] | None = None,
+) -> dict[str, dict[str, h5py.Dataset]]:
+    """Each table's columns, checked (see ``checked_dataset``), but those ``derived``
+    (an older schema lacks them). Extra groups, columns and attributes are ignored: a
+    newer recorder may add some."""
+    derived = derived or {}
+    file_size = os.path.getsize(path)
+    root = read_or_fail(path, "the root group", lambda: f["/"])
+    out = {}
+    for name, dtype in tables.items():
+        group = member(f, name, f"table {name!r}", path)
+        if group is None:
+            raise RecordingError(f"{path} is damaged: table {name!r} is missing")
+        if not isinstance(group, h5py.Group):
+            raise RecordingError(f"{path} is damaged: table {name!r} is not a group of columns")
+        if group == root:
+            raise RecordingError(f"{path} is damaged: table {name!r} links back to the file's root")
+        out[name] = {
+            column: checked_dataset(
+                group,
+                column,
+                f"{name}/{column}",
+                dtype[column],
+                path,
+                file_size,
+                missing=f"table {name!r} has no column {column!r}",
+            )
+            for column in dtype.names or ()
+            if column not in derived.get(name, {})
+        }
+    return out
+
+
+def checked_committed(f: h5py.File, path: Path) -> h5py.Dataset | None:
+    """The per-table committed lengths (None in a schema-1 file, which has none)."""
+    if member(f, schema.COMMITTED, schema.COMMITTED, path) is None:
+        return None
+    ds = checked_dataset(
+        f, schema.COMMITTED, schema.COMMITTED, np.dtype("<i8"), path, os.path.getsize(path)
+    )
+    if ds.shape != (len(schema.TABLES),):
+        raise RecordingError(
+            f"{path} is damaged: {schema.COMMITTED} holds {ds.shape[0]} lengths, expected "
+            f"{len(schema.TABLES)}"
+        )
+    return ds
+
+
+def checked_capture_data(f: h5py.File, path: Path) -> h5py.Dataset:
+    """The flat bytes that ``captures`` rows point into."""
+    name = schema.CAPTURE_DATA
+    return checked_dataset(f, name, name, np.dtype("u1"), path, os.path.getsize(path))
+
+
+def check_column_values(where: str, name: str, values: np.ndarray, path: Path) -> None:
+    """Codes a report turns into names (phase, slot, kind, reason) must be known ones."""
+    limit = _CODE_LIMITS.get(name)
+    if limit is not None and len(values):
+        top = int(values.max())
+        if top > limit:
+            raise RecordingError(
+                f"{path} is damaged: {where}/{name} holds {top}, which is no {name} "
+                f"(0 to {limit}); {plural(int((values > limit).sum()), 'row')} affected"
+            )
+
+
+_CODE_LIMITS = {
+    "phase": max(schema.Phase),
+    "slot": max(schema.Slot),
+    "kind": max(schema.ModuleKind),
+    "reason": max(schema.CaptureReason),
+}
+
+
+_MAX_DEPTH = 500  # modules nested deeper than this are no model; readers recurse by depth
+
+
+def check_module_rows(rows: np.ndarray, path: Path) -> None:
+    """The module table must be a forest: unique ids, parents that exist, no cycles, a
+    sane depth. Reports and the TUI walk it recursively."""
+    ids = rows["id"].tolist()
+    if len(set(ids)) != len(ids):
+        raise RecordingError(f"{path} is damaged: the modules table repeats module ids")
+    parent = dict(zip(ids, rows["parent"].tolist(), strict=True))
+    depth: dict[int, int] = {}
+    for start in ids:
+        chain: list[int] = []
+        node = start
+        while node != -1 and node not in depth:
+            if node not in parent:
+                raise RecordingError(
+                    f"{path} is damaged: module {chain[-1]} has parent {node}, which is no module"
+                )
+            chain.append(node)
+            if len(chain) > len(ids):
+                raise RecordingError(f"{path} is damaged: module {start}'s parents form a loop")
+            node = parent[node]
+        below = -1 if node == -1 else depth[node]
+        if below + len(chain) > _MAX_DEPTH:
+            raise RecordingError(
+                f"{path} is damaged: module {start} is nested over {_MAX_DEPTH} deep"
+            )
+        for i, member_id in enumerate(reversed(chain)):
+            depth[member_id] = below + 1 + i

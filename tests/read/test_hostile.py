@@ -1,0 +1,172 @@
+"""The reader survives any file: a real recording damaged in every way the format allows
+(every attribute, every dataset, the tables, links, storage), run through every reader
+command. Each damaged file gets one line and exit status 2, never a traceback; the
+undamaged file still works. Commands run in-process through click's CliRunner (the same
+code path as the command line), and a few as real processes."""
+
+from __future__ import annotations
+
+import time
+
+import h5py
+import pytest
+from click.testing import CliRunner
+
+from hookdbg.cli import cli
+from hookdbg.store import schema
+from tests.helpers import ROOT, hookdbg
+from tests.read import hostile
+
+BASE = ROOT / "tests" / "data" / "nan_a.h5"  # alerts, flight-recorder tensors, 5 steps
+OTHER = ROOT / "tests" / "data" / "nan_b.h5"
+
+
+def reader_commands(path, tmp) -> list[list[str]]:
+    """Every reader command, each as a user would type it on this recording."""
+    p = str(path)
+    return [
+        ["summary", p],
+        ["summary", p, "--json"],
+        ["profile", p],
+        ["alerts", p],
+        ["show", p, "standardize"],
+        ["search", p, "nan"],
+        ["search", p, "type:Linear"],
+        ["diff", p, str(BASE)],
+        ["export", p, "--format", "perfetto", "-o", "-"],
+        ["export", p, "--format", "csv", "-o", "-"],
+        ["export", p, "--format", "json", "--table", "calls", "-f", "-o", str(tmp / "x.json")],
+        ["tensor", p, "standardize", "--step", "3", "--slot", "output"],
+    ]
+
+
+def run(args: list[str]):
+    return CliRunner().invoke(cli, args)
+
+
+def assert_refused(name: str, args: list[str], result) -> None:
+    """Exit 2 with one line on stderr, and no traceback anywhere."""
+    what = f"{name}: hookdbg {' '.join(args[:1] + args[2:])}"
+    assert not isinstance(result.exception, Exception) or isinstance(
+        result.exception, SystemExit
+    ), f"{what} raised {result.exception!r}"
+    assert result.exit_code == 2, f"{what} exited {result.exit_code}: {result.output[-300:]}"
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), f"{what}: {result.stderr!r}"
+    assert "Traceback" not in result.output
+
+
+def families() -> list[str]:
+    return ["attributes", *schema.TABLES, schema.CAPTURE_DATA, "structure"]
+
+
+def variants(family: str, tmp):
+    if family == "attributes":
+        with h5py.File(BASE, "r") as base:
+            return list(hostile.attribute_variants(base))
+    if family == "structure":
+        return list(hostile.structure_variants(OTHER, tmp))
+    with h5py.File(BASE, "r") as base:
+        return list(hostile.dataset_variants(base, family))
+
+
+def test_the_undamaged_recording_works(tmp_path):
+    copy = hostile.make(BASE, tmp_path / "copy.h5", lambda f: None)
+    for args in reader_commands(copy, tmp_path):
+        result = run(args)
+        assert result.exit_code == 0 and result.exception is None, (args, result.output)
+        assert result.stdout.strip() or "wrote" in result.stderr, args
+
+
+@pytest.mark.parametrize("family", families())
+def test_every_reader_command_refuses_every_damaged_file(family, tmp_path):
+    made = variants(family, tmp_path)
+    assert made, family
+    for i, (name, mutate) in enumerate(made):
+        path = hostile.make(BASE, tmp_path / f"v{i}.h5", mutate)
+        start = time.perf_counter()
+        for args in reader_commands(path, tmp_path):
+            assert_refused(name, args, run(args))
+        seconds = time.perf_counter() - start  # refused before reading, not after
+        assert seconds < 10, (
+            f"{name}: {len(reader_commands(path, tmp_path))} commands took {seconds:.1f} s"
+        )
+
+
+@pytest.mark.parametrize(
+    ("name", "mutate", "message"),
+    [
+        (
+            "schema_version 'abc'",
+            lambda f: f.attrs.__setitem__("schema_version", "abc"),
+            "attribute 'schema_version' should be an integer, not str 'abc'",
+        ),
+        (
+            "options a JSON list",
+            lambda f: f.attrs.__setitem__("options", "[1, 2]"),
+            "attribute 'options' should be a JSON object, not list [1, 2]",
+        ),
+        (
+            "modules 10^12 rows",
+            lambda f: f["modules/name"].resize((hostile.HUGE,)),
+            "modules/name claims 1,000,000,000,000 rows (256.0 TB), more than its",
+        ),
+        (
+            "a soft link to itself",
+            lambda f: (
+                f.__delitem__("tensors/std"),
+                f.__setitem__("tensors/std", h5py.SoftLink("/tensors/std")),
+            ),
+            "tensors/std is a soft link (to /tensors/std), which a recording never holds",
+        ),
+        (
+            "an external link",
+            lambda f: (
+                f.__delitem__("calls"),
+                f.__setitem__("calls", h5py.ExternalLink(str(OTHER), "/calls")),
+            ),
+            "table 'calls' is an external link (to ",
+        ),
+    ],
+    ids=lambda v: v if isinstance(v, str) and len(v) < 30 else "",
+)
+def test_hostile_files_in_a_real_process(tmp_path, name, mutate, message):
+    """The same refusals from the real command line, quickly (the 10^12-row table is
+    refused before anything is allocated, not read into 312 TiB)."""
+    path = hostile.make(BASE, tmp_path / "bad.h5", mutate)
+    start = time.perf_counter()
+    out = hookdbg("summary", path, timeout=60)
+    assert time.perf_counter() - start < 20
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_damaged_values_never_give_a_traceback(tmp_path):
+    """Well-formed files with meaningless values: a report either works around them
+    (an unknown module id shows as <module 999>) or refuses with one line."""
+    outcomes = {}
+    for i, (name, mutate) in enumerate(hostile.value_variants()):
+        path = hostile.make(BASE, tmp_path / f"v{i}.h5", mutate)
+        for args in reader_commands(path, tmp_path):
+            result = run(args)
+            what = f"{name}: hookdbg {' '.join(args[:1] + args[2:])}"
+            assert result.exception is None or isinstance(result.exception, SystemExit), (
+                f"{what} raised {result.exception!r}"
+            )
+            assert result.exit_code in (0, 1, 2), what
+            if result.exit_code == 2:
+                assert_refused(name, args, result)
+            outcomes.setdefault(name, set()).add(result.exit_code)
+    refused = {name for name, codes in outcomes.items() if 2 in codes}
+    assert {"modules parents loop", "captures/dtype object", "tensors/std chunk corrupt"} <= refused
+    assert outcomes["tensors/module 999"] <= {0, 1}  # shown as <module 999>
+
+
+def test_npy_into_a_missing_directory(tmp_path):
+    target = tmp_path / "nowhere" / "x.npy"
+    out = hookdbg("tensor", BASE, "standardize", "--step", "3", "--slot", "output", "--npy", target)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == f"Error: cannot write {target}: no directory {target.parent}"
+    saved = tmp_path / "x"  # saved exactly where asked (np.save would add .npy)
+    out = hookdbg("tensor", BASE, "standardize", "--step", "3", "--slot", "output", "--npy", saved)
+    assert out.returncode == 0 and saved.exists() and f"to {saved}" in out.stderr
