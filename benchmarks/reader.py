@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+import os
 import time
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def build(path: Path, rows: int) -> None:
             "python_version": "-",
             "created": "-",
             "host": "-",
-            "pid": 0,
+            "pid": os.getpid(),
             "argv": '["bench"]',
             "cwd": "-",
             "options": "{}",
@@ -49,7 +50,8 @@ def build(path: Path, rows: int) -> None:
         flush_interval=0.5,
         max_backlog_bytes=1 << 40,
     )
-    modules = [(i, f"model.m{i}", "Linear", 0, 0, 1, 0, 10) for i in range(MODULES)]
+    # modules of a model whose root module is not in the table (parent -1, depth 1)
+    modules = [(i, f"model.m{i}", "Linear", -1, 0, 1, 0, 10) for i in range(MODULES)]
     writer.submit({"modules": modules})
     steps = rows // ROWS_PER_STEP
     block = 250  # steps per batch
