@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hookdbg.read.recording import Recording
+from hookdbg.store.schema import Phase, slot_label
 from hookdbg.text import utf8
 
 STATS = ("min", "max", "mean", "std", "norm")
@@ -50,6 +51,7 @@ class DiffResult:
     only_a: list[str] = field(default_factory=list)  # modules (or rows) not in b
     only_b: list[str] = field(default_factory=list)
     unmatched_rows: int = 0
+    unmatched: list[str] = field(default_factory=list)  # the first few, described
     divergences: list[Divergence] = field(default_factory=list)
 
     @property
@@ -132,6 +134,16 @@ def _compare_step(a: Recording, b: Recording, step: int, result: DiffResult) -> 
             ia.append(i)
             ib.append(j)
     result.unmatched_rows += (len(keys_a) - len(ia)) + len(where_b)
+    if len(result.unmatched) < 5:
+        matched = set(ia)
+        lonely = [("a", rows_a, i) for i in range(len(keys_a)) if i not in matched]
+        lonely += [("b", rows_b, j) for j in where_b.values()]
+        for side, rows, i in lonely[: 5 - len(result.unmatched)]:
+            r = rows[i]
+            owner = (a if side == "a" else b).modules.name(int(r["module"]))
+            where = slot_label(int(r["slot"]), utf8(r["path"]))
+            phase = Phase(int(r["phase"])).label
+            result.unmatched.append(f"step {step} {owner} {phase} {where} (only in {side})")
     if not ia:
         return
     x, y = rows_a[np.array(ia)], rows_b[np.array(ib)]
@@ -145,9 +157,9 @@ def _compare_step(a: Recording, b: Recording, step: int, result: DiffResult) -> 
     for stat in STATS:
         u, v = x[stat], y[stat]
         with np.errstate(invalid="ignore", over="ignore"):
-            both_nan = np.isnan(u) & np.isnan(v)
+            same = (u == v) | (np.isnan(u) & np.isnan(v))  # inf == inf: no gap
             gap = np.abs(u - v)
-            bad = ~both_nan & ~(gap <= result.atol + result.rtol * np.abs(v))
+            bad = ~same & ~(gap <= result.atol + result.rtol * np.abs(v))
             rel = np.where(np.isnan(gap), np.inf, gap / np.maximum(np.abs(v), 1e-300))
         update = bad & (rel > worst)
         worst[update], worst_stat[update] = rel[update], stat

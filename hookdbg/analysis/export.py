@@ -168,6 +168,8 @@ def _readable(row: np.void, recording: Recording) -> dict[str, object]:
             out[name] = utf8(value)
         elif isinstance(value, np.floating):
             out[name] = None if np.isnan(value) else float(value)
+        elif name in ("nan", "posinf", "neginf") and value < 0:
+            out[name] = None  # values not looked at (shapes only)
         else:
             out[name] = value.item() if isinstance(value, np.generic) else value
     return out

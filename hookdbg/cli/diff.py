@@ -152,9 +152,12 @@ def _explain(result: DiffResult, a: Recording, b: Recording) -> list[str]:
             shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
             lines.append(f"modules only in {side}: {shown}")
     if result.unmatched_rows:
+        more = result.unmatched_rows - len(result.unmatched)
         lines.append(
             f"{plural(result.unmatched_rows, 'tensor summary', 'tensor summaries')} "
-            "had no counterpart in the other recording"
+            "had no counterpart in the other recording: "
+            + "; ".join(result.unmatched)
+            + (f"; and {more:,} more" if more > 0 else "")
         )
     return lines
 
@@ -222,6 +225,7 @@ def _as_json(result: DiffResult, a: Recording, b: Recording, top: int) -> dict[s
         "compared_steps": result.compared_steps,
         "compared_rows": result.compared_rows,
         "unmatched_rows": result.unmatched_rows,
+        "unmatched_examples": result.unmatched,
         "only_in_a": result.only_a,
         "only_in_b": result.only_b,
         "first_divergence": div(result.first) if result.first else None,

@@ -177,8 +177,11 @@ def record(
             f"options were given after it: they go before the script, as in `{fixed}`",
             err=True,
         )
+        if output is None:  # a file named for this run holding nothing: do not leave it
+            path.unlink(missing_ok=True)
+            click.echo(f"{prefix}removed {path}: nothing was recorded in it", err=True)
     unmatched = options.modules.unmatched([(i.name, i.path) for i in recorder.modules])
-    for glob in unmatched:
+    for glob in (g for g in unmatched if g not in recorder.unmatched_globs):  # not said yet
         say(f"--modules {glob!r} matched no module (names look like {_example_name(recorder)})")
     sys.stdout.flush()
     sys.exit(code)

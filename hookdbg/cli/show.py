@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+import numpy as np
 
 from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput
@@ -38,7 +39,7 @@ from hookdbg.store.schema import StepKind
     "evals",
     is_flag=True,
     help="Show the eval batches (forward-only: validation, test) instead of the training "
-    "steps; --step/--steps then select them by the number of training steps before them.",
+    "steps; --step/--steps then select eval batches by their number (eval 0, eval 1...).",
 )
 @json_option
 def show(
@@ -61,15 +62,23 @@ def show(
     except LookupError as exc:
         raise BadInput(f"{exc} (`hookdbg summary {recording}` lists them)") from None
     kind = StepKind.EVAL if evals else StepKind.TRAIN
-    if evals:
-        if not len(rec.evals):
-            raise BadInput(f"{recording} has no eval batches")
-        first, last = steps
+    segments = None
+    if evals:  # --step/--steps number the eval batches, as reports label them
+        count = len(rec.evals)
+        lo, hi = steps[0] or 0, count - 1 if steps[1] is None else min(steps[1], count - 1)
+        if lo > hi:
+            raise BadInput(f"no such eval batch; {recording} has eval batches 0..{count - 1}")
+        chosen = rec.evals[lo : hi + 1]
+        segments = chosen["segment"]
+        first, last = int(chosen["step"].min()), int(chosen["step"].max())
     else:
         first, last = check_steps(rec, steps)
     rows = rec.tensors(first, last, kind=kind)
+    calls = rec.calls(first, last, ["call", "module", "index", "segment"], kind=kind)
+    if segments is not None:
+        rows = rows[np.isin(rows["segment"], segments)]
+        calls = calls[np.isin(calls["segment"], segments)]
     rows = rows[rows["module"] == target.id]
-    calls = rec.calls(first, last, ["call", "module", "index"], kind=kind)
     calls = calls[calls["module"] == target.id]
     call_index = dict(zip(calls["call"].tolist(), calls["index"].tolist(), strict=True))
     if as_json:
@@ -100,7 +109,7 @@ def show(
         return
     span = f"step {first}" if first == last else f"steps {first}-{last}"
     if evals:
-        span = "eval batches"
+        span = f"eval batch {lo}" if lo == hi else f"eval batches {lo}-{hi}"
     out.print(
         tensor_table(
             f"{target.name} ({target.type}), {span}",

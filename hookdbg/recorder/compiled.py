@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from hookdbg.recorder.envelope import run_eagerly
 from hookdbg.recorder.naming import user_modules
 
 
@@ -60,6 +61,9 @@ class _RecordedCall:
 
     def __getattr__(self, name: str) -> Any:  # what torch may ask of the compiled fn
         return getattr(self.compiled, name)
+
+
+run_eagerly(_RecordedCall.__call__.__code__)
 
 
 class InPlaceCompiled:

@@ -175,6 +175,7 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
         self._rows: dict[str, list] = {}
         self._last_handoff = 0.0
         self._handoff_every = min(0.5, self.options.flush_interval / 2)
+        self.unmatched_globs: list[str] = []  # --modules globs said to match nothing
         self.steps_recorded = 0  # training steps
         self.evals_recorded = 0  # eval batches
         self.calls_recorded = 0
@@ -253,7 +254,7 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
             with self._lock:
                 now = perf_counter() - self._ovh
                 if self._segment >= 0:
-                    self._end_step(now)
+                    self._end_step(now, cut=status != "complete")
                 self._read_batches(wait=True)
                 if self._alerts:
                     self._act(actions=False)  # the script is over: nothing left to stop
@@ -269,6 +270,18 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
             }
             if self._writer is not None:  # not under the lock: the writer may want it
                 self._writer.close(end)
+
+    def _check_globs(self) -> None:
+        """Say at once, not when the run ends, that a --modules glob matched nothing in
+        the first step (almost always a typo)."""
+        seen = [(i.name, i.path) for i in self.modules]
+        self.unmatched_globs = self.options.modules.unmatched(seen)
+        for glob in self.unmatched_globs:
+            examples = ", ".join(repr(n) for n, _ in seen[1:3]) or "none so far"
+            self.warn(
+                f"--modules {glob!r} matched none of the {len(seen)} modules of the first "
+                f"step (names look like {examples}); recording goes on"
+            )
 
     def _terminated(self, signum: signal.Signals) -> None:
         """SIGTERM or SIGHUP that would end the process: close the recording first."""
@@ -500,9 +513,9 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
         self._recompute = RecomputeIndex(self._calls)
         self._grad_finite = {} if self._batch is None else self._batch.grad_finite
 
-    def _end_step(self, now: float) -> None:
+    def _end_step(self, now: float, cut: bool = False) -> None:
         seg = self._seg
-        seg.training = training = self._steps.end()
+        seg.training = training = self._steps.end(cut)
         if self._recording:
             self._rows.setdefault("calls", []).extend(
                 backward_rows(self._calls, self._step, self._segment, self._v0)
@@ -530,6 +543,8 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
             self._inflight.append(self._batch)
             self._batch = None
         self._handoff()  # a finished step is on its way to disk at once
+        if self._segment == 0:
+            self._check_globs()
 
     def _read_batches(self, wait: bool) -> None:
         """Complete the steps whose device statistics have reached the host: rows to the

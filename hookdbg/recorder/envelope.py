@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from time import perf_counter
+from types import CodeType
 from typing import Any
 
 from torch.compiler import is_compiling
@@ -44,3 +46,25 @@ def hook(body: Callable[..., None]) -> Callable[..., None]:
             self._act()
 
     return guarded
+
+
+def run_eagerly(code: CodeType) -> None:
+    """Tell torch.compile never to compile a frame of ``code``, nor the frames it calls, as
+    frames of their own: it would compile a hook into a trivial graph guarded on the grad
+    mode, recompiling as the mode changes (inlined into a model's graph, a hook already
+    returns at once). Uses
+    dynamo's C entry point, loaded with torch, rather than torch._dynamo, which takes
+    seconds to import; without it (another torch), nothing changes but those recompiles."""
+    try:
+        from torch._C._dynamo import eval_frame
+    except ImportError:
+        return
+    action = getattr(eval_frame, "_FrameAction", None)
+    strategy = getattr(eval_frame, "_FrameExecStrategy", None)
+    if action is None or strategy is None:
+        return
+    with contextlib.suppress(Exception):
+        eval_frame.set_code_exec_strategy(code, strategy(action.SKIP, action.SKIP))
+
+
+run_eagerly(hook(lambda self, t0: None).__code__)  # every hook shares this code

@@ -316,21 +316,15 @@ class ModuleRegistry:
 def _find_label(obj: object) -> str | None:
     """The variable that holds ``obj`` in the code that called it, if one is easy to see.
 
-    Looks through the user's frames (not torch's, not hookdbg's) for a local bound to
-    ``obj``, or an attribute of a local (``self.model``), then ``__main__``'s globals.
+    Looks through the user's frames (not torch's, not hookdbg's; the script's own before
+    installed libraries') for a local bound to ``obj``, or an attribute of a local
+    (``self.model``), and ``__main__``'s globals.
     """
-    frame = sys._getframe(1)
-    seen = 0
-    while frame is not None and seen < 8:
-        filename = os.path.abspath(frame.f_code.co_filename)
-        if not filename.startswith((_HOOKDBG_DIR, _TORCH_DIR)) and "<frozen" not in filename:
-            seen += 1
-            found = _label_in(frame.f_locals, obj)
-            if found:
-                return found
-        frame = frame.f_back
-    main = sys.modules.get("__main__")
-    return _label_in(vars(main), obj) if main is not None else None
+    for space in _user_namespaces():
+        found = _label_in(space, obj)
+        if found:
+            return found
+    return None
 
 
 _NOT_HOLDERS = (torch.nn.Module, type, types.ModuleType, types.FunctionType)
@@ -338,18 +332,24 @@ _NOT_HOLDERS = (torch.nn.Module, type, types.ModuleType, types.FunctionType)
 
 def _user_namespaces() -> list[dict[str, object]]:
     """Locals of the user's frames (not torch's, not hookdbg's), innermost first, then
-    ``__main__``'s globals."""
-    spaces = []
+    ``__main__``'s globals. The script's own code comes before installed libraries'
+    (a Lightning or Hugging Face trainer loop calls the model ``pl_module`` or
+    ``model``; the script calls it what the user does)."""
+    own: list[dict[str, object]] = []
+    libraries: list[dict[str, object]] = []
     frame = sys._getframe(1)
-    while frame is not None and len(spaces) < 8:
+    while frame is not None and len(own) + len(libraries) < 16:
         filename = os.path.abspath(frame.f_code.co_filename)
         if not filename.startswith((_HOOKDBG_DIR, _TORCH_DIR)) and "<frozen" not in filename:
-            spaces.append(frame.f_locals)
+            installed = any(part in filename for part in _INSTALLED)
+            (libraries if installed else own).append(frame.f_locals)
         frame = frame.f_back
     main = sys.modules.get("__main__")
-    if main is not None:
-        spaces.append(vars(main))
-    return spaces
+    globals_ = [vars(main)] if main is not None else []
+    return [*own[:8], *globals_, *libraries[:8]]
+
+
+_INSTALLED = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 
 
 def user_modules() -> list[torch.nn.Module]:

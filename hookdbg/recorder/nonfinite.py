@@ -29,8 +29,9 @@ An alert names the origin of a problem:
 * forward, from outside: a NaN in a module input that no recorded module produced (the
   data, or tensor code between modules);
 * backward: the gradient w.r.t. a module's input is non-finite while the gradients
-  w.r.t. its outputs were finite and no module inside it had non-finite gradients, or a
-  parameter's gradient is non-finite while its module's output gradients were finite;
+  w.r.t. its outputs were finite, no module inside it had non-finite gradients and its
+  forward saw no NaN, or a parameter's gradient is non-finite while its module's output
+  gradients were finite;
   a non-finite gradient that reaches a tensor whose forward value already held an inf
   is reported where that inf was born;
 * optimizer: a parameter is non-finite right after a step although its gradient was
@@ -74,6 +75,7 @@ class Alert:
     time: float
     note: str
     first: bool = False
+    again: bool = False  # its place had an origin before (warned once, recorded each time)
     reported: bool = False  # a provisional inf birth that proved to be a problem
     origin: Call | None = field(default=None, repr=False)  # the call, when there is one
     # live objects for an interactive breakpoint; never written to the file
@@ -99,8 +101,9 @@ class Alert:
         return f"{counts_text(self.summary)} of {self.summary[3]:,} values"
 
     def message(self) -> str:
+        appeared = "appeared again" if self.again else "first appeared"
         return (
-            f"{self.kind} first appeared {self.segment.when} in {self.where}: "
+            f"{self.kind} {appeared} {self.segment.when} in {self.where}: "
             f"{self.counts()}; {self.note}"
         )
 
@@ -152,6 +155,7 @@ class OriginDetector:
         seen = self.origins.get(key, 0)
         self.origins[key] = seen + 1
         alert.first = self.alerts == 0
+        alert.again = seen > 0
         self.alerts += 1
         return seen == 0
 
@@ -280,7 +284,10 @@ class OriginDetector:
         for c, _ in producers:
             c.bad_grad = True
             c.mark_below_bad()
-        candidates = [(c, p) for c, p in consumers if not c.bad_grad and not c.below_bad]
+        # a call that already had NaN in its forward (inputs, or itself) passes it on
+        candidates = [
+            (c, p) for c, p in consumers if not (c.bad_grad or c.below_bad or c.nan_in or c.tainted)
+        ]
         if candidates:
             self.step_tainted = True
             call, path = max(candidates, key=lambda cp: cp[0].depth)
@@ -332,7 +339,7 @@ class OriginDetector:
         now: float,
     ) -> Alert | None:
         self.step_tainted = True
-        if any(c.bad_grad or c.below_bad for c in calls):
+        if any(c.bad_grad or c.below_bad or c.nan_in or c.tainted for c in calls):
             return None
         origin = calls[-1] if calls else None
         if origin is not None:

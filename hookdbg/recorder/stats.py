@@ -78,7 +78,7 @@ def summarise(t: torch.Tensor) -> tuple:
     dtype = t.dtype
     n = t.numel()
     if dtype not in _FLOATS or n == 0:
-        return shape_only(t)
+        return _integer(t, n) if n and t.is_cpu and dtype in _INTEGERS else shape_only(t)
     if n == 1:
         return _one_value(t)
     if n <= NUMPY_MAX and dtype in _NATIVE and t.is_cpu:
@@ -92,9 +92,40 @@ def summarise(t: torch.Tensor) -> tuple:
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return _nonfinite_summary(t, v)
     squares = torch.dot(v, v).item()
-    mean = v.sum().item() / n
+    total = v.sum().item()
+    if not (math.isfinite(squares) and math.isfinite(total)):  # float32 sums overflowed
+        wide = v.double()
+        squares, total = torch.dot(wide, wide).item(), wide.sum().item()
+    mean = total / n
     return _finite(
         t, n, lo, hi, mean, _std(v, n, lo, hi, mean, squares), squares, _zero_fraction(v, n)
+    )
+
+
+_INTEGERS = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool})
+
+
+def _integer(t: torch.Tensor, n: int) -> tuple:
+    """Integers (token ids, labels, masks) get their range, the statistic that shows an
+    index out of range; they cannot hold NaN or inf, so those counts are 0."""
+    v = t.reshape(-1)
+    if v.dtype == torch.bool:
+        v = v.view(torch.uint8)
+    lo, hi = torch.aminmax(v)
+    return (
+        tuple(t.shape),
+        dtype_name(t.dtype),
+        device_name(t),
+        n,
+        float(lo.item()),
+        float(hi.item()),
+        _NAN,
+        _NAN,
+        _NAN,
+        0,
+        0,
+        0,
+        _NAN,
     )
 
 
@@ -150,8 +181,13 @@ def _small(t: torch.Tensor, n: int) -> tuple:
     lo, hi = float(a.min()), float(a.max())
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return _nonfinite_summary(t, t.reshape(-1))
-    squares = float(np.dot(a, a))
-    mean = float(a.sum()) / n
+    with np.errstate(over="ignore", invalid="ignore"):  # never a warning in the user's stderr
+        squares = float(np.dot(a, a))
+        total = float(a.sum())
+    if not (math.isfinite(squares) and math.isfinite(total)):  # float32 sums overflowed
+        wide = a.astype(np.float64)
+        squares, total = float(np.dot(wide, wide)), float(wide.sum())
+    mean = total / n
     std = _std(t, n, lo, hi, mean, squares)
     return _finite(t, n, lo, hi, mean, std, squares, 1.0 - int(np.count_nonzero(a)) / n)
 
@@ -165,7 +201,7 @@ def _std(t: torch.Tensor, n: int, lo: float, hi: float, mean: float, squares: fl
     if lo == hi:
         return 0.0
     var = squares / n - mean * mean
-    if var > 1e-4 * mean * mean:
+    if var > 1e-4 * mean * mean and math.isfinite(var):
         return math.sqrt(var)
     exact = t.reshape(-1).double()
     centred = exact - exact.mean()
@@ -208,8 +244,9 @@ def _nonfinite_summary(t: torch.Tensor, v: torch.Tensor) -> tuple:
     else:
         lo, hi = torch.aminmax(finite)
         m = finite.numel()
-        squares = torch.dot(finite, finite).item()
-        mean = finite.sum().item() / m
+        wide = finite.double()  # rare: exact sums, whatever the finite values' size
+        squares = torch.dot(wide, wide).item()
+        mean = wide.sum().item() / m
         lo, hi = lo.item(), hi.item()
         stats = (lo, hi, mean, _std(finite, m, lo, hi, mean, squares), math.sqrt(squares))
     zero = 1.0 - torch.count_nonzero(v).item() / n

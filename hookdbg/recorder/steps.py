@@ -15,8 +15,9 @@ one of:
 
 * **aux**: the module (with its submodules) has no parameters: a data transform such as
   torchvision's ``Normalize`` applied per sample, a loss module, an activation. It
-  belongs to the segment it happens in, or starts the next one if the current one is
-  complete (the transforms of the next iteration's batch).
+  belongs to the segment it happens in (the loss of an eval batch, or the transforms of
+  the batch after it), or starts the next one if the current one is complete (the
+  transforms of the next iteration's batch).
 * **sample**: gradients are off but the module is in training mode: a GAN's
   ``netG(fixed_noise)`` under ``no_grad``, a DQN target network. It belongs to the
   segment it happens in. (Before any training, with no optimizer known and no backward
@@ -36,9 +37,10 @@ forward+backward of the model is a step). A root call starts a new segment when
    batch of a validation loop); or
 3. it is train, the current segment holds only eval batches' forwards, and either the
    same module ran in it or several eval batches have run since the last training
-   step (training resumes after a validation loop; a single eval forward of another
-   model just before training, such as a distillation teacher or a frozen backbone in
-   ``eval()`` mode, is part of the step); or
+   step (training resumes after a validation loop, also inside ``optimizer.step`` as
+   Lightning runs it; a single eval forward of another model just before training,
+   such as a distillation teacher or a frozen backbone in ``eval()`` mode, is part of
+   the step); or
 4. it is train, no optimizer is known, no backward has run in the whole recording, and
    the same module already ran in the current segment (a forward-only script with
    gradients on: each forward is a batch of its own).
@@ -50,7 +52,8 @@ is not complete (a target network) or a second model's eval forward in the same 
 Optimizers become known when they step, and at the first root forward and the first
 optimizer step hookdbg also looks for them in the training loop's variables (``opt``,
 ``opt_d``, ``opt_g``, ``self.optimizers``), so that the first iteration of a GAN or of
-gradient accumulation is not cut in two. A forward run by an optimizer itself (LBFGS's
+gradient accumulation is not cut in two; a framework's optimizer wrapper stands for the
+optimizer inside it. A forward run by an optimizer itself (LBFGS's
 closure) never starts a segment. An optimizer that does not step every iteration (a
 spare one, or a WGAN's generator stepping every 5th) is noticed when another steps twice
 within one segment; from then on a step is a cycle of the optimizers seen stepping.
@@ -128,12 +131,15 @@ class StepTracker:
             return False
         if self._complete(module):  # also inside an optimizer: LBFGS's closure
             return True
-        if kind == RootKind.AUX or self._in_optimizer:
+        if kind == RootKind.AUX:
             return False
+        eval_batch = not self.is_training and bool(self._roots)
         if kind == RootKind.EVAL:
-            return not self.is_training and module in self._roots
-        if not self.is_training and self._roots:  # training resumes after eval batches
+            return eval_batch and module in self._roots
+        if eval_batch:  # training resumes (inside optimizer.step too: Lightning's closure)
             return module in self._roots or self._eval_since_training > 0
+        if self._in_optimizer:  # LBFGS evaluates its closure several times in one step
+            return False
         return not self._known and not self._any_backward and module in self._roots
 
     def _complete(self, module: int) -> bool:
@@ -165,9 +171,11 @@ class StepTracker:
         if kind == RootKind.TRAIN:
             self._trained = True
 
-    def end(self) -> bool:
-        """End the current segment; True if it was a training step."""
-        training = self._backward or bool(self._stepped)
+    def end(self, cut: bool = False) -> bool:
+        """End the current segment; True if it was a training step. ``cut``: the run
+        stopped in the middle of it (an exception, --on-nan stop): a training forward
+        made it a training step even though its backward never came."""
+        training = self._backward or bool(self._stepped) or (cut and self._trained)
         if training:
             self.step += 1
             self._eval_since_training = 0
@@ -202,13 +210,32 @@ class StepTracker:
         self.optimizer_steps += 1
 
 
+_WRAPPED = ("optimizer", "_optimizer", "optim", "base_optimizer")
+
+
+def unwrapped(opt: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """The optimizer that really steps inside a wrapper that is one too (accelerate's
+    AcceleratedOptimizer, Lightning's LightningOptimizer): the wrapper's own step never
+    reaches the optimizer hooks, the inner one's does."""
+    for _ in range(4):
+        inner = next(
+            (w for a in _WRAPPED if isinstance(w := getattr(opt, a, None), torch.optim.Optimizer)),
+            None,
+        )
+        if inner is None or inner is opt:
+            break
+        opt = inner
+    return opt
+
+
 def _find_optimizers() -> list[torch.optim.Optimizer]:
     """Optimizers held by the user's code: locals of the calling frames, one level of
-    their attributes and containers, and ``__main__``'s globals."""
+    their attributes and containers, and ``__main__``'s globals (wrappers unwrapped)."""
     found: dict[int, torch.optim.Optimizer] = {}
 
     def visit(value: object, depth: int) -> None:
         if isinstance(value, torch.optim.Optimizer):
+            value = unwrapped(value)
             found[id(value)] = value
         elif depth == 0:
             return

@@ -132,7 +132,11 @@ def test_unmatched_module_glob_is_pointed_out(tmp_path):
         cwd=tmp_path,
     )
     assert out.returncode == 0
-    assert "--modules 'layr3.*' matched no module (names look like 'model.body'" in out.stderr
+    said = "--modules 'layr3.*' matched none of the 9 modules of the first step (names look "
+    said += "like 'model.body', 'model.body.0'); recording goes on"  # 8 of the model, 1 loss
+    assert said in out.stderr  # after the first step, not only when the run ends
+    assert out.stderr.index(said) < out.stderr.index("hookdbg: recorded 2 steps")
+    assert out.stderr.count("layr3") == 1
 
 
 def test_help_documents_every_option(tmp_path):
@@ -167,9 +171,14 @@ def test_hookdbg_options_after_the_script_are_pointed_out(tmp_path):
     )
     assert out.returncode == 2  # the script's own exit status, from argparse
     assert "unrecognized arguments: -o x.h5 --level timing" in out.stderr
-    hint = out.stderr.strip().splitlines()[-1]
+    hint, removed = out.stderr.strip().splitlines()[-2:]
     assert hint.startswith("hookdbg: the script exited with status 2 before any module call")
     assert f"`hookdbg record -o x.h5 --level timing {script} --epochs 3`" in hint
+    # the file named for this run holds nothing: it is not left behind
+    assert removed.startswith("hookdbg: removed hookdbg-train.") and removed.endswith(
+        ": nothing was recorded in it"
+    )
+    assert not list(tmp_path.glob("*.h5"))
 
 
 @pytest.mark.parametrize(

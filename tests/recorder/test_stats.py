@@ -68,10 +68,13 @@ def test_other_float_dtypes(dtype):
     assert got["mean"] == pytest.approx(0.0, abs=1e-2) and got["max"] == pytest.approx(2.0)
 
 
-def test_non_float_and_empty_tensors_get_shape_only():
-    ints = as_dict(stats.summarise(torch.arange(10)))
-    assert ints["shape"] == (10,) and ints["dtype"] == "int64" and ints["nan"] == -1
+def test_integer_tensors_get_their_range_and_empty_ones_shape_only():
+    ints = as_dict(stats.summarise(torch.tensor([[3, 50_257], [7, 0]])))  # an id out of range
+    assert ints["shape"] == (2, 2) and ints["dtype"] == "int64"
+    assert (ints["min"], ints["max"]) == (0, 50_257) and ints["nan"] == ints["posinf"] == 0
     assert math.isnan(ints["mean"])
+    mask = as_dict(stats.summarise(torch.tensor([True, False, False])))
+    assert (mask["min"], mask["max"]) == (0, 1)
     empty = as_dict(stats.summarise(torch.empty(0, 3)))
     assert empty["numel"] == 0 and empty["nan"] == 0 and math.isnan(empty["min"])
 
