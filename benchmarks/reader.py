@@ -10,8 +10,8 @@ queries. Target (docs/performance.md): opening well under a second.
 from __future__ import annotations
 
 import argparse
-import tempfile
 import os
+import tempfile
 import time
 from pathlib import Path
 
