@@ -58,6 +58,27 @@ _DERIVED: dict[str, dict[str, str | float]] = {
 }
 
 
+def _one_row_per_step(rows: np.ndarray) -> np.ndarray:
+    """Training segments as steps: a step interrupted before its optimizer step (by
+    validation during gradient accumulation) is two segments with one number; they
+    become one row whose ``start``..``end`` spans the time spent training, not the
+    eval batches between (``end`` is ``start`` plus the segments' durations)."""
+    steps = rows["step"]
+    if len(steps) < 2 or np.all(steps[1:] != steps[:-1]):
+        return rows
+    first = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
+    out = rows[first].copy()
+    for name, reduce in (
+        ("calls", np.add),
+        ("optimizer_steps", np.add),
+        ("backward", np.maximum),
+        ("recorded", np.maximum),
+    ):
+        out[name] = reduce.reduceat(rows[name], first)
+    out["end"] = out["start"] + np.add.reduceat(rows["end"] - rows["start"], first)
+    return out
+
+
 class Status(Enum):
     COMPLETE = "complete"  # closed by the recorder: has its end row
     LIVE = "live"  # still being written
@@ -134,7 +155,7 @@ class Recording:
         self.modules = ModuleTable(modules)
         self.segments = t["steps"].read()  # training steps and eval batches, in order
         training = self.segments["kind"] == schema.StepKind.TRAIN
-        self.steps = self.segments[training]
+        self.steps = _one_row_per_step(self.segments[training])
         self.evals = self.segments[~training]
         self._labels: dict[int, str] = {}
         self.alerts = t["alerts"].read()

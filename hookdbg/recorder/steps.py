@@ -58,6 +58,11 @@ closure) never starts a segment. An optimizer that does not step every iteration
 spare one, or a WGAN's generator stepping every 5th) is noticed when another steps twice
 within one segment; from then on a step is a cycle of the optimizers seen stepping.
 
+A training step interrupted before its optimizer step (validation in the middle of
+gradient accumulation, as Lightning's ``val_check_interval`` does) is cut into two
+training segments with the same step number, around the eval batches; readers see one
+step.
+
 Known limits: an iteration whose optimizer step is skipped (AMP's GradScaler after an
 inf) merges with the next one; an eval loop run with gradients on is one eval batch per
 loop rather than per batch (nothing tells its batches apart); a script whose modules
@@ -104,6 +109,7 @@ class StepTracker:
         self.step = 0
         self.evals = 0  # eval batches ended so far
         self._roots: set[int] = set()  # train/eval root modules of the current segment
+        self._train_roots: set[int] = set()  # those of them that ran with gradients on
         self._trained = False  # a train root, a backward or an optimizer step in it
         self._eval_since_training = 0  # eval segments since the last training step
         self._stepped: set[int] = set()
@@ -134,8 +140,9 @@ class StepTracker:
         if kind == RootKind.AUX:
             return False
         eval_batch = not self.is_training and bool(self._roots)
-        if kind == RootKind.EVAL:
-            return eval_batch and module in self._roots
+        if kind == RootKind.EVAL:  # the next validation batch, or validation that
+            # interrupts gradient accumulation (the model being trained, in eval mode)
+            return module in self._roots and (eval_batch or module in self._train_roots)
         if eval_batch:  # training resumes (inside optimizer.step too: Lightning's closure)
             return module in self._roots or self._eval_since_training > 0
         if self._in_optimizer:  # LBFGS evaluates its closure several times in one step
@@ -152,6 +159,7 @@ class StepTracker:
         """Start the next segment (after the recorder has ended the previous one)."""
         self.segment += 1
         self._roots.clear()
+        self._train_roots.clear()
         self._stepped.clear()
         self._backward = False
         self._trained = False
@@ -170,6 +178,7 @@ class StepTracker:
             self._roots.add(module)
         if kind == RootKind.TRAIN:
             self._trained = True
+            self._train_roots.add(module)
 
     def end(self, cut: bool = False) -> bool:
         """End the current segment; True if it was a training step. ``cut``: the run
@@ -177,8 +186,12 @@ class StepTracker:
         made it a training step even though its backward never came."""
         training = self._backward or bool(self._stepped) or (cut and self._trained)
         if training:
-            self.step += 1
             self._eval_since_training = 0
+            # a backward without the optimizer step its iteration waits for is part of a
+            # step that goes on after an interruption (validation during accumulation):
+            # the next segment keeps its number
+            if self._stepped or not self._known or cut:
+                self.step += 1
         elif self._roots:
             self.evals += 1
             self._eval_since_training += 1

@@ -17,15 +17,24 @@ ARG = "arg\x1b]0;argv\x07"
 SCRIPT = f"""
 import sys, torch
 from torch import nn
+
+class Root(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        return (x * self.scale).sqrt()
+
 torch.manual_seed(int(sys.argv[1]))
 model = nn.Sequential()
-model.add_module({EVIL!r}, nn.Linear(4, 4))
+model.add_module({EVIL!r}, Root())
 model.add_module("act", nn.ReLU())
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
 for step in range(3):
-    x = torch.randn(2, 4)
+    x = torch.rand(2, 4) + 0.5
     if step == 2:
-        x[0, 0] = float("nan")
+        x[0, 0] = -1.0  # sqrt of a negative: NaN born in the module with the hostile name
     model(x).sum().backward()
     opt.step()
     opt.zero_grad()
@@ -49,7 +58,7 @@ REPORTS = [
     ["profile", "{a}"],
     ["alerts", "{a}"],
     ["search", "{a}", "nan"],
-    ["search", "{a}", "type:Linear"],
+    ["search", "{a}", "type:Root"],
     ["show", "{a}", "*pwned*"],
     ["diff", "{a}", "{b}"],
     ["tensor", "{a}", "*pwned*"],

@@ -1,0 +1,110 @@
+"""Training frameworks run the loop themselves: steps must still be the trainer's steps
+and validation its eval batches, under the unmodified ``hookdbg record``."""
+
+import json
+import textwrap
+
+import pytest
+
+from tests.helpers import hookdbg
+
+LIGHTNING = """
+import torch, torch.nn as nn, torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+import lightning as L
+
+class LitNet(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 2))
+    def forward(self, x):
+        return self.backbone(x)
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self(x), y)
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", F.cross_entropy(self(x), y))
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-2)
+
+L.seed_everything(0)
+X, Y = torch.randn(96, 4, 4), torch.randint(0, 2, (96,))
+train = DataLoader(TensorDataset(X[:64], Y[:64]), batch_size=8)
+val = DataLoader(TensorDataset(X[64:], Y[64:]), batch_size=8)
+trainer = L.Trainer(max_steps=6, limit_val_batches=2, val_check_interval=3,
+                    accumulate_grad_batches={accum}, accelerator="cpu", logger=False,
+                    enable_checkpointing=False, enable_progress_bar=False,
+                    enable_model_summary=False)
+model = LitNet()
+trainer.fit(model, train, val)
+print("global_step", trainer.global_step)
+"""
+
+HF_TRAINER = """
+import torch
+from torch.utils.data import Dataset
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+
+class Toy(Dataset):
+    def __init__(self, n):
+        g = torch.Generator().manual_seed(n)
+        self.ids = torch.randint(5, 60, (n, 8), generator=g)
+    def __len__(self):
+        return len(self.ids)
+    def __getitem__(self, i):
+        mask = torch.ones(8, dtype=torch.long)
+        mask[6 - i % 3:] = 0  # padded
+        return {{"input_ids": self.ids[i], "attention_mask": mask, "labels": i % 2}}
+
+torch.manual_seed(0)
+config = BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                    intermediate_size=32, max_position_embeddings=16, num_labels=2)
+model = BertForSequenceClassification(config)
+args = TrainingArguments(output_dir={out!r}, max_steps=4, per_device_train_batch_size=4,
+                         per_device_eval_batch_size=4, eval_strategy="steps", eval_steps=2,
+                         gradient_accumulation_steps={accum}, save_strategy="no",
+                         report_to=[], use_cpu=True, disable_tqdm=True, seed=0)
+trainer = Trainer(model=model, args=args, train_dataset=Toy(32), eval_dataset=Toy(8))
+trainer.train()
+print("global_step", trainer.state.global_step)
+"""
+
+
+def summary(path) -> dict:
+    out = hookdbg("summary", "--json", path)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize(
+    ("accum", "evals"),
+    [
+        (1, 6),  # 2 sanity-check batches, 2 after step 3, 2 after step 6
+        (2, 8),  # validation every 3 batches: 3 times, twice in the middle of a step
+    ],
+)
+def test_lightning_steps_are_the_trainers_steps(tmp_path, accum, evals):
+    pytest.importorskip("lightning")
+    script = tmp_path / "lit.py"
+    script.write_text(textwrap.dedent(LIGHTNING.format(accum=accum)))
+    out = hookdbg("record", "-q", "-o", tmp_path / "run.h5", script, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "global_step 6" in out.stdout
+    data = summary(tmp_path / "run.h5")
+    assert (data["steps"], data["eval_batches"]) == (6, evals)
+    assert any(m["name"] == "model.backbone.1" for m in data["module_table"])
+
+
+@pytest.mark.parametrize("accum", [1, 2])
+def test_hugging_face_trainer_steps_are_its_global_steps(tmp_path, accum):
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    script = tmp_path / "hf.py"
+    script.write_text(textwrap.dedent(HF_TRAINER.format(out=str(tmp_path / "out"), accum=accum)))
+    out = hookdbg("record", "-q", "-o", tmp_path / "run.h5", script, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "global_step 4" in out.stdout
+    data = summary(tmp_path / "run.h5")
+    assert (data["steps"], data["eval_batches"]) == (4, 4)  # evaluation at steps 2 and 4
+    assert data["alerts"] == 0  # padded attention masks are no alert
