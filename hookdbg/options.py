@@ -179,6 +179,7 @@ class RecordOptions:
         number("--flush-interval", self.flush_interval, "seconds", *FLUSH_SECONDS)
         megabytes("--capture-budget", self.capture_budget / MB, off=False)
         megabytes("--flight-recorder", self.flight_budget / MB, off=True)
+        megabytes("--max-backlog", self.max_backlog_bytes / MB, off=False)
         if self.on_nan != "warn" and not self.checks_nan:
             raise OptionError(f"--on-nan {self.on_nan} needs NaN checks: drop --no-nan-check")
 
@@ -198,6 +199,7 @@ class RecordOptions:
         capture_steps: str | StepRange | None = None,
         capture_budget_mb: float = 512,
         flight_recorder_mb: float = 256,
+        max_backlog_mb: float = 256,
         **rest: object,
     ) -> RecordOptions:
         """Options from user-facing values (strings as typed, sizes in MB)."""
@@ -210,6 +212,7 @@ class RecordOptions:
             capture_steps=StepRange.parse(capture_steps),
             capture_budget=megabytes("--capture-budget", capture_budget_mb, off=False),
             flight_budget=megabytes("--flight-recorder", flight_recorder_mb, off=True),
+            max_backlog_bytes=megabytes("--max-backlog", max_backlog_mb, off=False),
             **rest,  # type: ignore[arg-type]
         )
 
@@ -229,5 +232,6 @@ class RecordOptions:
             "capture_steps": str(self.capture_steps),
             "capture_budget_mb": self.capture_budget / MB,
             "flight_recorder_mb": self.flight_budget / MB,
+            "max_backlog_mb": self.max_backlog_bytes / MB,
             "flush_interval": self.flush_interval,
         }

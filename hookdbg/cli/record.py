@@ -101,6 +101,15 @@ Examples:
     help="Memory for the last two steps' tensors; when a NaN/inf origin fires, those "
     "of the origin and its neighbours are written to the file. 0 turns it off.",
 )
+@click.option(
+    "--max-backlog",
+    type=float,
+    default=256,
+    show_default=True,
+    metavar="MB",
+    help="Memory for rows and captured tensors waiting to be written; past it (the disk "
+    "cannot keep up) they are dropped and counted in the file.",
+)
 @click.option("-f", "--force", is_flag=True, help="Overwrite FILE if it exists.")
 @click.option("-q", "--quiet", is_flag=True, help="No status lines from hookdbg.")
 @click.option(
@@ -126,6 +135,7 @@ def record(
     capture_steps: str | None,
     capture_budget: float,
     flight_recorder: float,
+    max_backlog: float,
     force: bool,
     quiet: bool,
     flush_interval: float,
@@ -155,6 +165,7 @@ def record(
             capture_steps=capture_steps,
             capture_budget_mb=capture_budget,
             flight_recorder_mb=flight_recorder,
+            max_backlog_mb=max_backlog,
             quiet=quiet,
             flush_interval=flush_interval,
         )

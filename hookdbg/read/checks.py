@@ -133,8 +133,10 @@ def open_file(path: Path) -> tuple[h5py.File, Superblock | None]:
         # Shorter than it says, but its SWMR writer never closed it: the disk filled up
         # (HDF5 had reserved space it could not write) or the writer died extending it.
         # Everything the writer committed is there (``committed``); reads are bounded.
+    writing = block is not None and bool(block.flags & SWMR_WRITING)
     try:
-        return h5py.File(path, "r"), block
+        if not writing:  # closed by its writer: a plain open (HDF5 refuses it otherwise)
+            return h5py.File(path, "r"), block
     except OSError as exc:
         if "already open for write" not in str(exc):
             raise damaged(path, exc) from None

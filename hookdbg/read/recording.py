@@ -153,7 +153,12 @@ class Recording:
         modules = t["modules"].read()
         check_module_rows(modules, self.path)
         self.modules = ModuleTable(modules)
-        self.segments = t["steps"].read()  # training steps and eval batches, in order
+        ended = t["steps"].read()
+        unfinished = self._unfinished_segment(ended)
+        # training steps and eval batches, in order; the last one may still be running
+        # (live) or have been cut short (a crash): then ``unfinished`` is its id
+        self.unfinished = None if unfinished is None else int(unfinished["segment"])
+        self.segments = ended if unfinished is None else np.concatenate([ended, [unfinished]])
         training = self.segments["kind"] == schema.StepKind.TRAIN
         self.steps = _one_row_per_step(self.segments[training])
         self.evals = self.segments[~training]
@@ -172,6 +177,35 @@ class Recording:
         facts = t["info"].read(rows=slice(0, _MAX_FACTS))
         self.facts = {utf8(r["key"]): utf8(r["value"]) for r in facts}
         self.compiled = [utf8(r["value"]) for r in facts if r["key"] == b"compiled"]
+
+    def _unfinished_segment(self, ended: np.ndarray) -> np.void | None:
+        """A steps row for the segment whose calls are in the file but whose own row is
+        not (the recorder writes it when the segment ends): the step a live run is in,
+        or the one a crash cut short. Training if an optimizer stepped in it, else like
+        the segment before it."""
+        calls = self._tables["calls"]
+        if not len(calls):
+            return None
+        last = int(ended["segment"][-1]) if len(ended) else -1
+        since = int(ended["step"][-1]) if len(ended) else -(2**31)
+        tail = calls.read(
+            ["step", "segment", "phase", "start", "total"], calls.step_rows(since, 2**31 - 1)
+        )
+        tail = tail[tail["segment"] > last]
+        if not len(tail):
+            return None
+        tail = tail[tail["segment"] == tail["segment"].min()]
+        row = np.zeros((), dtype=schema.STEPS)
+        row["step"], row["segment"] = tail["step"][0], tail["segment"][0]
+        opt = int(np.count_nonzero(tail["phase"] == schema.Phase.OPT))
+        before = ended["kind"][-1] if len(ended) else schema.StepKind.TRAIN
+        row["kind"] = schema.StepKind.TRAIN if opt else before
+        row["start"] = tail["start"].min()
+        row["end"] = (tail["start"] + tail["total"]).max()
+        row["calls"] = int(np.count_nonzero(tail["phase"] == schema.Phase.FWD))
+        row["optimizer_steps"] = opt
+        row["recorded"] = 1
+        return row[()]
 
     # -- what is in it --------------------------------------------------------------
 

@@ -33,6 +33,7 @@ def record(
     capture_steps: str | StepRange | None = None,
     capture_budget_mb: float = 512,
     flight_recorder_mb: float = 256,
+    max_backlog_mb: float = 256,
     force: bool = False,
     quiet: bool = False,
     flush_interval: float = 1.0,
@@ -54,6 +55,7 @@ def record(
         capture_steps=capture_steps,
         capture_budget_mb=capture_budget_mb,
         flight_recorder_mb=flight_recorder_mb,
+        max_backlog_mb=max_backlog_mb,
         quiet=quiet,
         flush_interval=flush_interval,
     )

@@ -174,6 +174,7 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
         # rows waiting to be handed to the writer
         self._rows: dict[str, list] = {}
         self._last_handoff = 0.0
+        self._pending_capture = 0  # bytes of captured tensors not handed over yet
         self._handoff_every = min(0.5, self.options.flush_interval / 2)
         self.unmatched_globs: list[str] = []  # --modules globs said to match nothing
         self.steps_recorded = 0  # training steps
@@ -575,6 +576,7 @@ class Recorder(TensorHooks, OptimizerHooks, AlertActions):
 
     def _handoff(self) -> None:
         self._last_handoff = perf_counter()
+        self._pending_capture = 0
         if self._rows and self._writer is not None:
             rows, self._rows = self._rows, {}
             self._writer.submit(rows)

@@ -243,10 +243,22 @@ class TensorHooks:
         if self._flight is not None:
             self._flight.keep(call, phase, slot, path, t)
         if self._capturing and call.info.capture:
-            row = self._capturer.take(self._seg, call, call.info.id, phase, slot, path, t)
-            if row is not None:
-                self._rows.setdefault("captures", []).append(row)
-            self._capturing = self._capturer.active(self._step)
+            self._capture(call, phase, slot, path, t)
+
+    def _capture(self, call: Call, phase: int, slot: int, path: str, t: torch.Tensor) -> None:
+        """Copy a tensor for --capture, unless the copies already waiting for the writer
+        fill its memory bound: then it is dropped (and counted) before it is copied."""
+        size = t.numel() * t.element_size()
+        if not self._writer.has_room(size + self._pending_capture):
+            self._writer.count_dropped(1)
+            return
+        row = self._capturer.take(self._seg, call, call.info.id, phase, slot, path, t)
+        if row is not None:
+            self._rows.setdefault("captures", []).append(row)
+            self._pending_capture += size
+            if self._pending_capture > self._writer.max_backlog_bytes // 8:
+                self._handoff()  # big copies go to the writer (and its bound) at once
+        self._capturing = self._capturer.active(self._step)
 
     def _tensor_row(self, row: tuple) -> None:
         """A pending summary waits in the step's batch until its numbers are read back;

@@ -113,6 +113,14 @@ class Writer:
         if size > 32 << 20:
             self._wake.set()
 
+    def has_room(self, size: int) -> bool:
+        """Whether ``size`` more bytes would fit the bound (asked before a big copy)."""
+        return not self._over(size) and self.failed is None and self.died is None
+
+    def count_dropped(self, rows: int) -> None:
+        """Rows the recorder dropped itself, for want of room: counted with the rest."""
+        self._drop({"captures": [None] * rows})
+
     def _over(self, size: int) -> bool:
         return self.backlog_bytes + size > self.max_backlog_bytes and self.backlog_bytes > 0
 
@@ -215,7 +223,9 @@ class Writer:
     def _run(self) -> None:
         try:
             while True:
-                self._wake.wait(self.flush_interval)
+                # twice per interval: gathering and writing take time too, and together
+                # they must stay within it (the most a kill -9 loses)
+                self._wake.wait(self.flush_interval / 2)
                 self._wake.clear()
                 stopping = self._stop.is_set()  # nothing is submitted after close() sets it
                 self._drain()
@@ -283,12 +293,11 @@ class Writer:
         """Capture rows arrive as (fields..., payload bytes); append payloads, set offsets."""
         ds = self._capture_data
         offset = ds.shape[0]
-        payload = b"".join(row[-1] for row in rows)
-        ds.resize((offset + len(payload),))
-        ds[offset:] = np.frombuffer(payload, dtype="u1")
+        ds.resize((offset + sum(len(row[-1]) for row in rows),))
         out = []
-        for row in rows:
+        for row in rows:  # one tensor at a time: no second copy of them all in memory
             *fields, data = row
+            ds[offset : offset + len(data)] = np.frombuffer(data, dtype="u1")
             out.append((*fields[:-1], offset, len(data), fields[-1]))
             offset += len(data)
         return out

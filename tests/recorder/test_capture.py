@@ -176,3 +176,24 @@ def test_tensor_command(tmp_path):
     ):
         bad = run_hookdbg("tensor", tmp_path / "run.h5", *args)
         assert bad.returncode == 2 and message in bad.stderr
+
+
+def test_captures_beyond_the_memory_bound_are_dropped_and_counted(tmp_path):
+    """--capture with a budget far above the backlog bound: what the writer cannot take
+    is dropped before it is copied, and the file says how much."""
+    model = nn.Sequential(*[nn.Linear(256, 256) for _ in range(4)])
+    with hookdbg.record(
+        tmp_path / "run.h5",
+        quiet=True,
+        capture=["*"],
+        capture_budget_mb=10_000,
+        max_backlog_mb=1,
+        flush_interval=60,  # the writer does not drain during the run
+    ) as rec:
+        for _ in range(3):
+            model(torch.randn(64, 256)).sum().backward()  # 64 kB per activation
+    assert rec.dropped_rows > 0
+    with open_recording(tmp_path / "run.h5") as done:
+        assert done.dropped_rows == rec.dropped_rows
+        kept = sum(c.nbytes for c in done.captured())
+    assert 0 < kept <= 2 << 20  # about the bound: one batch over it at most

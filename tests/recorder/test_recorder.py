@@ -217,3 +217,17 @@ def test_dataloader_workers_do_not_record(tmp_path):
         got = [b for b in torch.utils.data.DataLoader(Data(), batch_size=2, num_workers=1)]
     assert torch.equal(got[1], torch.tensor([[4.0, 4.0], [6.0, 6.0]]))
     assert len(tables(tmp_path / "run.h5")["calls"]) == 0
+
+
+def test_a_recorder_records_once(tmp_path):
+    model = nn.Linear(2, 2)
+    rec = hookdbg.record(tmp_path / "run.h5", quiet=True)
+    with rec:
+        model(torch.randn(1, 2)).sum().backward()
+    with pytest.raises(hookdbg.RecordError, match=r"already recorded to .*make a new one"), rec:
+        model(torch.randn(1, 2))
+    t = tables(tmp_path / "run.h5")  # the first recording is intact
+    assert t["end"]["status"][0] == b"complete" and len(t["calls"][t["calls"]["phase"] == 0]) == 1
+    with hookdbg.record(tmp_path / "next.h5", quiet=True):  # and nothing was left running
+        model(torch.randn(1, 2))
+    assert len(tables(tmp_path / "next.h5")["calls"]) == 1

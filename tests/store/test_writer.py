@@ -1,8 +1,10 @@
 """The writer: crash safety under kill -9, the full-queue policy, a full disk."""
 
+import json
 import os
 import subprocess
 import sys
+import time
 
 import h5py
 import numpy as np
@@ -102,5 +104,58 @@ def test_a_full_disk_stops_recording_but_not_training(tmp_path):
     assert "training finished True" in out.stdout
     assert "recording stopped, training goes on" in out.stderr
     assert os.path.getsize(path) <= 300_000
-    assert len(tables(path)["calls"]) > 0  # what was written before stays readable
     assert "Exception ignored" not in out.stderr and "(File too large)" in out.stderr
+    # the file says that writing stopped, why, and how much was lost
+    report = subprocess.run(
+        [sys.executable, "-m", "hookdbg", "summary", "--json", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    assert report.returncode == 0, report.stderr
+    data = json.loads(report.stdout)
+    assert data["write_error"] == "File too large" and data["dropped_rows"] > 0
+    assert data["ended"] == "complete" and data["write_failed_at"] is not None
+    assert data["steps"] > 0  # what was written before stays readable
+    text = subprocess.run(
+        [sys.executable, "-m", "hookdbg", "summary", str(path)], capture_output=True, text=True
+    ).stdout
+    assert "writing stopped at" in text and "(File too large)" in text
+    # no phantom rows: every step row that is there was written whole
+    steps = tables(path)["steps"]
+    committed = h5py.File(path, "r", swmr=True)[schema.COMMITTED][()]
+    whole = steps[: committed[list(schema.TABLES).index("steps")]]
+    assert len(whole) and np.all(whole["end"] > 0) and np.all(whole["calls"] > 0)
+
+
+PAUSE_AFTER_STEPS = """
+import time, torch
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(5):
+    opt.zero_grad()
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+print("finished", flush=True)
+time.sleep(60)  # loading the next batch takes long (or the run hangs here)
+"""
+
+
+def test_steps_finished_before_a_kill_9_are_in_the_file_whatever_the_script_does(tmp_path):
+    """No hook runs during the pause: the writer collects the rows on its own timer."""
+    script, path = tmp_path / "train.py", tmp_path / "run.h5"
+    script.write_text(PAUSE_AFTER_STEPS)
+    cmd = [sys.executable, "-m", "hookdbg", "record", "-q", "--flush-interval", "0.2"]
+    proc = subprocess.Popen([*cmd, "-o", str(path), str(script)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("finished")
+    time.sleep(1.0)  # five flush intervals
+    proc.kill()
+    proc.wait()
+    out = subprocess.run(
+        [sys.executable, "-m", "hookdbg", "summary", "--json", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["status"] in ("cut short", "live") and data["steps"] == 5
