@@ -136,3 +136,47 @@ def test_summaries_are_invisible_to_the_garbage_collector():
     for _ in range(3):  # a tuple is untracked once those inside it are: a pass per level
         gc.collect()
     assert not any(gc.is_tracked(r) for r in rows)
+
+
+def cases() -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    spiky = torch.randn(70_000, generator=g)
+    spiky[[5, 40_000]] = torch.tensor([float("nan"), float("-inf")])
+    return [
+        torch.randn(300, generator=g) * 1e-3 + 5e4,  # tiny spread, large mean
+        torch.relu(torch.randn(128, 128, generator=g)),  # many exact zeros
+        spiky,  # non-finite values in a large tensor (the block path and its redo)
+        torch.randn(9, generator=g) * 1e19,  # squares overflow float32
+        torch.full((5000,), float("-3.4e38")),  # an attention mask's finfo.min
+        torch.randn(33, 17, generator=g).t(),  # not contiguous
+        torch.randn(70_000, generator=g).to(torch.float16),  # half, converted first
+        torch.randn(100, generator=g).to(torch.bfloat16),
+        torch.randn(64, generator=g, dtype=torch.float64) * 1e30,
+    ]
+
+
+@pytest.mark.parametrize("t", cases(), ids=lambda t: f"{t.dtype}-{t.numel()}")
+def test_one_pass_summary_matches_a_float64_reference(t):
+    got, want = as_dict(stats.summarise(t)), reference(t)
+    for key in ("min", "max", "mean", "std", "norm"):
+        assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-12), key
+    for key in ("nan", "posinf", "neginf"):
+        assert got[key] == want[key], key
+    assert got["zero_frac"] == pytest.approx(want["zero_frac"], abs=1e-9)
+
+
+@pytest.mark.parametrize("t", cases(), ids=lambda t: f"{t.dtype}-{t.numel()}")
+def test_the_torch_fallback_says_the_same(t):
+    """Installs that could not build the C pass use torch's reductions: same numbers
+    (the zero fraction of large tensors is sampled there)."""
+    fast, slow = as_dict(stats.summarise(t)), as_dict(stats._torch_summary(t))
+    for key in ("min", "max", "mean", "std", "norm"):
+        assert slow[key] == pytest.approx(fast[key], rel=1e-4, abs=1e-12), key
+    for key in ("nan", "posinf", "neginf", "shape", "dtype", "numel"):
+        assert slow[key] == fast[key], key
+    assert slow["zero_frac"] == pytest.approx(fast["zero_frac"], abs=0.03)
+
+
+def test_the_one_pass_extension_is_built():
+    """CI builds it with the package; without it everything still works, slower."""
+    assert stats._one_pass is not None
