@@ -4,9 +4,14 @@ tensors, and --on-nan break, raise or stop."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
-from hookdbg.recorder.nonfinite import Alert
+from hookdbg.recorder.capture import FlightRecorder
+from hookdbg.recorder.envelope import Guard
+from hookdbg.recorder.nonfinite import Alert, OriginDetector
 from hookdbg.recorder.stats import FIELDS
+from hookdbg.store.rows import Rows
 
 
 class NonFiniteError(FloatingPointError):
@@ -69,35 +74,57 @@ def nan_breakpoint(alert: Alert) -> None:
     return  # the debugger stops on this line, in this frame, with the locals above
 
 
-class AlertActions:
-    """A mixin of ``Recorder``: the hooks queue the origins they find with ``_alert``,
-    and ``_act`` handles them once the hook's own error guard is behind it."""
+class Actions:
+    """What happens to the origins the hooks find: ``alert`` queues one with the live
+    objects a debugger would want, and ``act`` (run by each hook after its error guard,
+    so that an action may raise into the training code) records them, warns once per
+    origin, writes the flight recorder's tensors, then does what --on-nan asks."""
 
-    def _alert(self, alert: Alert | None, **context: object) -> None:
+    def __init__(
+        self,
+        guard: Guard,
+        rows: Rows,
+        detector: OriginDetector,
+        on_nan: str,
+        warn: Callable[[str], None],
+        handoff: Callable[[], None],
+        flight: FlightRecorder | None,
+        path: Path,
+    ) -> None:
+        self.guard = guard
+        self.rows = rows
+        self.detector = detector
+        self.on_nan = on_nan
+        self.warn = warn
+        self.handoff = handoff
+        self.flight = flight
+        self.path = path
+        guard.act = self.act
+
+    def alert(self, alert: Alert | None, **context: object) -> None:
         """Queue an origin found by a hook, with the live objects a debugger would want."""
         if alert is not None:
             alert.context = context
-            self._alerts.append(alert)
+            self.guard.alerts.append(alert)
 
-    def _act(self, actions: bool = True) -> None:
-        """Record the alerts a hook found, warn once per origin, write the flight
-        recorder's tensors, then (with ``actions``) do what --on-nan asks. Runs after the
-        hook's error guard, so that an action may raise into the training code."""
-        alerts, self._alerts = self._alerts, []
+    def act(self, actions: bool = True) -> None:
+        guard = self.guard
+        alerts, guard.alerts = guard.alerts, []
         new_origin = None
         for alert in alerts:
             new = self.detector.is_new_origin(alert)
-            with self._lock:
-                self._rows.setdefault("alerts", []).append(alert.row())
+            with guard.lock:
+                self.rows.alerts.append(alert.row())
             if new:
                 new_origin = new_origin or alert
                 self.warn(alert.message())
-                with self._lock:
+                with guard.lock:
                     self._fly(alert)
-        action = self.options.on_nan
+        action = self.on_nan
         if action == "warn" or not actions:
             return
-        self._handoff()  # what led here is on its way to disk before anything else
+        with guard.lock:
+            self.handoff()  # what led here is on its way to disk before anything else
         if action == "raise":
             raise NonFiniteError(alerts[0])
         if action == "break" and new_origin is not None:
@@ -113,11 +140,11 @@ class AlertActions:
 
     def _fly(self, alert: Alert) -> None:
         """Write the flight recorder's tensors around a new origin."""
-        if self._flight is None or alert.origin is None:
+        if self.flight is None or alert.origin is None:
             return
-        rows, stale = self._flight.dump(alert.origin, alert.segment)
+        rows, stale = self.flight.dump(alert.origin, alert.segment)
         if rows:
-            self._rows.setdefault("captures", []).extend(rows)
+            self.rows.captures.extend(rows)
             steps = sorted({r[0] for r in rows})
             span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
             if not alert.segment.training:

@@ -1,6 +1,6 @@
-"""The recorder's per-segment bookkeeping: one ``Segment`` per training step or eval
-batch, one ``Call`` per recorded module call and one ``Seen`` per distinct tensor
-(object and version) seen in the segment.
+"""The recorder's per-segment bookkeeping: one ``StepState`` per training step or eval
+batch (its ``Segment``, and what the hooks learn during it), one ``Call`` per recorded
+module call and one ``Seen`` per distinct tensor (object and version) seen in it.
 
 Plain ``__slots__`` classes: thousands are made per step on the training thread.
 """
@@ -11,8 +11,10 @@ import weakref
 from typing import TYPE_CHECKING
 
 from hookdbg.recorder.naming import ModuleInfo
+from hookdbg.recorder.recompute import RecomputeIndex
 
 if TYPE_CHECKING:
+    from hookdbg.recorder.deferred import StepBatch
     from hookdbg.recorder.nonfinite import Alert
 
 NEVER = float("-inf")
@@ -34,6 +36,43 @@ class Segment:
     def when(self) -> str:
         """'at step 3' or 'in eval batch 2', for messages."""
         return f"in eval batch {self.eval}" if self.training is False else f"at step {self.step}"
+
+
+class StepState:
+    """What lives exactly as long as one segment: made when it begins, dropped when it
+    ends (with it the references to the segment's tensors)."""
+
+    __slots__ = (
+        "batch",
+        "calls",
+        "grad_finite",
+        "id",
+        "index",
+        "memo",
+        "module_calls",
+        "recompute",
+        "recording",
+        "seg",
+        "start",
+        "step",
+    )
+
+    def __init__(
+        self, seg: Segment, recording: bool, start: float, batch: StepBatch | None
+    ) -> None:
+        self.seg = seg
+        self.step = seg.step  # as written in rows
+        self.id = seg.id
+        self.recording = recording  # selected by --every/--steps
+        self.start = start  # on the recorder's clock
+        self.batch = batch  # device statistics read back later (recorder/deferred.py)
+        self.memo: dict[int, Seen] = {}  # id(tensor) -> its record in this segment
+        self.index: dict[int, int] = {}  # module id -> calls so far
+        self.calls: list[Call] = []
+        self.module_calls: dict[int, list[Call]] = {}
+        self.recompute = RecomputeIndex(self.calls)
+        # parameter id -> its gradient was finite (the deferred checks read it later)
+        self.grad_finite: dict[int, bool] = {} if batch is None else batch.grad_finite
 
 
 class Call:
@@ -118,6 +157,7 @@ class Seen:
         "finite",
         "grad_slots",
         "hooked",
+        "nr",
         "producer",
         "ref",
         "segment",
@@ -139,4 +179,5 @@ class Seen:
         self.alerted = False
         self.birth: Alert | None = None
         self.hooked = False  # a gradient hook is registered on the tensor
+        self.nr = 0  # which output of its autograd node the tensor is
         self.timing_only = False  # its gradient times calls but is reported elsewhere

@@ -1,24 +1,51 @@
-"""What every recorder hook is wrapped in, stated once."""
+"""What every recorder hook is wrapped in, stated once, and what all hooks share."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import sys
+import threading
+import traceback
 from collections.abc import Callable
 from time import perf_counter
 from types import CodeType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.compiler import is_compiling
 
+if TYPE_CHECKING:
+    from hookdbg.recorder.nonfinite import Alert
+
+
+class Guard:
+    """The state every hook reads first: whether recording is live, the lock the writer
+    also takes to collect the rows, hookdbg's own time so far (module timings leave it
+    out), and the NaN/inf origins found but not yet acted on."""
+
+    __slots__ = ("act", "alerts", "live", "lock", "ovh")
+
+    def __init__(self) -> None:
+        self.live = False
+        self.lock = threading.RLock()
+        self.ovh = 0.0  # seconds spent inside hookdbg's hooks so far
+        self.alerts: list[Alert] = []
+        self.act: Callable[[], None] = lambda: None  # set by the recorder
+
+    def broken(self) -> None:
+        """A bug in hookdbg must never break training: stop recording, say so, go on."""
+        self.live = False
+        print("hookdbg: internal error, recording stopped (training continues):", file=sys.stderr)
+        traceback.print_exc(file=sys.stderr)
+
 
 def hook(body: Callable[..., None]) -> Callable[..., None]:
-    """Wrap a recorder hook ``body(self, t0, *args)`` so that:
+    """Wrap a recorder hook ``body(self, t0, *args)`` (``self.guard`` is its Guard) so that:
 
     * the time it takes counts as hookdbg's overhead, which module timings leave out
       (``t0`` is when the hook was entered);
     * a bug in hookdbg stops the recording (with a message) instead of the training;
-    * the body runs under the recorder's lock, which the writer thread also takes to
+    * the body runs under the guard's lock, which the writer thread also takes to
       collect the rows the hooks gathered;
     * the NaN/inf origins the body found are acted on after that guard, so that
       ``--on-nan raise`` can raise into the training code;
@@ -33,17 +60,18 @@ def hook(body: Callable[..., None]) -> Callable[..., None]:
         if is_compiling():
             return
         t0 = perf_counter()
-        if not self._live:
+        guard = self.guard
+        if not guard.live:
             return
-        with self._lock:  # the writer takes the rows under it
+        with guard.lock:
             try:
                 body(self, t0, *args)
             except Exception:
-                self._internal_error()
+                guard.broken()
             finally:
-                self._ovh += perf_counter() - t0
-        if self._alerts:
-            self._act()
+                guard.ovh += perf_counter() - t0
+        if guard.alerts:
+            guard.act()
 
     return guarded
 
@@ -52,9 +80,9 @@ def run_eagerly(code: CodeType) -> None:
     """Tell torch.compile never to compile a frame of ``code``, nor the frames it calls, as
     frames of their own: it would compile a hook into a trivial graph guarded on the grad
     mode, recompiling as the mode changes (inlined into a model's graph, a hook already
-    returns at once). Uses
-    dynamo's C entry point, loaded with torch, rather than torch._dynamo, which takes
-    seconds to import; without it (another torch), nothing changes but those recompiles."""
+    returns at once). Uses dynamo's C entry point, loaded with torch, rather than
+    torch._dynamo, which takes seconds to import; without it (another torch), nothing
+    changes but those recompiles."""
     try:
         from torch._C._dynamo import eval_frame
     except ImportError:

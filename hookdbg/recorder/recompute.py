@@ -17,8 +17,12 @@ inside it, calls are matched in order to the children of the call it repeats.
 
 from __future__ import annotations
 
-from hookdbg.recorder.calls import NEVER, Call
-from hookdbg.recorder.naming import ModuleInfo
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hookdbg.recorder.calls import Call
+    from hookdbg.recorder.naming import ModuleInfo
 
 
 class Recompute:
@@ -78,7 +82,7 @@ class RecomputeIndex:
         if not call.recomputed:  # its backward is the inner pass's: forget earlier events
             call.recomputed = True
             call.bwd_start, call.bwd_task = None, -1
-            call.bwd_end = call.param_end = NEVER
+            call.bwd_end = call.param_end = -math.inf  # calls.NEVER
         return Recompute(call, False, self.children(call), parent.boundary)
 
     def children(self, call: Call) -> list[Call]:

@@ -92,15 +92,13 @@ _HALF_WIDE = 65536  # above this many half elements, convert with torch (vectori
 
 def summarise(t: torch.Tensor) -> tuple:
     """Summary of a host tensor, read back at once (cheap on CPU: no device to wait for).
-
-    Must be called with autograd disabled: the torch reductions then record no graph.
-    """
+    Nothing here records an autograd graph, whatever the grad mode."""
     n = t.numel()
     kind = _KINDS.get(t.dtype)
     if _one_pass is not None and kind is not None and n and t.is_cpu:
-        v = t if t.is_contiguous() else t.contiguous()
+        v = t if t.is_contiguous() else t.detach().contiguous()
         if kind in (2, 3) and n > _HALF_WIDE:
-            v, kind = v.float(), 0
+            v, kind = v.detach().float(), 0
         lo, hi, mean, std, norm, nan, posinf, neginf, zeros = _one_pass(v.data_ptr(), n, kind)
         return (
             tuple(t.shape),
@@ -121,6 +119,7 @@ def summarise(t: torch.Tensor) -> tuple:
 
 
 def _torch_summary(t: torch.Tensor) -> tuple:
+    t = t.detach()
     dtype = t.dtype
     n = t.numel()
     if dtype not in _FLOATS or n == 0:
@@ -314,7 +313,7 @@ def check_finite(t: torch.Tensor) -> tuple:
     check of ``--nan-check`` below ``--level stats`` (one pass instead of three)."""
     if t.dtype not in _FLOATS or t.numel() == 0:
         return shape_only(t)
-    v = t.reshape(-1)
+    v = t.detach().reshape(-1)
     if v.dtype not in _NATIVE:
         v = v.float()
     lo, hi = torch.aminmax(v)
@@ -359,7 +358,8 @@ def norms_only(tensors: list[torch.Tensor]) -> list[tuple]:
     """
     if not tensors:
         return []
-    norms = [n.item() for n in torch._foreach_norm(tensors)]
+    with torch.no_grad():
+        norms = [n.item() for n in torch._foreach_norm(tensors)]
     return [
         (
             tuple(t.shape),

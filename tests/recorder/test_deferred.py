@@ -112,7 +112,7 @@ def test_checks_queued_for_later_hold_no_tensors(tmp_path):
     recorder = Recorder(tmp_path / "run.h5", RecordOptions.build(quiet=True), defer_cpu=True)
     with recorder:
         model(torch.randn(3, 4)).sum().backward()
-        batch = recorder._batch
+        batch = recorder.state.batch
         queued = [a for _, args in batch.checks for a in args]
         assert batch.checks and not any(isinstance(a, torch.Tensor) for a in queued)
         assert not any(

@@ -1,8 +1,10 @@
-"""Raw rows -> numpy rows, run on the writer thread so the training thread does not.
+"""Rows on their way to the file: gathered by the recorder, converted by the writer.
 
-The recorder hands over Python tuples holding whatever was cheapest to produce there
-(``torch.Size``, ``torch.dtype``, ``str``); these converters do the formatting and the
-UTF-8 encoding, truncating text to the schema's fixed widths.
+``Rows`` is what the training thread appends to: one list per table, named, so a hook
+appends a plain tuple (in the table's column order, schema.py) with no lookup. The
+writer thread turns those tuples into numpy rows (``CONVERTERS``): the formatting and
+the UTF-8 encoding, truncating text to the schema's fixed widths, happen there, not on
+the training thread.
 """
 
 from __future__ import annotations
@@ -12,6 +14,34 @@ from collections.abc import Callable
 import numpy as np
 
 from hookdbg.store import schema
+
+TABLE_NAMES = ("modules", "calls", "tensors", "steps", "alerts", "captures", "info")
+
+
+class Rows:
+    """The rows gathered since the last hand-over to the writer, one list per table."""
+
+    __slots__ = TABLE_NAMES
+
+    def __init__(self) -> None:
+        self.modules: list[tuple] = []
+        self.calls: list[tuple] = []
+        self.tensors: list[tuple] = []
+        self.steps: list[tuple] = []
+        self.alerts: list[tuple] = []
+        self.captures: list[tuple] = []
+        self.info: list[tuple] = []
+
+    def take(self) -> dict[str, list]:
+        """The rows gathered so far, by table (empty tables left out); starts afresh."""
+        out = {}
+        for name in TABLE_NAMES:
+            rows = getattr(self, name)
+            if rows:
+                out[name] = rows
+                setattr(self, name, [])
+        return out
+
 
 _text_cache: dict[object, bytes] = {}
 

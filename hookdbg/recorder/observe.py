@@ -1,0 +1,481 @@
+"""What each module call's tensors were: inputs, outputs, gradients, parameter
+gradients, summarised once per segment and version and checked for NaN/inf.
+
+The recorder (core.py) hands each module call's arguments and results here; the
+gradient hooks registered here report back on their own. All of it runs on every module
+call, so it reads the segment's ``StepState`` as plain attributes and builds plain
+tuples.
+
+Gradients come from one hook per tensor on the autograd node that made it (a node
+pre-hook: it receives the gradient w.r.t. the node's outputs before the node runs),
+which is cheaper than a tensor hook and keeps the gradient of the value the module saw
+even if the tensor is changed in place afterwards (an in-place ReLU). That one gradient
+is the grad_output of the calls that produced the tensor and the grad_input of those
+that consumed it. Leaf tensors that need a gradient have no node: a tensor hook there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from time import time
+from typing import TYPE_CHECKING
+
+import torch
+
+from hookdbg.options import Level, RecordOptions
+from hookdbg.recorder import stats
+from hookdbg.recorder.calls import Call, Seen, Segment, StepState
+from hookdbg.recorder.capture import Capturer, FlightRecorder
+from hookdbg.recorder.deferred import Pending, resolved
+from hookdbg.recorder.envelope import Guard, hook
+from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry
+from hookdbg.recorder.nonfinite import Alert, OriginDetector
+from hookdbg.recorder.recompute import Recompute
+from hookdbg.recorder.steps import StepTracker
+from hookdbg.recorder.tensors import iter_tensors
+from hookdbg.store.rows import Rows
+from hookdbg.store.schema import Phase, Slot
+
+if TYPE_CHECKING:
+    from hookdbg.store.writer import Writer
+
+_INPUT, _OUTPUT = int(Slot.INPUT), int(Slot.OUTPUT)
+_GRAD_OUTPUT, _GRAD_INPUT = int(Slot.GRAD_OUTPUT), int(Slot.GRAD_INPUT)
+_PARAM_GRAD = int(Slot.PARAM_GRAD)
+_FWD, _BWD = int(Phase.FWD), int(Phase.BWD)
+_Tensor = torch.Tensor
+_graph_task_id = torch._C._current_graph_task_id
+_INDEX = tuple(str(i) for i in range(64))
+
+
+def summary_function(level: Level, check: bool) -> Callable[[torch.Tensor], tuple] | None:
+    """How a tensor is summarised at this level (None: not at all)."""
+    if level == Level.STATS:
+        return stats.summarise
+    if check:
+        return stats.check_finite
+    return stats.shape_only if level == Level.SHAPES else None
+
+
+class TensorObserver:
+    """Observes the tensors of module calls; see the module docstring."""
+
+    def __init__(
+        self,
+        guard: Guard,
+        options: RecordOptions,
+        rows: Rows,
+        detector: OriginDetector,
+        steps: StepTracker,
+        registry: ModuleRegistry,
+        flight: FlightRecorder | None,
+        capturer: Capturer | None,
+        alert: Callable[..., None],
+        handoff: Callable[[], None],
+    ) -> None:
+        self.guard = guard
+        self.rows = rows
+        self.detector = detector
+        self.steps = steps
+        self.registry = registry
+        self.flight = flight
+        self.capturer = capturer
+        self.alert = alert  # queue an origin with its live objects (recorder/actions.py)
+        self.handoff = handoff  # hand the rows gathered so far to the writer
+        self.level = options.level
+        self.emit_tensors = options.level >= Level.SHAPES  # tensor rows in the file
+        self.check_nan = options.checks_nan
+        self.summary = summary_function(options.level, self.check_nan)
+        self.defer_all = False  # summarise CPU tensors on the device path too (tests)
+        self.capturing = False
+        self.pending_capture = 0  # bytes of captured tensors not handed over yet
+        self.writer: Writer | None = None
+        self.state: StepState  # the current segment's, set by the recorder
+        self.param_owner: dict[int, tuple[ModuleInfo, str]] = {}
+
+    def begin(self, state: StepState) -> None:
+        """A new segment: its state, and whether its tensors are captured."""
+        self.state = state
+        capturer = self.capturer
+        self.capturing = capturer is not None and state.recording and capturer.active(state.step)
+
+    # -- one tensor, once per segment and version -------------------------------------
+
+    def see(self, t: torch.Tensor, reuse: bool = True) -> Seen:
+        """The segment's record of tensor ``t`` at its current version, summarised once."""
+        state = self.state
+        inference = t.is_inference()  # no version counter: cannot tell in-place changes
+        version = -1 if inference else t._version
+        seen = state.memo.get(id(t))
+        if (
+            seen is not None
+            and seen.version == version
+            and seen.ref() is t
+            and (reuse or not inference)
+        ):
+            if not seen.hooked and t.requires_grad:
+                # it needs a gradient only now: the output of a checkpointed block, whose
+                # forward ran with gradients off, once checkpoint() hands it back
+                self.watch_grad(t, seen)
+            return seen
+        summary = None
+        base = t._base
+        if base is not None:  # a view (flatten, transpose) of a tensor seen: same numbers
+            of = state.memo.get(id(base))
+            if (
+                of is not None
+                and of.summary is not None
+                and of.ref() is base
+                and of.version == version
+                and of.summary.__class__ is not Pending
+                and base.numel() == t.numel()
+                and base.dtype == t.dtype
+            ):
+                summary = stats.reshaped(of.summary, t)
+        if summary is None and self.summary is not None:
+            summary = self.summarise(t)
+        finite = (
+            not self.check_nan
+            or summary is None
+            or summary.__class__ is Pending
+            or stats.is_finite(summary)
+        )
+        seen = Seen(t, version, summary, finite, state.id)
+        state.memo[id(t)] = seen
+        if t.requires_grad:
+            self.watch_grad(t, seen)
+        return seen
+
+    def watch_grad(self, t: torch.Tensor, seen: Seen) -> None:
+        """Hear of ``t``'s gradient: a pre-hook on the node that made it, or, for a leaf,
+        a hook on the tensor itself."""
+        seen.hooked = True
+        node = t.grad_fn
+        if node is None:
+            t.register_hook(partial(self._on_leaf_grad, seen))
+        else:
+            seen.nr = t.output_nr
+            node.register_prehook(partial(self._on_grad, seen))
+
+    def summarise(self, t: torch.Tensor) -> tuple | Pending:
+        """The summary of ``t`` at this level: computed now (one C pass on CPU), or,
+        deferring, copied to the step's device buffer to be read with the rest."""
+        batch = self.state.batch
+        if (
+            batch is not None
+            and (self.defer_all or not t.is_cpu)
+            and self.level == Level.STATS
+            and t.layout is torch.strided
+            and stats.has_stats(t)
+        ):
+            return batch.add(t.detach())
+        if t.layout is not torch.strided:
+            return stats.shape_only(t)
+        summary = self.summary
+        assert summary is not None
+        return summary(t)  # records no autograd graph, whatever the grad mode
+
+    def check(self, check: Callable[..., None], *args: object) -> None:
+        """Run a NaN/inf check now or, deferring, when the step's statistics are read:
+        then every check of the step replays in the order the hooks ran."""
+        batch = self.state.batch
+        if batch is not None:
+            batch.checks.append((check, args))
+        else:
+            check(*args)
+
+    def context(self, value: object) -> object:
+        """What an alert keeps for the debugger: nothing when deferring (it would keep
+        the step's tensors alive until the statistics are read)."""
+        return None if self.state.batch is not None else value
+
+    # -- a module call's inputs and outputs -------------------------------------------
+
+    def inputs(self, call: Call, module: torch.nn.Module, args: tuple) -> None:
+        """Positional inputs, before forward runs (an in-place op would change them)."""
+        for i, arg in enumerate(args):
+            if isinstance(arg, _Tensor):
+                self.input(call, _INDEX[i] if i < 64 else str(i), arg, module, args)
+            elif arg is not None and not isinstance(arg, (int, float, str, bool)):
+                for path, t in iter_tensors(arg, _INDEX[i] if i < 64 else str(i), 1):
+                    self.input(call, path, t, module, args)
+
+    def input(
+        self, call: Call, path: str, t: torch.Tensor, module: torch.nn.Module, args: tuple
+    ) -> None:
+        seen = self.see(t)
+        seen.grad_slots.append((call, _GRAD_INPUT, path))
+        self.keep(call, _FWD, _INPUT, path, t, seen.summary)
+        if not seen.finite or (self.state.batch is not None and self.check_nan):
+            context = self.context(args)
+            self.check(self._input_check, self.state.seg, call, path, seen, module, context)
+
+    def _input_check(
+        self, seg: Segment, call: Call, path: str, seen: Seen, module: object, args: object
+    ) -> None:
+        if stats.is_finite(resolved(seen.summary)):
+            return
+        alert = self.detector.forward_input(call, path, seen, seg, time())
+        self.alert(alert, module=module, inputs=args)
+
+    def outputs(
+        self, call: Call, module: torch.nn.Module, args: tuple, kwargs: dict, result: object
+    ) -> None:
+        """Keyword inputs (only the forward hook gets them) and the outputs."""
+        for key, value in kwargs.items():
+            if isinstance(value, _Tensor):
+                self.input(call, key, value, module, args)
+            elif value is not None and not isinstance(value, (int, float, str, bool)):
+                for path, t in iter_tensors(value, key):
+                    self.input(call, path, t, module, args)
+        if isinstance(result, _Tensor):
+            self.output(call, "", result, module, args, result)
+        elif result is not None:
+            for path, t in iter_tensors(result):
+                self.output(call, path, t, module, args, result)
+
+    def output(
+        self,
+        call: Call,
+        path: str,
+        t: torch.Tensor,
+        module: torch.nn.Module,
+        args: tuple,
+        result: object,
+    ) -> None:
+        seen = self.see(t, reuse=False)
+        if seen.producer is None:
+            seen.producer = call
+        seen.grad_slots.append((call, _GRAD_OUTPUT, path))
+        self.keep(call, _FWD, _OUTPUT, path, t, seen.summary)
+        if not seen.finite or (self.state.batch is not None and self.check_nan):
+            self.check(
+                self._output_check,
+                self.state.seg,
+                call,
+                path,
+                seen,
+                module,
+                self.context(args),
+                self.context(result),
+            )
+
+    def _output_check(
+        self,
+        seg: Segment,
+        call: Call,
+        path: str,
+        seen: Seen,
+        module: object,
+        args: object,
+        result: object,
+    ) -> None:
+        if stats.is_finite(resolved(seen.summary)):
+            return
+        alert = self.detector.forward_output(call, path, seen, module, seg, time())
+        self.alert(alert, module=module, inputs=args, output=result)
+
+    def taint_parent(self, call: Call) -> None:
+        """Deferred checks replay in order: a child's problem reaches its parent then."""
+        if call.tainted and call.parent is not None:
+            call.parent.tainted = True
+
+    def keep(
+        self,
+        call: Call,
+        phase: int,
+        slot: int,
+        path: str,
+        t: torch.Tensor,
+        summary: tuple | Pending | None,
+    ) -> None:
+        """The row, the capture and the flight-recorder entry of one tensor of one call."""
+        if self.emit_tensors:
+            state = self.state
+            row = (call.id, state.step, state.id, call.info.id, phase, slot, path, summary)
+            if summary.__class__ is Pending:  # waits in the batch until read back
+                state.batch.rows.append(row)  # type: ignore[union-attr]
+            else:
+                self.rows.tensors.append(row)
+        if self.flight is not None:
+            self.flight.keep(call, phase, slot, path, t)
+        if self.capturing and call.info.capture:
+            self.capture(call, phase, slot, path, t)
+
+    def capture(self, call: Call, phase: int, slot: int, path: str, t: torch.Tensor) -> None:
+        """Copy a tensor for --capture, unless the copies already waiting for the writer
+        fill its memory bound: then it is dropped (and counted) before it is copied."""
+        writer, capturer = self.writer, self.capturer
+        assert writer is not None and capturer is not None
+        size = t.numel() * t.element_size()
+        if not writer.has_room(size + self.pending_capture):
+            writer.count_dropped(1)
+            return
+        row = capturer.take(self.state.seg, call, call.info.id, phase, slot, path, t)
+        if row is not None:
+            self.rows.captures.append(row)
+            self.pending_capture += size
+            if self.pending_capture > writer.max_backlog_bytes // 8:
+                self.handoff()  # big copies go to the writer (and its bound) at once
+        self.capturing = capturer.active(self.state.step)
+
+    # -- forwards run again inside backward (recorder/recompute.py) -------------------
+
+    def recomputed(self, frame: Recompute, tensors: tuple, slot: int) -> None:
+        """Tensors of a forward run again inside backward: their gradients are the
+        gradients of ``frame.call``'s tensors; nothing else is recorded."""
+        call = frame.call
+        memo = self.state.memo
+        items = iter_tensors(tensors) if slot == _GRAD_OUTPUT else iter_tensors(tensors, "", 0)
+        for path, t in items:
+            if not t.requires_grad or id(t) in frame.boundary:
+                continue
+            path = path.partition(".")[2] if slot == _GRAD_OUTPUT else path
+            seen = memo.get(id(t))
+            if seen is None or seen.ref() is not t:
+                seen = Seen(t, t._version, None, True, self.state.id)
+                memo[id(t)] = seen
+            seen.grad_slots.append((call, slot, path))
+            if not seen.hooked:
+                self.watch_grad(t, seen)
+
+    def forget_recomputed(self, result: object) -> None:
+        """The block's output as run again: the original output's gradient reports it for
+        the calls that made it; this one only times their backward (in the inner pass)."""
+        memo = self.state.memo
+        for _, t in iter_tensors(result):
+            seen = memo.get(id(t))
+            if seen is not None and seen.ref() is t:
+                seen.timing_only = True
+
+    # -- gradients ----------------------------------------------------------------------
+
+    @hook
+    def _on_grad(self, t0: float, seen: Seen, grads: tuple) -> None:
+        grad = grads[seen.nr] if seen.nr < len(grads) else None
+        if grad is not None:
+            self.grad(t0, seen, grad)
+
+    @hook
+    def _on_leaf_grad(self, t0: float, seen: Seen, grad: torch.Tensor) -> None:
+        self.grad(t0, seen, grad)
+
+    def grad(self, t0: float, seen: Seen, grad: torch.Tensor) -> None:
+        state = self.state
+        if seen.segment != state.id:
+            return
+        self.steps.backward_ran()
+        state.seg.training = True
+        v = t0 - self.guard.ovh
+        task = _graph_task_id()
+        summary = self.summarise(grad) if self.summary is not None else None
+        timing_only = seen.timing_only
+        for call, slot, path in seen.grad_slots:
+            if call.bwd_task == -1:
+                call.bwd_task = task
+            if call.bwd_task == task or call.recomputed:  # not a later backward pass
+                if slot == _GRAD_OUTPUT:
+                    if call.bwd_start is None or v < call.bwd_start:
+                        call.bwd_start = v
+                elif v > call.bwd_end:
+                    call.bwd_end = v
+            if not timing_only:
+                self.keep(call, _BWD, slot, path, grad, summary)
+        if (
+            not timing_only
+            and self.check_nan
+            and summary is not None
+            and (summary.__class__ is Pending or not stats.is_finite(summary))
+        ):
+            self.check(self._grad_check, state.seg, seen, summary, self.context(grad))
+
+    def _grad_check(
+        self, seg: Segment, seen: Seen, summary: tuple | Pending, grad: torch.Tensor | None
+    ) -> None:
+        value = resolved(summary)
+        if stats.is_finite(value):
+            return
+        alert = self.detector.gradient(seen, value, seg, time())
+        module = alert.module.ref() if alert is not None else None
+        self.alert(alert, module=module, grad=grad, output=seen.ref() if grad is not None else None)
+
+    def watch_params(self, info: ModuleInfo, module: object, hooks: Callable[..., object]) -> None:
+        """A post-accumulate hook on each parameter a module owns (shared ones once)."""
+        for name, p in module._parameters.items():  # type: ignore[attr-defined]
+            if p is None or id(p) in self.param_owner:
+                continue
+            self.param_owner[id(p)] = (info, name)
+            if p.requires_grad:
+                hooks(
+                    p.register_post_accumulate_grad_hook, partial(self._on_param_grad, info, name)
+                )
+
+    @hook
+    def _on_param_grad(self, t0: float, info: ModuleInfo, name: str, param: torch.Tensor) -> None:
+        state = self.state
+        grad = param.grad
+        if not state.recording or grad is None:
+            return
+        v = t0 - self.guard.ovh
+        task = _graph_task_id()
+        calls = state.module_calls.get(info.id, ())
+        owner = None  # the last call of the module in this backward pass
+        for call in calls:
+            if call.bwd_task == task or call.recomputed:
+                if v > call.param_end:
+                    call.param_end = v
+                owner = call
+        if not calls:  # not called itself (inside a compiled model): time the caller
+            for call in self._enclosing_calls(info):
+                if call.bwd_task == task and v > call.param_end:
+                    call.param_end = v
+        summary = self.summarise(grad) if self.summary is not None else None
+        if owner is not None or calls:
+            self.keep(owner or calls[-1], _BWD, _PARAM_GRAD, name, grad, summary)
+        elif self.emit_tensors:
+            self.rows.tensors.append(
+                (-1, state.step, state.id, info.id, _BWD, _PARAM_GRAD, name, summary)
+            )
+        if self.check_nan and summary is not None:
+            self.check(
+                self._param_grad_check,
+                state.seg,
+                info,
+                list(calls),
+                name,
+                summary,
+                id(param),
+                state.grad_finite,
+                self.context(grad),
+            )
+
+    def _enclosing_calls(self, info: ModuleInfo) -> list[Call]:
+        """The calls in this step of the nearest enclosing module that was called."""
+        infos = self.registry.infos
+        module_calls = self.state.module_calls
+        parent = info.parent
+        while parent >= 0:
+            calls = module_calls.get(parent)
+            if calls:
+                return calls
+            parent = infos[parent].parent
+        return []
+
+    def _param_grad_check(
+        self,
+        seg: Segment,
+        info: ModuleInfo,
+        calls: list[Call],
+        name: str,
+        summary: tuple | Pending,
+        param: int,
+        grad_finite: dict[int, bool],
+        grad: torch.Tensor | None,
+    ) -> None:
+        value = resolved(summary)
+        finite = stats.is_finite(value)
+        grad_finite[param] = finite  # the step's own map: a replay runs steps later
+        if not finite:
+            alert: Alert | None = self.detector.param_grad(info, calls, name, value, seg, time())
+            self.alert(alert, module=info.ref(), grad=grad)

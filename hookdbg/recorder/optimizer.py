@@ -1,0 +1,187 @@
+"""Optimizer steps: step boundaries, optimizer timings, parameter norms after each step
+and, under torch.distributed, gradient norms as the step uses them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from functools import partial
+from time import time
+
+import torch
+
+from hookdbg.options import Level
+from hookdbg.recorder import stats
+from hookdbg.recorder.calls import Segment
+from hookdbg.recorder.deferred import Pending, resolved
+from hookdbg.recorder.envelope import Guard, hook
+from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry
+from hookdbg.recorder.observe import TensorObserver
+from hookdbg.recorder.steps import StepTracker
+from hookdbg.store.rows import Rows
+from hookdbg.store.schema import Phase, Slot
+
+_OPT = int(Phase.OPT)
+
+
+class OptimizerObserver:
+    """The global optimizer step pre- and post-hooks."""
+
+    def __init__(
+        self,
+        guard: Guard,
+        tensors: TensorObserver,
+        steps: StepTracker,
+        registry: ModuleRegistry,
+        rows: Rows,
+        call_ids: Iterator[int],
+        origin: float,
+    ) -> None:
+        self.guard = guard
+        self.tensors = tensors  # the segment's state, summaries, checks and alerts
+        self.steps = steps
+        self.registry = registry
+        self.rows = rows
+        self.call_ids = call_ids
+        self.origin = origin  # the recording's start, on its clock
+        self.distributed = False  # torch.distributed with several ranks
+        self._started: dict[int, float] = {}
+
+    @hook
+    def pre(self, t0: float, opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        self.steps.optimizer_begin()
+        self._started[id(opt)] = t0 - self.guard.ovh
+        state = self.tensors.state
+        if self.distributed and state.recording and self.tensors.level == Level.STATS:
+            self._step_grads(opt)
+
+    @hook
+    def post(self, t0: float, opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        v = t0 - self.guard.ovh
+        start = self._started.pop(id(opt), v)
+        info = self.registry.optimizer(opt)
+        state = self.tensors.state
+        if state.recording:
+            call = next(self.call_ids)
+            index = state.index.get(info.id, 0)
+            state.index[info.id] = index + 1
+            self.rows.calls.append(
+                (
+                    call,
+                    _OPT,
+                    state.step,
+                    state.id,
+                    info.id,
+                    index,
+                    -1,
+                    0,
+                    start - self.origin,
+                    v - start,
+                    v - start,
+                )
+            )
+            if self.tensors.level == Level.STATS:
+                self._param_values(opt, info, call)
+        self.steps.optimizer_end(opt)
+        state.seg.training = True
+
+    def _owned(self, opt: torch.optim.Optimizer, with_grad: bool) -> list:
+        owner = self.tensors.param_owner
+        return [
+            (p, owner[id(p)])
+            for group in opt.param_groups
+            for p in group["params"]
+            if id(p) in owner and (p.grad is not None or not with_grad)
+        ]
+
+    def _step_grads(self, opt: torch.optim.Optimizer) -> None:
+        """Gradient norms as the step will use them. Under DDP these are all-reduced
+        (the post-accumulate hooks saw each rank's local gradient), so replicas must
+        agree on them: ``hookdbg diff --ranks`` checks that they do."""
+        owned = self._owned(opt, with_grad=True)
+        self._per_parameter(
+            -1, Slot.STEP_GRAD, owned, [p.grad for p, _ in owned], self._step_grad_check, opt
+        )
+
+    def _param_values(self, opt: torch.optim.Optimizer, info: ModuleInfo, call: int) -> None:
+        owned = self._owned(opt, with_grad=False)
+        check = partial(self._param_value_check, info)
+        self._per_parameter(call, Slot.PARAM, owned, [p for p, _ in owned], check, opt)
+
+    def _per_parameter(
+        self,
+        call: int,
+        slot: Slot,
+        owned: list,
+        tensors: list[torch.Tensor],
+        check: Callable[..., None],
+        opt: torch.optim.Optimizer,
+    ) -> None:
+        """Rows and NaN/inf checks for one tensor per parameter: norms in one fused call,
+        or, deferring, full statistics left on their device (a norm read back would wait
+        for it)."""
+        if not owned:
+            return
+        observer = self.tensors
+        state = observer.state
+        if state.batch is not None and (observer.defer_all or not tensors[0].is_cpu):
+            summaries = [observer.summarise(t) for t in tensors]
+        else:
+            summaries = stats.norms_only(tensors)
+        rows = self.rows.tensors if state.batch is None else state.batch.rows
+        for (p, (owner, name)), summary in zip(owned, summaries, strict=True):
+            row = (call, state.step, state.id, owner.id, _OPT, int(slot), name, summary)
+            (rows if summary.__class__ is Pending else self.rows.tensors).append(row)
+            if observer.check_nan and (
+                summary.__class__ is Pending or not stats.is_finite(summary)
+            ):
+                observer.check(
+                    check,
+                    state.seg,
+                    owner,
+                    name,
+                    summary,
+                    id(p),
+                    state.grad_finite,
+                    call,
+                    opt,
+                )
+
+    def _step_grad_check(
+        self,
+        seg: Segment,
+        owner: ModuleInfo,
+        name: str,
+        summary: object,
+        param: int,
+        grad_finite: dict[int, bool],
+        call: int,
+        opt: torch.optim.Optimizer,
+    ) -> None:
+        value = resolved(summary)  # type: ignore[arg-type]
+        if stats.is_finite(value):
+            return
+        local = grad_finite.get(param)
+        grad_finite[param] = False  # the step's weights spread it, not born
+        if local:
+            alert = self.tensors.detector.reduced_grad(owner, name, value, seg, time())
+            self.tensors.alert(alert, module=owner.ref(), optimizer=self.tensors.context(opt))
+
+    def _param_value_check(
+        self,
+        info: ModuleInfo,
+        seg: Segment,
+        owner: ModuleInfo,
+        name: str,
+        summary: object,
+        param: int,
+        grad_finite: dict[int, bool],
+        call: int,
+        opt: torch.optim.Optimizer,
+    ) -> None:
+        value = resolved(summary)  # type: ignore[arg-type]
+        if stats.is_finite(value):
+            return
+        alert = self.tensors.detector.param_value(
+            owner, info, call, name, value, grad_finite.get(param), seg, time()
+        )
+        self.tensors.alert(alert, module=owner.ref(), optimizer=self.tensors.context(opt))
