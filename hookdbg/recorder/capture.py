@@ -108,57 +108,50 @@ class Capturer:
 
 
 class FlightRecorder:
-    """References to the last two steps' tensors, within a memory budget."""
+    """References to the last two steps' tensors, within a memory budget: when the two
+    hold more, the older step's go first; a step that alone fills the budget keeps its
+    first tensors. Each distinct tensor counts once per step, however many calls keep it.
+    """
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
-        self._steps: collections.deque[tuple[Segment, collections.deque]] = collections.deque()
-        self._sizes: dict[int, int] = {}  # id(tensor) -> bytes, counted once per tensor
-        self._counts: dict[int, int] = {}  # id(tensor) -> entries referring to it
+        # per step: its segment, its entries, and the bytes of each distinct tensor
+        self._steps: collections.deque[tuple[Segment, list[tuple], dict[int, int]]] = (
+            collections.deque()
+        )
+        self._entries: list[tuple] = []
+        self._sizes: dict[int, int] = {}
         self.held = 0
 
     def new_step(self, seg: Segment) -> None:
-        self._steps.append((seg, collections.deque()))
+        self._entries, self._sizes = [], {}
+        self._steps.append((seg, self._entries, self._sizes))
         while len(self._steps) > 2:
-            _, dropped = self._steps.popleft()
-            for entry in dropped:
-                self._release(entry[5])
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        _, _, sizes = self._steps.popleft()
+        self.held -= sum(sizes.values())
 
     def keep(self, call: Call, phase: int, slot: int, path: str, t: torch.Tensor) -> None:
-        if not self._steps:
-            return
+        sizes = self._sizes
         key = id(t)
-        if key in self._counts:
-            self._counts[key] += 1
-        else:
-            size = nbytes(t)
-            if size > self.budget:
-                return
-            self._counts[key], self._sizes[key] = 1, size
+        if key not in sizes:
+            size = t.nbytes
+            while self.held + size > self.budget:
+                if len(self._steps) < 2:
+                    return  # this step alone fills the budget
+                self._drop_oldest()
+            sizes[key] = size
             self.held += size
         version = -1 if t.is_inference() else t._version
-        self._steps[-1][1].append((call, phase, slot, path, version, t))
-        while self.held > self.budget:
-            self._evict_oldest()
-
-    def _evict_oldest(self) -> None:
-        for _, entries in self._steps:
-            if entries:
-                self._release(entries.popleft()[5])
-                return
-
-    def _release(self, t: torch.Tensor) -> None:
-        key = id(t)
-        self._counts[key] -= 1
-        if not self._counts[key]:
-            del self._counts[key]
-            self.held -= self._sizes.pop(key)
+        self._entries.append((call, phase, slot, path, version, t))
 
     def dump(self, origin: Call, seg: Segment) -> tuple[list[tuple], int]:
         """Capture rows for the origin call (of segment ``seg``) and its neighbours, in that
         segment and the one before; and how many kept tensors were left out, changed in
         place since."""
-        held = {s.id: entries for s, entries in self._steps}
+        held = {s.id: entries for s, entries, _ in self._steps}
         if seg.id not in held:
             return [], 0
         entries = held[seg.id]
@@ -171,7 +164,7 @@ class FlightRecorder:
         wanted = {(c.info.id, c.index) for c in chosen}
         rows: list[tuple] = []
         stale = 0
-        for entry_seg, step_entries in self._steps:
+        for entry_seg, step_entries, _ in self._steps:
             if entry_seg.id not in (seg.id - 1, seg.id):
                 continue
             for call, phase, slot, path, version, t in step_entries:
@@ -200,6 +193,5 @@ class FlightRecorder:
 
     def clear(self) -> None:
         self._steps.clear()
-        self._counts.clear()
-        self._sizes.clear()
+        self._entries, self._sizes = [], {}
         self.held = 0
