@@ -1,13 +1,20 @@
-"""Statistics of device tensors without waiting for the device.
+"""Statistics of device tensors without waiting for the device, in few kernel launches.
 
 On a GPU any ``.item()`` in a hook makes the CPU wait for every kernel queued so far,
-so hookdbg leaves each device tensor's statistics on the device as a short vector
-(stats.device_stats: min, max, mean, variance, sum of squares, nonzero count, NaN, +inf
-and -inf counts), and at the end of each step copies the step's vectors to pinned host memory
-in one non-blocking copy with an event behind it. The batch is read when that event
-has completed, normally a step later, so the training thread never waits; then the
-step's rows are complete and its NaN/inf checks are replayed in the order the hooks
-saw them. At the end of the recording the last batches are waited for.
+and every torch op in a hook is a kernel launch the host pays for (5-10 us each,
+whatever the tensor's size). So a device tensor seen by a hook is only copied, in one
+launch, into the step's *arena*: a float64 buffer on its device (the copy converts the
+dtype, and later in-place changes to the tensor cannot reach it). At the end of the
+step, or when the arena is full, every tensor in it is summarised at once by segmented
+reductions (``arena_stats``: min, max, sum, two-pass sum of squared deviations, NaN,
++inf, -inf and zero counts), a fixed number of launches however many tensors the step
+saw. A tensor larger than the arena is summarised on its own (``tensor_stats``).
+
+The step's statistics are then copied to pinned host memory in one non-blocking copy
+with an event behind it, and read when that event has completed, normally a step
+later, so the training thread never waits; then the step's rows are complete and its
+NaN/inf checks are replayed in the order the hooks saw them. At the end of the
+recording the last batches are waited for.
 
 What this costs: rows and alerts reach the file a step later, and an alert cannot stop
 the script inside the hook that saw it. That is why ``--on-nan break`` and ``raise``
@@ -16,9 +23,14 @@ check each tensor at once instead (waiting on the device), and say so.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from hookdbg.recorder import stats
+
+ARENA = 1 << 21  # float64 elements (16 MB): larger tensors are summarised on their own
+_NAN = float("nan")
 
 
 class Pending:
@@ -27,7 +39,7 @@ class Pending:
     __slots__ = ("index", "meta", "value")
 
     def __init__(self, index: int, meta: tuple) -> None:
-        self.index = index
+        self.index = index  # its row in the step's statistics
         self.meta = meta
         self.value: tuple | None = None
 
@@ -37,49 +49,144 @@ def resolved(summary: tuple | Pending | None) -> tuple | None:
     return summary.value if summary.__class__ is Pending else summary  # type: ignore[union-attr]
 
 
+def arena_stats(values: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+    """Raw statistics (one float64 row per segment, see ``from_raw``) of the
+    consecutive segments of ``values`` with these lengths, in a fixed number of
+    launches and without reading anything back."""
+    n = torch.tensor(lengths, dtype=torch.int64).to(values.device, non_blocking=True)
+
+    def per_segment(x: torch.Tensor, how: str) -> torch.Tensor:
+        return torch.segment_reduce(x, how, lengths=n, unsafe=True)  # unsafe: no sync
+
+    total = per_segment(values, "sum")
+    mean = total / n
+    deviation = values - mean.repeat_interleave(n, output_size=values.numel())
+    return torch.stack(
+        [
+            per_segment(values, "min"),
+            per_segment(values, "max"),
+            total,
+            per_segment(deviation.square_(), "sum"),
+            per_segment(values.isnan().double(), "sum"),
+            per_segment(values.isposinf().double(), "sum"),
+            per_segment(values.isneginf().double(), "sum"),
+            per_segment((values == 0).double(), "sum"),
+        ],
+        dim=1,
+    )
+
+
+def tensor_stats(t: torch.Tensor) -> torch.Tensor:
+    """The same row as ``arena_stats`` for one tensor too large to copy: its reductions
+    read it in its own dtype and accumulate in float64."""
+    v = t.reshape(-1)
+    total = v.sum(dtype=torch.float64)
+    lo, hi = torch.aminmax(v)
+    deviation = v.to(torch.promote_types(v.dtype, torch.float32)) - total / v.numel()
+    parts = (
+        lo,
+        hi,
+        total,
+        deviation.square().sum(dtype=torch.float64),
+        torch.isnan(v).sum(),
+        torch.isposinf(v).sum(),
+        torch.isneginf(v).sum(),
+        v.numel() - torch.count_nonzero(v),
+    )
+    return torch.stack([p.to(torch.float64) for p in parts])[None]
+
+
+def from_raw(meta: tuple, raw: list[float]) -> tuple:
+    """Turn one row of raw statistics (read back to the host) into a summary tuple;
+    ``meta`` is (shape, dtype name, device name, numel). Unlike the CPU path, a tensor
+    with non-finite values gets no min/max/mean/std/norm (not over its finite values)."""
+    shape, dtype, device, n = meta
+    lo, hi, total, squares, nan, posinf, neginf, zeros = raw
+    if nan or posinf or neginf:
+        lo = hi = mean = std = norm = _NAN
+    else:
+        mean = total / n
+        std = math.sqrt(squares / n)
+        norm = math.sqrt(squares + n * mean * mean)
+    return (
+        shape,
+        dtype,
+        device,
+        n,
+        lo,
+        hi,
+        mean,
+        std,
+        norm,
+        int(nan),
+        int(posinf),
+        int(neginf),
+        zeros / n,
+    )
+
+
 class StepBatch:
     """One step's device statistics, the rows waiting for them, and the checks to
     replay once they are read."""
 
     def __init__(self, step: int) -> None:
         self.step = step
-        self.vectors: list[torch.Tensor] = []
         self.pending: list[Pending] = []
         self.rows: list[tuple] = []  # tensor rows holding Pending summaries
         self.checks: list[tuple] = []  # (function, args) in the order the hooks ran
         self.grad_finite: dict[int, bool] = {}  # this step's parameter gradients
+        self._parts: list[torch.Tensor] = []  # raw statistics, in the order of pending
+        self._arena: torch.Tensor | None = None
+        self._used = 0
+        self._lengths: list[int] = []
         self._host: torch.Tensor | None = None
         self._keep: torch.Tensor | None = None
         self._event: torch.cuda.Event | None = None
 
     def add(self, t: torch.Tensor) -> Pending:
-        """Queue ``t``'s statistics on its device; no wait."""
+        """Queue ``t``'s statistics on its device: one copy into the arena, no wait."""
+        n = t.numel()
         pending = Pending(
-            len(self.pending),
-            (tuple(t.shape), stats.dtype_name(t.dtype), stats.device_name(t), t.numel()),
-        )
-        self.vectors.append(
-            stats.device_stats(t).to(self.vectors[0].device)
-            if self.vectors
-            else stats.device_stats(t)
+            len(self.pending), (tuple(t.shape), stats.dtype_name(t.dtype), stats.device_name(t), n)
         )
         self.pending.append(pending)
+        arena = self._arena
+        if arena is not None and (self._used + n > ARENA or arena.device != t.device):
+            self._reduce()
+            arena = None
+        if n > ARENA:
+            self._parts.append(tensor_stats(t))
+            return pending
+        if arena is None:
+            arena = self._arena = torch.empty(ARENA, dtype=torch.float64, device=t.device)
+        arena[self._used : self._used + n].view(t.shape).copy_(t)
+        self._used += n
+        self._lengths.append(n)
         return pending
+
+    def _reduce(self) -> None:
+        """Summarise the tensors in the arena; the next tensor starts a new one (the
+        caching allocator reuses the memory once the reductions have run)."""
+        if self._arena is not None and self._lengths:
+            self._parts.append(arena_stats(self._arena[: self._used], self._lengths))
+        self._arena, self._used, self._lengths = None, 0, []
 
     def launch(self) -> None:
         """Start copying the step's statistics to the host, without waiting."""
-        if not self.vectors:
+        self._reduce()
+        if not self._parts:
             return
-        stacked = torch.stack(self.vectors)
-        self.vectors = []
-        if stacked.is_cuda:
-            self._host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
-            self._host.copy_(stacked, non_blocking=True)
+        device = self._parts[0].device
+        raw = torch.cat([p.to(device) for p in self._parts])
+        self._parts = []
+        if raw.is_cuda:
+            self._host = torch.empty(raw.shape, dtype=raw.dtype, pin_memory=True)
+            self._host.copy_(raw, non_blocking=True)
             self._event = torch.cuda.Event()
             self._event.record()
-            self._keep = stacked  # alive until the copy is done
+            self._keep = raw  # alive until the copy is done
         else:
-            self._host = stacked
+            self._host = raw
 
     def ready(self) -> bool:
         return self._event is None or self._event.query()
@@ -90,7 +197,7 @@ class StepBatch:
             self._event.synchronize()
         if self._host is not None:
             for pending, raw in zip(self.pending, self._host.tolist(), strict=True):
-                pending.value = stats.from_device_stats(pending.meta, raw)
+                pending.value = from_raw(pending.meta, raw)
         self._host = self._keep = self._event = None
 
     def finished_rows(self) -> list[tuple]:
