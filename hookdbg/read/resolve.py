@@ -152,7 +152,7 @@ def blocks(
     table: str,
     first: int | None = None,
     last: int | None = None,
-    size: int = 1 << 16,
+    size: int = 1 << 14,
 ) -> Iterator[Columns]:
     """``table`` resolved, ``size`` rows at a time: a long recording is never all in
     memory (calls and tensors are read block by block; the other tables are small)."""
