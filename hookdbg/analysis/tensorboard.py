@@ -132,7 +132,7 @@ def summary_writer() -> Any:
     """``torch.utils.tensorboard.SummaryWriter``, or TensorBoardMissing with the one
     line that says what to install."""
     try:
-        import tensorboard  # noqa: F401  (torch's writer needs it; say so plainly)
+        import tensorboard  # type: ignore[import-untyped]  # noqa: F401  (torch's writer needs it)
     except ImportError:
         raise TensorBoardMissing(
             "--format tensorboard needs the tensorboard package, which is not installed: "

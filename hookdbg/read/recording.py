@@ -41,7 +41,7 @@ from hookdbg.store import schema
 from hookdbg.text import utf8
 
 if TYPE_CHECKING:  # pandas is optional: to_pandas imports it
-    import pandas as pd
+    import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 
 __all__ = ["Recording", "RecordingError", "RunInfo", "Status", "open_recording"]
 

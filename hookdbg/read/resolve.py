@@ -19,7 +19,7 @@ from hookdbg.store.schema import ModuleKind, Phase, Slot, StepKind
 from hookdbg.text import utf8
 
 if TYPE_CHECKING:  # pandas is optional: imported only by to_pandas
-    import pandas as pd
+    import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 
     from hookdbg.read.recording import Recording
     from hookdbg.read.table import Table
@@ -53,13 +53,13 @@ class Columns:
             items: list[Any] = values.tolist()
             holes = self.missing.get(name)
             if values.dtype.kind == "f":
-                holes = np.isnan(values) if holes is None else holes | np.isnan(values)
+                holes = np.isnan(values) | (False if holes is None else holes)
             if holes is not None and holes.any():
                 for i in np.flatnonzero(holes).tolist():
                     items[i] = None
             columns.append(items)
-        for values in zip(*columns, strict=True):
-            yield dict(zip(names, values, strict=True))
+        for row in zip(*columns, strict=True):
+            yield dict(zip(names, row, strict=True))
 
     def to_pandas(self) -> pd.DataFrame:
         pd = _pandas()
@@ -138,11 +138,10 @@ def read_rows(
         hi = 2**31 - 1 if last is None else last
         rows = rows[(rows["step"] >= lo) & (rows["step"] <= hi)]
     if columns is not None:
-        unknown = [c for c in columns if c not in (rows.dtype.names or ())]
+        names = rows.dtype.names or ()
+        unknown = [c for c in columns if c not in names]
         if unknown:
-            raise ValueError(
-                f"no column {unknown[0]!r} in {table}; columns are {', '.join(rows.dtype.names)}"
-            )
+            raise ValueError(f"no column {unknown[0]!r} in {table}; columns are {', '.join(names)}")
         rows = rows[columns]
     return rows
 
