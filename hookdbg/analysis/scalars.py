@@ -131,7 +131,7 @@ def _tensor_series(
 
 
 def _any_slot_wants(stats: StatSelection, stat: str) -> bool:
-    return any(_glob(g.rpartition("/")[2]).fullmatch(stat) for g in stats.globs if "/" in g)
+    return any(_glob(g.rpartition("/")[2]).fullmatch(stat) for g in stats.globs)
 
 
 def _groups(rows: np.ndarray, keys: list[str]) -> list[np.ndarray]:
