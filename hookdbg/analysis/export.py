@@ -12,12 +12,11 @@ from typing import IO
 
 import numpy as np
 
-from hookdbg.analysis.overview import shape_text
 from hookdbg.read.recording import Recording
-from hookdbg.store.schema import Phase, Slot, StepKind
-from hookdbg.text import utf8
+from hookdbg.read.resolve import TABLES, blocks
+from hookdbg.store.schema import Phase, StepKind
 
-TABLES = ("tensors", "calls", "steps", "alerts", "modules")
+__all__ = ["TABLES", "perfetto", "table_rows", "write_csv", "write_json"]
 _TRACKS = {Phase.FWD: 1, Phase.BWD: 2, Phase.OPT: 3}  # tid 0: the steps
 _TRACK_NAMES = {0: "steps", 1: "forward", 2: "backward", 3: "optimizer"}
 
@@ -116,63 +115,11 @@ def table_rows(
     recording: Recording, table: str, first: int | None = None, last: int | None = None
 ) -> Iterator[dict[str, object]]:
     """Rows of one table as plain dicts with names instead of ids and codes, steps
-    ``first``..``last`` (eval batches by the step they came after) where rows have one."""
-    modules = recording.modules
-    if table in ("tensors", "calls"):
-        lo, hi = recording.segment_range(first, last)
-        read = recording.tensors if table == "tensors" else recording.calls
-        for step in range(lo, hi + 1):
-            for row in read(step, step, kind=None):
-                yield _readable(row, recording)
-    elif table == "modules":
-        for m in modules:
-            yield {
-                "id": m.id,
-                "name": m.name,
-                "type": m.type,
-                "parent": m.parent,
-                "root": m.root,
-                "depth": m.depth,
-                "kind": "optimizer" if m.is_optimizer else "module",
-                "params": m.params,
-            }
-    else:
-        rows = recording.segments if table == "steps" else recording.alerts
-        lo = -(2**31) if first is None else first
-        hi = 2**31 - 1 if last is None else last
-        for row in rows[(rows["step"] >= lo) & (rows["step"] <= hi)]:
-            yield _readable(row, recording)
-
-
-def _readable(row: np.void, recording: Recording) -> dict[str, object]:
-    modules = recording.modules
-    out: dict[str, object] = {}
-    for name in row.dtype.names:
-        value = row[name]
-        if name == "module":
-            out["module"] = modules.name(int(value))
-            module = modules.get(int(value))
-            out["type"] = module.type if module else ""
-        elif name == "segment":  # which step or eval batch: 'step 3', 'eval batch 0'
-            out["segment"] = int(value)
-            out["of"] = recording.segment_label(int(value))
-        elif name == "kind":
-            out[name] = StepKind(int(value)).name.lower()
-        elif name == "phase":
-            out[name] = Phase(int(value)).label
-        elif name == "slot":
-            out[name] = Slot(int(value)).label
-        elif name == "shape":
-            out[name] = shape_text(value)
-        elif isinstance(value, bytes):
-            out[name] = utf8(value)
-        elif isinstance(value, np.floating):
-            out[name] = None if np.isnan(value) else float(value)
-        elif name in ("nan", "posinf", "neginf") and value < 0:
-            out[name] = None  # values not looked at (shapes only)
-        else:
-            out[name] = value.item() if isinstance(value, np.generic) else value
-    return out
+    ``first``..``last`` (eval batches by the step they came after) where rows have one.
+    The same resolution as ``Recording.to_pandas`` (hookdbg/read/resolve.py), streamed
+    block by block."""
+    for columns in blocks(recording, table, first, last):
+        yield from columns.rows()
 
 
 def write_csv(rows: Iterator[dict[str, object]], out: IO[str]) -> int:

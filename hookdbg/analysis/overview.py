@@ -8,8 +8,8 @@ import numpy as np
 
 from hookdbg.read.modules import Module
 from hookdbg.read.recording import Recording
+from hookdbg.read.resolve import shape_text
 from hookdbg.store.schema import Phase, Slot
-from hookdbg.text import utf8
 
 
 @dataclass(frozen=True)
@@ -56,12 +56,6 @@ def ending(recording: Recording) -> str:
     if status in ("interrupted", "terminated"):
         return f"{status}{f' by {message}' if message else ''} (exit status {code})"
     return f"exit status {code}"
-
-
-def shape_text(shape: bytes) -> str:
-    """'16,64,32,32' -> '(16, 64, 32, 32)'; scalars -> '()'."""
-    text = utf8(shape)
-    return f"({text.replace(',', ', ')})" if text else "()"
 
 
 def overview(recording: Recording, step: int | None = None) -> Overview:

@@ -13,6 +13,7 @@ import click
 from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput, human_bytes, plural
 from hookdbg.options import ON_NAN_ACTIONS, OptionError, RecordOptions
+from hookdbg.ranks import placement, rank_path
 
 if TYPE_CHECKING:  # the recorder imports torch: only when a recording starts
     from hookdbg.recorder import Recorder
@@ -149,7 +150,6 @@ def record(
     and exit status come through unchanged; hookdbg's status lines go to stderr.
     """
     from hookdbg.recorder import Recorder, RecordError
-    from hookdbg.recorder.core import status_prefix
     from hookdbg.recorder.runner import Target, run
 
     script_args = list(args[1:] if args[:1] == ("--",) else args)
@@ -175,7 +175,7 @@ def record(
         recorder = Recorder(path, options, force=force, argv=[target, *script_args]).start()
     except (OptionError, RecordError) as exc:
         raise BadInput(str(exc)) from None
-    prefix = status_prefix()
+    prefix = placement().prefix
     say = (lambda _msg: None) if quiet else (lambda msg: click.echo(f"{prefix}{msg}", err=True))
     say(f"recording {target} -> {path} (level {level})")
     code = run(goal, script_args, recorder)
@@ -218,13 +218,6 @@ def _misplaced_options(script_args: list[str]) -> tuple[list[str], list[str]]:
         if takes_value[name] and "=" not in arg:
             ours.append(next(args, ""))
     return ours, rest
-
-
-def rank_path(path: Path) -> Path:
-    """run.h5 -> run.rank1.h5 when running as one of several torch.distributed ranks."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        return path.with_name(f"{path.stem}.rank{int(os.environ.get('RANK', '0'))}{path.suffix}")
-    return path
 
 
 def _status_line(recorder: Recorder, path: Path) -> str:

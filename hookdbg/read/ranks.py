@@ -1,26 +1,17 @@
 """A distributed run: one recording per rank (run.rank0.h5, run.rank1.h5, ...) read as
 one run. Under torchrun each rank writes its own file (no cross-rank locking on one
-HDF5 file); this module finds them from the name the user gave (run.h5)."""
+HDF5 file); this module opens them from the name the user gave (run.h5), found by the
+naming rule of hookdbg/ranks.py."""
 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
+from hookdbg.ranks import rank_file, rank_files
 from hookdbg.read.recording import Recording, RecordingError, open_recording
 
-
-def rank_files(path: str | os.PathLike[str]) -> dict[int, Path]:
-    """``{rank: file}`` of the per-rank recordings that ``path`` names, by rank."""
-    p = Path(path)
-    pattern = re.compile(rf"{re.escape(p.stem)}\.rank(\d+){re.escape(p.suffix)}")
-    found = {}
-    for candidate in p.parent.glob(f"{p.stem}.rank*{p.suffix}"):
-        m = pattern.fullmatch(candidate.name)
-        if m:
-            found[int(m.group(1))] = candidate
-    return dict(sorted(found.items()))
+__all__ = ["RankSet", "open_run", "rank_files"]
 
 
 class RankSet:
@@ -59,7 +50,8 @@ def open_run(path: str | os.PathLike[str]) -> Recording | RankSet:
         return open_recording(p)
     files = rank_files(p)
     if not files:
-        raise RecordingError(f"{p}: no such file (nor per-rank files {p.stem}.rankN{p.suffix})")
+        pattern = rank_file(p, 0).name.replace(".rank0", ".rankN")
+        raise RecordingError(f"{p}: no such file (nor per-rank files {pattern})")
     opened: dict[int, Recording] = {}
     try:
         for rank, file in files.items():

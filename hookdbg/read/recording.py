@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,10 +34,14 @@ from hookdbg.read.checks import (
     read_or_fail,
 )
 from hookdbg.read.modules import ModuleTable
+from hookdbg.read.resolve import read_rows, resolve
 from hookdbg.read.runinfo import RunInfo, run_info
 from hookdbg.read.table import Table
 from hookdbg.store import schema
 from hookdbg.text import utf8
+
+if TYPE_CHECKING:  # pandas is optional: to_pandas imports it
+    import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 
 __all__ = ["Recording", "RecordingError", "RunInfo", "Status", "open_recording"]
 
@@ -152,6 +157,7 @@ class Recording:
         t = self._tables
         modules = t["modules"].read()
         check_module_rows(modules, self.path)
+        self.module_rows = modules
         self.modules = ModuleTable(modules)
         ended = t["steps"].read()
         unfinished = self._unfinished_segment(ended)
@@ -351,6 +357,21 @@ class Recording:
             return rows
         evals = self.is_eval(t.column("segment", span))
         return rows[evals if kind == schema.StepKind.EVAL else ~evals]
+
+    def to_pandas(
+        self,
+        table: str,
+        first: int | None = None,
+        last: int | None = None,
+        columns: list[str] | None = None,
+    ) -> pd.DataFrame:
+        """One table (tensors, calls, steps, alerts or modules) as a pandas DataFrame,
+        with names and labels in place of ids and codes: module name and type, phase,
+        slot, what each row belongs to (``of``: 'step 3' or 'eval batch 0', and ``kind``
+        train or eval). Steps ``first``..``last`` only, if given (eval batches by the
+        step they came after); ``columns``: only these stored columns (a long run's
+        tensors table is large). Needs pandas (``pip install 'hookdbg[pandas]'``)."""
+        return resolve(self, table, read_rows(self, table, first, last, columns)).to_pandas()
 
     def captured(self, module: int | None = None, step: int | None = None) -> list[Capture]:
         """Stored full tensors, optionally of one module (id) and/or one step."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from hookdbg.options import Level, RecordOptions, StepRange
+from hookdbg.ranks import rank_path
 from hookdbg.recorder.actions import NonFiniteError, NonFiniteStop
 from hookdbg.recorder.core import Recorder, RecordError
 
@@ -43,6 +44,8 @@ def record(
     Same options as ``hookdbg record``: ``level`` timing|shapes|stats, ``modules``
     globs (``!glob`` excludes), ``every`` N steps, ``steps`` "A:B", ``on_nan``
     warn|break|raise|stop, ``capture`` globs of modules whose full tensors to store.
+    On one of several ranks (torchrun) it records into that rank's file, as the CLI
+    does: ``run.h5`` becomes ``run.rank1.h5`` (the recorder's ``path`` says which).
     """
     options = RecordOptions.build(
         level=level,
@@ -59,4 +62,4 @@ def record(
         quiet=quiet,
         flush_interval=flush_interval,
     )
-    return Recorder(path, options, force=force)
+    return Recorder(rank_path(path), options, force=force)

@@ -12,12 +12,13 @@ import torch
 
 from hookdbg import __version__
 from hookdbg.options import RecordOptions
+from hookdbg.ranks import placement
 from hookdbg.store import schema
 
 
 def run_metadata(argv: list[str], options: RecordOptions) -> dict[str, str | int]:
     """Plain str/int attributes (JSON text for lists and dicts): nothing that runs code."""
-    env = os.environ
+    where = placement()
     return {
         "format": schema.FORMAT,
         "schema_version": schema.SCHEMA_VERSION,
@@ -30,9 +31,9 @@ def run_metadata(argv: list[str], options: RecordOptions) -> dict[str, str | int
         "argv": json.dumps(argv),
         "cwd": os.getcwd(),
         "options": json.dumps(options.describe()),
-        "rank": int(env.get("RANK", 0)),
-        "world_size": int(env.get("WORLD_SIZE", 1)),
-        "local_rank": int(env.get("LOCAL_RANK", 0)),
+        "rank": where.rank,
+        "world_size": where.world_size,
+        "local_rank": where.local_rank,
         "backend": _backend(),
     }
 

@@ -209,7 +209,11 @@ class ModuleRegistry:
             wrappers.append(target)
             target = inner
         known = self.known(target)
-        label = known.name if known else self._unique(_find_label(module) or type(module).__name__)
+        # a wrapper made by a framework is held by the framework's variables
+        # (Lightning's DDP: ``wrapper_module``), its model by the user's: the user's
+        # name wins, for the wrapper or the model, wherever each is held
+        found = _find_label(module, target) if target is not module else _find_label(module)
+        label = known.name if known else self._unique(found or type(module).__name__)
         root = known or self._add(target, label, "", -1, None, 0)
         for wrapper in wrappers:
             self._add(wrapper, label, "", -1, root, 0, ModuleKind.WRAPPER).transparent = True
@@ -313,15 +317,16 @@ class ModuleRegistry:
         return candidate
 
 
-def _find_label(obj: object) -> str | None:
-    """The variable that holds ``obj`` in the code that called it, if one is easy to see.
+def _find_label(*objs: object) -> str | None:
+    """The variable that holds one of ``objs`` in the code that called it, if one is
+    easy to see (with several, the first one a namespace binds wins).
 
     Looks through the user's frames (not torch's, not hookdbg's; the script's own before
-    installed libraries') for a local bound to ``obj``, or an attribute of a local
+    installed libraries') for a local bound to it, or an attribute of a local
     (``self.model``), and ``__main__``'s globals.
     """
     for space in _user_namespaces():
-        found = _label_in(space, obj)
+        found = _label_in(space, objs)
         if found:
             return found
     return None
@@ -381,19 +386,26 @@ def _find_owner(module: torch.nn.Module) -> torch.nn.Module | None:
     return best
 
 
-def _label_in(namespace: dict[str, object], target: object) -> str | None:
+def _label_in(namespace: dict[str, object], targets: tuple[object, ...]) -> str | None:
+    """A name bound to one of ``targets`` in ``namespace`` (earlier targets first), else
+    an attribute of a value there: ``model`` before ``trainer.model_wrapped``."""
     holders = []
+    bound: dict[int, str] = {}
     for name, value in list(namespace.items()):
-        if value is target and name.isidentifier() and name not in ("self", "_"):
-            return name
+        if name.isidentifier() and name not in ("self", "_"):
+            bound.setdefault(id(value), name)
         if not isinstance(value, _NOT_HOLDERS) and hasattr(value, "__dict__"):
             holders.append(value)
-    for holder in holders:
-        try:
-            attrs = vars(holder)
-        except TypeError:
-            continue
-        for name, attr in attrs.items():
-            if attr is target and name.isidentifier() and not name.startswith("_"):
-                return name
+    for target in targets:
+        if id(target) in bound:
+            return bound[id(target)]
+    for target in targets:
+        for holder in holders:
+            try:
+                attrs = vars(holder)
+            except TypeError:
+                continue
+            for name, attr in attrs.items():
+                if attr is target and name.isidentifier() and not name.startswith("_"):
+                    return name
     return None

@@ -200,3 +200,26 @@ def test_show_tells_two_calls_of_one_module_apart(tmp_path):
     assert data["exit_code"] == 3 and data["ended"] == "complete"
     profile = hookdbg("profile", tmp_path / "run.h5")
     assert "self share" in profile.stdout and "ms per step: all calls" in profile.stdout
+
+
+def test_export_says_what_it_wrote_in_json(mlp_h5, tmp_path):
+    target = tmp_path / "calls.json"
+    out = hookdbg("export", mlp_h5, "--format", "json", "--table", "calls", "-o", target, "--json")
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    rows = json.loads(target.read_text())
+    assert summary == {
+        "recording": str(mlp_h5),
+        "format": "json",
+        "path": str(target),
+        "bytes": target.stat().st_size,
+        "table": "calls",
+        "rows": len(rows),
+    }
+    traced = hookdbg("export", mlp_h5, "--format", "perfetto", "-o", tmp_path / "t.json", "--json")
+    trace = json.loads(traced.stdout)
+    assert trace["events"] == len(json.loads((tmp_path / "t.json").read_text())["traceEvents"])
+    piped = hookdbg("export", mlp_h5, "--format", "csv", "-o", "-", "--json")
+    assert piped.returncode == 2 and "write the export to a file with -o FILE" in piped.stderr
+    wrong = hookdbg("export", mlp_h5, "--format", "csv", "--stat", "output/std")
+    assert wrong.returncode == 2 and "select what --format tensorboard writes" in wrong.stderr

@@ -1,6 +1,7 @@
 """Module names: what users call their modules, stable across runs and ranks."""
 
 import json
+import types
 
 import torch
 from torch import nn
@@ -41,6 +42,17 @@ def test_wrappers_are_transparent_so_names_match_unwrapped_runs(tmp_path):
     t = tables(tmp_path / "run.h5")
     recorded = {module_names(t)[int(m)] for m in t["calls"]["module"]}
     assert recorded == {"model", "model.0"}
+
+
+def test_a_wrapper_the_user_never_named_takes_its_models_name(tmp_path):
+    """A trainer holds the wrapper (Hugging Face's ``trainer.model_wrapped``), the user
+    the model: the user's name wins."""
+    model = nn.Sequential(nn.Linear(2, 2))
+    trainer = types.SimpleNamespace(model_wrapped=nn.DataParallel(model))
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        trainer.model_wrapped(torch.randn(1, 2))
+    assert {"model", "model.0"} <= names(tmp_path / "run.h5")
+    assert not any(n.startswith("model_wrapped") for n in names(tmp_path / "run.h5"))
 
 
 def test_modules_outside_named_modules_get_a_clear_name(tmp_path):
