@@ -45,6 +45,7 @@ from torch.nn.modules import module as module_hooks
 from torch.optim import optimizer as optimizer_hooks
 
 from hookdbg.options import RecordOptions
+from hookdbg.ranks import placement
 from hookdbg.recorder.actions import Actions, NonFiniteStop
 from hookdbg.recorder.calls import Call, Segment, StepState
 from hookdbg.recorder.capture import Capturer, FlightRecorder
@@ -80,9 +81,7 @@ _COMPILE_WARNING = r"Using `torch.compile\(module\)` when there are global hooks
 
 def status_prefix() -> str:
     """'hookdbg: ', or 'hookdbg[rank 1]: ' as one of several torch.distributed ranks."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        return f"hookdbg[rank {os.environ.get('RANK', '?')}]: "
-    return "hookdbg: "
+    return placement().prefix
 
 
 class RecordError(Exception):
