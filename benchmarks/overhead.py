@@ -1,8 +1,11 @@
 """How much slower training runs under hookdbg, next to the tools people compare it with.
 
 Every configuration is measured interleaved with the unrecorded baseline in the same
-process (rounds of: baseline, then each configuration in turn), and each figure compares
-medians, so a machine that is busy for a while slows all of them alike. Figures are CPU
+process (rounds of: baseline, then each configuration in turn). A round's figure is the
+mean step time over its steps, close included, so that costs that come now and then
+(the writer thread, garbage collections) count as they do in a real run; the table
+compares the medians of the rounds, so a machine that is busy for a while slows all
+configurations alike. Figures are CPU
 time (all threads of this process), which does not count time the machine gave to other
 tenants; wall time is printed too.
 
@@ -168,16 +171,21 @@ CONFIGS: dict[str, Context] = {
 }
 
 
-def measure(step: Step, context: Context | None, steps: int, workdir: Path) -> list[tuple]:
-    """(wall, CPU) seconds per step for ``steps`` steps (after one warm-up step)."""
-    with context(workdir) if context else contextlib.nullcontext():
+def measure(step: Step, context: Context | None, steps: int, workdir: Path) -> tuple:
+    """(wall, CPU) seconds per step: the mean over ``steps`` steps after one warm-up,
+    up to and including the recorder's close, so that periodic costs (the writer
+    thread, garbage collections) and the final drain are counted, not only the typical
+    step."""
+    manager = context(workdir) if context else contextlib.nullcontext()
+    manager.__enter__()
+    try:
         step()
-        out = []
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(steps):
-            t0, c0 = time.perf_counter(), time.process_time()
             step()
-            out.append((time.perf_counter() - t0, time.process_time() - c0))
-        return out
+    finally:
+        manager.__exit__(None, None, None)
+    return (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
 
 
 def compare(name: str, make: Callable[[], tuple[Step, int]], rounds: int, steps: int) -> None:
@@ -187,17 +195,17 @@ def compare(name: str, make: Callable[[], tuple[Step, int]], rounds: int, steps:
         for r in range(rounds):
             for config in (None, *CONFIGS):
                 context = CONFIGS[config] if config else None
-                results[config] += measure(step, context, steps, Path(tmp))
+                results[config].append(measure(step, context, steps, Path(tmp)))
             print(f"  {name}: round {r + 1}/{rounds}", end="\r", file=sys.stderr)
 
     def medians(config: str | None) -> tuple[float, float]:
-        rows = results[config]
-        return statistics.median(w for w, _ in rows), statistics.median(c for _, c in rows)
+        rounds = results[config]
+        return statistics.median(w for w, _ in rounds), statistics.median(c for _, c in rounds)
 
     base_wall, base_cpu = medians(None)
     print(
         f"\n{name}: {calls} module calls per step; unrecorded step {base_cpu * 1e3:.2f} ms CPU, "
-        f"{base_wall * 1e3:.2f} ms wall (medians of {rounds} x {steps} steps)"
+        f"{base_wall * 1e3:.2f} ms wall (median over {rounds} rounds of the mean of {steps} steps)"
     )
     print(f"  {'':36s} {'CPU':>8s} {'us/call':>9s}   {'wall':>8s} {'us/call':>9s}")
     for config in CONFIGS:
@@ -208,7 +216,7 @@ def compare(name: str, make: Callable[[], tuple[Step, int]], rounds: int, steps:
         )
 
 
-WORKLOADS = {"mlp": (mlp, 60), "resnet18": (resnet18, 4)}
+WORKLOADS = {"mlp": (mlp, 200), "resnet18": (resnet18, 8)}
 
 
 def main() -> None:

@@ -15,6 +15,11 @@ import numpy as np
 
 from hookdbg.store import schema
 
+try:
+    from hookdbg.store._pack import pack as _pack
+except ImportError:  # not built: numpy's conversion of the row tuples instead
+    _pack = None
+
 TABLE_NAMES = ("modules", "calls", "tensors", "steps", "alerts", "captures", "info")
 
 
@@ -73,8 +78,54 @@ def device_text(device: object) -> bytes:
     return _cached(device, lambda d: _text(d, 16))
 
 
+_CODES = {"<i8": 0, "<i4": 1, "<i2": 2, "|u1": 3, "|i1": 3, "<f8": 4, "<f4": 5}
+
+
+def _fields(dtype: np.dtype, where: dict[str, tuple[int, int]]) -> tuple:
+    """The ``pack`` layout: (outer, inner, byte offset, code) of each numeric column."""
+    return tuple(
+        (*where[name], dtype.fields[name][1], _CODES[dtype.fields[name][0].str])
+        for name in dtype.names
+        if name in where
+    )
+
+
+# where each numeric column of a tensor row lies: (call, step, segment, module, phase,
+# slot, path, summary) with the summary's fields from NUMEL on
+_TENSOR_FIELDS = _fields(
+    schema.TENSORS,
+    {
+        **{name: (i, -1) for i, name in enumerate(schema.TENSORS.names[:6])},
+        **{name: (7, 3 + i) for i, name in enumerate(schema.SUMMARY_COLUMNS[3:])},
+    },
+)
+
+
 def tensor_rows(rows: list) -> np.ndarray:
     """(call, step, segment, module, phase, slot, path, summary) -> TENSORS rows."""
+    if _pack is None:
+        return _tensor_rows_slowly(rows)
+    out = np.empty(len(rows), dtype=schema.TENSORS)
+    _pack(rows, out, _TENSOR_FIELDS)
+    paths = _path_cache.get
+    out["path"] = [paths(r[6]) or _path_text(r[6]) for r in rows]
+    get = _text_cache.get
+    summaries = [r[7] for r in rows]
+    out["shape"] = [get(s[0]) or shape_text(s[0]) for s in summaries]
+    out["dtype"] = [get(s[1]) or dtype_text(s[1]) for s in summaries]
+    out["device"] = [get(s[2]) or device_text(s[2]) for s in summaries]
+    return out
+
+
+_path_cache: dict[object, bytes] = {}
+
+
+def _path_text(path: object) -> bytes:
+    out = _path_cache[path] = _text(path, schema.PATH_BYTES)
+    return out
+
+
+def _tensor_rows_slowly(rows: list) -> np.ndarray:
     out = []
     for call, step, segment, module, phase, slot, path, s in rows:
         out.append(

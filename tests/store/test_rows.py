@@ -1,0 +1,39 @@
+"""Tensor rows become numpy records the same way with or without the compiled packer."""
+
+import math
+
+import numpy as np
+import pytest
+
+from hookdbg.store import rows, schema
+
+
+def summary(shape, lo, hi, nan=0):
+    return (shape, "float32", "cpu", math.prod(shape), lo, hi, 0.5, 1.5, 2.5, nan, 0, 1, 0.25)
+
+
+ROWS = [
+    (7, 1, 2, 3, 0, 1, "0", summary((8, 32), -1.0, 2.0)),
+    (2**40, 9, 9, 4, 1, 4, "weight", summary((), float("nan"), float("nan"), nan=3)),
+    (8, 1, 2, 5, 2, 2, "é" * 40, summary((1,) * 40, -3.5, 1e300)),  # texts cut to width
+]
+
+
+@pytest.mark.skipif(rows._pack is None, reason="the compiled packer is not built")
+def test_packed_rows_equal_numpys_conversion():
+    packed, slow = rows.tensor_rows(ROWS), rows._tensor_rows_slowly(ROWS)
+    assert packed.dtype == schema.TENSORS
+    for name in schema.TENSORS.names:
+        assert np.array_equal(packed[name], slow[name], equal_nan=packed[name].dtype.kind == "f")
+    assert packed["call"][1] == 2**40 and packed["path"][2].decode("utf-8") == "é" * 32
+
+
+@pytest.mark.skipif(rows._pack is None, reason="the compiled packer is not built")
+def test_packer_rejects_rows_it_cannot_read():
+    out = np.empty(1, dtype=schema.TENSORS)
+    with pytest.raises(ValueError, match="not a tuple"):
+        rows._pack([(1, 2)], out, rows._TENSOR_FIELDS)
+    with pytest.raises(TypeError):
+        rows._pack([("x", *ROWS[0][1:])], out, rows._TENSOR_FIELDS)
+    with pytest.raises(ValueError, match="outside its record"):
+        rows._pack([ROWS[0]], out, ((0, -1, schema.TENSORS.itemsize - 4, 0),))
