@@ -107,6 +107,9 @@ class Capturer:
         )
 
 
+_ENTRY = 6  # values per flight-recorder entry: call, phase, slot, path, version, tensor
+
+
 class FlightRecorder:
     """References to the last two steps' tensors, within a memory budget: when the two
     hold more, the older step's go first; a step that alone fills the budget keeps its
@@ -133,7 +136,12 @@ class FlightRecorder:
         _, _, sizes = self._steps.popleft()
         self.held -= sum(sizes.values())
 
-    def keep(self, call: Call, phase: int, slot: int, path: str, t: torch.Tensor) -> None:
+    def keep(
+        self, call: Call, phase: int, slot: int, path: str, t: torch.Tensor, version: int
+    ) -> None:
+        """Hold ``t`` (at ``version``, -1: an inference tensor) for this step. The entry's
+        six values go into the step's one flat list: no object per entry for the garbage
+        collector to count and scan while it is held."""
         sizes = self._sizes
         key = id(t)
         if key not in sizes:
@@ -144,8 +152,7 @@ class FlightRecorder:
                 self._drop_oldest()
             sizes[key] = size
             self.held += size
-        version = -1 if t.is_inference() else t._version
-        self._entries.append((call, phase, slot, path, version, t))
+        self._entries.extend((call, phase, slot, path, version, t))
 
     def dump(self, origin: Call, seg: Segment) -> tuple[list[tuple], int]:
         """Capture rows for the origin call (of segment ``seg``) and its neighbours, in that
@@ -155,7 +162,7 @@ class FlightRecorder:
         if seg.id not in held:
             return [], 0
         entries = held[seg.id]
-        calls = sorted({e[0] for e in entries} | {origin}, key=lambda c: c.id)
+        calls = sorted({*entries[::_ENTRY], origin}, key=lambda c: c.id)
         pos = calls.index(origin)
         chosen = {origin, *calls[max(pos - 1, 0) : pos + 2]}
         chosen |= {c for c in calls if c.parent is origin}
@@ -167,7 +174,8 @@ class FlightRecorder:
         for entry_seg, step_entries, _ in self._steps:
             if entry_seg.id not in (seg.id - 1, seg.id):
                 continue
-            for call, phase, slot, path, version, t in step_entries:
+            for i in range(0, len(step_entries), _ENTRY):
+                call, phase, slot, path, version, t = step_entries[i : i + _ENTRY]
                 if (call.info.id, call.index) not in wanted:
                     continue
                 if version != -1 and t._version != version:

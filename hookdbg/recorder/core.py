@@ -41,6 +41,7 @@ from pathlib import Path
 from time import perf_counter
 
 import torch
+from torch.compiler import is_compiling
 from torch.nn.modules import module as module_hooks
 from torch.optim import optimizer as optimizer_hooks
 
@@ -334,15 +335,31 @@ class Recorder:
 
     # -- module hooks ----------------------------------------------------------------
 
+    def _pre(self, module: torch.nn.Module, args: tuple) -> None:
+        """Inside a call that is not recorded (a step --every skips, an eval batch left
+        out) a nested call only counts its depth: no clock, no lock."""
+        if is_compiling():
+            return
+        if self._mute and _get_ident() == self._tid:
+            self._mute += 1
+            return
+        self._pre_recorded(module, args)
+
+    def _post(
+        self, module: torch.nn.Module, args: tuple, kwargs: dict, result: object = _RAISED
+    ) -> None:
+        if is_compiling():
+            return
+        if self._mute > 1 and _get_ident() == self._tid:
+            self._mute -= 1
+            return
+        self._post_recorded(module, args, kwargs, result)
+
     @hook
-    def _pre(self, t0: float, module: torch.nn.Module, args: tuple) -> None:
+    def _pre_recorded(self, t0: float, module: torch.nn.Module, args: tuple) -> None:
         if _get_ident() != self._tid:
             return
         stack = self._stack
-        if self._mute:
-            self._mute += 1
-            stack.append(_MUTED)
-            return
         if stack:
             top = stack[-1]
             cls = top.__class__
@@ -408,7 +425,7 @@ class Recorder:
         self.observer.recomputed(frame, args, _GRAD_INPUT)
 
     @hook
-    def _post(
+    def _post_recorded(
         self,
         t0: float,
         module: torch.nn.Module,

@@ -49,6 +49,11 @@ _graph_task_id = torch._C._current_graph_task_id
 _INDEX = tuple(str(i) for i in range(64))
 
 
+def _version(t: torch.Tensor) -> int:
+    """``t``'s version counter; -1 for an inference tensor, which has none."""
+    return -1 if t.is_inference() else t._version
+
+
 def summary_function(level: Level, check: bool) -> Callable[[torch.Tensor], tuple] | None:
     """How a tensor is summarised at this level (None: not at all)."""
     if level == Level.STATS:
@@ -206,7 +211,7 @@ class TensorObserver:
     ) -> None:
         seen = self.see(t)
         seen.grad_slots.append((call, _GRAD_INPUT, path))
-        self.keep(call, _FWD, _INPUT, path, t, seen.summary)
+        self.keep(call, _FWD, _INPUT, path, t, seen.summary, seen.version)
         if not seen.finite or (self.state.batch is not None and self.check_nan):
             context = self.context(args)
             self.check(self._input_check, self.state.seg, call, path, seen, module, context)
@@ -248,7 +253,7 @@ class TensorObserver:
         if seen.producer is None:
             seen.producer = call
         seen.grad_slots.append((call, _GRAD_OUTPUT, path))
-        self.keep(call, _FWD, _OUTPUT, path, t, seen.summary)
+        self.keep(call, _FWD, _OUTPUT, path, t, seen.summary, seen.version)
         if not seen.finite or (self.state.batch is not None and self.check_nan):
             self.check(
                 self._output_check,
@@ -289,8 +294,10 @@ class TensorObserver:
         path: str,
         t: torch.Tensor,
         summary: tuple | Pending | None,
+        version: int,
     ) -> None:
-        """The row, the capture and the flight-recorder entry of one tensor of one call."""
+        """The row, the capture and the flight-recorder entry of one tensor of one call
+        (``t`` at ``version``, -1 for an inference tensor)."""
         if self.emit_tensors:
             state = self.state
             row = (call.id, state.step, state.id, call.info.id, phase, slot, path, summary)
@@ -299,7 +306,7 @@ class TensorObserver:
             else:
                 self.rows.tensors.append(row)
         if self.flight is not None:
-            self.flight.keep(call, phase, slot, path, t)
+            self.flight.keep(call, phase, slot, path, t, version)
         if self.capturing and call.info.capture:
             self.capture(call, phase, slot, path, t)
 
@@ -371,6 +378,7 @@ class TensorObserver:
         task = _graph_task_id()
         summary = self.summarise(grad) if self.summary is not None else None
         timing_only = seen.timing_only
+        version = _version(grad) if self.flight is not None else 0
         for call, slot, path in seen.grad_slots:
             if call.bwd_task == -1:
                 call.bwd_task = task
@@ -381,7 +389,7 @@ class TensorObserver:
                 elif v > call.bwd_end:
                     call.bwd_end = v
             if not timing_only:
-                self.keep(call, _BWD, slot, path, grad, summary)
+                self.keep(call, _BWD, slot, path, grad, summary, version)
         if (
             not timing_only
             and self.check_nan
@@ -431,8 +439,9 @@ class TensorObserver:
                 if call.bwd_task == task and v > call.param_end:
                     call.param_end = v
         summary = self.summarise(grad) if self.summary is not None else None
+        version = _version(grad) if self.flight is not None else 0
         if owner is not None or calls:
-            self.keep(owner or calls[-1], _BWD, _PARAM_GRAD, name, grad, summary)
+            self.keep(owner or calls[-1], _BWD, _PARAM_GRAD, name, grad, summary, version)
         elif self.emit_tensors:
             self.rows.tensors.append(
                 (-1, state.step, state.id, info.id, _BWD, _PARAM_GRAD, name, summary)
