@@ -159,8 +159,23 @@ def _texts_encoded(dtype: np.dtype) -> Callable[[list], np.ndarray]:
     return convert
 
 
+def _numbers(dtype: np.dtype) -> Callable[[list], np.ndarray]:
+    """Converter for a table of numbers only, its rows in schema order."""
+    fields = _fields(dtype, {name: (i, -1) for i, name in enumerate(dtype.names)})
+
+    def convert(rows: list) -> np.ndarray:
+        if _pack is None:
+            return np.array(rows, dtype=dtype)
+        out = np.empty(len(rows), dtype=dtype)
+        _pack(rows, out, fields)
+        return out
+
+    return convert
+
+
 CONVERTERS = {
     "tensors": tensor_rows,
+    "calls": _numbers(schema.CALLS),
     "modules": _texts_encoded(schema.MODULES),
     "alerts": _texts_encoded(schema.ALERTS),
     "info": _texts_encoded(schema.INFO),

@@ -37,3 +37,12 @@ def test_packer_rejects_rows_it_cannot_read():
         rows._pack([("x", *ROWS[0][1:])], out, rows._TENSOR_FIELDS)
     with pytest.raises(ValueError, match="outside its record"):
         rows._pack([ROWS[0]], out, ((0, -1, schema.TENSORS.itemsize - 4, 0),))
+
+
+@pytest.mark.skipif(rows._pack is None, reason="the compiled packer is not built")
+def test_call_rows_packed_equal_numpys_conversion():
+    calls = [
+        (5, 0, 1, 1, 3, 0, -1, 0, 0.25, 1e-3, 5e-4),
+        (2**33, 1, 7, 8, 9, 2, 5, 3, 9.5, 0.0, 0.0),
+    ]
+    assert rows.CONVERTERS["calls"](calls).tobytes() == np.array(calls, schema.CALLS).tobytes()
