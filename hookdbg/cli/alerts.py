@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from hookdbg.analysis.alerts import AlertReport, alert_reports
-from hookdbg.cli.app import cli
 from hookdbg.cli.output import (
     console,
     emit_json,
@@ -22,7 +21,7 @@ from hookdbg.store.schema import Phase, slot_label
 from hookdbg.text import utf8
 
 
-@cli.command()
+@click.command()
 @click.argument("recording")
 @rank_option
 @click.option(

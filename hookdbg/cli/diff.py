@@ -9,7 +9,6 @@ import click
 
 from hookdbg.analysis.diff import DiffResult, Divergence, diff
 from hookdbg.analysis.ranks import rank_diff
-from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput, plural
 from hookdbg.cli.output import (
     console,
@@ -26,7 +25,7 @@ from hookdbg.store.schema import Phase, slot_label
 from hookdbg.text import num
 
 
-@cli.command(name="diff")
+@click.command(name="diff")
 @click.argument("a")
 @click.argument("b", required=False)
 @click.option(

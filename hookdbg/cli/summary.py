@@ -8,7 +8,6 @@ import click
 
 from hookdbg.analysis.overview import ending, overview
 from hookdbg.analysis.ranks import merged_alerts, rank_rows, step_spreads
-from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput, human_bytes, plural
 from hookdbg.cli.output import (
     console,
@@ -25,7 +24,7 @@ from hookdbg.read import RankSet, Recording
 from hookdbg.text import utf8
 
 
-@cli.command()
+@click.command()
 @click.argument("recording")
 @rank_option
 @click.option("--step", type=int, metavar="N", help="Module table for step N [default: first].")

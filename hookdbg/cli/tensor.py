@@ -8,7 +8,6 @@ import click
 import numpy as np
 from rich.text import Text
 
-from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput, human_bytes, plural
 from hookdbg.cli.output import (
     console,
@@ -24,7 +23,7 @@ from hookdbg.read import Capture
 from hookdbg.store.schema import parse_slot_label
 
 
-@cli.command(
+@click.command(
     epilog="""\b
 Examples:
   hookdbg tensor run.h5 model.standardize                  # what is stored for it
