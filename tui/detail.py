@@ -21,8 +21,9 @@ from textual.widgets import DataTable, Static
 from hookdbg.analysis.overview import shape_text
 from hookdbg.store.schema import Phase, nonfinite_count, slot_label
 from hookdbg.text import printable, utf8
-from hookdbg.tui.cells import cell_text, count_text, stat_text
-from hookdbg.tui.model import Detail
+
+from .cells import cell_text, count_text, stat_text
+from .model import Detail
 
 STATS = ("min", "max", "mean", "std", "norm")
 

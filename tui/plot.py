@@ -20,9 +20,10 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from hookdbg.text import plural, printable
-from hookdbg.tui.cells import stat_text
-from hookdbg.tui.messages import Goto
-from hookdbg.tui.model import PlotStat
+
+from .cells import stat_text
+from .messages import Goto
+from .model import PlotStat
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 Series = tuple[np.ndarray, np.ndarray]  # (steps, values)

@@ -20,8 +20,9 @@ from hookdbg.analysis.query import Query, QueryError, parse
 from hookdbg.analysis.search import SearchResult
 from hookdbg.store.schema import Phase, nonfinite_count, slot_label
 from hookdbg.text import printable, utf8
-from hookdbg.tui.cells import cell_text, count_text
-from hookdbg.tui.model import RunView
+
+from .cells import cell_text, count_text
+from .model import RunView
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ def alert_reports(recording: Recording) -> list[AlertReport]:
     reports = []
     for alert in recording.alerts:
         step = int(alert["step"])
-        rows = recording.tensors(step, step, TENSOR_COLUMNS, kind=None)
+        rows = recording.tensors(step, step, list(TENSOR_COLUMNS), kind=None)
         rows = rows[rows["segment"] == alert["segment"]]  # the step, or an eval batch
         phase, slot, call = int(alert["phase"]), int(alert["slot"]), int(alert["call"])
         same = rows[

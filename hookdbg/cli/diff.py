@@ -122,7 +122,7 @@ def _where(d: Divergence) -> str:
 
 
 def _gap(d: Divergence) -> str:
-    if isinstance(d.a, str):
+    if isinstance(d.a, str) or isinstance(d.b, str):
         return f"{d.stat} {d.a} vs {d.b}"
     rel = "" if d.rel_diff == float("inf") else f", relative difference {d.rel_diff:.2e}"
     return f"{d.stat} {num(d.a, 7)} vs {num(d.b, 7)}{rel}"

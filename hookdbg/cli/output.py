@@ -287,7 +287,7 @@ def tensor_table(
     t = table(title, cols)
     for r in rows:
         bad = nonfinite_count(r)
-        cells = [step_text(rec, r)]
+        cells: list[str | Text] = [step_text(rec, r)]
         if call_index is not None:
             index = call_index.get(int(r["call"]))
             cells.append("-" if index is None else str(index))

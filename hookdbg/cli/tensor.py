@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -141,7 +142,7 @@ def tensor(
                 else ""
             )
         )
-    with np.printoptions(threshold=np.inf if full else 200, linewidth=120, precision=5):
+    with np.printoptions(threshold=sys.maxsize if full else 200, linewidth=120, precision=5):
         out.print(Text(np.array2string(values)))
 
 

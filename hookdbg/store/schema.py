@@ -140,8 +140,9 @@ TENSORS = np.dtype(
 # Where a tensor row is, and what its summary holds (the recorder builds summary tuples
 # in exactly this order: hookdbg/recorder/stats.py).
 WHERE_COLUMNS = ("call", "step", "segment", "module", "phase", "slot", "path")
-SUMMARY_COLUMNS = TENSORS.names[len(WHERE_COLUMNS) :]
-assert TENSORS.names[: len(WHERE_COLUMNS)] == WHERE_COLUMNS
+_TENSOR_NAMES: tuple[str, ...] = TENSORS.names or ()
+SUMMARY_COLUMNS = _TENSOR_NAMES[len(WHERE_COLUMNS) :]
+assert _TENSOR_NAMES[: len(WHERE_COLUMNS)] == WHERE_COLUMNS
 
 STEPS = np.dtype(
     [
