@@ -19,9 +19,9 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Static
 
+from hookdbg.cells import stat_text
 from hookdbg.text import plural, printable
 
-from .cells import stat_text
 from .messages import Goto
 from .model import PlotStat
 

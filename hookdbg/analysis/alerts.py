@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hookdbg.analysis.search import TENSOR_COLUMNS
+from hookdbg.cells import TENSOR_COLUMNS
 from hookdbg.read.modules import Module
 from hookdbg.read.recording import Recording
 from hookdbg.store.schema import Phase, Slot

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from hookdbg.analysis.alerts import AlertReport, alert_reports
+from hookdbg.cells import slot_label
 from hookdbg.cli.output import (
     console,
     emit_json,
@@ -17,7 +18,7 @@ from hookdbg.cli.output import (
     tensor_table,
 )
 from hookdbg.read import RankSet, Recording
-from hookdbg.store.schema import Phase, slot_label
+from hookdbg.store.schema import Phase
 from hookdbg.text import utf8
 
 

@@ -9,6 +9,7 @@ import click
 
 from hookdbg.analysis.diff import DiffResult, Divergence, diff
 from hookdbg.analysis.ranks import rank_diff
+from hookdbg.cells import num, slot_label
 from hookdbg.cli.common import BadInput, plural
 from hookdbg.cli.output import (
     console,
@@ -21,8 +22,7 @@ from hookdbg.cli.output import (
     table,
 )
 from hookdbg.read import RankSet, Recording
-from hookdbg.store.schema import Phase, slot_label
-from hookdbg.text import num
+from hookdbg.store.schema import Phase
 
 
 @click.command(name="diff")

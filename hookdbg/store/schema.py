@@ -249,11 +249,6 @@ def slot_label(slot: int, path: str) -> str:
     return f"{name}[{path}]" if path else name
 
 
-def nonfinite_count(row: np.void) -> int:
-    """NaN and inf elements of one tensors row together; -1 when values were not looked at."""
-    return int(row["nan"]) + int(row["posinf"]) + int(row["neginf"]) if row["nan"] >= 0 else -1
-
-
 def parse_slot_label(text: str) -> tuple[Slot, str]:
     """The inverse of ``slot_label``: ``output[0]`` -> (Slot.OUTPUT, "0")."""
     name, _, rest = text.strip().partition("[")
