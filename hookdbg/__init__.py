@@ -11,7 +11,7 @@ or run a script unchanged: ``hookdbg record -o run.h5 train.py``.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from hookdbg.version import __version__
 
 __all__ = [
     "NonFiniteError",

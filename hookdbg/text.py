@@ -1,8 +1,7 @@
-"""Small text helpers shared by the recorder's messages and the CLI."""
+"""Small text helpers shared by the recorder's messages and the reports (the text of
+a table cell is hookdbg/cells.py)."""
 
 from __future__ import annotations
-
-import math
 
 
 def human_bytes(n: float) -> str:
@@ -17,20 +16,6 @@ def human_bytes(n: float) -> str:
 def plural(n: int, word: str, many: str | None = None) -> str:
     """'1 step', '3 steps', '2 matches' (with ``many`` for irregular plurals)."""
     return f"{n:,} {word if n == 1 else many or word + 's'}"
-
-
-def num(value: float, digits: int = 4) -> str:
-    """Compact numbers for tables: 0.1234, 1.234e+05, nan, inf."""
-    value = float(value)
-    if math.isnan(value):
-        return "-"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    if value == 0:
-        return "0"
-    if 1e-3 <= abs(value) < 1e5:
-        return f"{value:.{digits}g}"
-    return f"{value:.{max(digits - 1, 1)}e}"
 
 
 def utf8(raw: bytes | str) -> str:

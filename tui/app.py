@@ -10,11 +10,12 @@ from textual.app import App, SystemCommand
 from textual.screen import Screen
 
 from hookdbg.read import RankSet, Recording
-from hookdbg.tui.dialogs import WaitScreen
-from hookdbg.tui.finder import ModuleFinder
-from hookdbg.tui.messages import Opened
-from hookdbg.tui.model import PLOT_STATS, RunView
-from hookdbg.tui.replay import ReplayScreen
+
+from .dialogs import WaitScreen
+from .finder import ModuleFinder
+from .messages import Opened
+from .model import PLOT_STATS, RunView
+from .replay import ReplayScreen
 
 
 class HookdbgApp(App[None]):

@@ -18,13 +18,11 @@ from textual.containers import Vertical
 from textual.events import Resize
 from textual.widgets import DataTable, Static
 
-from hookdbg.analysis.overview import shape_text
-from hookdbg.store.schema import Phase, nonfinite_count, slot_label
-from hookdbg.text import printable, utf8
-from hookdbg.tui.cells import cell_text, count_text, stat_text
-from hookdbg.tui.model import Detail
+from hookdbg.cells import STATS, stat_text, tensor_text
+from hookdbg.store.schema import Phase
+from hookdbg.text import printable
 
-STATS = ("min", "max", "mean", "std", "norm")
+from .model import Detail
 
 
 @dataclass(frozen=True)
@@ -67,26 +65,23 @@ def summary_rows(
 ) -> list[Row]:
     out = []
     for r in detail.rows:
-        path = utf8(r["path"])
-        bad = nonfinite_count(r)
-        zeros = float(r["zero_frac"])
+        text = tensor_text(r)
         row = Row(
             {
                 "run": run,
-                "phase": Phase(int(r["phase"])).label,
-                "slot": printable(slot_label(int(r["slot"]), path)),
-                "nonfinite": count_text(bad),
-                "shape": printable(shape_text(r["shape"])),
-                "dtype": printable(utf8(r["dtype"])),
-                "zeros": "-" if math.isnan(zeros) else f"{zeros:.0%}",
+                "phase": text.phase,
+                "slot": text.slot,
+                "nonfinite": text.count,
+                "shape": text.shape,
+                "dtype": text.dtype,
+                "zeros": text.zeros,
             },
-            nonfinite=bad,
-            divergent=(int(r["phase"]), int(r["slot"]), path) in (divergent or ()),
+            nonfinite=text.nonfinite,
+            divergent=(int(r["phase"]), int(r["slot"]), text.path) in (divergent or ()),
         )
         for stat in STATS:
-            value = float(r[stat])
-            row.cells[stat] = cell_text(value, bad)
-            row.copy[stat] = repr(value) if row.cells[stat] != "-" else "-"
+            row.cells[stat] = text.stat(stat)
+            row.copy[stat] = repr(text.values[stat]) if row.cells[stat] != "-" else "-"
             if row.cells[stat] in ("nan", "inf", "-inf"):
                 row.bad.add(stat)
         out.append(row)

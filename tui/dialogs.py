@@ -16,7 +16,8 @@ from textual.widgets import Footer, Input, Markdown, Static
 from textual.worker import get_current_worker
 
 from hookdbg.read import RecordingError, open_run
-from hookdbg.tui.messages import Opened
+
+from .messages import Opened
 
 KEYS = (
     ("← → (h l)", "previous / next recorded step"),

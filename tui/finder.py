@@ -6,8 +6,8 @@ from functools import partial
 
 from textual.command import Hit, Hits, Provider
 
-from hookdbg.tui.messages import Goto
-from hookdbg.tui.replay import ReplayScreen
+from .messages import Goto
+from .replay import ReplayScreen
 
 
 class ModuleFinder(Provider):

@@ -13,7 +13,8 @@ import numpy as np
 from textual.message import Message
 
 from hookdbg.read import RankSet, Recording
-from hookdbg.tui.model import Detail, DiffView, Gap, ModuleStep, PlotStat
+
+from .model import Detail, DiffView, Gap, ModuleStep, PlotStat
 
 
 @dataclass

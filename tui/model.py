@@ -1,7 +1,9 @@
 """What the TUI shows, computed from a recording: no Textual, no torch, easy to test.
 
-Every method here reads the file, so the app calls them from worker threads only;
-widgets receive the plain results.
+The queries themselves live in hookdbg/analysis (stepview.py for a step's modules, a
+module's detail and a statistic over steps), where the CLI reports use them too;
+``RunView`` binds them to one open recording. Every method here reads the file, so the
+app calls them from worker threads only; widgets receive the plain results.
 """
 
 from __future__ import annotations
@@ -15,55 +17,32 @@ from hookdbg.analysis.alerts import AlertReport, alert_reports
 from hookdbg.analysis.diff import DiffResult, diff
 from hookdbg.analysis.profile import Profile, profile
 from hookdbg.analysis.query import Query
-from hookdbg.analysis.search import TENSOR_COLUMNS, SearchResult, search
-from hookdbg.read import Capture, Recording, Status
-from hookdbg.read.modules import Module
-from hookdbg.store.schema import Phase, Slot
+from hookdbg.analysis.search import SearchResult, search
+from hookdbg.analysis.stepview import (
+    PLOT_STATS,
+    Detail,
+    ModuleStep,
+    PlotStat,
+    module_detail,
+    series,
+    step_table,
+)
+from hookdbg.read import Recording, Status
 from hookdbg.text import plural
 
-
-@dataclass(frozen=True)
-class PlotStat:
-    """A statistic that can be plotted over steps for one module."""
-
-    label: str
-    slot: Slot | None  # None: a timing from the calls table
-    column: str
-    path: str | None = None  # for parameter gradients: which parameter
-
-
-PLOT_STATS = (
-    PlotStat("output std", Slot.OUTPUT, "std"),
-    PlotStat("output mean", Slot.OUTPUT, "mean"),
-    PlotStat("output max |x|", Slot.OUTPUT, "absmax"),
-    PlotStat("grad norm (w.r.t. output)", Slot.GRAD_OUTPUT, "norm"),
-    PlotStat("weight grad norm", Slot.PARAM_GRAD, "norm", "weight"),
-    PlotStat("weight norm", Slot.PARAM, "norm", "weight"),
-    PlotStat("forward ms", None, "fwd"),
-    PlotStat("backward ms", None, "bwd"),
-)
-
-
-@dataclass(frozen=True)
-class ModuleStep:
-    """One module in one step, as its tree badge shows it."""
-
-    calls: int
-    seconds: float  # forward + backward self time
-    share: float  # of the step's time
-    nonfinite: int  # tensors with NaN/inf
-    origin: bool  # a NaN/inf origin was here
-
-
-@dataclass(frozen=True)
-class Detail:
-    module: Module
-    step: int
-    label: str  # "step 3", or "eval batch 2" (then ``step`` is its number among them)
-    rows: np.ndarray  # tensor summaries of the module in the step
-    timings: np.ndarray  # its call rows
-    captures: list[Capture]
-    histogram: tuple[list[float], float, float] | None  # counts, low, high of a capture
+__all__ = [
+    "PLOT_STATS",
+    "Detail",
+    "DiffView",
+    "Gap",
+    "ModuleStep",
+    "PlotStat",
+    "RunView",
+    "alerts_notice",
+    "first_origin",
+    "nearest_step",
+    "status_notice",
+]
 
 
 class RunView:
@@ -84,23 +63,6 @@ class RunView:
     def eval_steps(self) -> list[int]:
         """The recorded eval batches, by their number among all eval batches."""
         return [int(i) for i in np.flatnonzero(self.rec.evals["recorded"] == 1)]
-
-    def _rows(self, table: str, step: int, evals: bool, columns: list[str] | None) -> np.ndarray:
-        """Rows of training step ``step``, or of eval batch number ``step``."""
-        read = self.rec.tensors if table == "tensors" else self.rec.calls
-        if not evals:
-            return read(step, step, columns)
-        batch = self.rec.evals[step]
-        wanted = None if columns is None else list(dict.fromkeys([*columns, "segment"]))
-        rows = read(int(batch["step"]), int(batch["step"]), wanted, None)
-        return rows[rows["segment"] == batch["segment"]]
-
-    def _segment(self, step: int, evals: bool) -> np.void | None:
-        rows = self.rec.evals if evals else self.rec.steps
-        if evals:
-            return rows[step] if 0 <= step < len(rows) else None
-        found = rows[rows["step"] == step]
-        return found[0] if len(found) else None
 
     @property
     def status(self) -> Status:
@@ -137,93 +99,15 @@ class RunView:
         return int(hits[0]) if len(hits) else None
 
     def step_table(self, step: int, evals: bool = False) -> dict[int, ModuleStep]:
-        calls = self._rows("calls", step, evals, ["module", "phase", "self"])
-        tensors = self._rows("tensors", step, evals, ["module", "nan", "posinf", "neginf"])
-        row = self._segment(step, evals)
-        length = float(row["end"] - row["start"]) if row is not None else 0.0
-        bad = (tensors["nan"] > 0) | (tensors["posinf"] > 0) | (tensors["neginf"] > 0)
-        alerts = self.rec.alerts
-        here = alerts["segment"] == row["segment"] if row is not None else alerts["step"] < 0
-        origins = set(alerts["module"][here].tolist())
-        out = {}
-        for module in set(calls["module"].tolist()) | set(tensors["module"].tolist()):
-            mine = calls[calls["module"] == module]
-            seconds = float(mine["self"][mine["phase"] != Phase.OPT].sum())
-            out[module] = ModuleStep(
-                calls=int(np.count_nonzero(mine["phase"] == Phase.FWD)),
-                seconds=seconds,
-                share=seconds / length if length > 0 else 0.0,
-                nonfinite=int(np.count_nonzero(bad & (tensors["module"] == module))),
-                origin=module in origins,
-            )
-        return out
+        return step_table(self.rec, step, evals)
 
     def detail(self, module: int, step: int, evals: bool = False) -> Detail:
-        rows = self._rows("tensors", step, evals, list(TENSOR_COLUMNS))
-        calls = self._rows("calls", step, evals, None)
-        segment = self._segment(step, evals)
-        captured = [
-            c
-            for c in self.rec.captured(module, int(segment["step"]) if segment else step)
-            if segment is None or c.segment == int(segment["segment"])
-        ]
-        histogram = None
-        if captured:
-            first = next((c for c in captured if c.slot == Slot.OUTPUT), captured[0])
-            values = self.rec.tensor(first).astype(np.float64).ravel()
-            finite = values[np.isfinite(values)]
-            if finite.size:
-                counts, edges = np.histogram(finite, bins=40)
-                histogram = (counts.astype(float).tolist(), float(edges[0]), float(edges[-1]))
-        return Detail(
-            self.rec.modules[module],
-            step,
-            f"eval batch {step}" if evals else f"step {step}",
-            rows[rows["module"] == module],
-            calls[calls["module"] == module],
-            captured,
-            histogram,
-        )
+        return module_detail(self.rec, module, step, evals)
 
     def series(
         self, module: int, stat: PlotStat, evals: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(steps, values) of one statistic of one module (its first call per step), over
-        the training steps, or over the eval batches (numbered among them)."""
-        if stat.slot is None:
-            table = self.rec.calls_table
-            phase = Phase.FWD if stat.column == "fwd" else Phase.BWD
-            mask = (table.column("module") == module) & (table.column("phase") == phase)
-            values = table.column("total")[mask] * 1e3
-        else:
-            table = self.rec.tensors_table
-            mask = (table.column("module") == module) & (table.column("slot") == stat.slot)
-            if stat.path is not None:
-                mask &= table.column("path") == stat.path.encode()
-            else:
-                mask &= table.column("path") == b""
-            if stat.column == "absmax":
-                values = np.maximum(
-                    np.abs(table.column("min")[mask]), np.abs(table.column("max")[mask])
-                )
-            else:
-                values = table.column(stat.column)[mask]
-            bad = sum(table.column(c)[mask] for c in ("nan", "posinf", "neginf"))
-            # a NaN of a tensor without NaN/inf is a statistic not recorded: leave it out
-            kept = (table.column("nan")[mask] >= 0) & ~(np.isnan(values) & (bad == 0))
-            mask[mask] = kept
-            values = values[kept]
-        segments = table.column("segment")[mask]
-        is_eval = self.rec.is_eval(segments)
-        if evals:
-            numbers = np.searchsorted(self.rec.evals["segment"], segments[is_eval])
-            steps, values = numbers, values[is_eval]
-        else:
-            steps, values = table.column("step")[mask][~is_eval], values[~is_eval]
-        if not len(steps):
-            return steps, values
-        first = np.unique(steps, return_index=True)[1]  # the first call of each step
-        return steps[first], values[first].astype(float)
+        return series(self.rec, module, stat, evals)
 
     def profile(self, step: int | None) -> Profile:
         return profile(self.rec, step, step)

@@ -19,10 +19,11 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Static
 
+from hookdbg.cells import stat_text
 from hookdbg.text import plural, printable
-from hookdbg.tui.cells import stat_text
-from hookdbg.tui.messages import Goto
-from hookdbg.tui.model import PlotStat
+
+from .messages import Goto
+from .model import PlotStat
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 Series = tuple[np.ndarray, np.ndarray]  # (steps, values)

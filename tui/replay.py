@@ -25,10 +25,11 @@ from textual.widgets import Footer, Header, Static
 
 from hookdbg.read import Status
 from hookdbg.text import plural, printable
-from hookdbg.tui.detail import DetailPane, DetailTable
-from hookdbg.tui.dialogs import GotoStepScreen, HelpScreen
-from hookdbg.tui.messages import DetailLoaded, DiffReady, Goto, NewData, SeriesLoaded, StepLoaded
-from hookdbg.tui.model import (
+
+from .detail import DetailPane, DetailTable
+from .dialogs import GotoStepScreen, HelpScreen
+from .messages import DetailLoaded, DiffReady, Goto, NewData, SeriesLoaded, StepLoaded
+from .model import (
     PLOT_STATS,
     DiffView,
     RunView,
@@ -37,10 +38,10 @@ from hookdbg.tui.model import (
     nearest_step,
     status_notice,
 )
-from hookdbg.tui.plot import PlotPane
-from hookdbg.tui.screens import AlertsScreen, Jump, ProfileScreen, SearchScreen
-from hookdbg.tui.stepbar import StepBar
-from hookdbg.tui.tree import ModuleTree
+from .plot import PlotPane
+from .screens import AlertsScreen, Jump, ProfileScreen, SearchScreen
+from .stepbar import StepBar
+from .tree import ModuleTree
 
 
 class ReplayScreen(Screen[None]):

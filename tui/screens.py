@@ -14,14 +14,14 @@ from textual.widgets import DataTable, Footer, Input, Static
 from textual.worker import get_current_worker
 
 from hookdbg.analysis.alerts import AlertReport
-from hookdbg.analysis.overview import shape_text
 from hookdbg.analysis.profile import Profile
 from hookdbg.analysis.query import Query, QueryError, parse
 from hookdbg.analysis.search import SearchResult
-from hookdbg.store.schema import Phase, nonfinite_count, slot_label
+from hookdbg.cells import count_text, slot_label, tensor_text
+from hookdbg.store.schema import Phase
 from hookdbg.text import printable, utf8
-from hookdbg.tui.cells import cell_text, count_text
-from hookdbg.tui.model import RunView
+
+from .model import RunView
 
 
 @dataclass(frozen=True)
@@ -213,15 +213,12 @@ class SearchScreen(Screen[Jump | None]):
         for i, r in enumerate(result.rows):
             self.hits.append((int(r["module"]), int(r["step"])))
             if result.on_tensors:
-                bad = nonfinite_count(r)
+                text = tensor_text(r)
                 cells = [
-                    Text(printable(slot_label(int(r["slot"]), utf8(r["path"])))),
-                    _count(bad),
-                    Text(printable(shape_text(r["shape"]))),
-                    *(
-                        Text(cell_text(r[k], bad), justify="right")
-                        for k in ("min", "max", "mean", "std")
-                    ),
+                    Text(text.slot),
+                    _count(text.nonfinite),
+                    Text(text.shape),
+                    *(Text(text.stat(k), justify="right") for k in ("min", "max", "mean", "std")),
                 ]
             else:
                 cells = [Text(f"call {int(r['index'])}"), Text(""), Text("")]

@@ -9,7 +9,7 @@ from textual import events
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from hookdbg.tui.messages import Goto
+from .messages import Goto
 
 
 class StepBar(Widget):

@@ -12,7 +12,8 @@ from textual.widgets.tree import TreeNode
 
 from hookdbg.read.modules import Module, ModuleTable
 from hookdbg.text import printable
-from hookdbg.tui.model import Gap, ModuleStep
+
+from .model import Gap, ModuleStep
 
 
 def top_modules(modules: ModuleTable) -> list[Module]:

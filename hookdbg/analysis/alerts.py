@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hookdbg.analysis.search import TENSOR_COLUMNS
+from hookdbg.cells import TENSOR_COLUMNS
 from hookdbg.read.modules import Module
 from hookdbg.read.recording import Recording
 from hookdbg.store.schema import Phase, Slot
@@ -29,7 +29,7 @@ def alert_reports(recording: Recording) -> list[AlertReport]:
     reports = []
     for alert in recording.alerts:
         step = int(alert["step"])
-        rows = recording.tensors(step, step, TENSOR_COLUMNS, kind=None)
+        rows = recording.tensors(step, step, list(TENSOR_COLUMNS), kind=None)
         rows = rows[rows["segment"] == alert["segment"]]  # the step, or an eval batch
         phase, slot, call = int(alert["phase"]), int(alert["slot"]), int(alert["call"])
         same = rows[

@@ -34,8 +34,8 @@ class Divergence:
     slot: int
     path: str
     stat: str  # the statistic that differs most
-    a: object
-    b: object
+    a: float | str  # str for shape and dtype
+    b: float | str
     rel_diff: float  # inf for shape/dtype/count mismatches
 
 
@@ -163,7 +163,7 @@ def _compare_step(a: Recording, b: Recording, step: int, result: DiffResult) -> 
             rel = np.where(np.isnan(gap), np.inf, gap / np.maximum(np.abs(v), 1e-300))
         update = bad & (rel > worst)
         worst[update], worst_stat[update] = rel[update], stat
-    for i in np.flatnonzero(worst_stat != ""):
+    for i in np.flatnonzero(worst_stat != "").tolist():
         stat = worst_stat[i]
         va, vb = x[stat][i], y[stat][i]
         module = a.modules[int(x["module"][i])]

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hookdbg.cells import shape_text
 from hookdbg.read.modules import Module
 from hookdbg.read.recording import Recording
-from hookdbg.read.resolve import shape_text
 from hookdbg.store.schema import Phase, Slot
 
 

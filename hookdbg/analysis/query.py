@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hookdbg.options import OptionError, StepRange
-from hookdbg.read.modules import ModuleTable
+from hookdbg.read.modules import Module, ModuleTable
 from hookdbg.store.schema import Phase, Slot
 
 
@@ -226,7 +226,7 @@ def _comparison(body: str, negate: bool, stat: str, op: str, value: str) -> Term
     return Term(body, negate, columns, True, evaluate)
 
 
-def _module_ids(modules: ModuleTable, hit: Callable[[object], bool]) -> np.ndarray:
+def _module_ids(modules: ModuleTable, hit: Callable[[Module], bool]) -> np.ndarray:
     return np.array([m.id for m in modules if hit(m)], dtype=np.int32)
 
 

@@ -85,6 +85,33 @@ def merged_alerts(ranks: RankSet) -> list[tuple[int, np.void]]:
 
 
 @dataclass(frozen=True)
+class RanksOverview:
+    """A distributed run at a glance: each rank, the stragglers, the first NaN/inf."""
+
+    rows: list[RankRow]
+    spreads: list[StepSpread]
+    slowest: dict[int, int]  # rank -> in how many steps it was the slowest
+    worst: StepSpread | None  # the step with the largest lag
+    first_alert: tuple[int, np.void] | None  # (rank, alert row) of the first NaN/inf
+
+
+def ranks_overview(ranks: RankSet) -> RanksOverview:
+    """What `hookdbg summary` says about a distributed run."""
+    spreads = step_spreads(ranks)
+    alerts = merged_alerts(ranks)
+    slowest: dict[int, int] = {}
+    for spread in spreads:
+        slowest[spread.slowest] = slowest.get(spread.slowest, 0) + 1
+    return RanksOverview(
+        rows=rank_rows(ranks),
+        spreads=spreads,
+        slowest=slowest,
+        worst=max(spreads, key=lambda s: s.lag, default=None),
+        first_alert=alerts[0] if alerts else None,
+    )
+
+
+@dataclass(frozen=True)
 class Desync:
     step: int
     module: str

@@ -12,12 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from hookdbg.analysis.query import Query
+from hookdbg.cells import CALL_COLUMNS, TENSOR_COLUMNS
 from hookdbg.read.recording import Recording
-from hookdbg.store.schema import SUMMARY_COLUMNS, WHERE_COLUMNS
-
-# what a report shows of a tensor row (everything but the device)
-TENSOR_COLUMNS = tuple(c for c in (*WHERE_COLUMNS, *SUMMARY_COLUMNS) if c != "device")
-CALL_COLUMNS = ("step", "segment", "call", "module", "phase", "index", "total", "self")
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from hookdbg.analysis.alerts import AlertReport, alert_reports
-from hookdbg.cli.app import cli
+from hookdbg.cells import slot_label
 from hookdbg.cli.output import (
     console,
     emit_json,
@@ -18,11 +18,11 @@ from hookdbg.cli.output import (
     tensor_table,
 )
 from hookdbg.read import RankSet, Recording
-from hookdbg.store.schema import Phase, slot_label
+from hookdbg.store.schema import Phase
 from hookdbg.text import utf8
 
 
-@cli.command()
+@click.command()
 @click.argument("recording")
 @rank_option
 @click.option(

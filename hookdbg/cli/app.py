@@ -1,13 +1,30 @@
-"""The click group. Each command lives in its own module and registers itself here;
-none imports torch at import time, so reports start fast."""
+"""The click group and the one list of its commands.
+
+Each command lives in its own module as a plain ``click.Command`` and knows nothing of
+the group; ``COMMANDS`` below is the only place that lists them, so no command module
+imports this one back. None imports torch at import time, so reports start fast."""
 
 from typing import Any
 
 import click
 
-from hookdbg import __version__
+from hookdbg.cli import alerts, diff, export, profile, record, search, show, summary, tensor, tui
 from hookdbg.cli.common import BadInput
 from hookdbg.read.checks import RecordingError
+from hookdbg.version import __version__
+
+COMMANDS: tuple[click.Command, ...] = (
+    record.record,
+    summary.summary,
+    profile.profile_command,
+    alerts.alerts,
+    show.show,
+    tensor.tensor,
+    search.search,
+    diff.diff_command,
+    export.export,
+    tui.tui,
+)
 
 
 class _Group(click.Group):
@@ -31,22 +48,8 @@ def cli() -> None:
     """
 
 
-def _register() -> None:
-    from hookdbg.cli import (  # noqa: F401
-        alerts,
-        diff,
-        export,
-        profile,
-        record,
-        search,
-        show,
-        summary,
-        tensor,
-        tui,
-    )
-
-
-_register()
+for _command in COMMANDS:
+    cli.add_command(_command)
 
 
 def main(args: list[str] | None = None) -> None:

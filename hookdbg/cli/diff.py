@@ -9,7 +9,7 @@ import click
 
 from hookdbg.analysis.diff import DiffResult, Divergence, diff
 from hookdbg.analysis.ranks import rank_diff
-from hookdbg.cli.app import cli
+from hookdbg.cells import num, slot_label
 from hookdbg.cli.common import BadInput, plural
 from hookdbg.cli.output import (
     console,
@@ -22,11 +22,10 @@ from hookdbg.cli.output import (
     table,
 )
 from hookdbg.read import RankSet, Recording
-from hookdbg.store.schema import Phase, slot_label
-from hookdbg.text import num
+from hookdbg.store.schema import Phase
 
 
-@cli.command(name="diff")
+@click.command(name="diff")
 @click.argument("a")
 @click.argument("b", required=False)
 @click.option(
@@ -123,7 +122,7 @@ def _where(d: Divergence) -> str:
 
 
 def _gap(d: Divergence) -> str:
-    if isinstance(d.a, str):
+    if isinstance(d.a, str) or isinstance(d.b, str):
         return f"{d.stat} {d.a} vs {d.b}"
     rel = "" if d.rel_diff == float("inf") else f", relative difference {d.rel_diff:.2e}"
     return f"{d.stat} {num(d.a, 7)} vs {num(d.b, 7)}{rel}"

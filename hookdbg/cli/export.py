@@ -11,7 +11,6 @@ import click
 
 from hookdbg.analysis.export import TABLES, perfetto, table_rows, write_csv, write_json
 from hookdbg.analysis.scalars import DEFAULT_STATS, StatSelection
-from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput, human_bytes, plural
 from hookdbg.cli.output import (
     check_steps,
@@ -30,7 +29,7 @@ from hookdbg.text import printable
 _SUFFIXES = {"perfetto": ".trace.json", "tensorboard": ".tensorboard"}
 
 
-@cli.command(
+@click.command(
     epilog="""\b
 Examples:
   hookdbg export run.h5 --format perfetto -o run.trace.json   # open in ui.perfetto.dev

@@ -25,7 +25,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from hookdbg.analysis.overview import shape_text
+from hookdbg.cells import STATS, num, shape_text, tensor_text
 from hookdbg.cli.common import BadInput
 from hookdbg.options import OptionError, StepRange
 from hookdbg.read import (
@@ -37,8 +37,8 @@ from hookdbg.read import (
     open_run,
     rank_files,
 )
-from hookdbg.store.schema import SUMMARY_COLUMNS, Phase, Slot, nonfinite_count, slot_label
-from hookdbg.text import num, printable, utf8
+from hookdbg.store.schema import SUMMARY_COLUMNS, Phase, Slot
+from hookdbg.text import printable, utf8
 
 
 def open_or_fail(path: str, *, quiet: bool = False, rank: int | None = None) -> Recording:
@@ -286,26 +286,21 @@ def tensor_table(
     ]
     t = table(title, cols)
     for r in rows:
-        bad = nonfinite_count(r)
-        cells = [step_text(rec, r)]
+        text = tensor_text(r)
+        cells: list[str | Text] = [step_text(rec, r)]
         if call_index is not None:
             index = call_index.get(int(r["call"]))
             cells.append("-" if index is None else str(index))
         if module_column:
             cells.append(rec.modules.name(int(r["module"])))
-        zeros = float(r["zero_frac"])
         cells += [
-            Phase(int(r["phase"])).label,
-            slot_label(int(r["slot"]), utf8(r["path"])),
-            shape_text(r["shape"]),
-            utf8(r["dtype"]),
-            num(r["min"]),
-            num(r["max"]),
-            num(r["mean"]),
-            num(r["std"]),
-            num(r["norm"]),
-            "-" if bad < 0 else (Text(f"{bad:,}", style="bold red") if bad else "0"),
-            "-" if math.isnan(zeros) else f"{zeros:.0%}",
+            text.phase,
+            text.slot,
+            text.shape,
+            text.dtype,
+            *(num(text.values[name]) for name in STATS),
+            Text(text.count, style="bold red") if text.nonfinite > 0 else text.count,
+            text.zeros,
         ]
         t.add_row(*cells)
     return t

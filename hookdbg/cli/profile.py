@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from hookdbg.analysis.profile import SORT_KEYS, profile
-from hookdbg.cli.app import cli
 from hookdbg.cli.output import (
     check_steps,
     console,
@@ -23,7 +22,7 @@ from hookdbg.store.schema import Phase
 _PHASES = {"fwd": (Phase.FWD,), "bwd": (Phase.BWD,), "opt": (Phase.OPT,), "all": None}
 
 
-@cli.command(name="profile")
+@click.command(name="profile")
 @click.argument("recording")
 @rank_option
 @step_options

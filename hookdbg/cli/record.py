@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput, human_bytes, plural
 from hookdbg.options import ON_NAN_ACTIONS, OptionError, RecordOptions
 from hookdbg.ranks import placement, rank_path
@@ -19,7 +18,7 @@ if TYPE_CHECKING:  # the recorder imports torch: only when a recording starts
     from hookdbg.recorder import Recorder
 
 
-@cli.command(
+@click.command(
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
     epilog="""\b
 Examples:

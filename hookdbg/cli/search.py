@@ -6,7 +6,6 @@ import click
 
 from hookdbg.analysis.query import QueryError, parse
 from hookdbg.analysis.search import search as run_search
-from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput, plural
 from hookdbg.cli.output import (
     console,
@@ -25,7 +24,7 @@ from hookdbg.cli.output import (
 from hookdbg.store.schema import Phase
 
 
-@cli.command(
+@click.command(
     epilog="""\b
 Query terms (all must match; !term negates; | separates alternatives):
   layer3.*  name:GLOB     module name or path glob

@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 import numpy as np
 
-from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput
 from hookdbg.cli.output import (
     check_steps,
@@ -22,7 +21,7 @@ from hookdbg.cli.output import (
 from hookdbg.store.schema import StepKind
 
 
-@cli.command()
+@click.command()
 @click.argument("recording")
 @rank_option
 @click.argument("module")

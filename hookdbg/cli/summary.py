@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 import click
+from rich.table import Table
 
-from hookdbg.analysis.overview import ending, overview
-from hookdbg.analysis.ranks import merged_alerts, rank_rows, step_spreads
-from hookdbg.cli.app import cli
+from hookdbg.analysis.overview import Overview, ending, overview
+from hookdbg.analysis.ranks import RanksOverview, ranks_overview
 from hookdbg.cli.common import BadInput, human_bytes, plural
 from hookdbg.cli.output import (
     console,
@@ -25,7 +25,7 @@ from hookdbg.read import RankSet, Recording
 from hookdbg.text import utf8
 
 
-@cli.command()
+@click.command()
 @click.argument("recording")
 @rank_option
 @click.option("--step", type=int, metavar="N", help="Module table for step N [default: first].")
@@ -53,58 +53,68 @@ def _one_summary(rec: Recording, step: int | None, as_json: bool) -> None:
             f"({plural(len(rec.recorded_steps), 'recorded step')})"
         )
     view = overview(rec, step)
-    info = rec.info
-    first_alert = next((utf8(a["message"]) for a in rec.alerts if a["first"]), None)
     if as_json:
-        emit_json(
+        emit_json(_summary_json(rec, view))
+    else:
+        _print_summary(rec, view)
+
+
+def _first_alert(rec: Recording) -> str | None:
+    return next((utf8(a["message"]) for a in rec.alerts if a["first"]), None)
+
+
+def _summary_json(rec: Recording, view: Overview) -> dict[str, object]:
+    info = rec.info
+    first_alert = _first_alert(rec)
+    return {
+        "recording": str(rec.path),
+        "status": rec.status.value,
+        "ended": utf8(rec.end["status"]) if rec.end is not None else None,
+        "exit_code": int(rec.end["exit_code"]) if rec.end is not None else None,
+        "end_message": utf8(rec.end["message"]) if rec.end is not None else None,
+        "bytes": rec.size,
+        "command": info.argv,
+        "created": info.created,
+        "host": info.host,
+        "torch": info.torch_version,
+        "hookdbg": info.hookdbg_version,
+        "options": info.options,
+        "rank": info.rank,
+        "world_size": info.world_size,
+        "steps": view.steps,
+        "recorded_steps": view.recorded_steps,
+        "eval_batches": view.eval_batches,
+        "module_calls": view.module_calls,
+        "step_seconds_median": view.step_median,
+        "modules": view.modules,
+        "parameters": view.params,
+        "optimizers": view.optimizers,
+        "compiled": view.compiled,
+        "alerts": len(rec.alerts),
+        "first_alert": first_alert,
+        "dropped_rows": rec.dropped_rows,
+        "write_error": rec.write_error,
+        "write_failed_at": rec.write_failed_at,
+        "module_table_step": view.step,
+        "module_table": [
             {
-                "recording": str(rec.path),
-                "status": rec.status.value,
-                "ended": utf8(rec.end["status"]) if rec.end is not None else None,
-                "exit_code": int(rec.end["exit_code"]) if rec.end is not None else None,
-                "end_message": utf8(rec.end["message"]) if rec.end is not None else None,
-                "bytes": rec.size,
-                "command": info.argv,
-                "created": info.created,
-                "host": info.host,
-                "torch": info.torch_version,
-                "hookdbg": info.hookdbg_version,
-                "options": info.options,
-                "rank": info.rank,
-                "world_size": info.world_size,
-                "steps": view.steps,
-                "recorded_steps": view.recorded_steps,
-                "eval_batches": view.eval_batches,
-                "module_calls": view.module_calls,
-                "step_seconds_median": view.step_median,
-                "modules": view.modules,
-                "parameters": view.params,
-                "optimizers": view.optimizers,
-                "compiled": view.compiled,
-                "alerts": len(rec.alerts),
-                "first_alert": first_alert,
-                "dropped_rows": rec.dropped_rows,
-                "write_error": rec.write_error,
-                "write_failed_at": rec.write_failed_at,
-                "module_table_step": view.step,
-                "module_table": [
-                    {
-                        "name": line.module.name,
-                        "type": line.module.type,
-                        "depth": line.module.depth,
-                        "calls": line.calls,
-                        "output_shape": line.output_shape,
-                        "params": line.params,
-                        "fwd_seconds": line.fwd,
-                        "bwd_seconds": line.bwd,
-                    }
-                    for line in view.lines
-                ],
+                "name": line.module.name,
+                "type": line.module.type,
+                "depth": line.module.depth,
+                "calls": line.calls,
+                "output_shape": line.output_shape,
+                "params": line.params,
+                "fwd_seconds": line.fwd,
+                "bwd_seconds": line.bwd,
             }
-        )
-        return
+            for line in view.lines
+        ],
+    }
+
+
+def _print_summary(rec: Recording, view: Overview) -> None:
+    info = rec.info
     out = console()
-    opts = info.options
     rank = f", rank {info.rank} of {info.world_size}" if info.world_size > 1 else ""
     rank += f" ({rec.backend})" if rec.backend and info.world_size > 1 else ""
     ended = ending(rec)
@@ -114,7 +124,18 @@ def _one_summary(rec: Recording, step: int | None, as_json: bool) -> None:
             f"{rec.status.value}{f' ({ended})' if ended else ''}, {human_bytes(rec.size)}{rank}"
         )
     )
-    lines = [
+    for key, value in _facts(rec, view):
+        out.print(f"  [dim]{key:<10}[/dim] {literal(value)}")
+    if not view.lines:
+        out.print("\n  no module calls were recorded")
+        return
+    out.print(_module_table(view))
+
+
+def _facts(rec: Recording, view: Overview) -> list[tuple[str, str]]:
+    """The lines under the title: what was run, how, and what came of it."""
+    info, opts, first_alert = rec.info, rec.info.options, _first_alert(rec)
+    return [
         ("command", info.command),
         (
             "recorded",
@@ -165,11 +186,10 @@ def _one_summary(rec: Recording, step: int | None, as_json: bool) -> None:
             lost_text(rec),
         ),
     ]
-    for key, value in lines:
-        out.print(f"  [dim]{key:<10}[/dim] {literal(value)}")
-    if not view.lines:
-        out.print("\n  no module calls were recorded")
-        return
+
+
+def _module_table(view: Overview) -> Table:
+    """The torchinfo-like table: one line per module, indented by depth."""
     t = table(
         f"\nmodules in step {view.step}",
         [
@@ -194,7 +214,7 @@ def _one_summary(rec: Recording, step: int | None, as_json: bool) -> None:
             ms(line.fwd) if line.calls else "-",
             ms(line.bwd) if line.bwd else "-",
         )
-    out.print(t)
+    return t
 
 
 def lost_text(rec: Recording) -> str:
@@ -212,55 +232,55 @@ def lost_text(rec: Recording) -> str:
 
 
 def _ranks_summary(run: RankSet, as_json: bool) -> None:
-    rows = rank_rows(run)
-    spreads = step_spreads(run)
-    alerts = merged_alerts(run)
-    slowest: dict[int, int] = {}
-    for spread in spreads:
-        slowest[spread.slowest] = slowest.get(spread.slowest, 0) + 1
-    worst = max(spreads, key=lambda s: s.lag, default=None)
-    first = alerts[0] if alerts else None
-    rank0 = run[run.ranks[0]]
+    view = ranks_overview(run)
     if as_json:
-        emit_json(
+        emit_json(_ranks_json(run, view))
+    else:
+        _print_ranks(run, view)
+
+
+def _ranks_json(run: RankSet, view: RanksOverview) -> dict[str, object]:
+    rank0, worst, first = run[run.ranks[0]], view.worst, view.first_alert
+    return {
+        "recording": str(run.path),
+        "world_size": run.world_size,
+        "ranks": run.ranks,
+        "missing_ranks": run.missing,
+        "backend": rank0.backend,
+        "command": rank0.info.argv,
+        "per_rank": [
             {
-                "recording": str(run.path),
-                "world_size": run.world_size,
-                "ranks": run.ranks,
-                "missing_ranks": run.missing,
-                "backend": rank0.backend,
-                "command": rank0.info.argv,
-                "per_rank": [
-                    {
-                        "rank": r.rank,
-                        "status": r.status.value,
-                        "steps": r.steps,
-                        "step_seconds_median": r.step_median,
-                        "alerts": r.alerts,
-                        "dropped_rows": r.dropped,
-                    }
-                    for r in rows
-                ],
-                "slowest_rank_counts": slowest,
-                "largest_lag": None
-                if worst is None
-                else {
-                    "step": worst.step,
-                    "slowest_rank": worst.slowest,
-                    "seconds": worst.lag,
-                    "step_seconds": worst.seconds,
-                },
-                "first_alert": None
-                if first is None
-                else {
-                    "rank": first[0],
-                    "step": int(first[1]["step"]),
-                    "module": run[first[0]].modules.name(int(first[1]["module"])),
-                    "message": utf8(first[1]["message"]),
-                },
+                "rank": r.rank,
+                "status": r.status.value,
+                "steps": r.steps,
+                "step_seconds_median": r.step_median,
+                "alerts": r.alerts,
+                "dropped_rows": r.dropped,
             }
-        )
-        return
+            for r in view.rows
+        ],
+        "slowest_rank_counts": view.slowest,
+        "largest_lag": None
+        if worst is None
+        else {
+            "step": worst.step,
+            "slowest_rank": worst.slowest,
+            "seconds": worst.lag,
+            "step_seconds": worst.seconds,
+        },
+        "first_alert": None
+        if first is None
+        else {
+            "rank": first[0],
+            "step": int(first[1]["step"]),
+            "module": run[first[0]].modules.name(int(first[1]["module"])),
+            "message": utf8(first[1]["message"]),
+        },
+    }
+
+
+def _print_ranks(run: RankSet, view: RanksOverview) -> None:
+    rank0, worst, first = run[run.ranks[0]], view.worst, view.first_alert
     out = console()
     backend = f" ({rank0.backend})" if rank0.backend else ""
     out.print(
@@ -279,7 +299,7 @@ def _ranks_summary(run: RankSet, as_json: bool) -> None:
             "data lost",
         ],
     )
-    for r in rows:
+    for r in view.rows:
         t.add_row(
             str(r.rank),
             r.status.value,
@@ -289,9 +309,11 @@ def _ranks_summary(run: RankSet, as_json: bool) -> None:
             f"{r.dropped:,} rows" if r.dropped else "none",
         )
     out.print(t)
-    if spreads:
-        counts = ", ".join(f"rank {r} in {plural(n, 'step')}" for r, n in sorted(slowest.items()))
-        out.print(literal(f"  stragglers: slowest was {counts} of {len(spreads)}"))
+    if view.spreads:
+        counts = ", ".join(
+            f"rank {r} in {plural(n, 'step')}" for r, n in sorted(view.slowest.items())
+        )
+        out.print(literal(f"  stragglers: slowest was {counts} of {len(view.spreads)}"))
         if worst is not None and worst.lag > 0:
             fastest = min(worst.seconds.values())
             share = worst.lag / fastest if fastest > 0 else 0.0

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
 import numpy as np
 from rich.text import Text
 
-from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput, human_bytes, plural
 from hookdbg.cli.output import (
     console,
@@ -24,7 +24,7 @@ from hookdbg.read import Capture
 from hookdbg.store.schema import parse_slot_label
 
 
-@cli.command(
+@click.command(
     epilog="""\b
 Examples:
   hookdbg tensor run.h5 model.standardize                  # what is stored for it
@@ -142,7 +142,7 @@ def tensor(
                 else ""
             )
         )
-    with np.printoptions(threshold=np.inf if full else 200, linewidth=120, precision=5):
+    with np.printoptions(threshold=sys.maxsize if full else 200, linewidth=120, precision=5):
         out.print(Text(np.array2string(values)))
 
 

@@ -7,13 +7,12 @@ from pathlib import Path
 
 import click
 
-from hookdbg.cli.app import cli
 from hookdbg.cli.common import BadInput
 from hookdbg.cli.output import open_or_fail, open_run_or_fail
 from hookdbg.read import RankSet, rank_files
 
 
-@cli.command(
+@click.command(
     epilog="""\b
 Keys: ←/→ steps, g go to step, ↑/↓ modules, s plot, p profile, a alerts,
 / search, f first divergence or alert, e eval batches, F follow, y copy,

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -53,7 +53,7 @@ _MAX_FACTS = 4096  # info rows read: a run learns a handful of facts
 
 # Columns that schema version 1 did not have: each segment was a step of its own, and
 # the end row was appended (no write errors recorded).
-_DERIVED: dict[str, dict[str, str | float]] = {
+_DERIVED: dict[str, dict[str, str | float | bytes]] = {
     "calls": {"segment": "step"},
     "tensors": {"segment": "step"},
     "alerts": {"segment": "step"},
@@ -211,7 +211,7 @@ class Recording:
         row["calls"] = int(np.count_nonzero(tail["phase"] == schema.Phase.FWD))
         row["optimizer_steps"] = opt
         row["recorded"] = 1
-        return row[()]
+        return cast(np.void, row[()])  # a 0-d structured array indexed by () is its record
 
     # -- what is in it --------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hookdbg.cells import shape_text
 from hookdbg.store.schema import ModuleKind, Phase, Slot, StepKind
 from hookdbg.text import utf8
 
@@ -186,9 +187,3 @@ def _lookup(values: np.ndarray, label: Any) -> np.ndarray:
     distinct, where = np.unique(values, return_inverse=True)
     labels = np.array([label(v.item()) for v in distinct], dtype=object)
     return labels[where.reshape(-1)]
-
-
-def shape_text(shape: bytes) -> str:
-    """'16,64,32,32' -> '(16, 64, 32, 32)'; scalars -> '()'."""
-    text = utf8(shape)
-    return f"({text.replace(',', ', ')})" if text else "()"

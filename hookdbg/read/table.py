@@ -38,7 +38,7 @@ class Table:
         columns: dict[str, h5py.Dataset],
         dtype: np.dtype,
         path: Path,
-        derived: dict[str, str | float] | None = None,
+        derived: dict[str, str | float | bytes] | None = None,
         committed: Callable[[], int] | None = None,
     ) -> None:
         self.name = name
@@ -101,7 +101,7 @@ class Table:
         self, columns: list[str] | tuple[str, ...] | None = None, rows: slice | None = None
     ) -> np.ndarray:
         """Rows as a numpy structured array, with only ``columns`` (default: all)."""
-        names = list(columns or self.dtype.names)
+        names = list(columns or self.dtype.names or ())
         dtype = np.dtype([(n, self.dtype[n]) for n in names])
         start, stop, _ = (rows or slice(None)).indices(self._length)
         out = np.empty(max(stop - start, 0), dtype=dtype)

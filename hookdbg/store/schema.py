@@ -140,8 +140,9 @@ TENSORS = np.dtype(
 # Where a tensor row is, and what its summary holds (the recorder builds summary tuples
 # in exactly this order: hookdbg/recorder/stats.py).
 WHERE_COLUMNS = ("call", "step", "segment", "module", "phase", "slot", "path")
-SUMMARY_COLUMNS = TENSORS.names[len(WHERE_COLUMNS) :]
-assert TENSORS.names[: len(WHERE_COLUMNS)] == WHERE_COLUMNS
+_TENSOR_NAMES: tuple[str, ...] = TENSORS.names or ()
+SUMMARY_COLUMNS = _TENSOR_NAMES[len(WHERE_COLUMNS) :]
+assert _TENSOR_NAMES[: len(WHERE_COLUMNS)] == WHERE_COLUMNS
 
 STEPS = np.dtype(
     [
@@ -246,11 +247,6 @@ def slot_label(slot: int, path: str) -> str:
     ``grad_output[1.0]``, ``param_grad[weight]``."""
     name = Slot(slot).label
     return f"{name}[{path}]" if path else name
-
-
-def nonfinite_count(row: np.void) -> int:
-    """NaN and inf elements of one tensors row together; -1 when values were not looked at."""
-    return int(row["nan"]) + int(row["posinf"]) + int(row["neginf"]) if row["nan"] >= 0 else -1
 
 
 def parse_slot_label(text: str) -> tuple[Slot, str]:

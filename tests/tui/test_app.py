@@ -4,9 +4,9 @@ screen read back."""
 import pytest
 from textual.widgets import DataTable
 
+from hookdbg.cells import cell_text
 from hookdbg.read import open_recording
 from hookdbg.tui.app import HookdbgApp
-from hookdbg.tui.cells import cell_text
 from hookdbg.tui.dialogs import HelpScreen
 from hookdbg.tui.messages import Goto
 from hookdbg.tui.screens import AlertsScreen, ProfileScreen, SearchScreen

@@ -1,0 +1,177 @@
+"""One recording, step by step and module by module: the queries behind the TUI's
+tree badges (``step_table``), its detail pane (``module_detail``) and its plot
+(``series``), for a training step or an eval batch (numbered among the eval batches).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hookdbg.cells import TENSOR_COLUMNS
+from hookdbg.read import Capture, Recording
+from hookdbg.read.modules import Module
+from hookdbg.store.schema import Phase, Slot
+
+
+@dataclass(frozen=True)
+class PlotStat:
+    """A statistic that can be plotted over steps for one module."""
+
+    label: str
+    slot: Slot | None  # None: a timing from the calls table
+    column: str
+    path: str | None = None  # for parameter gradients: which parameter
+
+
+PLOT_STATS = (
+    PlotStat("output std", Slot.OUTPUT, "std"),
+    PlotStat("output mean", Slot.OUTPUT, "mean"),
+    PlotStat("output max |x|", Slot.OUTPUT, "absmax"),
+    PlotStat("grad norm (w.r.t. output)", Slot.GRAD_OUTPUT, "norm"),
+    PlotStat("weight grad norm", Slot.PARAM_GRAD, "norm", "weight"),
+    PlotStat("weight norm", Slot.PARAM, "norm", "weight"),
+    PlotStat("forward ms", None, "fwd"),
+    PlotStat("backward ms", None, "bwd"),
+)
+
+
+@dataclass(frozen=True)
+class ModuleStep:
+    """One module in one step, as its tree badge shows it."""
+
+    calls: int
+    seconds: float  # forward + backward self time
+    share: float  # of the step's time
+    nonfinite: int  # tensors with NaN/inf
+    origin: bool  # a NaN/inf origin was here
+
+
+@dataclass(frozen=True)
+class Detail:
+    module: Module
+    step: int
+    label: str  # "step 3", or "eval batch 2" (then ``step`` is its number among them)
+    rows: np.ndarray  # tensor summaries of the module in the step
+    timings: np.ndarray  # its call rows
+    captures: list[Capture]
+    histogram: tuple[list[float], float, float] | None  # counts, low, high of a capture
+
+
+def segment_rows(
+    rec: Recording, table: str, step: int, evals: bool, columns: list[str] | None
+) -> np.ndarray:
+    """Rows of training step ``step``, or of eval batch number ``step``."""
+    read = rec.tensors if table == "tensors" else rec.calls
+    if not evals:
+        return read(step, step, columns)
+    batch = rec.evals[step]
+    wanted = None if columns is None else list(dict.fromkeys([*columns, "segment"]))
+    rows = read(int(batch["step"]), int(batch["step"]), wanted, None)
+    return rows[rows["segment"] == batch["segment"]]
+
+
+def segment_row(rec: Recording, step: int, evals: bool) -> np.void | None:
+    """The ``steps`` row of training step ``step``, or the ``evals`` row of eval batch
+    number ``step``; None when there is none."""
+    rows = rec.evals if evals else rec.steps
+    if evals:
+        return rows[step] if 0 <= step < len(rows) else None
+    found = rows[rows["step"] == step]
+    return found[0] if len(found) else None
+
+
+def step_table(rec: Recording, step: int, evals: bool = False) -> dict[int, ModuleStep]:
+    """Each module's calls, time share and NaN/inf in one step (the tree's badges)."""
+    calls = segment_rows(rec, "calls", step, evals, ["module", "phase", "self"])
+    tensors = segment_rows(rec, "tensors", step, evals, ["module", "nan", "posinf", "neginf"])
+    row = segment_row(rec, step, evals)
+    length = float(row["end"] - row["start"]) if row is not None else 0.0
+    bad = (tensors["nan"] > 0) | (tensors["posinf"] > 0) | (tensors["neginf"] > 0)
+    alerts = rec.alerts
+    here = alerts["segment"] == row["segment"] if row is not None else alerts["step"] < 0
+    origins = set(alerts["module"][here].tolist())
+    out = {}
+    for module in set(calls["module"].tolist()) | set(tensors["module"].tolist()):
+        mine = calls[calls["module"] == module]
+        seconds = float(mine["self"][mine["phase"] != Phase.OPT].sum())
+        out[module] = ModuleStep(
+            calls=int(np.count_nonzero(mine["phase"] == Phase.FWD)),
+            seconds=seconds,
+            share=seconds / length if length > 0 else 0.0,
+            nonfinite=int(np.count_nonzero(bad & (tensors["module"] == module))),
+            origin=module in origins,
+        )
+    return out
+
+
+def module_detail(rec: Recording, module: int, step: int, evals: bool = False) -> Detail:
+    """Everything recorded of one module in one step: tensor summaries, call rows, full
+    tensors stored, and a histogram of one of them."""
+    rows = segment_rows(rec, "tensors", step, evals, list(TENSOR_COLUMNS))
+    calls = segment_rows(rec, "calls", step, evals, None)
+    segment = segment_row(rec, step, evals)
+    captured = [
+        c
+        for c in rec.captured(module, int(segment["step"]) if segment else step)
+        if segment is None or c.segment == int(segment["segment"])
+    ]
+    histogram = None
+    if captured:
+        first = next((c for c in captured if c.slot == Slot.OUTPUT), captured[0])
+        values = rec.tensor(first).astype(np.float64).ravel()
+        finite = values[np.isfinite(values)]
+        if finite.size:
+            counts, edges = np.histogram(finite, bins=40)
+            histogram = (counts.astype(float).tolist(), float(edges[0]), float(edges[-1]))
+    return Detail(
+        rec.modules[module],
+        step,
+        f"eval batch {step}" if evals else f"step {step}",
+        rows[rows["module"] == module],
+        calls[calls["module"] == module],
+        captured,
+        histogram,
+    )
+
+
+def series(
+    rec: Recording, module: int, stat: PlotStat, evals: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values) of one statistic of one module (its first call per step), over
+    the training steps, or over the eval batches (numbered among them)."""
+    if stat.slot is None:
+        table = rec.calls_table
+        phase = Phase.FWD if stat.column == "fwd" else Phase.BWD
+        mask = (table.column("module") == module) & (table.column("phase") == phase)
+        values = table.column("total")[mask] * 1e3
+    else:
+        table = rec.tensors_table
+        mask = (table.column("module") == module) & (table.column("slot") == stat.slot)
+        if stat.path is not None:
+            mask &= table.column("path") == stat.path.encode()
+        else:
+            mask &= table.column("path") == b""
+        if stat.column == "absmax":
+            values = np.maximum(
+                np.abs(table.column("min")[mask]), np.abs(table.column("max")[mask])
+            )
+        else:
+            values = table.column(stat.column)[mask]
+        bad = sum(table.column(c)[mask] for c in ("nan", "posinf", "neginf"))
+        # a NaN of a tensor without NaN/inf is a statistic not recorded: leave it out
+        kept = (table.column("nan")[mask] >= 0) & ~(np.isnan(values) & (bad == 0))
+        mask[mask] = kept
+        values = values[kept]
+    segments = table.column("segment")[mask]
+    is_eval = rec.is_eval(segments)
+    if evals:
+        numbers = np.searchsorted(rec.evals["segment"], segments[is_eval])
+        steps, values = numbers, values[is_eval]
+    else:
+        steps, values = table.column("step")[mask][~is_eval], values[~is_eval]
+    if not len(steps):
+        return steps, values
+    first = np.unique(steps, return_index=True)[1]  # the first call of each step
+    return steps[first], values[first].astype(float)

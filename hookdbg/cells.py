@@ -1,0 +1,125 @@
+"""How reports write a recording's values: the one place for the text of every cell.
+
+The CLI tables, ``--json`` and the TUI widgets all write a tensor summary through
+``tensor_text`` and the helpers here: the slot label (``param_grad[weight]``, defined
+with the schema because the recorder names captures and alerts with it too), the shape,
+compact numbers, the NaN/inf count, and which columns of a tensors row a report shows.
+
+A NaN statistic has two readings. Where both must read differently (the TUI, for a NaN
+hunt) ``cell_text`` writes ``nan`` for a tensor holding NaN/inf and ``-`` for a
+statistic that was not recorded; the CLI tables write ``num``, which shows ``-`` for
+both.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from hookdbg.store.schema import SUMMARY_COLUMNS, WHERE_COLUMNS, Phase, slot_label
+from hookdbg.text import printable, utf8
+
+__all__ = [
+    "CALL_COLUMNS",
+    "STATS",
+    "TENSOR_COLUMNS",
+    "TensorText",
+    "cell_text",
+    "count_text",
+    "nonfinite_count",
+    "num",
+    "shape_text",
+    "slot_label",
+    "stat_text",
+    "tensor_text",
+]
+
+# what a report shows of a tensor row (everything but the device), and of a call row
+TENSOR_COLUMNS = tuple(c for c in (*WHERE_COLUMNS, *SUMMARY_COLUMNS) if c != "device")
+CALL_COLUMNS = ("step", "segment", "call", "module", "phase", "index", "total", "self")
+
+# the statistics of a tensor summary, in the order tables show them
+STATS = ("min", "max", "mean", "std", "norm")
+
+
+def num(value: float, digits: int = 4) -> str:
+    """Compact numbers for tables: 0.1234, 1.234e+05, nan, inf."""
+    value = float(value)
+    if math.isnan(value):
+        return "-"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if value == 0:
+        return "0"
+    if 1e-3 <= abs(value) < 1e5:
+        return f"{value:.{digits}g}"
+    return f"{value:.{max(digits - 1, 1)}e}"
+
+
+def shape_text(shape: bytes | str) -> str:
+    """'16,64,32,32' -> '(16, 64, 32, 32)'; scalars -> '()'."""
+    text = utf8(shape)
+    return f"({text.replace(',', ', ')})" if text else "()"
+
+
+def nonfinite_count(row: np.void) -> int:
+    """NaN and inf elements of one tensors row together; -1 when values were not looked at."""
+    return int(row["nan"]) + int(row["posinf"]) + int(row["neginf"]) if row["nan"] >= 0 else -1
+
+
+def stat_text(value: float) -> str:
+    """``0.1234``, ``1.2e+05``, ``nan``, ``inf``, ``-inf``."""
+    value = float(value)
+    return "nan" if math.isnan(value) else num(value)
+
+
+def cell_text(value: float, nonfinite: int) -> str:
+    """A statistic of a tensor with ``nonfinite`` NaN/inf elements (-1: not looked
+    at): ``-`` when it was not recorded, ``nan`` when it is NaN."""
+    if nonfinite < 0 or (nonfinite == 0 and math.isnan(float(value))):
+        return "-"
+    return stat_text(value)
+
+
+def count_text(count: int) -> str:
+    """NaN/inf elements of a tensor: ``-`` when values were not looked at."""
+    return "-" if count < 0 else f"{count:,}"
+
+
+@dataclass(frozen=True)
+class TensorText:
+    """One tensor summary row as text, every string safe to print on a terminal."""
+
+    phase: str
+    slot: str  # input[0], output, param_grad[weight]
+    path: str  # the raw path inside the slot ("weight", "0", "")
+    shape: str
+    dtype: str
+    nonfinite: int  # NaN and inf elements; -1 when values were not looked at
+    count: str  # ``nonfinite`` as text
+    zeros: str  # the zero fraction, "37%"
+    values: dict[str, float]  # the statistics (STATS), as numbers
+
+    def stat(self, name: str) -> str:
+        """A statistic as the TUI writes it (``nan`` and ``-`` apart)."""
+        return cell_text(self.values[name], self.nonfinite)
+
+
+def tensor_text(row: np.void) -> TensorText:
+    """The one formatter of a tensors row: what every report writes for it."""
+    path = utf8(row["path"])
+    zeros = float(row["zero_frac"])
+    bad = nonfinite_count(row)
+    return TensorText(
+        phase=Phase(int(row["phase"])).label,
+        slot=printable(slot_label(int(row["slot"]), path)),
+        path=path,
+        shape=printable(shape_text(row["shape"])),
+        dtype=printable(utf8(row["dtype"])),
+        nonfinite=bad,
+        count=count_text(bad),
+        zeros="-" if math.isnan(zeros) else f"{zeros:.0%}",
+        values={name: float(row[name]) for name in STATS},
+    )
