@@ -181,7 +181,8 @@ class RecordOptions:
         megabytes("--flight-recorder", self.flight_budget / MB, off=True)
         megabytes("--max-backlog", self.max_backlog_bytes / MB, off=False)
         if self.on_nan != "warn" and not self.checks_nan:
-            raise OptionError(f"--on-nan {self.on_nan} needs NaN checks: drop --no-nan-check")
+            fix = "drop --no-nan-check" if self.nan_check is False else "add --nan-check"
+            raise OptionError(f"--on-nan {self.on_nan} needs NaN checks: {fix}")
 
     @property
     def checks_nan(self) -> bool:

@@ -65,7 +65,8 @@ class RecordingSession:
         self._options = {**options, "on_nan": "warn" if on_nan == "stop" else on_nan}
         # fail at construction, before the trainer sets anything up, on what the
         # recorder would refuse: a bad value, a recording already there
-        RecordOptions.build(**{k: v for k, v in self._options.items() if k != "force"})
+        checked = {k: v for k, v in self._options.items() if k != "force"}
+        RecordOptions.build(**{**checked, "on_nan": on_nan})  # stop needs NaN checks too
         if not options.get("force") and (Path(path).exists() or rank_files(path)):
             raise RecordError(f"{path} already exists; pass force=True to overwrite it")
         self.recorder: Recorder | None = None

@@ -500,6 +500,8 @@ class Recorder:
     # -- segments, rows --------------------------------------------------------------
 
     def _begin_step(self, now: float, on_device: bool = False) -> None:
+        if self.observer.lazy:
+            self.observer.watch_lazy()
         optimizer = self._optimizer
         if optimizer is not None and not optimizer.distributed:
             self._learn_distributed(optimizer)

@@ -28,6 +28,7 @@ import weakref
 from collections.abc import Callable
 
 import torch
+from torch.nn.parameter import UninitializedParameter
 
 from hookdbg.store.schema import ModuleKind
 
@@ -303,6 +304,8 @@ class ModuleRegistry:
             return 0
         total = 0
         for p in obj.parameters(recurse=False):
+            if isinstance(p, UninitializedParameter):
+                continue  # a lazy module's, before its first call: no size yet
             if id(p) not in self._counted:
                 self._counted.add(id(p))
                 total += p.numel()

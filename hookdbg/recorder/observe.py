@@ -22,6 +22,7 @@ from time import time
 from typing import TYPE_CHECKING
 
 import torch
+from torch.nn.parameter import UninitializedParameter
 
 from hookdbg.options import Level, RecordOptions
 from hookdbg.recorder import stats
@@ -98,6 +99,7 @@ class TensorObserver:
         self.writer: Writer | None = None
         self.state: StepState  # the current segment's, set by the recorder
         self.param_owner: dict[int, tuple[ModuleInfo, str]] = {}
+        self.lazy: list[tuple[ModuleInfo, object, Callable[..., object]]] = []
 
     def begin(self, state: StepState) -> None:
         """A new segment: its state, and whether its tensors are captured."""
@@ -409,15 +411,25 @@ class TensorObserver:
         self.alert(alert, module=module, grad=grad, output=seen.ref() if grad is not None else None)
 
     def watch_params(self, info: ModuleInfo, module: object, hooks: Callable[..., object]) -> None:
-        """A post-accumulate hook on each parameter a module owns (shared ones once)."""
+        """A post-accumulate hook on each parameter a module owns (shared ones once). A
+        lazy module's parameters get theirs once its first call has made them."""
         for name, p in module._parameters.items():  # type: ignore[attr-defined]
             if p is None or id(p) in self.param_owner:
+                continue
+            if isinstance(p, UninitializedParameter):
+                self.lazy.append((info, module, hooks))
                 continue
             self.param_owner[id(p)] = (info, name)
             if p.requires_grad:
                 hooks(
                     p.register_post_accumulate_grad_hook, partial(self._on_param_grad, info, name)
                 )
+
+    def watch_lazy(self) -> None:
+        """Watch the parameters lazy modules have made since (called at each step)."""
+        waiting, self.lazy = self.lazy, []
+        for info, module, hooks in waiting:
+            self.watch_params(info, module, hooks)
 
     @hook
     def _on_param_grad(self, t0: float, info: ModuleInfo, name: str, param: torch.Tensor) -> None:

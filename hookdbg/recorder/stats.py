@@ -70,7 +70,7 @@ def has_stats(t: torch.Tensor) -> bool:
 
 def shape_only(t: torch.Tensor) -> tuple:
     """Summary of a tensor whose values are not looked at (``--level shapes``, ints, bools)."""
-    stats = _EMPTY_FLOAT_STATS if t.dtype in _FLOATS else _NO_STATS
+    stats = _EMPTY_FLOAT_STATS if t.dtype in _FLOATS and t.numel() == 0 else _NO_STATS
     return (tuple(t.shape), dtype_name(t.dtype), device_name(t), t.numel(), *stats)
 
 

@@ -166,3 +166,8 @@ def test_importable_without_the_frameworks():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "needs PyTorch Lightning: pip install 'hookdbg[lightning]'" in done.stdout
+
+
+def test_a_stop_that_could_never_fire_is_refused_when_the_callback_is_made(tmp_path):
+    with pytest.raises(OptionError, match="needs NaN checks"):
+        HookdbgCallback(str(tmp_path / "run.h5"), on_nan="stop", level="timing")

@@ -170,5 +170,7 @@ def test_nan_check_switches(tmp_path):
     timing, off = tables(tmp_path / "timing.h5"), tables(tmp_path / "off.h5")
     assert len(timing["alerts"]) == 1 and len(timing["tensors"]) == 0
     assert len(off["alerts"]) == 0 and off["tensors"]["nan"].max() > 0  # still counted
-    with pytest.raises(ValueError, match="needs NaN checks"):
+    with pytest.raises(ValueError, match="needs NaN checks: drop --no-nan-check"):
         hookdbg.record(tmp_path / "x.h5", on_nan="raise", nan_check=False)
+    with pytest.raises(ValueError, match="needs NaN checks: add --nan-check"):
+        hookdbg.record(tmp_path / "x.h5", on_nan="stop", level="timing")

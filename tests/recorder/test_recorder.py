@@ -231,3 +231,18 @@ def test_a_recorder_records_once(tmp_path):
     with hookdbg.record(tmp_path / "next.h5", quiet=True):  # and nothing was left running
         model(torch.randn(1, 2))
     assert len(tables(tmp_path / "next.h5")["calls"]) == 1
+
+
+def test_lazy_modules_are_recorded_and_their_parameters_watched_once_made(tmp_path):
+    model = nn.Sequential(nn.LazyLinear(4), nn.ReLU(), nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        for _ in range(3):
+            opt.zero_grad()
+            model(torch.randn(2, 8)).sum().backward()
+            opt.step()
+    t = tables(tmp_path / "run.h5")
+    assert len(t["steps"]) == 3
+    lazy = module_id(t, "model.0")
+    grads = t["tensors"][(t["tensors"]["module"] == lazy) & (t["tensors"]["slot"] == 5)]
+    assert {(int(r["step"]), r["path"]) for r in grads} >= {(2, b"weight"), (2, b"bias")}

@@ -170,3 +170,11 @@ def test_the_torch_fallback_says_the_same(t):
 def test_the_one_pass_extension_is_built():
     """CI builds it with the package; without it everything still works, slower."""
     assert stats._one_pass is not None
+
+
+def test_values_not_looked_at_are_not_reported_as_zero():
+    summary = stats.shape_only(torch.full((3,), float("nan")))
+    assert summary[stats.NAN : stats.NEGINF + 1] == (-1, -1, -1)
+    assert all(math.isnan(summary[i]) for i in range(stats.MIN, stats.NORM + 1))
+    empty = stats.shape_only(torch.ones(0))  # an empty tensor: nothing to count, truly 0
+    assert empty[stats.NAN : stats.NEGINF + 1] == (0, 0, 0)
