@@ -26,6 +26,9 @@ An alert names the origin of a problem:
   them): a fully masked attention row, or an overflow upstream;
 * forward, passed on: where an inf that a module passed on was born: the module whose
   output first held it, or the data or tensor code if no module produced it;
+* forward, from before: a parameter already non-finite when its module runs, with no
+  origin found before it in the recording: it became so where nothing was recorded (a
+  step ``--every``/``--steps`` skipped, or before the recording began);
 * forward, from outside: a NaN in a module input that no recorded module produced (the
   data, or tensor code between modules);
 * backward: the gradient w.r.t. a module's input is non-finite while the gradients
@@ -56,6 +59,7 @@ import torch
 from hookdbg.recorder.calls import Call, Seen, Segment
 from hookdbg.recorder.deferred import resolved
 from hookdbg.recorder.naming import ModuleInfo
+from hookdbg.recorder.stats import summarise
 from hookdbg.store.schema import Phase, Slot, slot_label
 
 _PHASE_WORDS = {Phase.FWD: "forward", Phase.BWD: "backward", Phase.OPT: "optimizer step"}
@@ -145,6 +149,9 @@ class OriginDetector:
         self.alerts = 0
         self.origins: dict[tuple, int] = {}  # (module, phase, slot, path) -> occurrences
         self.step_tainted = False  # a problem was seen in the current step
+        # the segment in which a parameter was found non-finite with no origin before it:
+        # there, non-finite weights after the optimizer step may well be the same ones
+        self.unrecorded_in: int | None = None
 
     def new_step(self) -> None:
         self.step_tainted = False
@@ -223,9 +230,13 @@ class OriginDetector:
         nan = has_nan(summary)
         if nan or root or call.inf_inputs:
             self.step_tainted = True
-        if call.tainted or call.nan_in or seen.alerted or not _params_finite(module):
+        if call.tainted or call.nan_in or seen.alerted:
             call.tainted = True
             return None
+        bad = _nonfinite_param(module)
+        if bad is not None:
+            call.tainted = True
+            return self._param_before(call, bad, seg, now)
         if nan or (root and summary[3] == 1 and not call.inf_inputs):  # NaN, or an inf loss
             seen.alerted = call.tainted = True
             return Alert(
@@ -261,6 +272,32 @@ class OriginDetector:
                 call.note_inf_below(seen.birth)
             return None
         return self._passed_on(seen.birth, seen, call, "returned it", now)
+
+    def _param_before(
+        self, call: Call, bad: tuple[str, torch.Tensor], seg: Segment, now: float
+    ) -> Alert | None:
+        """A parameter already non-finite when its module ran, with no origin found
+        before it: it turned so where nothing was recorded (a step that --every or
+        --steps skipped, or before the recording began). Named once, as the place to
+        look; later non-finite values are spread from it."""
+        if self.alerts or self.unrecorded_in is not None:
+            return None
+        self.unrecorded_in = seg.id
+        name, param = bad
+        return Alert(
+            seg,
+            call.id,
+            call.info,
+            Phase.FWD,
+            Slot.PARAM,
+            name,
+            summarise(param.detach()),
+            now,
+            "it was already non-finite when the module ran: it became so where nothing "
+            "was recorded (a step --every or --steps skipped, or before the recording "
+            "began); record every step to find where it was born",
+            origin=call,
+        )
 
     def _passed_on(
         self, birth: Alert | None, seen: Seen, call: Call, how: str, now: float
@@ -390,7 +427,7 @@ class OriginDetector:
         now: float,
     ) -> Alert | None:
         self.step_tainted = True
-        if grad_finite is False:
+        if grad_finite is False or self.unrecorded_in == seg.id:
             return None
         grad = "its gradient was finite" if grad_finite else "it had no gradient this step"
         return Alert(
@@ -435,13 +472,13 @@ def _finite_inputs_note(call: Call) -> str:
     return f"its inputs held no NaN ({'; '.join(held)}{more}) and its parameters were finite"
 
 
-def _params_finite(module: object) -> bool:
-    """A module computing with non-finite weights spreads an earlier NaN; it is no origin."""
+def _nonfinite_param(module: object) -> tuple[str, torch.Tensor] | None:
+    """A non-finite parameter of ``module``, if any: a module computing with non-finite
+    weights spreads an earlier NaN; it is no origin itself."""
     if not isinstance(module, torch.nn.Module):
-        return True
+        return None
     with torch.no_grad():
-        return all(
-            bool(torch.isfinite(p).all())
-            for p in module.parameters(recurse=False)
-            if p.is_floating_point()
-        )
+        for name, p in module.named_parameters(recurse=False):
+            if p.is_floating_point() and not bool(torch.isfinite(p).all()):
+                return name, p
+    return None

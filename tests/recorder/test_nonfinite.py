@@ -246,3 +246,27 @@ def test_hugging_face_models_with_padded_attention_masks_raise_no_alert(tmp_path
             opt.step()
             opt.zero_grad()
     assert origins(tmp_path / "run.h5") == []
+
+
+@pytest.mark.parametrize("options", [{"every": 2}, {"steps": "2:3"}])
+def test_a_nan_born_in_a_step_not_recorded_is_named_where_it_is_first_seen(tmp_path, options):
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with hookdbg.record(tmp_path / "run.h5", quiet=True, **options):
+        for step in range(4):
+            opt.zero_grad()
+            model(torch.ones(2, 4)).sum().backward()
+            opt.step()
+            if step == 1:  # step 1 is not recorded: its update goes wrong unseen
+                with torch.no_grad():
+                    model[2].weight[0, 0] = float("nan")
+    t = tables(tmp_path / "run.h5")
+    assert len(t["alerts"]) == 1
+    alert = t["alerts"][0]
+    assert module_names(t)[int(alert["module"])] == "model.2"
+    assert (int(alert["step"]), int(alert["phase"]), int(alert["slot"])) == (
+        2,
+        int(Phase.FWD),
+        int(Slot.PARAM),
+    )
+    assert alert["path"] == b"weight" and b"where nothing was recorded" in alert["message"]
