@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -18,8 +19,9 @@ from textual.containers import Vertical
 from textual.events import Resize
 from textual.widgets import DataTable, Static
 
+from hookdbg.analysis.histograms import has_histogram, sparkline
 from hookdbg.analysis.overview import shape_text
-from hookdbg.store.schema import Phase, nonfinite_count, slot_label
+from hookdbg.store.schema import HISTOGRAM, Phase, nonfinite_count, slot_label
 from hookdbg.text import printable, utf8
 from hookdbg.tui.cells import cell_text, count_text, stat_text
 from hookdbg.tui.model import Detail
@@ -45,6 +47,7 @@ COLUMNS = (
     Column("mean", "mean", 80),
     Column("std", "std", 78),
     Column("norm", "norm", 50),
+    Column("histogram", "histogram", 45, right=False),  # --histograms recordings only
     Column("zeros", "zeros", 30),
     Column("shape", "shape", 40, right=False),
     Column("dtype", "dtype", 20, right=False),
@@ -79,6 +82,7 @@ def summary_rows(
                 "shape": printable(shape_text(r["shape"])),
                 "dtype": printable(utf8(r["dtype"])),
                 "zeros": "-" if math.isnan(zeros) else f"{zeros:.0%}",
+                "histogram": histogram_cell(r),
             },
             nonfinite=bad,
             divergent=(int(r["phase"]), int(r["slot"]), path) in (divergent or ()),
@@ -91,6 +95,11 @@ def summary_rows(
                 row.bad.add(stat)
         out.append(row)
     return out
+
+
+def histogram_cell(row: np.void) -> str:
+    """A sparkline of the row's value histogram, min to max ('' without one)."""
+    return sparkline(row[HISTOGRAM], 16) if has_histogram(row) else ""
 
 
 def fit(columns: list[Column], widths: dict[str, int], room: int) -> list[Column]:
@@ -156,6 +165,8 @@ class DetailPane(Vertical):
         table = self.query_one(DetailTable)
         two = any(r.cells["run"] for r in self._rows)
         columns = [c for c in COLUMNS if c.key != "run" or two]
+        if not any(r.cells["histogram"] for r in self._rows):
+            columns = [c for c in columns if c.key != "histogram"]
         widths = {
             c.key: max(len(c.label), *(len(r.cells[c.key]) for r in self._rows))
             if self._rows

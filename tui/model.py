@@ -18,7 +18,7 @@ from hookdbg.analysis.query import Query
 from hookdbg.analysis.search import TENSOR_COLUMNS, SearchResult, search
 from hookdbg.read import Capture, Recording, Status
 from hookdbg.read.modules import Module
-from hookdbg.store.schema import Phase, Slot
+from hookdbg.store.schema import HISTOGRAM, Phase, Slot
 from hookdbg.text import plural
 
 
@@ -159,7 +159,7 @@ class RunView:
         return out
 
     def detail(self, module: int, step: int, evals: bool = False) -> Detail:
-        rows = self._rows("tensors", step, evals, list(TENSOR_COLUMNS))
+        rows = self._rows("tensors", step, evals, tensor_columns(self.rec))
         calls = self._rows("calls", step, evals, None)
         segment = self._segment(step, evals)
         captured = [
@@ -233,6 +233,11 @@ class RunView:
 
     def search(self, query: Query, limit: int = 500) -> SearchResult:
         return search(self.rec, query, limit)
+
+
+def tensor_columns(rec: Recording) -> list[str]:
+    """What the detail pane reads of a tensor row: its histogram too, if it has one."""
+    return [*TENSOR_COLUMNS, *([HISTOGRAM] if rec.histogram_bins else [])]
 
 
 def nearest_step(steps: list[int], step: int) -> int:
