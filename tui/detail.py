@@ -47,7 +47,7 @@ COLUMNS = (
     Column("mean", "mean", 80),
     Column("std", "std", 78),
     Column("norm", "norm", 50),
-    Column("histogram", "histogram", 45, right=False),  # --histograms recordings only
+    Column("histogram", "histogram", 55, right=False),  # --histograms recordings only
     Column("zeros", "zeros", 30),
     Column("shape", "shape", 40, right=False),
     Column("dtype", "dtype", 20, right=False),
@@ -99,7 +99,7 @@ def summary_rows(
 
 def histogram_cell(row: np.void) -> str:
     """A sparkline of the row's value histogram, min to max ('' without one)."""
-    return sparkline(row[HISTOGRAM], 16) if has_histogram(row) else ""
+    return sparkline(row[HISTOGRAM], 12) if has_histogram(row) else ""
 
 
 def fit(columns: list[Column], widths: dict[str, int], room: int) -> list[Column]:
