@@ -158,6 +158,13 @@ def hookdbg_at(level: str, every: int = 1) -> Context:
     return recording
 
 
+@contextlib.contextmanager
+def hookdbg_histograms(workdir: Path) -> Iterator[None]:
+    """--level stats with --histograms 32."""
+    with hookdbg.record(workdir / "hist.h5", histograms=32, force=True, quiet=True):
+        yield
+
+
 CONFIGS: dict[str, Context] = {
     "empty hook pair": empty_hooks,
     "minimal timing hooks": timing_hooks,
@@ -168,6 +175,7 @@ CONFIGS: dict[str, Context] = {
     "hookdbg shapes": hookdbg_at("shapes"),
     "hookdbg stats": hookdbg_at("stats"),
     "hookdbg stats, steps not recorded": hookdbg_at("stats", every=10**6),
+    "hookdbg stats --histograms 32": hookdbg_histograms,
 }
 
 

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from hookdbg.store.schema import MAX_HISTOGRAM_BINS
+
 
 class OptionError(ValueError):
     """An option value that cannot be used; the message says what is wrong and what works."""
@@ -140,6 +142,24 @@ def megabytes(option: str, value: object, *, off: bool) -> int:
     raise OptionError(f"{option} must be {allowed} up to {MAX_MB:,.0f}, not {value!r}")
 
 
+def histogram_bins(value: object) -> int:
+    """``--histograms N`` as typed (text or a number): a whole number of bins from 1
+    to MAX_HISTOGRAM_BINS, or an OptionError saying so."""
+    text = value.strip() if isinstance(value, str) else value
+    if isinstance(text, str) and re.fullmatch(r"[+]?\d{1,7}", text):
+        text = int(text)
+    if (
+        isinstance(text, numbers.Integral)
+        and not isinstance(text, bool)
+        and 1 <= int(text) <= MAX_HISTOGRAM_BINS
+    ):
+        return int(text)
+    raise OptionError(
+        f"--histograms must be a whole number of bins from 1 to {MAX_HISTOGRAM_BINS:,}, "
+        f"not {value!r}"
+    )
+
+
 def _finite(value: object) -> bool:
     """A real, finite number (not a bool, not a string, not NaN or infinity)."""
     return (
@@ -166,6 +186,7 @@ class RecordOptions:
     flush_interval: float = 1.0
     max_backlog_bytes: int = 256 * MB  # rows waiting for the writer, and captured tensors
     quiet: bool = False
+    histograms: int = 0  # bins of each tensor's value histogram (0: none)
 
     def __post_init__(self) -> None:
         if isinstance(self.every, bool) or not isinstance(self.every, numbers.Integral):
@@ -183,6 +204,12 @@ class RecordOptions:
         if self.on_nan != "warn" and not self.checks_nan:
             fix = "drop --no-nan-check" if self.nan_check is False else "add --nan-check"
             raise OptionError(f"--on-nan {self.on_nan} needs NaN checks: {fix}")
+        if self.histograms is not None and self.histograms != 0:
+            object.__setattr__(self, "histograms", histogram_bins(self.histograms))
+            if self.level != Level.STATS:
+                raise OptionError("--histograms needs --level stats (the bins span min to max)")
+        else:
+            object.__setattr__(self, "histograms", 0)  # None: off, like 0
 
     @property
     def checks_nan(self) -> bool:
@@ -235,4 +262,5 @@ class RecordOptions:
             "flight_recorder_mb": self.flight_budget / MB,
             "max_backlog_mb": self.max_backlog_bytes / MB,
             "flush_interval": self.flush_interval,
+            "histograms": self.histograms,
         }

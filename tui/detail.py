@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -18,8 +19,9 @@ from textual.containers import Vertical
 from textual.events import Resize
 from textual.widgets import DataTable, Static
 
+from hookdbg.analysis.histograms import has_histogram, sparkline
 from hookdbg.cells import STATS, stat_text, tensor_text
-from hookdbg.store.schema import Phase
+from hookdbg.store.schema import HISTOGRAM, Phase
 from hookdbg.text import printable
 
 from .model import Detail
@@ -43,6 +45,7 @@ COLUMNS = (
     Column("mean", "mean", 80),
     Column("std", "std", 78),
     Column("norm", "norm", 50),
+    Column("histogram", "histogram", 55, right=False),  # --histograms recordings only
     Column("zeros", "zeros", 30),
     Column("shape", "shape", 40, right=False),
     Column("dtype", "dtype", 20, right=False),
@@ -75,6 +78,7 @@ def summary_rows(
                 "shape": text.shape,
                 "dtype": text.dtype,
                 "zeros": text.zeros,
+                "histogram": histogram_cell(r),
             },
             nonfinite=text.nonfinite,
             divergent=(int(r["phase"]), int(r["slot"]), text.path) in (divergent or ()),
@@ -86,6 +90,11 @@ def summary_rows(
                 row.bad.add(stat)
         out.append(row)
     return out
+
+
+def histogram_cell(row: np.void) -> str:
+    """A sparkline of the row's value histogram, min to max ('' without one)."""
+    return sparkline(row[HISTOGRAM], 12) if has_histogram(row) else ""
 
 
 def fit(columns: list[Column], widths: dict[str, int], room: int) -> list[Column]:
@@ -151,6 +160,8 @@ class DetailPane(Vertical):
         table = self.query_one(DetailTable)
         two = any(r.cells["run"] for r in self._rows)
         columns = [c for c in COLUMNS if c.key != "run" or two]
+        if not any(r.cells["histogram"] for r in self._rows):
+            columns = [c for c in columns if c.key != "histogram"]
         widths = {
             c.key: max(len(c.label), *(len(r.cells[c.key]) for r in self._rows))
             if self._rows

@@ -24,7 +24,7 @@ import numpy as np
 from hookdbg.options import ModuleFilter
 from hookdbg.read.recording import Recording
 from hookdbg.read.resolve import row_span
-from hookdbg.store.schema import Phase, StepKind, slot_label
+from hookdbg.store.schema import HISTOGRAM, Phase, StepKind, slot_label
 
 STATS = ("min", "max", "mean", "std", "norm", "zero_frac", "nan", "posinf", "neginf")
 TIMES = ("fwd_ms", "bwd_ms")
@@ -35,6 +35,11 @@ DEFAULT_STATS = (
     "param_grad*/norm",
     "fwd_ms",
     "bwd_ms",
+    # TensorBoard histograms, in recordings made with --histograms (analysis/histograms.py)
+    "output/histogram",
+    "grad_output/histogram",
+    "param_grad*/histogram",
+    "param[*/histogram",
 )
 _COUNTS = ("nan", "posinf", "neginf")
 _EVAL_REDUCE = {"min": np.fmin, "max": np.fmax, "nan": np.add, "posinf": np.add, "neginf": np.add}
@@ -49,10 +54,10 @@ class StatSelection:
     globs: tuple[str, ...] = DEFAULT_STATS
 
     def __post_init__(self) -> None:
-        known = [f"SLOT/{s}" for s in STATS] + list(TIMES)
+        known = [f"SLOT/{s}" for s in (*STATS, HISTOGRAM)] + list(TIMES)
         for glob in self.globs:
             stat = glob.rpartition("/")[2]
-            if not any(_glob(stat).fullmatch(s) for s in (*STATS, *TIMES)):
+            if not any(_glob(stat).fullmatch(s) for s in (*STATS, *TIMES, HISTOGRAM)):
                 raise ValueError(f"unknown statistic {glob!r}; use one of {', '.join(known)}")
 
     def matches(self, name: str) -> bool:

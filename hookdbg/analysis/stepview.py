@@ -12,7 +12,7 @@ import numpy as np
 from hookdbg.cells import TENSOR_COLUMNS
 from hookdbg.read import Capture, Recording
 from hookdbg.read.modules import Module
-from hookdbg.store.schema import Phase, Slot
+from hookdbg.store.schema import HISTOGRAM, Phase, Slot
 
 
 @dataclass(frozen=True)
@@ -106,10 +106,15 @@ def step_table(rec: Recording, step: int, evals: bool = False) -> dict[int, Modu
     return out
 
 
+def tensor_columns(rec: Recording) -> list[str]:
+    """What the detail pane reads of a tensor row: its histogram too, if it has one."""
+    return [*TENSOR_COLUMNS, *([HISTOGRAM] if rec.histogram_bins else [])]
+
+
 def module_detail(rec: Recording, module: int, step: int, evals: bool = False) -> Detail:
     """Everything recorded of one module in one step: tensor summaries, call rows, full
     tensors stored, and a histogram of one of them."""
-    rows = segment_rows(rec, "tensors", step, evals, list(TENSOR_COLUMNS))
+    rows = segment_rows(rec, "tensors", step, evals, tensor_columns(rec))
     calls = segment_rows(rec, "calls", step, evals, None)
     segment = segment_row(rec, step, evals)
     captured = [

@@ -217,7 +217,7 @@ def _tensorboard(
         raise BadInput(str(exc)) from None
     except OSError as exc:
         raise BadInput(f"cannot write {logdir}: {exc.strerror or exc}") from None
-    if not any(r.scalars for r in written.runs.values()):
+    if not any(r.scalars or r.histograms for r in written.runs.values()):
         shown = ", ".join(module_globs) or "any module"
         note(f"note: no statistic matched {shown} and --stat {', '.join(stats.globs)}")
     runs = ", ".join(f"{name} {plural(r.events, 'event')}" for name, r in written.runs.items())
@@ -229,6 +229,7 @@ def _tensorboard(
                 "path": str(r.path),
                 "scalars": r.scalars,
                 "texts": r.texts,
+                "histograms": r.histograms,
                 "tags": len(r.tags),
             }
             for name, r in written.runs.items()

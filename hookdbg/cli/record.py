@@ -25,6 +25,7 @@ Examples:
   hookdbg record -o run.h5 train.py --epochs 1
   hookdbg record -o run.h5 -m mypkg.train -- --lr 0.1
   hookdbg record --modules 'layer3.*' --modules '!*.bn*' --steps 10:20 train.py
+  hookdbg record --histograms 32 -o run.h5 train.py
   torchrun --nproc-per-node 2 -m hookdbg record -o run.h5 train_ddp.py""",
 )
 @click.option(
@@ -110,6 +111,13 @@ Examples:
     help="Memory for rows and captured tensors waiting to be written; past it (the disk "
     "cannot keep up) they are dropped and counted in the file.",
 )
+@click.option(
+    "--histograms",
+    metavar="N",
+    help="Also keep a histogram of each summarised tensor's finite values: N bins (1 to "
+    "1024) from its min to its max, shown by `show` and the TUI and exported to "
+    "TensorBoard. Off by default.",
+)
 @click.option("-f", "--force", is_flag=True, help="Overwrite FILE if it exists.")
 @click.option("-q", "--quiet", is_flag=True, help="No status lines from hookdbg.")
 @click.option(
@@ -136,6 +144,7 @@ def record(
     capture_budget: float,
     flight_recorder: float,
     max_backlog: float,
+    histograms: str | None,
     force: bool,
     quiet: bool,
     flush_interval: float,
@@ -167,6 +176,7 @@ def record(
             max_backlog_mb=max_backlog,
             quiet=quiet,
             flush_interval=flush_interval,
+            histograms=histograms,
         )
         goal = Target(target, as_module)
         goal.check()

@@ -5,7 +5,9 @@ from __future__ import annotations
 import click
 import numpy as np
 
+from hookdbg.analysis.histograms import histogram_json
 from hookdbg.cli.common import BadInput
+from hookdbg.cli.histograms import histogram_table, with_histograms
 from hookdbg.cli.output import (
     check_steps,
     console,
@@ -72,7 +74,7 @@ def show(
         first, last = int(chosen["step"].min()), int(chosen["step"].max())
     else:
         first, last = check_steps(rec, steps)
-    rows = rec.tensors(first, last, kind=kind)
+    rows = rec.tensors(first, last, with_histograms(rec), kind=kind)
     calls = rec.calls(first, last, ["call", "module", "index", "segment"], kind=kind)
     if segments is not None:
         rows = rows[np.isin(rows["segment"], segments)]
@@ -87,7 +89,11 @@ def show(
                 "module": target.name,
                 "type": target.type,
                 "rows": [
-                    {**tensor_json(r, rec), "call": call_index.get(int(r["call"]))}
+                    {
+                        **tensor_json(r, rec),
+                        "call": call_index.get(int(r["call"])),
+                        **histogram_json(r),
+                    }
                     for r in rows[:limit]
                 ],
                 "total_rows": len(rows),
@@ -120,3 +126,6 @@ def show(
     )
     if len(rows) > limit:
         out.print(f"  ... {len(rows) - limit:,} more rows (use --step or --limit)")
+    histograms = histogram_table(rows[:limit], rec, call_index)
+    if histograms is not None:
+        out.print(histograms)

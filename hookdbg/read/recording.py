@@ -21,6 +21,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+import h5py
 import numpy as np
 
 from hookdbg.read.captures import Capture, captures_from, to_array
@@ -33,6 +34,7 @@ from hookdbg.read.checks import (
     open_file,
     read_or_fail,
 )
+from hookdbg.read.histograms import checked_histograms, histogram_dtype
 from hookdbg.read.modules import ModuleTable
 from hookdbg.read.resolve import read_rows, resolve
 from hookdbg.read.runinfo import RunInfo, run_info
@@ -84,6 +86,16 @@ def _one_row_per_step(rows: np.ndarray) -> np.ndarray:
     return out
 
 
+def _optional_columns(
+    f: h5py.File, path: Path
+) -> dict[str, dict[str, tuple[h5py.Dataset, np.dtype]]]:
+    """Columns some recordings have, by table: the histograms of ``--histograms``."""
+    column = checked_histograms(f, path)
+    if column is None:
+        return {}
+    return {"tensors": {schema.HISTOGRAM: (column, histogram_dtype(column))}}
+
+
 class Status(Enum):
     COMPLETE = "complete"  # closed by the recorder: has its end row
     LIVE = "live"  # still being written
@@ -109,8 +121,17 @@ class Recording:
             dtypes[schema.END_TABLE] = schema.END
             columns = checked_tables(self._file, path, dtypes, derived)
             self._committed = checked_committed(self._file, path)
+            optional = _optional_columns(self._file, path)
             self._tables = {
-                n: Table(n, columns[n], dtypes[n], path, derived.get(n), self._committed_length(n))
+                n: Table(
+                    n,
+                    columns[n],
+                    dtypes[n],
+                    path,
+                    derived.get(n),
+                    self._committed_length(n),
+                    optional.get(n),
+                )
                 for n in dtypes
             }
             self._capture_data = checked_capture_data(self._file, path)
@@ -222,6 +243,13 @@ class Recording:
     @property
     def tensors_table(self) -> Table:
         return self._tables["tensors"]
+
+    @property
+    def histogram_bins(self) -> int:
+        """Bins of the value histogram kept per tensor row (0: recorded without
+        ``--histograms``); read them as ``tensors(columns=[..., "histogram"])``."""
+        optional = self._tables["tensors"].optional.get(schema.HISTOGRAM)
+        return 0 if optional is None else int(optional.shape[0])
 
     @property
     def status(self) -> Status:

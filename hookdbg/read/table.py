@@ -21,7 +21,7 @@ from typing import TypeVar
 import h5py
 import numpy as np
 
-from hookdbg.read.checks import check_column_values, read_or_fail
+from hookdbg.read.checks import RecordingError, check_column_values, read_or_fail
 
 T = TypeVar("T")
 
@@ -40,9 +40,14 @@ class Table:
         path: Path,
         derived: dict[str, str | float | bytes] | None = None,
         committed: Callable[[], int] | None = None,
+        optional: dict[str, tuple[h5py.Dataset, np.dtype]] | None = None,
     ) -> None:
         self.name = name
         self._columns = columns  # checked by hookdbg/read/checks.py
+        # columns only some recordings have (a histogram per row), read only when
+        # named: name -> (checked dataset, how one row reads)
+        self.optional = {n: dtype for n, (_, dtype) in (optional or {}).items()}
+        self._columns = {**columns, **{n: ds for n, (ds, _) in (optional or {}).items()}}
         self.dtype = dtype
         self._path = path
         self._derived = derived or {}
@@ -57,6 +62,10 @@ class Table:
 
     def _load(self, name: str, start: int, stop: int) -> np.ndarray:
         values = self._h5(name, lambda: self._columns[name][start:stop])
+        if len(values) != stop - start:  # only an optional column can be shorter
+            raise RecordingError(
+                f"{self._path} is damaged: {self.name}/{name} holds fewer rows than the table"
+            )
         check_column_values(self.name, name, values, self._path)
         return values
 
@@ -67,7 +76,7 @@ class Table:
         """See rows appended since the last look; True if there are new ones."""
         if not self._swmr:
             return False  # a file closed by its writer does not change
-        for name in self._stored:
+        for name in [*self._stored, *self.optional]:
             self._h5(name, self._columns[name].refresh)
         before, self._length = self._length, self._shortest()
         if self._length != before:
@@ -102,7 +111,7 @@ class Table:
     ) -> np.ndarray:
         """Rows as a numpy structured array, with only ``columns`` (default: all)."""
         names = list(columns or self.dtype.names or ())
-        dtype = np.dtype([(n, self.dtype[n]) for n in names])
+        dtype = np.dtype([(n, self._field(n)) for n in names])
         start, stop, _ = (rows or slice(None)).indices(self._length)
         out = np.empty(max(stop - start, 0), dtype=dtype)
         for name in names:
@@ -112,7 +121,7 @@ class Table:
     def take(self, rows: np.ndarray, columns: list[str] | tuple[str, ...]) -> np.ndarray:
         """Rows at sorted indices ``rows``: read in runs of nearby rows, so that a few
         matches scattered over a long table do not read all of it."""
-        dtype = np.dtype([(n, self.dtype[n]) for n in columns])
+        dtype = np.dtype([(n, self._field(n)) for n in columns])
         out = np.empty(len(rows), dtype=dtype)
         if not len(rows):
             return out
@@ -122,6 +131,10 @@ class Table:
             block = self.read(columns, slice(lo, hi))
             out[chunk] = block[rows[chunk] - lo]
         return out
+
+    def _field(self, name: str) -> np.dtype:
+        optional = self.optional.get(name)
+        return self.dtype[name] if optional is None else optional
 
     def step_rows(self, first: int, last: int) -> slice:
         """The rows of steps ``first`` to ``last`` (inclusive): binary search on disk."""

@@ -38,12 +38,14 @@ def record(
     force: bool = False,
     quiet: bool = False,
     flush_interval: float = 1.0,
+    histograms: int | None = None,
 ) -> Recorder:
     """A recorder for ``with hookdbg.record("run.h5"): train()``.
 
     Same options as ``hookdbg record``: ``level`` timing|shapes|stats, ``modules``
     globs (``!glob`` excludes), ``every`` N steps, ``steps`` "A:B", ``on_nan``
-    warn|break|raise|stop, ``capture`` globs of modules whose full tensors to store.
+    warn|break|raise|stop, ``capture`` globs of modules whose full tensors to store,
+    ``histograms`` N bins of each summarised tensor's values (None: none).
     On one of several ranks (torchrun) it records into that rank's file, as the CLI
     does: ``run.h5`` becomes ``run.rank1.h5`` (the recorder's ``path`` says which).
     """
@@ -61,5 +63,6 @@ def record(
         max_backlog_mb=max_backlog_mb,
         quiet=quiet,
         flush_interval=flush_interval,
+        histograms=histograms,
     )
     return Recorder(rank_path(path), options, force=force)

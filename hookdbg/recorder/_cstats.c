@@ -12,6 +12,13 @@
  * ``address`` is the first element of ``n`` contiguous elements of type ``kind`` (the
  * caller keeps the tensor alive and checks it is contiguous and on the CPU). Integer
  * kinds give min, max and the zero count; their other statistics are NaN.
+ *
+ * histogram(address, n, kind, lo, hi, bins) -> bytes of ``bins`` int64 counts
+ *
+ * The finite values of a floating tensor in ``bins`` equal bins from ``lo`` to ``hi``
+ * (its finite min and max), exactly as numpy.histogram(values.astype(float64), bins,
+ * (lo, hi)) counts them: the same float64 edges, the last bin closed (see
+ * hookdbg/recorder/histograms.py for why not torch.histc).
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -233,9 +240,76 @@ static PyObject *summary(PyObject *self, PyObject *args) {
                          (long long)acc.posinf, (long long)acc.neginf, (long long)acc.zeros);
 }
 
+
+/* The bin of ``x`` (lo <= x <= hi), as numpy finds it: an estimate, then moved across
+ * at most an edge or two so that edges[i] <= x < edges[i + 1] (the last bin closed). */
+static inline Py_ssize_t bin_of(double x, double lo, double scale, Py_ssize_t bins,
+                                const double *edges) {
+    double f = (x - lo) * scale; /* scale = bins / (hi - lo): an estimate is all it is */
+    Py_ssize_t i = f >= (double)bins ? bins - 1 : (f > 0 ? (Py_ssize_t)f : 0);
+    while (i > 0 && x < edges[i]) i--;
+    while (i < bins - 1 && x >= edges[i + 1]) i++;
+    return i;
+}
+
+#define HIST_LOOP(TYPE, CONVERT)                                             \
+    do {                                                                     \
+        const TYPE *p = (const TYPE *)data;                                  \
+        for (Py_ssize_t k = 0; k < n; k++) {                                 \
+            double x = CONVERT(p[k]);                                        \
+            if (isfinite(x) && x >= lo && x <= hi)                           \
+                counts[bin_of(x, lo, scale, bins, edges)]++;                 \
+        }                                                                    \
+    } while (0)
+
+static PyObject *histogram(PyObject *self, PyObject *args) {
+    unsigned long long address;
+    Py_ssize_t n, bins;
+    int kind;
+    double lo, hi;
+    if (!PyArg_ParseTuple(args, "Kniddn", &address, &n, &kind, &lo, &hi, &bins)) return NULL;
+    if (n <= 0 || address == 0 || bins <= 0 || kind > BF16 || !(lo < hi) || !isfinite(lo) ||
+        !isfinite(hi)) {
+        PyErr_SetString(PyExc_ValueError, "histogram: bad arguments");
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, bins * (Py_ssize_t)sizeof(int64_t));
+    double *edges = PyMem_Malloc((bins + 1) * sizeof(double));
+    if (out == NULL || edges == NULL) {
+        Py_XDECREF(out);
+        PyMem_Free(edges);
+        return PyErr_NoMemory();
+    }
+    int64_t *counts = (int64_t *)PyBytes_AS_STRING(out);
+    memset(counts, 0, bins * sizeof(int64_t));
+    /* numpy.linspace's edges: i * step + lo, rounded twice (never fused into one
+     * multiply-add, which rounds once), and hi itself last */
+    double width = hi - lo, step = width / (double)bins;
+    for (Py_ssize_t i = 0; i < bins; i++) {
+        volatile double scaled = (double)i * step;
+        edges[i] = scaled + lo;
+    }
+    edges[bins] = hi;
+    double scale = (double)bins / width;
+    if (!isfinite(scale)) scale = 0.0; /* a subnormal width: the edges do all the work */
+    const void *data = (const void *)(uintptr_t)address;
+    PyThreadState *released = n >= 32768 ? PyEval_SaveThread() : NULL;
+    switch (kind) {
+        case F32: HIST_LOOP(float, AS_DOUBLE); break;
+        case F64: HIST_LOOP(double, AS_DOUBLE); break;
+        case F16: HIST_LOOP(uint16_t, from_f16); break;
+        default: HIST_LOOP(uint16_t, from_bf16); break;
+    }
+    if (released) PyEval_RestoreThread(released);
+    PyMem_Free(edges);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"summary", summary, METH_VARARGS,
      "summary(address, n, kind) -> (min, max, mean, std, norm, nan, posinf, neginf, zeros)"},
+    {"histogram", histogram, METH_VARARGS,
+     "histogram(address, n, kind, lo, hi, bins) -> bytes of bins int64 counts"},
     {NULL, NULL, 0, NULL},
 };
 

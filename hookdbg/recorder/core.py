@@ -53,6 +53,7 @@ from hookdbg.recorder.capture import Capturer, FlightRecorder
 from hookdbg.recorder.compiled import InPlaceCompiled, compiled_in_place
 from hookdbg.recorder.deferred import StepBatch
 from hookdbg.recorder.envelope import Guard, hook
+from hookdbg.recorder.histograms import writer_layout
 from hookdbg.recorder.hookset import HookSet
 from hookdbg.recorder.meta import run_metadata
 from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry, compiled_model
@@ -64,7 +65,7 @@ from hookdbg.recorder.signals import TerminationSignals
 from hookdbg.recorder.steps import RootKind, StepTracker, root_kind
 from hookdbg.recorder.tensors import iter_tensors
 from hookdbg.recorder.timing import backward_rows
-from hookdbg.store.rows import CONVERTERS, Rows
+from hookdbg.store.rows import Rows
 from hookdbg.store.schema import ModuleKind, Phase, Slot, StepKind
 from hookdbg.store.writer import Writer, WriterError
 
@@ -191,11 +192,11 @@ class Recorder:
             self._writer = Writer(
                 self.path,
                 meta,
-                converters=CONVERTERS,
                 flush_interval=self.options.flush_interval,
                 max_backlog_bytes=self.options.max_backlog_bytes,
                 warn=self.warn,
                 pull=self._pull,
+                **writer_layout(self.options.histograms),  # converters, tables
             )
         except WriterError as exc:
             raise RecordError(str(exc)) from None
@@ -521,7 +522,7 @@ class Recorder:
                     "which waits for the device each time; warn and stop do not"
                 )
         self.state = state = StepState(
-            seg, recording, now, StepBatch(seg.id) if deferring else None
+            seg, recording, now, StepBatch(seg.id, self.options.histograms) if deferring else None
         )
         self.observer.begin(state)
         if self._flight is not None:

@@ -16,6 +16,9 @@ later, so the training thread never waits; then the step's rows are complete and
 NaN/inf checks are replayed in the order the hooks saw them. At the end of the
 recording the last batches are waited for.
 
+With ``--histograms N`` each segment's raw row has 2 + N more columns, binned at the
+same flush (hookdbg/recorder/histograms.py) and read back with the rest.
+
 What this costs: rows and alerts reach the file a step later, and an alert cannot stop
 the script inside the hook that saw it. That is why ``--on-nan break`` and ``raise``
 check each tensor at once instead (waiting on the device), and say so.
@@ -27,7 +30,7 @@ import math
 
 import torch
 
-from hookdbg.recorder import stats
+from hookdbg.recorder import histograms, stats
 
 ARENA = 1 << 21  # float64 elements (16 MB): larger tensors are summarised on their own
 _NAN = float("nan")
@@ -129,8 +132,9 @@ class StepBatch:
     """One step's device statistics, the rows waiting for them, and the checks to
     replay once they are read."""
 
-    def __init__(self, step: int) -> None:
+    def __init__(self, step: int, bins: int = 0) -> None:
         self.step = step
+        self.bins = bins  # histogram bins per tensor (0: none)
         self.pending: list[Pending] = []
         self.rows: list[tuple] = []  # tensor rows holding Pending summaries
         self.checks: list[tuple] = []  # (function, args) in the order the hooks ran
@@ -155,7 +159,10 @@ class StepBatch:
             self._reduce()
             arena = None
         if n > ARENA:
-            self._parts.append(tensor_stats(t))
+            raw = tensor_stats(t)
+            if self.bins:
+                raw = torch.cat([raw, histograms.tensor_histogram(t, self.bins, ARENA)], dim=1)
+            self._parts.append(raw)
             return pending
         if arena is None:
             arena = self._arena = torch.empty(ARENA, dtype=torch.float64, device=t.device)
@@ -168,7 +175,13 @@ class StepBatch:
         """Summarise the tensors in the arena; the next tensor starts a new one (the
         caching allocator reuses the memory once the reductions have run)."""
         if self._arena is not None and self._lengths:
-            self._parts.append(arena_stats(self._arena[: self._used], self._lengths))
+            values = self._arena[: self._used]
+            raw = arena_stats(values, self._lengths)
+            if self.bins:
+                raw = torch.cat(
+                    [raw, histograms.arena_histograms(values, self._lengths, self.bins)], 1
+                )
+            self._parts.append(raw)
         self._arena, self._used, self._lengths = None, 0, []
 
     def launch(self) -> None:
@@ -195,7 +208,13 @@ class StepBatch:
         """Fill in every Pending summary (waits for the copy if it is not done)."""
         if self._event is not None:
             self._event.synchronize()
-        if self._host is not None:
+        if self._host is not None and self.bins:
+            host = self._host.numpy()
+            for pending, raw, extra in zip(
+                self.pending, host[:, :8].tolist(), host[:, 8:], strict=True
+            ):
+                pending.value = histograms.with_histogram(from_raw(pending.meta, raw), extra)
+        elif self._host is not None:
             for pending, raw in zip(self.pending, self._host.tolist(), strict=True):
                 pending.value = from_raw(pending.meta, raw)
         self._host = self._keep = self._event = None

@@ -25,7 +25,7 @@ import torch
 from torch.nn.parameter import UninitializedParameter
 
 from hookdbg.options import Level, RecordOptions
-from hookdbg.recorder import stats
+from hookdbg.recorder import histograms, stats
 from hookdbg.recorder.calls import Call, Seen, Segment, StepState
 from hookdbg.recorder.capture import Capturer, FlightRecorder
 from hookdbg.recorder.deferred import Pending, resolved
@@ -93,6 +93,9 @@ class TensorObserver:
         self.emit_tensors = options.level >= Level.SHAPES  # tensor rows in the file
         self.check_nan = options.checks_nan
         self.summary = summary_function(options.level, self.check_nan)
+        self.histogram_bins = options.histograms
+        if options.histograms:  # a histogram in every summary (recorder/histograms.py)
+            self.summary = histograms.summarising(options.histograms)
         self.defer_all = False  # summarise CPU tensors on the device path too (tests)
         self.capturing = False
         self.pending_capture = 0  # bytes of captured tensors not handed over yet

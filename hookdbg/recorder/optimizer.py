@@ -123,7 +123,9 @@ class OptimizerObserver:
             return
         observer = self.tensors
         state = observer.state
-        if state.batch is not None and (observer.defer_all or not tensors[0].is_cpu):
+        if (state.batch is not None and (observer.defer_all or not tensors[0].is_cpu)) or (
+            observer.histogram_bins  # histograms asked for: of the weights too
+        ):
             summaries = [observer.summarise(t) for t in tensors]
         else:
             summaries = stats.norms_only(tensors)

@@ -17,6 +17,7 @@ the table's length is that of its shortest column.
 
 from __future__ import annotations
 
+import functools
 from enum import IntEnum
 
 import numpy as np
@@ -240,6 +241,35 @@ COMMITTED = "committed"
 # Raw bytes of captured tensors; "captures" rows point into it (offset, nbytes).
 CAPTURE_DATA = "capture_data"
 CAPTURE_CHUNK = 1 << 20
+
+# Value histograms (``record --histograms N``): an optional 2-D column of the tensors
+# table, ``tensors/histogram`` (int64, [rows, N]), present only in recordings made with
+# histograms on, appended with the rest of each row (so the committed lengths cover
+# it). Row i holds the counts of the finite values of tensor row i in N equal bins from
+# its ``min`` to its ``max``, the last bin closed, as numpy.histogram(values, N) counts
+# them in float64: the edges are numpy.linspace(min, max, N + 1). Finite values all
+# equal (min == max): all in bin N // 2. Rows without statistics, or with no finite
+# values: all zeros. So a floating tensor's counts sum to numel - nan - posinf - neginf.
+# Readers that do not know the column ignore it (read/checks.py), so it needed no new
+# schema version: version 2 files without it read as before.
+HISTOGRAM = "histogram"
+MAX_HISTOGRAM_BINS = 1024
+
+
+@functools.lru_cache(maxsize=8)
+def tensors_dtype(bins: int) -> np.dtype:
+    """The tensors table's row with its histogram column (``bins`` counts)."""
+    return np.dtype([*TENSORS.descr, (HISTOGRAM, "<i8", (bins,))])
+
+
+def tables(histogram_bins: int = 0) -> dict[str, tuple[np.dtype, int]]:
+    """``TABLES`` as a recorder creates them: with histograms, the tensors table has
+    the ``histogram`` column (and fewer rows per chunk of it: see the writer)."""
+    if not histogram_bins:
+        return TABLES
+    out = dict(TABLES)
+    out["tensors"] = (tensors_dtype(histogram_bins), TABLES["tensors"][1])
+    return out
 
 
 def slot_label(slot: int, path: str) -> str:

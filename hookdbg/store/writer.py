@@ -77,8 +77,10 @@ class Writer:
         max_backlog_bytes: int = 256 << 20,
         warn: Callable[[str], None] | None = None,
         pull: Callable[[], None] | None = None,
+        tables: dict[str, tuple[np.dtype, int]] | None = None,
     ) -> None:
         self.path = Path(path)
+        self._tables = tables or schema.TABLES  # schema.tables(): with histograms or not
         self.flush_interval = flush_interval
         self.max_backlog_bytes = max_backlog_bytes
         self._converters = converters or {}
@@ -160,23 +162,25 @@ class Writer:
             for key, value in meta.items():
                 f.attrs[key] = value
             self._columns = {}
-            for name, (dtype, chunk) in schema.TABLES.items():
+            for name, (dtype, chunk) in self._tables.items():
                 group = f.create_group(name)
                 self._columns[name] = [
                     (
                         field,
                         group.create_dataset(
                             field,
-                            shape=(0,),
-                            maxshape=(None,),
-                            dtype=dtype[field],
-                            chunks=(chunk,),
+                            # a field holding an array per row (a histogram): 2-D
+                            shape=(0, *dtype[field].shape),
+                            maxshape=(None, *dtype[field].shape),
+                            dtype=dtype[field].base,
+                            chunks=(_rows_per_chunk(chunk, dtype[field]), *dtype[field].shape),
                             compression="gzip",
                             compression_opts=1,
                             shuffle=True,
                             # appends touch the last chunk only: cache that one, not the
                             # default 1 MB of old chunks per column (~80 MB in all)
-                            rdcc_nbytes=chunk * dtype[field].itemsize + 1024,
+                            rdcc_nbytes=_rows_per_chunk(chunk, dtype[field]) * dtype[field].itemsize
+                            + 1024,
                             rdcc_nslots=11,
                         ),
                     )
@@ -274,7 +278,7 @@ class Writer:
         if table == "captures":
             rows = self._store_capture_bytes(rows)
         convert = self._converters.get(table)
-        data = convert(rows) if convert else np.array(rows, dtype=schema.TABLES[table][0])
+        data = convert(rows) if convert else np.array(rows, dtype=self._tables[table][0])
         self._append_array(table, data)
         if table == "steps":
             self.steps_written += len(data)
@@ -285,7 +289,7 @@ class Writer:
     def _append_array(self, table: str, data: np.ndarray) -> None:
         n = self._lengths[table]
         for field, ds in self._columns[table]:
-            ds.resize((n + len(data),))
+            ds.resize(n + len(data), axis=0)
             ds[n:] = data[field]
         self._lengths[table] = n + len(data)
 
@@ -371,6 +375,12 @@ class Writer:
         )
         # say so in the file at once, in case the process does not get to close it
         self._write_end_directly(self._end_row(""))
+
+
+def _rows_per_chunk(chunk: int, dtype: np.dtype) -> int:
+    """``chunk``, but near 256 kB for a wide column (8,192 histograms of 1,024 counts
+    would be 64 MB a chunk)."""
+    return max(16, min(chunk, (256 << 10) // dtype.itemsize)) if dtype.shape else chunk
 
 
 def _allocated(group: h5py.Group, name: str, dtype: np.dtype, n: int) -> h5py.Dataset:
