@@ -64,11 +64,6 @@ def _imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     return visitor.found
 
 
-# The recorder's metadata still reads the version through the package facade, whose
-# __getattr__ loads the recorder: the one edge left to move to hookdbg.version.
-PENDING = {("hookdbg.recorder.meta", "hookdbg")}
-
-
 def import_graph() -> dict[str, set[str]]:
     """Module -> the package modules it imports. ``from pkg import name`` counts as
     importing ``pkg.name`` when that is a module, else ``pkg``."""
@@ -89,7 +84,7 @@ def import_graph() -> dict[str, set[str]]:
                     f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
                     for alias in node.names
                 ]
-            edges |= {t for t in targets if t in modules and t != name and (name, t) not in PENDING}
+            edges |= {t for t in targets if t in modules and t != name}
         graph[name] = edges
     return graph
 

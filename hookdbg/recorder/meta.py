@@ -10,10 +10,10 @@ import socket
 
 import torch
 
-from hookdbg import __version__
 from hookdbg.options import RecordOptions
 from hookdbg.ranks import placement
 from hookdbg.store import schema
+from hookdbg.version import __version__
 
 
 def run_metadata(argv: list[str], options: RecordOptions) -> dict[str, str | int]:
