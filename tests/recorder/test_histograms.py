@@ -144,3 +144,24 @@ def test_a_damaged_histogram_column_is_one_line(tmp_path):
 
     with pytest.raises(RecordingError, match="tensors/histogram has shape"):
         open_recording(path)
+
+
+def test_a_tensor_larger_than_the_arena_is_binned_in_chunks():
+    """The deferred path's tensors too large to copy (deferred.ARENA elements and up)."""
+    from hookdbg.recorder.deferred import ARENA, StepBatch
+    from hookdbg.recorder.histograms import HISTOGRAM
+
+    g = torch.Generator().manual_seed(0)
+    big = torch.randn(ARENA + 12345, generator=g)
+    big[::1000] = float("inf")
+    small = torch.rand(100, generator=g)
+    batch = StepBatch(0, bins=16)
+    pending = [batch.add(big), batch.add(small)]
+    batch.launch()
+    batch.read()
+    for p, t in zip(pending, (big, small), strict=True):
+        values = t.double().numpy()
+        finite = values[np.isfinite(values)]
+        counts = np.frombuffer(p.value[HISTOGRAM], dtype=np.int64)
+        np.testing.assert_array_equal(counts, np.histogram(finite, bins=16)[0])
+        assert (p.value[4], p.value[5]) == (finite.min(), finite.max())  # finite min, max
