@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hookdbg.analysis.scalars import StatSelection
+from hookdbg.analysis.scalars import StatSelection, group_positions
 from hookdbg.read.histograms import bin_edges
 from hookdbg.read.recording import Recording
 from hookdbg.read.resolve import row_span
@@ -76,7 +76,8 @@ def histogram_series(
     where = table.read(["step", "segment", "module", "slot", "path"], span)
     chosen = np.flatnonzero(np.isin(where["module"], ids))
     out = []
-    for group in _groups(where[chosen], chosen, ["module", "slot", "path"]):
+    for positions in group_positions(where[chosen], ["module", "slot", "path"]):
+        group = chosen[positions]
         row = where[group[0]]
         label = slot_label(int(row["slot"]), row["path"].decode("utf-8", "replace"))
         if not stats.matches(f"{label}/{HISTOGRAM}"):
@@ -90,17 +91,6 @@ def histogram_series(
             if series is not None:
                 out.append(series)
     return out
-
-
-def _groups(rows: np.ndarray, index: np.ndarray, keys: list[str]) -> list[np.ndarray]:
-    """Positions (``index``) of ``rows`` split by the values of ``keys``, in order."""
-    if not len(rows):
-        return []
-    _, group = np.unique(rows[keys], return_inverse=True)
-    group = group.reshape(-1)
-    order = np.argsort(group, kind="stable")
-    bounds = np.flatnonzero(np.diff(group[order])) + 1
-    return [index[chunk] for chunk in np.split(order, bounds)]
 
 
 def _series(

@@ -139,16 +139,20 @@ def _any_slot_wants(stats: StatSelection, stat: str) -> bool:
     return any(_glob(g.rpartition("/")[2]).fullmatch(stat) for g in stats.globs)
 
 
-def _groups(rows: np.ndarray, keys: list[str]) -> list[np.ndarray]:
-    """``rows`` split by the values of ``keys``, each group in its recorded order (one
-    sort, not a scan of every row per group)."""
+def group_positions(rows: np.ndarray, keys: list[str]) -> list[np.ndarray]:
+    """Positions in ``rows`` split by the values of ``keys``, each group in its recorded
+    order (one sort, not a scan of every row per group)."""
     if not len(rows):
         return []
     _, group = np.unique(rows[keys], return_inverse=True)
     group = group.reshape(-1)
     order = np.argsort(group, kind="stable")
     bounds = np.flatnonzero(np.diff(group[order])) + 1
-    return [rows[chunk] for chunk in np.split(order, bounds)]
+    return np.split(order, bounds)
+
+
+def _groups(rows: np.ndarray, keys: list[str]) -> list[np.ndarray]:
+    return [rows[positions] for positions in group_positions(rows, keys)]
 
 
 def _time_series(
