@@ -182,19 +182,7 @@ class OriginDetector:
                 call.inf_inputs = []
             call.inf_inputs.append((path, seen))
             if seen.producer is None and seen.birth is None and not self.step_tainted:
-                where = "the data" if call.parent is None else "tensor code between modules"
-                seen.birth = Alert(
-                    seg,
-                    call.id,
-                    call.info,
-                    Phase.FWD,
-                    Slot.INPUT,
-                    path,
-                    summary,
-                    now,
-                    f"no recorded module produced it: it came from {where}",
-                    origin=call,
-                )
+                seen.birth = _from_outside(call, path, summary, seg, now)
             return None
         call.nan_in = True
         call.tainted = True
@@ -203,19 +191,7 @@ class OriginDetector:
         seen.alerted = True
         if not self._unknown_provenance_ok():
             return None
-        where = "the data" if call.parent is None else "tensor code between modules"
-        return Alert(
-            seg,
-            call.id,
-            call.info,
-            Phase.FWD,
-            Slot.INPUT,
-            path,
-            summary,
-            now,
-            f"no recorded module produced it: it came from {where}",
-            origin=call,
-        )
+        return _from_outside(call, path, summary, seg, now)
 
     def forward_output(
         self, call: Call, path: str, seen: Seen, module: object, seg: Segment, now: float
@@ -441,6 +417,23 @@ class OriginDetector:
             now,
             f"after {opt.name}.step(); {grad}",
         )
+
+
+def _from_outside(call: Call, path: str, summary: tuple, seg: Segment, now: float) -> Alert:
+    """Input ``path`` of ``call`` held a value no recorded module produced."""
+    where = "the data" if call.parent is None else "tensor code between modules"
+    return Alert(
+        seg,
+        call.id,
+        call.info,
+        Phase.FWD,
+        Slot.INPUT,
+        path,
+        summary,
+        now,
+        f"no recorded module produced it: it came from {where}",
+        origin=call,
+    )
 
 
 def _received_birth(call: Call) -> Alert | None:
