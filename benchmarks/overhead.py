@@ -81,16 +81,21 @@ def _train_step(
 # -- what is compared --------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def empty_hooks(_: Path) -> Iterator[None]:
-    """The floor: a global forward pre-hook and forward hook that do nothing."""
-    a = module_hooks.register_module_forward_pre_hook(lambda m, args: None)
-    b = module_hooks.register_module_forward_hook(lambda m, args, out: None)
+def _hook_pair(pre: Callable, post: Callable) -> Iterator[None]:
+    """A global forward pre-hook and forward hook, installed for the block."""
+    a = module_hooks.register_module_forward_pre_hook(pre)
+    b = module_hooks.register_module_forward_hook(post)
     try:
         yield
     finally:
         a.remove()
         b.remove()
+
+
+@contextlib.contextmanager
+def empty_hooks(_: Path) -> Iterator[None]:
+    """The floor: a global forward pre-hook and forward hook that do nothing."""
+    yield from _hook_pair(lambda m, args: None, lambda m, args, out: None)
 
 
 @contextlib.contextmanager
@@ -106,13 +111,7 @@ def timing_hooks(_: Path) -> Iterator[None]:
     def post(m: nn.Module, args: object, out: object) -> None:
         times.append(clock() - starts.pop(id(m), 0.0))
 
-    a = module_hooks.register_module_forward_pre_hook(pre)
-    b = module_hooks.register_module_forward_hook(post)
-    try:
-        yield
-    finally:
-        a.remove()
-        b.remove()
+    yield from _hook_pair(pre, post)
 
 
 @contextlib.contextmanager
