@@ -12,12 +12,14 @@ tenants; wall time is printed too.
     python benchmarks/overhead.py            # tiny MLP + resnet18, a few minutes
     python benchmarks/overhead.py --quick    # fewer rounds (noisier)
     python benchmarks/overhead.py --only mlp
+    python benchmarks/overhead.py --device cuda   # wall time is what counts there
 
 Workloads (the issue's and docs/performance.md's):
 
 * ``mlp``: 48 x (Linear(32, 32) + Tanh), batch 8: host-bound, every module call is
   pure overhead; reported in microseconds per module call above the unrecorded step.
 * ``resnet18``: torchvision resnet18, 16 x 3 x 64 x 64: reported as a step-time ratio.
+* ``resnet18-224`` (with ``--device cuda``): 64 x 3 x 224 x 224, a device-bound step.
 
 Targets: timing <= 5 us and stats <= 12 us per tiny-module call; steps that --every
 skips <= 2 us per call; resnet18 at stats <= 1.10x, at shapes <= 1.03x.
@@ -44,21 +46,26 @@ Step = Callable[[], None]
 Context = Callable[[Path], contextlib.AbstractContextManager[object]]
 
 
+DEVICE = torch.device("cpu")
+
+
 def mlp() -> tuple[Step, int]:
     torch.manual_seed(0)
     model = nn.Sequential(*[m for _ in range(48) for m in (nn.Linear(32, 32), nn.Tanh())])
+    model.to(DEVICE)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    x = torch.randn(8, 32)
+    x = torch.randn(8, 32, device=DEVICE)
     return _train_step(model, opt, x, lambda out: out.pow(2).mean())
 
 
-def resnet18() -> tuple[Step, int]:
+def resnet18(batch: int = 16, size: int = 64) -> tuple[Step, int]:
     import torchvision
 
     torch.manual_seed(0)
-    model = torchvision.models.resnet18(num_classes=10)
+    model = torchvision.models.resnet18(num_classes=10).to(DEVICE)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x, y = torch.randn(16, 3, 64, 64), torch.randint(0, 10, (16,))
+    x = torch.randn(batch, 3, size, size, device=DEVICE)
+    y = torch.randint(0, 10, (batch,), device=DEVICE)
     criterion = nn.CrossEntropyLoss()
     return _train_step(model, opt, x, lambda out: criterion(out, y))
 
@@ -70,6 +77,8 @@ def _train_step(
         opt.zero_grad()
         loss(model(x)).backward()
         opt.step()
+        if DEVICE.type == "cuda":
+            torch.cuda.synchronize()  # each step's time includes its kernels
 
     calls: list[object] = []
     handle = module_hooks.register_module_forward_pre_hook(lambda m, a: calls.append(m))
@@ -223,7 +232,11 @@ def compare(name: str, make: Callable[[], tuple[Step, int]], rounds: int, steps:
         )
 
 
-WORKLOADS = {"mlp": (mlp, 200), "resnet18": (resnet18, 8)}
+WORKLOADS = {
+    "mlp": (mlp, 200),
+    "resnet18": (resnet18, 8),
+    "resnet18-224": (lambda: resnet18(64, 224), 8),
+}
 
 
 def main() -> None:
@@ -231,11 +244,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer rounds (noisier)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--only", choices=list(WORKLOADS), help="one workload")
+    parser.add_argument("--device", default="cpu", help="where the models run (cpu, cuda)")
     args = parser.parse_args()
+    global DEVICE
+    DEVICE = torch.device(args.device)
     torch.set_num_threads(args.threads)
     rounds = 3 if args.quick else 7
-    print(f"torch {torch.__version__}, {args.threads} thread(s), {rounds} rounds")
+    where = torch.cuda.get_device_name() if DEVICE.type == "cuda" else "CPU"
+    print(f"torch {torch.__version__} on {where}, {args.threads} thread(s), {rounds} rounds")
     for name, (make, steps) in WORKLOADS.items():
+        if name == "resnet18-224" and DEVICE.type == "cpu" and args.only != name:
+            continue  # minutes per round on a CPU
         if args.only in (None, name):
             compare(name, make, rounds, steps)
 
