@@ -136,11 +136,10 @@ def _torch_summary(t: torch.Tensor) -> tuple:
     hi = hi.item()
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return _nonfinite_summary(t, v)
-    squares = torch.dot(v, v).item()
-    total = v.sum().item()
-    if not (math.isfinite(squares) and math.isfinite(total)):  # float32 sums overflowed
-        wide = v.double()
-        squares, total = torch.dot(wide, wide).item(), wide.sum().item()
+    # float64 accumulators (as the C pass and the device arena have): float32 sums of
+    # a large tensor lose digits, and overflow where the values do not
+    squares = torch.linalg.vector_norm(v, dtype=torch.float64).square().item()
+    total = v.sum(dtype=torch.float64).item()
     mean = total / n
     return _finite(
         t, n, lo, hi, mean, _std(v, n, lo, hi, mean, squares), squares, _zero_fraction(v, n)
