@@ -37,6 +37,27 @@ class Overview:
     compiled: list[str]  # modules run by torch.compile, recorded as one call each
     step: int | None  # the step the module table describes
     lines: list[ModuleLine]
+    scaler: ScalerView | None = None  # AMP's GradScaler, when the script used one
+
+
+@dataclass(frozen=True)
+class ScalerView:
+    """What AMP's GradScaler did in the recorded steps: steps it skipped because their
+    scaled gradients overflowed (no alert: that is how it finds its scale)."""
+
+    skipped: int
+    first_scale: float
+    last_scale: float
+
+    def text(self) -> str:
+        scales = f"loss scale {self.first_scale:g}"
+        if self.last_scale != self.first_scale:
+            scales += f" at first, {self.last_scale:g} at the end"
+        return (
+            f"GradScaler skipped {self.skipped} optimizer "
+            f"{'step' if self.skipped == 1 else 'steps'} whose scaled gradients "
+            f"overflowed (mixed precision at work, not alerts); {scales}"
+        )
 
 
 def ending(recording: Recording) -> str:
@@ -82,6 +103,19 @@ def overview(recording: Recording, step: int | None = None) -> Overview:
         compiled=recording.compiled,
         step=step,
         lines=lines,
+        scaler=scaler_view(recording),
+    )
+
+
+def scaler_view(recording: Recording) -> ScalerView | None:
+    steps = recording.steps
+    scaled = steps[~np.isnan(steps["scale"])]
+    if not len(scaled):
+        return None
+    return ScalerView(
+        skipped=int(scaled["skipped"].sum()),
+        first_scale=float(scaled["scale"][0]),
+        last_scale=float(scaled["scale"][-1]),
     )
 
 

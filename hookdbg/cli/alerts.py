@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from hookdbg.analysis.alerts import AlertReport, alert_reports
+from hookdbg.analysis.overview import scaler_view
 from hookdbg.cells import slot_label
 from hookdbg.cli.output import (
     console,
@@ -19,7 +20,7 @@ from hookdbg.cli.output import (
 )
 from hookdbg.read import RankSet, Recording
 from hookdbg.store.schema import Phase
-from hookdbg.text import utf8
+from hookdbg.text import plural, utf8
 
 
 @click.command()
@@ -80,12 +81,19 @@ def _print(run: Recording | RankSet, ranked: list) -> None:
     if not ranked:
         recs = run.recordings.values() if isinstance(run, RankSet) else [run]
         unchecked = any(rec.info.options.get("level") != "stats" for rec in recs)
+        skipped = sum(v.skipped for v in map(scaler_view, recs) if v is not None)
         out.print(
             literal(
                 f"{run.path}: no NaN/inf alerts"
                 + (
                     " (recorded without --level stats: values were not checked)"
                     if unchecked
+                    else ""
+                )
+                + (
+                    f"; AMP's GradScaler skipped {plural(skipped, 'step')} whose scaled "
+                    "gradients overflowed, which is no alert"
+                    if skipped
                     else ""
                 )
             )

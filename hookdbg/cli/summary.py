@@ -90,6 +90,15 @@ def _summary_json(rec: Recording, view: Overview) -> dict[str, object]:
         "parameters": view.params,
         "optimizers": view.optimizers,
         "compiled": view.compiled,
+        "gradscaler": (
+            {
+                "skipped_steps": view.scaler.skipped,
+                "first_scale": view.scaler.first_scale,
+                "last_scale": view.scaler.last_scale,
+            }
+            if view.scaler
+            else None
+        ),
         "alerts": len(rec.alerts),
         "first_alert": first_alert,
         "dropped_rows": rec.dropped_rows,
@@ -180,6 +189,7 @@ def _facts(rec: Recording, view: Overview) -> list[tuple[str, str]]:
             if view.compiled
             else []
         ),
+        *([("amp", view.scaler.text())] if view.scaler else []),
         ("alerts", f"{len(rec.alerts)}" + (f": {first_alert}" if first_alert else "")),
         (
             "data lost",

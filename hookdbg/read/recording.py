@@ -53,16 +53,32 @@ _SILENCE = 10.0
 _MAX_FACTS = 4096  # info rows read: a run learns a handful of facts
 
 
-# Columns that schema version 1 did not have: each segment was a step of its own, and
-# the end row was appended (no write errors recorded).
-_DERIVED: dict[str, dict[str, str | float | bytes]] = {
-    "calls": {"segment": "step"},
-    "tensors": {"segment": "step"},
-    "alerts": {"segment": "step"},
-    "captures": {"segment": "step"},
-    "steps": {"segment": "step", "kind": int(schema.StepKind.TRAIN)},
-    schema.END_TABLE: {"write_failed": math.nan, "write_error": b""},
+Derived = dict[str, dict[str, str | float | bytes]]
+
+# Columns older schema versions did not have, by the version that added them, and what
+# they were then: in version 1 each segment was a step of its own and the end row was
+# appended (no write errors recorded); before version 3 no GradScaler was noticed.
+_ADDED: dict[int, Derived] = {
+    2: {
+        "calls": {"segment": "step"},
+        "tensors": {"segment": "step"},
+        "alerts": {"segment": "step"},
+        "captures": {"segment": "step"},
+        "steps": {"segment": "step", "kind": int(schema.StepKind.TRAIN)},
+        schema.END_TABLE: {"write_failed": math.nan, "write_error": b""},
+    },
+    3: {"steps": {"scale": math.nan, "skipped": 0}},
 }
+
+
+def _derived(version: int) -> Derived:
+    """The columns a recording of this schema version lacks, with their values."""
+    out: Derived = {}
+    for added, tables in _ADDED.items():
+        if version < added:
+            for table, columns in tables.items():
+                out.setdefault(table, {}).update(columns)
+    return out
 
 
 def _one_row_per_step(rows: np.ndarray) -> np.ndarray:
@@ -78,6 +94,7 @@ def _one_row_per_step(rows: np.ndarray) -> np.ndarray:
     for name, reduce in (
         ("calls", np.add),
         ("optimizer_steps", np.add),
+        ("skipped", np.add),
         ("backward", np.maximum),
         ("recorded", np.maximum),
     ):
@@ -116,7 +133,7 @@ class Recording:
         self._file, _ = open_file(path)
         try:
             self.info = run_info(self._file, path)
-            derived = _DERIVED if self.info.schema_version < 2 else {}
+            derived = _derived(self.info.schema_version)
             dtypes = {name: dtype for name, (dtype, _) in schema.TABLES.items()}
             dtypes[schema.END_TABLE] = schema.END
             columns = checked_tables(self._file, path, dtypes, derived)
@@ -232,6 +249,7 @@ class Recording:
         row["calls"] = int(np.count_nonzero(tail["phase"] == schema.Phase.FWD))
         row["optimizer_steps"] = opt
         row["recorded"] = 1
+        row["scale"] = math.nan  # known when the step ends
         return cast(np.void, row[()])  # a 0-d structured array indexed by () is its record
 
     # -- what is in it --------------------------------------------------------------

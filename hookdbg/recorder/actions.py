@@ -12,6 +12,7 @@ from hookdbg.recorder.envelope import Guard
 from hookdbg.recorder.nonfinite import Alert, OriginDetector
 from hookdbg.recorder.stats import FIELDS
 from hookdbg.store.rows import Rows
+from hookdbg.store.schema import Phase
 
 
 class NonFiniteError(FloatingPointError):
@@ -102,10 +103,20 @@ class Actions:
         guard.act = self.act
 
     def alert(self, alert: Alert | None, **context: object) -> None:
-        """Queue an origin found by a hook, with the live objects a debugger would want."""
-        if alert is not None:
-            alert.context = context
-            self.guard.alerts.append(alert)
+        """Queue an origin found by a hook, with the live objects a debugger would want.
+        A gradient's, in a step whose loss a GradScaler scaled, waits for the scaler's
+        decision instead (recorder/gradscaler.py)."""
+        if alert is None:
+            return
+        held = alert.segment.held
+        if held is not None and alert.phase != Phase.FWD:
+            held.append((alert, context))
+            return
+        self.release(alert, context)
+
+    def release(self, alert: Alert, context: dict[str, object]) -> None:
+        alert.context = context
+        self.guard.alerts.append(alert)
 
     def act(self, actions: bool = True) -> None:
         guard = self.guard

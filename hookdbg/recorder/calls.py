@@ -15,6 +15,7 @@ from hookdbg.recorder.recompute import RecomputeIndex
 
 if TYPE_CHECKING:
     from hookdbg.recorder.deferred import StepBatch
+    from hookdbg.recorder.gradscaler import Decision
     from hookdbg.recorder.nonfinite import Alert
 
 NEVER = float("-inf")
@@ -24,13 +25,16 @@ class Segment:
     """One training step or eval batch (hookdbg/recorder/steps.py). ``training`` and
     ``eval`` are settled when it ends; checks replayed later read the settled values."""
 
-    __slots__ = ("eval", "id", "step", "training")
+    __slots__ = ("eval", "held", "id", "step", "training")
 
     def __init__(self, id: int, step: int, training: bool | None, eval: int) -> None:
         self.id = id
         self.step = step  # training steps completed before it (its number, if training)
         self.training = training  # None: not known yet
         self.eval = eval  # its number among eval batches (meaningful if not training)
+        # a GradScaler scaled its loss: its gradients' alerts, held until the scaler
+        # decides (recorder/gradscaler.py); None: not scaled
+        self.held: list[tuple[Alert, dict[str, object]]] | None = None
 
     @property
     def when(self) -> str:
@@ -52,6 +56,7 @@ class StepState:
         "module_calls",
         "recompute",
         "recording",
+        "scaler",
         "seg",
         "start",
         "step",
@@ -71,6 +76,7 @@ class StepState:
         self.calls: list[Call] = []
         self.module_calls: dict[int, list[Call]] = {}
         self.recompute = RecomputeIndex(self.calls)
+        self.scaler: list[Decision] = []  # what GradScaler.step found, per call
         # parameter id -> its gradient was finite (the deferred checks read it later)
         self.grad_finite: dict[int, bool] = {} if batch is None else batch.grad_finite
 

@@ -53,6 +53,7 @@ from hookdbg.recorder.capture import Capturer, FlightRecorder
 from hookdbg.recorder.compiled import InPlaceCompiled, compiled_in_place
 from hookdbg.recorder.deferred import StepBatch
 from hookdbg.recorder.envelope import Guard, hook
+from hookdbg.recorder.gradscaler import Decision, ScalerWatch, step_columns
 from hookdbg.recorder.histograms import writer_layout
 from hookdbg.recorder.hookset import HookSet
 from hookdbg.recorder.meta import run_metadata
@@ -155,6 +156,9 @@ class Recorder:
         self._defer = options.on_nan in ("warn", "stop") and checks
         self._defer_all = defer_cpu
         self._inflight: collections.deque[StepBatch] = collections.deque()
+        # steps rows wait here, in order, until what a GradScaler found is known
+        self._step_rows: collections.deque[tuple[tuple, list[Decision]]] = collections.deque()
+        self._scaler: ScalerWatch | None = None
         self._warned_device = False
         self._writer: Writer | None = None
         self._closed = False
@@ -230,6 +234,9 @@ class Recorder:
         if self._froze:
             gc.freeze()
         hooks.add(InPlaceCompiled, self._pre, self._post)
+        self._scaler = hooks.add(
+            ScalerWatch, self.guard, self.observer, self._steps, self.actions.release, self.warn
+        )
         hooks.add(TerminationSignals, self._terminated)
         # torch.compile(model) warns that global hooks fire for its wrapper too: they
         # are hookdbg's, which expects that (recorder/naming.py), not the script's
@@ -539,19 +546,21 @@ class Recorder:
                 self.steps_recorded += 1
             else:
                 self.evals_recorded += 1
-        self.rows.steps.append(
-            (
-                state.step,
-                state.id,
-                int(StepKind.TRAIN if training else StepKind.EVAL),
-                state.start - self._v0,
-                now - self._v0,
-                len(state.calls),
-                steps.optimizer_steps,
-                int(steps.saw_backward),
-                int(state.recording),
-            )
+        if state.seg.held is not None and self._scaler is not None:
+            self.observer.check(self._scaler.release_held, state.seg)
+        row = (
+            state.step,
+            state.id,
+            int(StepKind.TRAIN if training else StepKind.EVAL),
+            state.start - self._v0,
+            now - self._v0,
+            len(state.calls),
+            steps.optimizer_steps,
+            int(steps.saw_backward),
+            int(state.recording),
         )
+        self._step_rows.append((row, state.scaler))
+        self._complete_step_rows()
         state.memo = {}  # drop references to this step's tensors now, not at the next step
         if state.batch is not None:
             state.batch.launch()
@@ -570,6 +579,16 @@ class Recorder:
             self.detector.new_step()
             for check, args in batch.checks:
                 check(*args)
+        self._complete_step_rows()
+
+    def _complete_step_rows(self) -> None:
+        """Steps rows to the writer, in order, once their GradScaler columns are known."""
+        waiting = self._step_rows
+        while waiting:
+            columns = step_columns(waiting[0][1])
+            if columns is None:
+                return
+            self.rows.steps.append((*waiting.popleft()[0], *columns))
 
     def _check_globs(self) -> None:
         """Say at once, not when the run ends, that a --modules glob matched nothing in

@@ -186,6 +186,15 @@ class TensorObserver:
         assert summary is not None
         return summary(t)  # records no autograd graph, whatever the grad mode
 
+    def value(self, t: torch.Tensor) -> tuple | Pending:
+        """The full statistics of a tensor the recorder itself needs to know (what a
+        GradScaler found), whatever the level; on a device, read back with the step's."""
+        t = t.detach()
+        batch = self.state.batch
+        if batch is not None and (self.defer_all or not t.is_cpu):
+            return batch.add(t)
+        return stats.summarise(t)
+
     def check(self, check: Callable[..., None], *args: object) -> None:
         """Run a NaN/inf check now or, deferring, when the step's statistics are read:
         then every check of the step replays in the order the hooks ran."""

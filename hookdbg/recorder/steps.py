@@ -63,8 +63,10 @@ gradient accumulation, as Lightning's ``val_check_interval`` does) is cut into t
 training segments with the same step number, around the eval batches; readers see one
 step.
 
-Known limits: an iteration whose optimizer step is skipped (AMP's GradScaler after an
-inf) merges with the next one; an eval loop run with gradients on is one eval batch per
+An iteration whose optimizer step AMP's GradScaler skipped (its scaled gradients
+overflowed) ends at ``scaler.step`` all the same (recorder/gradscaler.py).
+
+Known limits: an eval loop run with gradients on is one eval batch per
 loop rather than per batch (nothing tells its batches apart); a script whose modules
 have no parameters at all is one segment.
 """
@@ -120,6 +122,7 @@ class StepTracker:
         self._in_optimizer = 0
         self._searched = False
         self.optimizer_steps = 0  # in the current segment
+        self.optimizer_calls = 0  # in the whole recording
 
     @property
     def is_training(self) -> bool:
@@ -209,6 +212,16 @@ class StepTracker:
 
     def optimizer_end(self, opt: torch.optim.Optimizer) -> None:
         self._in_optimizer = max(0, self._in_optimizer - 1)
+        self.optimizer_calls += 1
+        self._stepped_once(opt)
+        self.optimizer_steps += 1
+
+    def optimizer_skipped(self, opt: torch.optim.Optimizer) -> None:
+        """AMP's GradScaler skipped ``opt``'s step (its gradients overflowed): the
+        iteration still ends there."""
+        self._stepped_once(opt)
+
+    def _stepped_once(self, opt: torch.optim.Optimizer) -> None:
         if not self._searched:  # it may have been created after the first forward
             self._searched = True
             self._known.update(id(o) for o in _find_optimizers())
@@ -220,7 +233,6 @@ class StepTracker:
         self._ever.add(key)
         self._known.add(key)
         self._stepped.add(key)
-        self.optimizer_steps += 1
 
 
 _WRAPPED = ("optimizer", "_optimizer", "optim", "base_optimizer")

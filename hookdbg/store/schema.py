@@ -23,7 +23,8 @@ from enum import IntEnum
 import numpy as np
 
 FORMAT = "hookdbg-recording"
-SCHEMA_VERSION = 2  # 2: segments (training steps and eval batches)
+# 2: segments (training steps and eval batches); 3: the GradScaler's steps.scale, .skipped
+SCHEMA_VERSION = 3
 
 
 class StepKind(IntEnum):
@@ -156,6 +157,8 @@ STEPS = np.dtype(
         ("optimizer_steps", "<i4"),
         ("backward", "u1"),
         ("recorded", "u1"),
+        ("scale", "<f8"),  # the loss scale AMP's GradScaler used (NaN: none)
+        ("skipped", "<i4"),  # optimizer steps it skipped (their scaled gradients overflowed)
     ]
 )
 

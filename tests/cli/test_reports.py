@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.helpers import hookdbg
+from tests.helpers import SAMPLES, hookdbg
 
 
 def run_json(*args):
@@ -223,3 +223,21 @@ def test_export_says_what_it_wrote_in_json(mlp_h5, tmp_path):
     assert piped.returncode == 2 and "write the export to a file with -o FILE" in piped.stderr
     wrong = hookdbg("export", mlp_h5, "--format", "csv", "--stat", "output/std")
     assert wrong.returncode == 2 and "select what --format tensorboard writes" in wrong.stderr
+
+
+def test_gradscaler_overflow_is_reported_as_skipped_steps(tmp_path):
+    path = tmp_path / "amp.h5"
+    out = hookdbg("record", "-o", path, SAMPLES / "amp_scaler.py", "--steps", "8")
+    assert out.returncode == 0, out.stderr
+    assert "GradScaler skipped the optimizer step at step 0" in out.stderr
+    assert "0 alerts" in out.stderr
+    alerts = hookdbg("alerts", path, "--exit-code")
+    assert alerts.returncode == 0, alerts.stdout
+    assert "no NaN/inf alerts; AMP's GradScaler skipped 6 steps" in alerts.stdout
+    summary = hookdbg("summary", path)
+    assert "8 (8 recorded)" in summary.stdout
+    assert "GradScaler skipped 6 optimizer steps whose scaled gradients overflowed" in (
+        " ".join(summary.stdout.split())
+    )
+    data = run_json("summary", path)
+    assert data["gradscaler"]["skipped_steps"] == 6 and data["alerts"] == 0

@@ -109,3 +109,18 @@ def test_live_recording_refreshes_then_reads_as_cut_short_after_kill_9(tmp_path)
     out = hookdbg("summary", path)
     assert out.returncode == 0 and "was cut short" in out.stderr
     assert os.path.getsize(path) > 0
+
+
+def test_a_version_2_recording_reads_with_no_gradscaler_columns(mlp_h5, tmp_path):
+    """Before schema version 3 the steps table had no ``scale`` and ``skipped``: such a
+    file (made here from a new one, as a version 2 recorder wrote it) reads as 'no
+    GradScaler'."""
+    old = tmp_path / "v2.h5"
+    shutil.copy(mlp_h5, old)
+    with h5py.File(old, "r+") as f:
+        f.attrs["schema_version"] = 2
+        del f["steps/scale"], f["steps/skipped"]
+    rec = open_recording(old)
+    assert rec.info.schema_version == 2 and len(rec.steps) > 0
+    assert np.isnan(rec.steps["scale"]).all() and (rec.steps["skipped"] == 0).all()
+    assert open_recording(mlp_h5).steps["skipped"].dtype == np.int32

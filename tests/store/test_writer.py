@@ -14,12 +14,12 @@ from hookdbg.store import schema
 from hookdbg.store.writer import Writer, WriterError, batch_bytes
 from tests.helpers import live_recording, tables
 
-STEP_ROW = (0, 0, 0, 0.0, 1.0, 3, 1, 1, 1)  # step, segment, kind, start, end, ...
+STEP_ROW = (0, 0, 0, 0.0, 1.0, 3, 1, 1, 1, float("nan"), 0)  # step, segment, kind, ...
 
 
 def test_rows_are_appended_and_the_end_row_marks_completion(tmp_path):
     writer = Writer(tmp_path / "w.h5", {"format": schema.FORMAT}, flush_interval=0.05)
-    writer.submit({"steps": [STEP_ROW, (1, 1, 0, 1.0, 2.0, 3, 1, 1, 1)]})
+    writer.submit({"steps": [STEP_ROW, (1, 1, 0, 1.0, 2.0, 3, 1, 1, 1, float("nan"), 0)]})
     writer.close(
         {
             "time": 0.0,
