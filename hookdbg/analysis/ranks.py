@@ -141,6 +141,15 @@ class RankDiff:
     def first(self) -> Desync | None:
         return self.desyncs[0] if self.desyncs else None
 
+    @property
+    def last_agreed(self) -> int | None:
+        """The last compared step before the first desync: the replicas agreed there
+        (None without a desync, or when it came at the first compared step)."""
+        first = self.first
+        if first is None:
+            return None
+        return max((s for s in self.compared_steps if s < first.step), default=None)
+
 
 def rank_diff(
     ranks: RankSet,
