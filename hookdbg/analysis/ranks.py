@@ -65,6 +65,12 @@ class StepSpread:
         """How much longer the slowest rank took than the fastest."""
         return max(self.seconds.values()) - min(self.seconds.values())
 
+    @property
+    def lag_share(self) -> float:
+        """The lag as a share of the fastest rank's time (0 if that took no time)."""
+        fastest = min(self.seconds.values())
+        return self.lag / fastest if fastest > 0 else 0.0
+
 
 def step_spreads(ranks: RankSet) -> list[StepSpread]:
     """Per step recorded on every rank, each rank's step time."""
