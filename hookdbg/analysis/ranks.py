@@ -65,6 +65,12 @@ class StepSpread:
         """How much longer the slowest rank took than the fastest."""
         return max(self.seconds.values()) - min(self.seconds.values())
 
+    @property
+    def lag_share(self) -> float:
+        """The lag as a share of the fastest rank's time (0 if that took no time)."""
+        fastest = min(self.seconds.values())
+        return self.lag / fastest if fastest > 0 else 0.0
+
 
 def step_spreads(ranks: RankSet) -> list[StepSpread]:
     """Per step recorded on every rank, each rank's step time."""
@@ -140,6 +146,15 @@ class RankDiff:
     @property
     def first(self) -> Desync | None:
         return self.desyncs[0] if self.desyncs else None
+
+    @property
+    def last_agreed(self) -> int | None:
+        """The last compared step before the first desync: the replicas agreed there
+        (None without a desync, or when it came at the first compared step)."""
+        first = self.first
+        if first is None:
+            return None
+        return max((s for s in self.compared_steps if s < first.step), default=None)
 
 
 def rank_diff(

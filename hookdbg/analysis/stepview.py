@@ -1,6 +1,7 @@
 """One recording, step by step and module by module: the queries behind the TUI's
 tree badges (``step_table``), its detail pane (``module_detail``) and its plot
-(``series``), for a training step or an eval batch (numbered among the eval batches).
+(``series``), for a training step or an eval batch (numbered among the eval batches),
+and behind ``hookdbg show`` (``module_rows``: one module over a range of either).
 """
 
 from __future__ import annotations
@@ -63,13 +64,30 @@ def segment_rows(
     rec: Recording, table: str, step: int, evals: bool, columns: list[str] | None
 ) -> np.ndarray:
     """Rows of training step ``step``, or of eval batch number ``step``."""
-    read = rec.tensors if table == "tensors" else rec.calls
     if not evals:
-        return read(step, step, columns)
-    batch = rec.evals[step]
+        return span_rows(rec, table, step, step, evals, columns)
+    return _eval_rows(rec, table, rec.evals[[step]], columns)
+
+
+def span_rows(
+    rec: Recording, table: str, first: int, last: int, evals: bool, columns: list[str] | None
+) -> np.ndarray:
+    """Rows of training steps ``first``..``last``, or of eval batches number
+    ``first``..``last`` (as reports number them: eval 0, eval 1...)."""
+    if evals:
+        return _eval_rows(rec, table, rec.evals[first : last + 1], columns)
+    read = rec.tensors if table == "tensors" else rec.calls
+    return read(first, last, columns)
+
+
+def _eval_rows(
+    rec: Recording, table: str, batches: np.ndarray, columns: list[str] | None
+) -> np.ndarray:
+    """Rows of these eval batches (rows of ``rec.evals``), with their segment column."""
+    read = rec.tensors if table == "tensors" else rec.calls
     wanted = None if columns is None else list(dict.fromkeys([*columns, "segment"]))
-    rows = read(int(batch["step"]), int(batch["step"]), wanted, None)
-    return rows[rows["segment"] == batch["segment"]]
+    rows = read(int(batches["step"].min()), int(batches["step"].max()), wanted, None)
+    return rows[np.isin(rows["segment"], batches["segment"])]
 
 
 def segment_row(rec: Recording, step: int, evals: bool) -> np.void | None:
@@ -139,6 +157,45 @@ def module_detail(rec: Recording, module: int, step: int, evals: bool = False) -
         captured,
         histogram,
     )
+
+
+@dataclass(frozen=True)
+class ModuleRows:
+    """One module's tensor summaries over a range of training steps, or of eval
+    batches (``first``..``last`` are then their numbers among the eval batches)."""
+
+    module: Module
+    evals: bool
+    first: int
+    last: int
+    rows: np.ndarray
+    call_index: dict[int, int]  # call id -> nth call of the module in its step
+
+    @property
+    def span(self) -> str:
+        """'step 3', 'steps 2-5', 'eval batch 1' or 'eval batches 0-3'."""
+        one, many = ("eval batch", "eval batches") if self.evals else ("step", "steps")
+        if self.first == self.last:
+            return f"{one} {self.first}"
+        return f"{many} {self.first}-{self.last}"
+
+
+def eval_range(rec: Recording, first: int | None, last: int | None) -> tuple[int, int]:
+    """The eval batch numbers asked for: ``first`` (default 0) to ``last`` (default,
+    and at most, the last eval batch); first > last when there is none."""
+    count = len(rec.evals)
+    return first or 0, count - 1 if last is None else min(last, count - 1)
+
+
+def module_rows(rec: Recording, module: int, first: int, last: int, evals: bool) -> ModuleRows:
+    """Every tensor summary of one module in training steps ``first``..``last``, or in
+    eval batches number ``first``..``last``, and which of its calls each belongs to."""
+    rows = span_rows(rec, "tensors", first, last, evals, tensor_columns(rec))
+    calls = span_rows(rec, "calls", first, last, evals, ["call", "module", "index"])
+    rows = rows[rows["module"] == module]
+    calls = calls[calls["module"] == module]
+    index = dict(zip(calls["call"].tolist(), calls["index"].tolist(), strict=True))
+    return ModuleRows(rec.modules[module], evals, first, last, rows, index)
 
 
 def series(

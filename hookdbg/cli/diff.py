@@ -6,9 +6,10 @@ import math
 from pathlib import Path
 
 import click
+from rich.table import Table
 
 from hookdbg.analysis.diff import DiffResult, Divergence, diff
-from hookdbg.analysis.ranks import rank_diff
+from hookdbg.analysis.ranks import Desync, RankDiff, rank_diff
 from hookdbg.cells import num, slot_label
 from hookdbg.cli.common import BadInput, plural
 from hookdbg.cli.output import (
@@ -81,29 +82,48 @@ def diff_command(
         if b is not None:
             raise BadInput("--ranks compares the ranks of one run: give one recording")
         _diff_ranks(a, rtol or 0.0, atol or 0.0, steps, top, as_json)
-        return
-    if b is None:
+    elif b is None:
         raise BadInput("give two recordings to compare, or --ranks with one distributed run")
-    rtol = 1e-5 if rtol is None else rtol
-    atol = 1e-8 if atol is None else atol
+    else:
+        rtol = 1e-5 if rtol is None else rtol
+        atol = 1e-8 if atol is None else atol
+        _diff_runs(a, b, rtol, atol, by, steps, top, as_json)
+
+
+def _diff_runs(
+    a: str,
+    b: str,
+    rtol: float,
+    atol: float,
+    by: str,
+    steps: tuple[int | None, int | None],
+    top: int,
+    as_json: bool,
+) -> None:
+    """Recordings A and B, step by step; exit 0 when they match, 1 when they differ."""
     _check_tolerances(rtol, atol)
     rec_a, rec_b = open_or_fail(a, quiet=as_json), open_or_fail(b, quiet=as_json)
     for rec in (rec_a, rec_b):
-        if len(rec.tensors_table) == 0:
-            raise BadInput(
-                f"{rec.path} has no tensor summaries to compare"
-                + (
-                    " (recorded with --level timing)"
-                    if rec.info.options.get("level") == "timing"
-                    else ""
-                )
-            )
+        _require_summaries(rec)
     result = diff(rec_a, rec_b, rtol=rtol, atol=atol, by=by, first=steps[0], last=steps[1])
     if as_json:
         emit_json(_as_json(result, rec_a, rec_b, top))
     else:
         _print(result, rec_a, rec_b, top)
     raise SystemExit(0 if result.equal else 1)
+
+
+def _require_summaries(rec: Recording) -> None:
+    """Exit 2 for a recording without tensor summaries: there is nothing to compare."""
+    if len(rec.tensors_table) == 0:
+        raise BadInput(
+            f"{rec.path} has no tensor summaries to compare"
+            + (
+                " (recorded with --level timing)"
+                if rec.info.options.get("level") == "timing"
+                else ""
+            )
+        )
 
 
 def _check_tolerances(rtol: float, atol: float) -> None:
@@ -244,6 +264,8 @@ def _diff_ranks(
     top: int,
     as_json: bool,
 ) -> None:
+    """The ranks of one distributed run against each other. Exit 0 when they are in
+    sync, 1 when they are not or (in the table) when there was nothing to compare."""
     _check_tolerances(rtol, atol)
     run = open_run_or_fail(path, quiet=as_json)
     if not isinstance(run, RankSet) or len(run.ranks) < 2:
@@ -253,28 +275,35 @@ def _diff_ranks(
         )
     result = rank_diff(run, rtol, atol, *steps)
     if as_json:
-        emit_json(
-            {
-                "recording": str(run.path),
-                "ranks": run.ranks,
-                "rtol": rtol,
-                "atol": atol,
-                "compared_steps": result.compared_steps,
-                "compared": result.compared,
-                "agree": not result.desyncs,
-                "desyncs": [
-                    {
-                        "step": d.step,
-                        "module": d.module,
-                        "slot": slot_label(d.slot, d.path),
-                        "norms": d.norms,
-                        "odd_ranks": d.odd_ranks,
-                    }
-                    for d in result.desyncs[:top]
-                ],
-            }
-        )
+        emit_json(_ranks_json(run, result, top))
         raise SystemExit(1 if result.desyncs else 0)
+    _print_ranks(run, result, top)
+    raise SystemExit(0 if result.compared and result.first is None else 1)
+
+
+def _ranks_json(run: RankSet, result: RankDiff, top: int) -> dict[str, object]:
+    return {
+        "recording": str(run.path),
+        "ranks": run.ranks,
+        "rtol": result.rtol,
+        "atol": result.atol,
+        "compared_steps": result.compared_steps,
+        "compared": result.compared,
+        "agree": not result.desyncs,
+        "desyncs": [
+            {
+                "step": d.step,
+                "module": d.module,
+                "slot": slot_label(d.slot, d.path),
+                "norms": d.norms,
+                "odd_ranks": d.odd_ranks,
+            }
+            for d in result.desyncs[:top]
+        ],
+    }
+
+
+def _print_ranks(run: RankSet, result: RankDiff, top: int) -> None:
     out = console()
     compared = result.compared_steps
     span = f" ({compared[0]}-{compared[-1]})" if compared else ""
@@ -285,19 +314,24 @@ def _diff_ranks(
             "step-gradient norms"
         )
     )
+    first = result.first
     if not result.compared:
         out.print(
             "[bold yellow]nothing to compare[/]: record with --level stats under "
             "torch.distributed to get parameter norms"
         )
-        raise SystemExit(1)
-    first = result.first
-    if first is None:
+    elif first is None:
         out.print(
             f"[bold green]in sync[/]: every rank holds the same weights and gradients "
-            f"(rtol={rtol:g}, atol={atol:g})"
+            f"(rtol={result.rtol:g}, atol={result.atol:g})"
         )
-        raise SystemExit(0)
+    else:
+        out.print(_first_desync(first, result.last_agreed))
+        out.print(_desync_table(result, top))
+
+
+def _first_desync(first: Desync, last_agreed: int | None) -> str:
+    """The line naming the first desync: where, each rank's norm, and who is off."""
     values = ", ".join(f"rank {r} {num(v, 9)}" for r, v in first.norms.items())
     odd = first.odd_ranks
     blame = (
@@ -305,12 +339,14 @@ def _diff_ranks(
         if len(odd) == len(first.norms)
         else f"rank {', '.join(map(str, odd))} is off"
     )
-    agreed = [s for s in compared if s < first.step]
-    since = f"; they agreed at step {agreed[-1]}" if agreed else ""
-    out.print(
+    since = "" if last_agreed is None else f"; they agreed at step {last_agreed}"
+    return (
         f"[bold red]first desync[/]: step {first.step}, {literal(first.module)} "
         f"{literal(slot_label(first.slot, first.path))} norm: {values} ({blame}{since})"
     )
+
+
+def _desync_table(result: RankDiff, top: int) -> Table:
     t = table(
         f"\n{plural(len(result.desyncs), 'desync')}",
         [("step", "right"), "module", "tensor", "norms by rank"],
@@ -322,5 +358,4 @@ def _diff_ranks(
             slot_label(d.slot, d.path),
             "  ".join(f"{r}: {num(v, 9)}" for r, v in d.norms.items()),
         )
-    out.print(t)
-    raise SystemExit(1)
+    return t

@@ -10,14 +10,8 @@ from hookdbg.analysis.histograms import has_histogram, sparkline
 from hookdbg.cells import num
 from hookdbg.cli.output import step_text, table
 from hookdbg.read import Recording
-from hookdbg.store.schema import HISTOGRAM, TENSORS, Phase, slot_label
+from hookdbg.store.schema import HISTOGRAM, Phase, slot_label
 from hookdbg.text import utf8
-
-
-def with_histograms(rec: Recording) -> list[str] | None:
-    """The tensors columns to read for a report: all, plus the histogram if the
-    recording has them (None: the default columns)."""
-    return [*(TENSORS.names or ()), HISTOGRAM] if rec.histogram_bins else None
 
 
 def histogram_table(rows: Any, rec: Recording, call_index: dict[int, int]) -> Table | None:

@@ -25,10 +25,12 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from hookdbg.analysis.stepview import eval_range
 from hookdbg.cells import STATS, num, shape_text, tensor_text
 from hookdbg.cli.common import BadInput
 from hookdbg.options import OptionError, StepRange
 from hookdbg.read import (
+    Module,
     RankSet,
     Recording,
     RecordingError,
@@ -154,6 +156,26 @@ def step_options(func: Callable[..., Any]) -> Callable[..., Any]:
         return func(*args, steps=(first, last), **kwargs)
 
     return wrapper
+
+
+def check_evals(
+    recording: Recording, steps: tuple[int | None, int | None], name: str
+) -> tuple[int, int]:
+    """The eval batches numbered inside the requested range (--eval --step/--steps), or
+    exit 2 saying which exist; ``name`` is the recording as the user named it."""
+    first, last = eval_range(recording, *steps)
+    if first > last:
+        raise BadInput(f"no such eval batch; {name} has eval batches 0..{len(recording.evals) - 1}")
+    return first, last
+
+
+def resolve_or_fail(recording: Recording, module: str, name: str) -> Module:
+    """The one module ``module`` names (a name, a path or a unique glob), or exit 2 with
+    close names and where to list them; ``name`` is the recording as the user named it."""
+    try:
+        return recording.modules.resolve(module)
+    except LookupError as exc:
+        raise BadInput(f"{exc} (`hookdbg summary {name}` lists them)") from None
 
 
 def check_steps(recording: Recording, steps: tuple[int | None, int | None]) -> tuple[int, int]:

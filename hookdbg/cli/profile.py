@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import click
+from rich.table import Table
 
-from hookdbg.analysis.profile import SORT_KEYS, profile
+from hookdbg.analysis.profile import SORT_KEYS, Profile, ProfileRow, profile
 from hookdbg.cli.output import (
     check_steps,
     console,
@@ -17,6 +18,7 @@ from hookdbg.cli.output import (
     step_options,
     table,
 )
+from hookdbg.read import Recording
 from hookdbg.store.schema import Phase
 
 _PHASES = {"fwd": (Phase.FWD,), "bwd": (Phase.BWD,), "opt": (Phase.OPT,), "all": None}
@@ -67,33 +69,52 @@ def profile_command(
     prof = profile(rec, first, last, _PHASES[phase])
     rows = prof.sorted(sort, top)
     if as_json:
-        emit_json(
+        emit_json(_profile_json(rec, prof, rows))
+    else:
+        _print_profile(rec, prof, rows, sort)
+
+
+def _profile_json(rec: Recording, prof: Profile, rows: list[ProfileRow]) -> dict[str, object]:
+    return {
+        "recording": str(rec.path),
+        "first_step": prof.first,
+        "last_step": prof.last,
+        "steps": prof.steps,
+        "step_seconds_mean": prof.step_mean,
+        "step_seconds_median": prof.step_median,
+        "rows": [
             {
-                "recording": str(rec.path),
-                "first_step": prof.first,
-                "last_step": prof.last,
-                "steps": prof.steps,
-                "step_seconds_mean": prof.step_mean,
-                "step_seconds_median": prof.step_median,
-                "rows": [
-                    {
-                        "module": r.module.name,
-                        "type": r.module.type,
-                        "phase": Phase(r.phase).label,
-                        "steps": r.steps,
-                        "calls_per_step": r.calls_per_step,
-                        "self_mean": r.self_mean,
-                        "self_median": r.self_median,
-                        "total_mean": r.total_mean,
-                        "total_median": r.total_median,
-                        "share": r.share,
-                    }
-                    for r in rows
-                ],
+                "module": r.module.name,
+                "type": r.module.type,
+                "phase": Phase(r.phase).label,
+                "steps": r.steps,
+                "calls_per_step": r.calls_per_step,
+                "self_mean": r.self_mean,
+                "self_median": r.self_median,
+                "total_mean": r.total_mean,
+                "total_median": r.total_median,
+                "share": r.share,
             }
-        )
-        return
-    span = f"step {first}" if first == last else f"steps {first}-{last}"
+            for r in rows
+        ],
+    }
+
+
+def _print_profile(rec: Recording, prof: Profile, rows: list[ProfileRow], sort: str) -> None:
+    out = console()
+    out.print(_profile_table(rec, prof, rows, sort))
+    out.print(
+        "  [dim]ms per step: all calls of the module in a step (mean and median over the "
+        "steps it ran in); self: without its recorded submodules; self share: of the "
+        "time of all steps in the range[/dim]"
+    )
+    hidden = len(prof.rows) - len(rows)
+    if hidden > 0:
+        out.print(f"  ... {hidden} more rows (--top {len(prof.rows)} shows all)")
+
+
+def _profile_table(rec: Recording, prof: Profile, rows: list[ProfileRow], sort: str) -> Table:
+    span = f"step {prof.first}" if prof.first == prof.last else f"steps {prof.first}-{prof.last}"
     title = (
         f"{rec.path}: {span} ({prof.steps} recorded), {ms(prof.step_median)} ms per step "
         f"(median), sorted by {sort}"
@@ -124,12 +145,4 @@ def profile_command(
             ms(r.total_median),
             f"{r.share:.1%}",
         )
-    console().print(t)
-    console().print(
-        "  [dim]ms per step: all calls of the module in a step (mean and median over the "
-        "steps it ran in); self: without its recorded submodules; self share: of the "
-        "time of all steps in the range[/dim]"
-    )
-    hidden = len(prof.rows) - len(rows)
-    if hidden > 0:
-        console().print(f"  ... {hidden} more rows (--top {len(prof.rows)} shows all)")
+    return t

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -46,7 +47,6 @@ Examples:
 )
 @click.option(
     "--modules",
-    "module_globs",
     multiple=True,
     metavar="GLOB",
     help="Record only modules matching GLOB (repeatable); !GLOB excludes. Globs "
@@ -57,7 +57,6 @@ Examples:
 )
 @click.option(
     "--steps",
-    "step_range",
     metavar="A:B",
     help="Record steps A to B-1 only (A:, :B and N work too).",
 )
@@ -78,7 +77,6 @@ Examples:
 )
 @click.option(
     "--capture",
-    "capture_globs",
     multiple=True,
     metavar="GLOB",
     help="Store the full input, output and gradient tensors of matching modules "
@@ -87,6 +85,7 @@ Examples:
 @click.option("--capture-steps", metavar="A:B", help="Steps whose tensors --capture stores.")
 @click.option(
     "--capture-budget",
+    "capture_budget_mb",
     type=float,
     default=512,
     show_default=True,
@@ -95,6 +94,7 @@ Examples:
 )
 @click.option(
     "--flight-recorder",
+    "flight_recorder_mb",
     type=float,
     default=256,
     show_default=True,
@@ -104,6 +104,7 @@ Examples:
 )
 @click.option(
     "--max-backlog",
+    "max_backlog_mb",
     type=float,
     default=256,
     show_default=True,
@@ -133,23 +134,10 @@ Examples:
 def record(
     output: str | None,
     as_module: bool,
-    level: str,
-    module_globs: tuple[str, ...],
-    every: int,
-    step_range: str | None,
-    on_nan: str,
-    nan_check: bool | None,
-    capture_globs: tuple[str, ...],
-    capture_steps: str | None,
-    capture_budget: float,
-    flight_recorder: float,
-    max_backlog: float,
-    histograms: str | None,
     force: bool,
-    quiet: bool,
-    flush_interval: float,
     target: str,
     args: tuple[str, ...],
+    **options: Any,
 ) -> None:
     """Run TARGET (a script, or a module with -m) with every module call recorded.
 
@@ -162,49 +150,50 @@ def record(
 
     script_args = list(args[1:] if args[:1] == ("--",) else args)
     try:
-        options = RecordOptions.build(
-            level=level,
-            modules=module_globs,
-            every=every,
-            steps=step_range,
-            on_nan=on_nan,
-            nan_check=nan_check,
-            capture=capture_globs,
-            capture_steps=capture_steps,
-            capture_budget_mb=capture_budget,
-            flight_recorder_mb=flight_recorder,
-            max_backlog_mb=max_backlog,
-            quiet=quiet,
-            flush_interval=flush_interval,
-            histograms=histograms,
-        )
+        opts = RecordOptions.build(**options)  # the other options carry its argument names
         goal = Target(target, as_module)
         goal.check()
         path = rank_path(Path(output) if output else Path(f"hookdbg-{goal.stem}.{os.getpid()}.h5"))
-        recorder = Recorder(path, options, force=force, argv=[target, *script_args]).start()
+        recorder = Recorder(path, opts, force=force, argv=[target, *script_args]).start()
     except (OptionError, RecordError) as exc:
         raise BadInput(str(exc)) from None
     prefix = placement().prefix
-    say = (lambda _msg: None) if quiet else (lambda msg: click.echo(f"{prefix}{msg}", err=True))
-    say(f"recording {target} -> {path} (level {level})")
+    say = _status_printer(prefix, opts.quiet)
+    say(f"recording {target} -> {path} (level {options['level']})")
     code = run(goal, script_args, recorder)
     say(_status_line(recorder, path))
-    misplaced, rest = _misplaced_options(script_args)
-    if code == 2 and recorder.calls_recorded == 0 and misplaced:
-        fixed = shlex.join(["hookdbg", "record", *misplaced, target, *rest])
-        click.echo(
-            f"{prefix}the script exited with status 2 before any module call, and hookdbg "
-            f"options were given after it: they go before the script, as in `{fixed}`",
-            err=True,
-        )
-        if output is None:  # a file named for this run holding nothing: do not leave it
-            path.unlink(missing_ok=True)
-            click.echo(f"{prefix}removed {path}: nothing was recorded in it", err=True)
-    unmatched = options.modules.unmatched([(i.name, i.path) for i in recorder.modules])
+    if code == 2 and recorder.calls_recorded == 0:
+        _misplaced_hint(prefix, target, script_args, path if output is None else None)
+    unmatched = opts.modules.unmatched([(i.name, i.path) for i in recorder.modules])
     for glob in (g for g in unmatched if g not in recorder.unmatched_globs):  # not said yet
         say(f"--modules {glob!r} matched no module (names look like {_example_name(recorder)})")
     sys.stdout.flush()
     sys.exit(code)
+
+
+def _status_printer(prefix: str, quiet: bool) -> Callable[[str], None]:
+    """hookdbg's status lines, on stderr with this rank's prefix; none with -q."""
+    if quiet:
+        return lambda _msg: None
+    return lambda msg: click.echo(f"{prefix}{msg}", err=True)
+
+
+def _misplaced_hint(prefix: str, target: str, script_args: list[str], empty: Path | None) -> None:
+    """The script exited 2 (a usage error) before any module call: if hookdbg's own
+    options were among its arguments, say where they go, and remove ``empty``, a file
+    named for this run that holds nothing."""
+    misplaced, rest = _misplaced_options(script_args)
+    if not misplaced:
+        return
+    fixed = shlex.join(["hookdbg", "record", *misplaced, target, *rest])
+    click.echo(
+        f"{prefix}the script exited with status 2 before any module call, and hookdbg "
+        f"options were given after it: they go before the script, as in `{fixed}`",
+        err=True,
+    )
+    if empty is not None:
+        empty.unlink(missing_ok=True)
+        click.echo(f"{prefix}removed {empty}: nothing was recorded in it", err=True)
 
 
 def _misplaced_options(script_args: list[str]) -> tuple[list[str], list[str]]:

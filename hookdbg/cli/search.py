@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import click
+import numpy as np
+from rich.table import Table
 
-from hookdbg.analysis.query import QueryError, parse
+from hookdbg.analysis.query import Query, QueryError, parse
+from hookdbg.analysis.search import SearchResult
 from hookdbg.analysis.search import search as run_search
 from hookdbg.cli.common import BadInput, plural
 from hookdbg.cli.output import (
@@ -21,6 +24,7 @@ from hookdbg.cli.output import (
     tensor_json,
     tensor_table,
 )
+from hookdbg.read import Recording
 from hookdbg.store.schema import Phase
 
 
@@ -61,70 +65,80 @@ def search(
     rec = open_or_fail(recording, quiet=as_json, rank=rank)
     require_calls(rec)
     result = run_search(rec, parsed, limit)
-    hits = result.rows
     if as_json:
-        rows = (
-            [tensor_json(r, rec) for r in hits]
-            if parsed.on_tensors
-            else [
-                {
-                    "step": int(r["step"]),
-                    "eval": step_text(rec, r).startswith("eval"),
-                    "module": rec.modules.name(int(r["module"])),
-                    "phase": Phase(int(r["phase"])).label,
-                    "call": int(r["index"]),
-                    "total_seconds": float(r["total"]),
-                    "self_seconds": float(r["self"]),
-                }
-                for r in hits
-            ]
-        )
-        emit_json(
+        emit_json(_search_json(rec, parsed, result))
+    else:
+        _print_search(rec, parsed, result, limit)
+
+
+def _search_json(rec: Recording, parsed: Query, result: SearchResult) -> dict[str, object]:
+    rows = (
+        [tensor_json(r, rec) for r in result.rows]
+        if result.on_tensors
+        else [
             {
-                "recording": str(rec.path),
-                "query": parsed.text,
-                "matches": result.total,
-                "rows": rows,
+                "step": int(r["step"]),
+                "eval": step_text(rec, r).startswith("eval"),
+                "module": rec.modules.name(int(r["module"])),
+                "phase": Phase(int(r["phase"])).label,
+                "call": int(r["index"]),
+                "total_seconds": float(r["total"]),
+                "self_seconds": float(r["self"]),
             }
-        )
-        return
+            for r in result.rows
+        ]
+    )
+    return {
+        "recording": str(rec.path),
+        "query": parsed.text,
+        "matches": result.total,
+        "rows": rows,
+    }
+
+
+def _print_search(rec: Recording, parsed: Query, result: SearchResult, limit: int) -> None:
     out = console()
     what = (
         plural(result.total, "tensor summary", "tensor summaries")
-        if parsed.on_tensors
+        if result.on_tensors
         else plural(result.total, "module call")
     )
     title = f"{rec.path}: {what} match {parsed.text!r}"
     if not result.total:
         out.print(literal(title))
         return
-    if parsed.on_tensors:
-        out.print(tensor_table(title, hits, rec))
+    if result.on_tensors:
+        out.print(tensor_table(title, result.rows, rec))
     else:
-        t = table(
-            title,
-            [
-                ("step", "right"),
-                "module",
-                "type",
-                "phase",
-                ("call", "right"),
-                ("total ms", "right"),
-                ("self ms", "right"),
-            ],
-        )
-        for r in hits:
-            m = rec.modules[int(r["module"])]
-            t.add_row(
-                step_text(rec, r),
-                m.name,
-                m.type,
-                Phase(int(r["phase"])).label,
-                str(r["index"]),
-                ms(r["total"]),
-                ms(r["self"]),
-            )
-        out.print(t)
+        out.print(_calls_table(title, result.rows, rec))
     if result.total > limit:
         more = plural(result.total - limit, "more match", "more matches")
         out.print(f"  ... {more} (--limit shows more)")
+
+
+def _calls_table(title: str, rows: np.ndarray, rec: Recording) -> Table:
+    """Module call rows: where (step, module, phase, nth call in the step) and times."""
+    t = table(
+        title,
+        [
+            ("step", "right"),
+            "module",
+            "type",
+            "phase",
+            ("call", "right"),
+            ("total ms", "right"),
+            ("self ms", "right"),
+        ],
+    )
+    for r in rows:
+        m = rec.modules[int(r["module"])]
+        t.add_row(
+            step_text(rec, r),
+            m.name,
+            m.type,
+            Phase(int(r["phase"])).label,
+            str(r["index"]),
+            ms(r["total"]),
+            ms(r["self"]),
+        )
+    return t

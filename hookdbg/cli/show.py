@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import click
-import numpy as np
 
 from hookdbg.analysis.histograms import histogram_json
-from hookdbg.cli.common import BadInput
-from hookdbg.cli.histograms import histogram_table, with_histograms
+from hookdbg.analysis.stepview import ModuleRows, module_rows
+from hookdbg.cli.histograms import histogram_table
 from hookdbg.cli.output import (
+    check_evals,
     check_steps,
     console,
     emit_json,
@@ -16,11 +16,12 @@ from hookdbg.cli.output import (
     literal,
     open_or_fail,
     rank_option,
+    resolve_or_fail,
     step_options,
     tensor_json,
     tensor_table,
 )
-from hookdbg.store.schema import StepKind
+from hookdbg.read import Recording
 
 
 @click.command()
@@ -58,74 +59,48 @@ def show(
     matching exactly one module. The call column says which call of the module in its
     step a row belongs to (0 for the first), for modules called several times."""
     rec = open_or_fail(recording, quiet=as_json, rank=rank)
-    try:
-        target = rec.modules.resolve(module)
-    except LookupError as exc:
-        raise BadInput(f"{exc} (`hookdbg summary {recording}` lists them)") from None
-    kind = StepKind.EVAL if evals else StepKind.TRAIN
-    segments = None
-    if evals:  # --step/--steps number the eval batches, as reports label them
-        count = len(rec.evals)
-        lo, hi = steps[0] or 0, count - 1 if steps[1] is None else min(steps[1], count - 1)
-        if lo > hi:
-            raise BadInput(f"no such eval batch; {recording} has eval batches 0..{count - 1}")
-        chosen = rec.evals[lo : hi + 1]
-        segments = chosen["segment"]
-        first, last = int(chosen["step"].min()), int(chosen["step"].max())
-    else:
-        first, last = check_steps(rec, steps)
-    rows = rec.tensors(first, last, with_histograms(rec), kind=kind)
-    calls = rec.calls(first, last, ["call", "module", "index", "segment"], kind=kind)
-    if segments is not None:
-        rows = rows[np.isin(rows["segment"], segments)]
-        calls = calls[np.isin(calls["segment"], segments)]
-    rows = rows[rows["module"] == target.id]
-    calls = calls[calls["module"] == target.id]
-    call_index = dict(zip(calls["call"].tolist(), calls["index"].tolist(), strict=True))
+    target = resolve_or_fail(rec, module, recording)
+    # with --eval, --step/--steps number the eval batches, as reports label them
+    first, last = check_evals(rec, steps, recording) if evals else check_steps(rec, steps)
+    view = module_rows(rec, target.id, first, last, evals)
     if as_json:
-        emit_json(
+        emit_json(_show_json(rec, view, limit))
+    else:
+        _print_show(rec, view, limit)
+
+
+def _show_json(rec: Recording, view: ModuleRows, limit: int) -> dict[str, object]:
+    return {
+        "recording": str(rec.path),
+        "module": view.module.name,
+        "type": view.module.type,
+        "rows": [
             {
-                "recording": str(rec.path),
-                "module": target.name,
-                "type": target.type,
-                "rows": [
-                    {
-                        **tensor_json(r, rec),
-                        "call": call_index.get(int(r["call"])),
-                        **histogram_json(r),
-                    }
-                    for r in rows[:limit]
-                ],
-                "total_rows": len(rows),
+                **tensor_json(r, rec),
+                "call": view.call_index.get(int(r["call"])),
+                **histogram_json(r),
             }
-        )
-        return
-    out = console()
+            for r in view.rows[:limit]
+        ],
+        "total_rows": len(view.rows),
+    }
+
+
+def _print_show(rec: Recording, view: ModuleRows, limit: int) -> None:
+    out, target, rows = console(), view.module, view.rows
     if not len(rows):
-        where = "eval batches" if evals else f"steps {first}-{last}"
+        where = "eval batches" if view.evals else f"steps {view.first}-{view.last}"
+        timing = rec.info.options.get("level") == "timing"
         out.print(
             literal(f"{target.name} ({target.type}): no tensor summaries in {where}")
-            + (
-                ""
-                if rec.info.options.get("level") != "timing"
-                else " (recorded with --level timing)"
-            )
+            + (" (recorded with --level timing)" if timing else "")
         )
         return
-    span = f"step {first}" if first == last else f"steps {first}-{last}"
-    if evals:
-        span = f"eval batch {lo}" if lo == hi else f"eval batches {lo}-{hi}"
-    out.print(
-        tensor_table(
-            f"{target.name} ({target.type}), {span}",
-            rows[:limit],
-            rec,
-            module_column=False,
-            call_index=call_index,
-        )
-    )
+    shown = rows[:limit]
+    title = f"{target.name} ({target.type}), {view.span}"
+    out.print(tensor_table(title, shown, rec, module_column=False, call_index=view.call_index))
     if len(rows) > limit:
         out.print(f"  ... {len(rows) - limit:,} more rows (use --step or --limit)")
-    histograms = histogram_table(rows[:limit], rec, call_index)
+    histograms = histogram_table(shown, rec, view.call_index)
     if histograms is not None:
         out.print(histograms)

@@ -143,7 +143,44 @@ def _print_summary(rec: Recording, view: Overview) -> None:
 
 def _facts(rec: Recording, view: Overview) -> list[tuple[str, str]]:
     """The lines under the title: what was run, how, and what came of it."""
-    info, opts, first_alert = rec.info, rec.info.options, _first_alert(rec)
+    facts = [
+        *_how_run(rec),
+        (
+            "steps",
+            f"{view.steps} ({view.recorded_steps} recorded), "
+            f"{plural(view.module_calls, 'module call')}, "
+            f"{ms(view.step_median)} ms per step (median)",
+        ),
+    ]
+    if view.eval_batches:
+        batches = plural(view.eval_batches, "eval batch", "eval batches")
+        facts.append(
+            (
+                "eval",
+                f"{batches} (forward only: validation, test or inference), kept apart from "
+                "the steps",
+            )
+        )
+    optimizers = f"; optimizers: {', '.join(view.optimizers)}" if view.optimizers else ""
+    facts.append(("modules", f"{view.modules}, {view.params:,} parameters{optimizers}"))
+    if view.compiled:
+        facts.append(
+            (
+                "compiled",
+                f"{', '.join(view.compiled)} ran under torch.compile: each is one call, with "
+                "nothing recorded inside it (record without compiling to see inside)",
+            )
+        )
+    if view.scaler:
+        facts.append(("amp", view.scaler.text()))
+    first_alert = _first_alert(rec)
+    alerts = f"{len(rec.alerts)}" + (f": {first_alert}" if first_alert else "")
+    return [*facts, ("alerts", alerts), ("data lost", lost_text(rec))]
+
+
+def _how_run(rec: Recording) -> list[tuple[str, str]]:
+    """The command, where and with what it was recorded, and the recording options."""
+    info, opts = rec.info, rec.info.options
     return [
         ("command", info.command),
         (
@@ -155,45 +192,6 @@ def _facts(rec: Recording, view: Overview) -> list[tuple[str, str]]:
             "options",
             f"level {opts.get('level')}, modules {opts.get('modules')}, every "
             f"{opts.get('every')}, steps {opts.get('steps')}",
-        ),
-        (
-            "steps",
-            f"{view.steps} ({view.recorded_steps} recorded), "
-            f"{plural(view.module_calls, 'module call')}, "
-            f"{ms(view.step_median)} ms per step (median)",
-        ),
-        *(
-            [
-                (
-                    "eval",
-                    f"{plural(view.eval_batches, 'eval batch', 'eval batches')} (forward "
-                    "only: validation, test or inference), kept apart from the steps",
-                )
-            ]
-            if view.eval_batches
-            else []
-        ),
-        (
-            "modules",
-            f"{view.modules}, {view.params:,} parameters"
-            + (f"; optimizers: {', '.join(view.optimizers)}" if view.optimizers else ""),
-        ),
-        *(
-            [
-                (
-                    "compiled",
-                    f"{', '.join(view.compiled)} ran under torch.compile: each is one call, "
-                    "with nothing recorded inside it (record without compiling to see inside)",
-                )
-            ]
-            if view.compiled
-            else []
-        ),
-        *([("amp", view.scaler.text())] if view.scaler else []),
-        ("alerts", f"{len(rec.alerts)}" + (f": {first_alert}" if first_alert else "")),
-        (
-            "data lost",
-            lost_text(rec),
         ),
     ]
 
@@ -290,7 +288,7 @@ def _ranks_json(run: RankSet, view: RanksOverview) -> dict[str, object]:
 
 
 def _print_ranks(run: RankSet, view: RanksOverview) -> None:
-    rank0, worst, first = run[run.ranks[0]], view.worst, view.first_alert
+    rank0, first = run[run.ranks[0]], view.first_alert
     out = console()
     backend = f" ({rank0.backend})" if rank0.backend else ""
     out.print(
@@ -298,6 +296,23 @@ def _print_ranks(run: RankSet, view: RanksOverview) -> None:
         + literal(f"{len(run.ranks)} of {run.world_size} ranks{backend}")
     )
     out.print(f"  [dim]{'command':<10}[/dim] {literal(rank0.info.command)}")
+    out.print(_ranks_table(view))
+    for line in _stragglers(view):
+        out.print(literal(line))
+    if first is not None:
+        rank, row = first
+        out.print(f"  [bold red]first NaN/inf[/] on rank {rank}: {literal(utf8(row['message']))}")
+    else:
+        out.print("  no NaN/inf alerts on any rank")
+    out.print(
+        f"  [dim]`hookdbg summary {literal(run.path)} --rank N` shows one rank's "
+        f"modules; `hookdbg diff --ranks {literal(run.path)}` checks that the "
+        "replicas agree[/dim]"
+    )
+
+
+def _ranks_table(view: RanksOverview) -> Table:
+    """One line per rank: how its recording ended, its steps, alerts and losses."""
     t = table(
         None,
         [
@@ -318,28 +333,19 @@ def _print_ranks(run: RankSet, view: RanksOverview) -> None:
             str(r.alerts),
             f"{r.dropped:,} rows" if r.dropped else "none",
         )
-    out.print(t)
-    if view.spreads:
-        counts = ", ".join(
-            f"rank {r} in {plural(n, 'step')}" for r, n in sorted(view.slowest.items())
+    return t
+
+
+def _stragglers(view: RanksOverview) -> list[str]:
+    """Which ranks were slowest how often, and the step where one lagged most."""
+    if not view.spreads:
+        return []
+    counts = ", ".join(f"rank {r} in {plural(n, 'step')}" for r, n in sorted(view.slowest.items()))
+    lines = [f"  stragglers: slowest was {counts} of {len(view.spreads)}"]
+    worst = view.worst
+    if worst is not None and worst.lag > 0:
+        lines.append(
+            f"  largest lag: step {worst.step}, rank {worst.slowest} took "
+            f"{ms(worst.lag)} ms ({worst.lag_share:.0%}) longer than the fastest rank"
         )
-        out.print(literal(f"  stragglers: slowest was {counts} of {len(view.spreads)}"))
-        if worst is not None and worst.lag > 0:
-            fastest = min(worst.seconds.values())
-            share = worst.lag / fastest if fastest > 0 else 0.0
-            out.print(
-                literal(
-                    f"  largest lag: step {worst.step}, rank {worst.slowest} took "
-                    f"{ms(worst.lag)} ms ({share:.0%}) longer than the fastest rank"
-                )
-            )
-    if first is not None:
-        rank, row = first
-        out.print(f"  [bold red]first NaN/inf[/] on rank {rank}: {literal(utf8(row['message']))}")
-    else:
-        out.print("  no NaN/inf alerts on any rank")
-    out.print(
-        f"  [dim]`hookdbg summary {literal(run.path)} --rank N` shows one rank's "
-        f"modules; `hookdbg diff --ranks {literal(run.path)}` checks that the "
-        "replicas agree[/dim]"
-    )
+    return lines

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import click
 import numpy as np
+from rich.table import Table
 from rich.text import Text
 
+from hookdbg.analysis.captures import modules_stored, nonfinite, stored_calls
 from hookdbg.cli.common import BadInput, human_bytes, plural
 from hookdbg.cli.output import (
     console,
@@ -18,9 +20,10 @@ from hookdbg.cli.output import (
     note,
     open_or_fail,
     rank_option,
+    resolve_or_fail,
     table,
 )
-from hookdbg.read import Capture
+from hookdbg.read import Capture, Recording
 from hookdbg.store.schema import parse_slot_label
 
 
@@ -74,35 +77,18 @@ def tensor(
     Tensors are stored by `hookdbg record --capture GLOB`, and by the flight recorder
     around a NaN/inf origin."""
     rec = open_or_fail(recording, quiet=as_json, rank=rank)
-    try:
-        target = rec.modules.resolve(module)
-    except LookupError as exc:
-        raise BadInput(f"{exc} (`hookdbg summary {recording}` lists them)") from None
+    target = resolve_or_fail(rec, module, recording)
     stored = rec.captured(target.id, step)
     where = f"{target.name}" + (f" at step {step}" if step is not None else "")
     if not stored:
-        held = sorted({rec.modules.name(int(m)) for m in rec.captures["module"]})
-        hint = (
-            f"; it has tensors of {', '.join(held[:4])}{' ...' if len(held) > 4 else ''}"
-            if held
-            else "; record with --capture GLOB to store some"
-        )
-        raise BadInput(f"{recording} holds no full tensors of {where}{hint}")
+        raise BadInput(f"{recording} holds no full tensors of {where}{_stored_hint(rec)}")
     if slot is None:
-        _list(stored, where, as_json)
+        if as_json:
+            emit_json(_list_json(stored))
+        else:
+            console().print(_list_table(stored, where))
         return
-    try:
-        wanted_slot, wanted_path = parse_slot_label(slot)
-    except ValueError as exc:
-        raise BadInput(str(exc)) from None
-    matches = [c for c in stored if c.slot == wanted_slot and c.path == wanted_path]
-    calls = sorted({(c.step, c.call) for c in matches})
-    if not matches:
-        have = ", ".join(sorted({c.label for c in stored}))
-        raise BadInput(f"no stored {slot} of {where}; stored: {have}")
-    if call_index >= len(calls):
-        raise BadInput(f"--call {call_index}: only {plural(len(calls), 'stored call')} of {where}")
-    chosen = next(c for c in matches if (c.step, c.call) == calls[call_index])
+    chosen = _choose(stored, slot, call_index, where)
     values = rec.tensor(chosen)
     if npy:
         _save(values, Path(npy))
@@ -110,40 +96,33 @@ def tensor(
             f"saved {chosen.module.name} {chosen.label} of step {chosen.step} "
             f"{values.shape} {values.dtype} to {npy}"
         )
-        return
-    if as_json:
-        emit_json(
-            {
-                "module": chosen.module.name,
-                "step": chosen.step,
-                "slot": chosen.label,
-                "phase": chosen.phase.label,
-                "dtype": chosen.dtype,
-                "shape": list(chosen.shape),
-                "values": values.tolist(),
-            }
-        )
-        return
-    out = console()
-    out.print(
-        literal(
-            f"{chosen.module.name} {chosen.label}, step {chosen.step} "
-            f"({chosen.phase.label}, from the {chosen.source}): {values.dtype} "
-            f"{values.shape}"
-        )
-    )
-    if np.issubdtype(values.dtype, np.floating) and values.size:
-        bad = ~np.isfinite(values)
-        out.print(
-            f"  NaN {int(np.isnan(values).sum()):,}, inf {int(np.isinf(values).sum()):,}"
-            + (
-                f"; first non-finite at index {tuple(int(i) for i in np.argwhere(bad)[0])}"
-                if bad.any()
-                else ""
-            )
-        )
-    with np.printoptions(threshold=sys.maxsize if full else 200, linewidth=120, precision=5):
-        out.print(Text(np.array2string(values)))
+    elif as_json:
+        emit_json(_tensor_json(chosen, values))
+    else:
+        _print_tensor(chosen, values, full)
+
+
+def _stored_hint(rec: Recording) -> str:
+    """What to try instead when a module holds no stored tensors."""
+    held = modules_stored(rec)
+    if not held:
+        return "; record with --capture GLOB to store some"
+    return f"; it has tensors of {', '.join(held[:4])}{' ...' if len(held) > 4 else ''}"
+
+
+def _choose(stored: list[Capture], slot: str, call_index: int, where: str) -> Capture:
+    """The stored tensor --slot and --call ask for, or exit 2 saying what is stored."""
+    try:
+        wanted_slot, wanted_path = parse_slot_label(slot)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    calls = stored_calls(stored, wanted_slot, wanted_path)
+    if not calls:
+        have = ", ".join(sorted({c.label for c in stored}))
+        raise BadInput(f"no stored {slot} of {where}; stored: {have}")
+    if call_index >= len(calls):
+        raise BadInput(f"--call {call_index}: only {plural(len(calls), 'stored call')} of {where}")
+    return calls[call_index]
 
 
 def _save(values: np.ndarray, path: Path) -> None:
@@ -157,25 +136,55 @@ def _save(values: np.ndarray, path: Path) -> None:
         raise BadInput(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def _list(stored: list[Capture], where: str, as_json: bool) -> None:
-    if as_json:
-        emit_json(
-            {
-                "tensors": [
-                    {
-                        "step": c.step,
-                        "phase": c.phase.label,
-                        "slot": c.label,
-                        "dtype": c.dtype,
-                        "shape": list(c.shape),
-                        "bytes": c.nbytes,
-                        "source": c.source,
-                    }
-                    for c in stored
-                ]
-            }
+def _tensor_json(chosen: Capture, values: np.ndarray) -> dict[str, object]:
+    return {
+        "module": chosen.module.name,
+        "step": chosen.step,
+        "slot": chosen.label,
+        "phase": chosen.phase.label,
+        "dtype": chosen.dtype,
+        "shape": list(chosen.shape),
+        "values": values.tolist(),
+    }
+
+
+def _print_tensor(chosen: Capture, values: np.ndarray, full: bool) -> None:
+    out = console()
+    out.print(
+        literal(
+            f"{chosen.module.name} {chosen.label}, step {chosen.step} "
+            f"({chosen.phase.label}, from the {chosen.source}): {values.dtype} "
+            f"{values.shape}"
         )
-        return
+    )
+    bad = nonfinite(values)
+    if bad is not None:
+        out.print(
+            f"  NaN {bad.nan:,}, inf {bad.inf:,}"
+            + ("" if bad.first is None else f"; first non-finite at index {bad.first}")
+        )
+    with np.printoptions(threshold=sys.maxsize if full else 200, linewidth=120, precision=5):
+        out.print(Text(np.array2string(values)))
+
+
+def _list_json(stored: list[Capture]) -> dict[str, object]:
+    return {
+        "tensors": [
+            {
+                "step": c.step,
+                "phase": c.phase.label,
+                "slot": c.label,
+                "dtype": c.dtype,
+                "shape": list(c.shape),
+                "bytes": c.nbytes,
+                "source": c.source,
+            }
+            for c in stored
+        ]
+    }
+
+
+def _list_table(stored: list[Capture], where: str) -> Table:
     t = table(
         f"full tensors of {where}",
         [("step", "right"), "phase", "slot", "shape", "dtype", ("size", "right"), "from"],
@@ -190,4 +199,4 @@ def _list(stored: list[Capture], where: str, as_json: bool) -> None:
             human_bytes(c.nbytes),
             c.source,
         )
-    console().print(t)
+    return t
