@@ -23,8 +23,8 @@ it holds; ``deferred.from_raw`` and all after it are unchanged.
 The kernel reads any tensor whose elements fill one dense block of memory, whatever
 their order (contiguous, channels_last, a transpose: the statistics do not depend on
 it). Elsewhere deferred.py keeps its earlier path: without Triton, for tensors on devices
-not in ``KERNEL_DEVICES`` (CPU), for other dtypes, and for expanded or sliced views
-(copying those first would cost what the earlier path costs). The tests set
+not in ``KERNEL_DEVICES`` (CPU), for other dtypes, for tensor subclasses, and for
+expanded or sliced views (copying those first would cost what the earlier path costs). The tests set
 ``KERNEL_DEVICES`` to ``{"cpu"}`` under ``TRITON_INTERPRET=1`` to check the kernel's
 arithmetic in Triton's interpreter on machines without a GPU.
 """
@@ -74,8 +74,15 @@ def _turn_off(error: Exception) -> None:
 
 def flat_input(t: torch.Tensor) -> torch.Tensor | None:
     """The 1-D view of ``t`` the kernel reads, or None where the kernel does not apply
-    (see the module docstring). A view of a dense block in memory order, never a copy."""
-    if t.device.type not in KERNEL_DEVICES or t.dtype not in _DTYPES or _kernel() is None:
+    (see the module docstring). A view of a dense block in memory order, never a copy.
+    Tensor subclasses (DTensor, FakeTensor...) are left to torch's own ops: their
+    ``data_ptr`` need not be the memory the values are in."""
+    if (
+        t.device.type not in KERNEL_DEVICES
+        or t.dtype not in _DTYPES
+        or type(t) is not torch.Tensor
+        or _kernel() is None
+    ):
         return None
     if t.is_contiguous():
         return t.view(-1)

@@ -12,7 +12,8 @@ saw. A tensor of more than ``blockstats.LARGE`` elements is instead read once, i
 own dtype, by one Triton kernel launch that leaves a row of partial statistics per
 program; the flush combines them, again in a fixed number of launches (blockstats.py).
 Where that kernel does not apply (no Triton, a CPU tensor forced down this path, a
-strided view) a tensor larger than the arena is summarised on its own (``tensor_stats``).
+strided view, a tensor subclass) a tensor larger than the arena is summarised on its
+own (``tensor_stats``), and a smaller one goes to the arena.
 
 The step's raw rows come in groups, one per arena flush, per combined partials buffer
 or per tensor summarised alone; each ``Pending`` holds its group and its place in it, so

@@ -83,6 +83,7 @@ def test_the_kernel_reads_dense_layouts_in_place_and_not_strided_views():
     assert blockstats.flat_input(x[:, :, ::2]) is None
     assert blockstats.flat_input(randn(1, 8000).expand(3, 8000)) is None
     assert blockstats.flat_input(x.to(torch.int32)) is None
+    assert blockstats.flat_input(nn.Parameter(x)) is None  # a subclass: torch's ops
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
