@@ -1,5 +1,13 @@
+import os
+
 import pytest
 import torch
+
+# Without a GPU, Triton kernels (hookdbg/recorder/blockkernel.py) run in Triton's
+# interpreter on CPU tensors: tests/recorder/test_blockstats.py checks them that way. The
+# switch is read when triton is first imported, so it is set before any test runs.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,16 @@ dtype, and later in-place changes to the tensor cannot reach it). At the end of 
 step, or when the arena is full, every tensor in it is summarised at once by segmented
 reductions (``arena_stats``: min, max, sum, two-pass sum of squared deviations, NaN,
 +inf, -inf and zero counts), a fixed number of launches however many tensors the step
-saw. A tensor larger than the arena is summarised on its own (``tensor_stats``).
+saw. A tensor of more than ``blockstats.LARGE`` elements is instead read once, in its
+own dtype, by one Triton kernel launch that leaves a row of partial statistics per
+program; the flush combines them, again in a fixed number of launches (blockstats.py).
+Where that kernel does not apply (no Triton, a CPU tensor forced down this path, a
+strided view, a tensor subclass) a tensor larger than the arena is summarised on its
+own (``tensor_stats``), and a smaller one goes to the arena.
+
+The step's raw rows come in groups, one per arena flush, per combined partials buffer
+or per tensor summarised alone; each ``Pending`` holds its group and its place in it, so
+the rows need not be in the order the hooks saw the tensors.
 
 The step's statistics are then copied to pinned host memory in one non-blocking copy
 with an event behind it, and read when that event has completed, normally a step
@@ -26,11 +35,12 @@ check each tensor at once instead (waiting on the device), and say so.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
 
-from hookdbg.recorder import histograms, stats
+from hookdbg.recorder import blockstats, histograms, stats
 
 ARENA = 1 << 21  # float64 elements (16 MB): larger tensors are summarised on their own
 _NAN = float("nan")
@@ -39,10 +49,11 @@ _NAN = float("nan")
 class Pending:
     """A summary still on the device; ``value`` is the summary tuple once read back."""
 
-    __slots__ = ("index", "meta", "value")
+    __slots__ = ("group", "index", "meta", "value")
 
-    def __init__(self, index: int, meta: tuple) -> None:
-        self.index = index  # its row in the step's statistics
+    def __init__(self, meta: tuple) -> None:
+        self.group = 0  # which group of the step's raw rows holds its row
+        self.index = 0  # its row in that group
         self.meta = meta
         self.value: tuple | None = None
 
@@ -139,39 +150,75 @@ class StepBatch:
         self.rows: list[tuple] = []  # tensor rows holding Pending summaries
         self.checks: list[tuple] = []  # (function, args) in the order the hooks ran
         self.grad_finite: dict[int, bool] = {}  # this step's parameter gradients
-        self._parts: list[torch.Tensor] = []  # raw statistics, in the order of pending
+        # raw statistics by group (None while the group fills), see the module docstring
+        self._groups: list[torch.Tensor | None] = []
         self._arena: torch.Tensor | None = None
+        self._arena_group = 0
         self._used = 0
         self._lengths: list[int] = []
+        self._partials: blockstats.Partials | None = None
+        self._partials_group = 0
+        self._starts: list[int] = []  # each group's first row in the step's statistics
         self._host: torch.Tensor | None = None
         self._keep: torch.Tensor | None = None
         self._event: torch.cuda.Event | None = None
 
     def add(self, t: torch.Tensor) -> Pending:
-        """Queue ``t``'s statistics on its device: one copy into the arena, no wait."""
+        """Queue ``t``'s statistics on its device, without waiting: one copy into the
+        arena, or for a large tensor one kernel launch."""
         n = t.numel()
-        pending = Pending(
-            len(self.pending), (tuple(t.shape), stats.dtype_name(t.dtype), stats.device_name(t), n)
-        )
+        pending = Pending((tuple(t.shape), stats.dtype_name(t.dtype), stats.device_name(t), n))
         self.pending.append(pending)
-        arena = self._arena
-        if arena is not None and (self._used + n > ARENA or arena.device != t.device):
-            self._reduce()
-            arena = None
+        if n > blockstats.LARGE:
+            flat = blockstats.flat_input(t)
+            if flat is not None and self._add_large(pending, t, flat):
+                return pending
         if n > ARENA:
             raw = tensor_stats(t)
             if self.bins:
                 raw = torch.cat([raw, histograms.tensor_histogram(t, self.bins, ARENA)], dim=1)
-            self._parts.append(raw)
-            return pending
+            pending.group = self._new_group()
+            self._groups[pending.group] = raw
+        else:
+            self._add_to_arena(pending, t)
+        return pending
+
+    def _new_group(self) -> int:
+        self._groups.append(None)
+        return len(self._groups) - 1
+
+    def _add_to_arena(self, pending: Pending, t: torch.Tensor) -> None:
+        n = t.numel()
+        arena = self._arena
+        if arena is not None and (self._used + n > ARENA or arena.device != t.device):
+            self._reduce_arena()
+            arena = None
         if arena is None:
             arena = self._arena = torch.empty(ARENA, dtype=torch.float64, device=t.device)
+            self._arena_group = self._new_group()
+        pending.group, pending.index = self._arena_group, len(self._lengths)
         arena[self._used : self._used + n].view(t.shape).copy_(t)
         self._used += n
         self._lengths.append(n)
-        return pending
 
-    def _reduce(self) -> None:
+    def _add_large(self, pending: Pending, t: torch.Tensor, flat: torch.Tensor) -> bool:
+        """One launch of the kernel over ``t``; False where it cannot run here."""
+        partials = self._partials
+        if partials is not None and (partials.device != t.device or not partials.fits(t.numel())):
+            self._combine_partials()
+            partials = None
+        if partials is None:
+            partials = self._partials = blockstats.Partials(t.device)
+        if not partials.add(flat):
+            return False
+        if len(partials) == 1:
+            self._partials_group = self._new_group()
+        pending.group, pending.index = self._partials_group, len(partials) - 1
+        if self.bins:
+            partials.extra.append(histograms.tensor_histogram(t, self.bins, ARENA))
+        return True
+
+    def _reduce_arena(self) -> None:
         """Summarise the tensors in the arena; the next tensor starts a new one (the
         caching allocator reuses the memory once the reductions have run)."""
         if self._arena is not None and self._lengths:
@@ -181,17 +228,26 @@ class StepBatch:
                 raw = torch.cat(
                     [raw, histograms.arena_histograms(values, self._lengths, self.bins)], 1
                 )
-            self._parts.append(raw)
+            self._groups[self._arena_group] = raw
         self._arena, self._used, self._lengths = None, 0, []
+
+    def _combine_partials(self) -> None:
+        if self._partials is not None and len(self._partials):
+            self._groups[self._partials_group] = self._partials.combine()
+        self._partials = None
 
     def launch(self) -> None:
         """Start copying the step's statistics to the host, without waiting."""
-        self._reduce()
-        if not self._parts:
+        self._reduce_arena()
+        self._combine_partials()
+        groups = [g for g in self._groups if g is not None]
+        assert len(groups) == len(self._groups), "a group of rows was never filled"
+        self._groups = []
+        if not groups:
             return
-        device = self._parts[0].device
-        raw = torch.cat([p.to(device) for p in self._parts])
-        self._parts = []
+        self._starts = [0, *itertools.accumulate(g.shape[0] for g in groups[:-1])]
+        device = groups[0].device
+        raw = torch.cat([g.to(device) for g in groups])
         if raw.is_cuda:
             self._host = torch.empty(raw.shape, dtype=raw.dtype, pin_memory=True)
             self._host.copy_(raw, non_blocking=True)
@@ -208,15 +264,17 @@ class StepBatch:
         """Fill in every Pending summary (waits for the copy if it is not done)."""
         if self._event is not None:
             self._event.synchronize()
-        if self._host is not None and self.bins:
-            host = self._host.numpy()
-            for pending, raw, extra in zip(
-                self.pending, host[:, :8].tolist(), host[:, 8:], strict=True
-            ):
-                pending.value = histograms.with_histogram(from_raw(pending.meta, raw), extra)
-        elif self._host is not None:
-            for pending, raw in zip(self.pending, self._host.tolist(), strict=True):
-                pending.value = from_raw(pending.meta, raw)
+        if self._host is not None:
+            starts = self._starts
+            host = self._host.numpy()[[starts[p.group] + p.index for p in self.pending]]
+            if self.bins:
+                for pending, raw, extra in zip(
+                    self.pending, host[:, :8].tolist(), host[:, 8:], strict=True
+                ):
+                    pending.value = histograms.with_histogram(from_raw(pending.meta, raw), extra)
+            else:
+                for pending, raw in zip(self.pending, host.tolist(), strict=True):
+                    pending.value = from_raw(pending.meta, raw)
         self._host = self._keep = self._event = None
 
     def finished_rows(self) -> list[tuple]:

@@ -1,0 +1,70 @@
+"""The Triton kernel of hookdbg/recorder/blockstats.py, in a module of its own so that
+triton is imported only when the first large device tensor is summarised (importing it
+takes 0.1-0.3 s, and CPU-only recordings never need it).
+
+``TRITON_INTERPRET=1``, set before triton is first imported, makes ``triton.jit`` run
+the kernel in Triton's interpreter on CPU tensors: the tests check its arithmetic that
+way on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit(do_not_specialize=["first_row"])
+def block_stats(x, rows, first_row, numel, per_program, BLOCK: tl.constexpr, COLUMNS: tl.constexpr):
+    """Program ``p`` summarises ``x[p * per_program : (p + 1) * per_program]`` (a flat
+    view in the tensor's own dtype) into row ``first_row + p`` of ``rows`` (float64,
+    ``COLUMNS`` wide: min, max, sum, M2, NaN, +inf, -inf, zeros, element count).
+
+    Per BLOCK-sized chunk the mean and the sum of squared deviations are exact two-pass
+    values in float64; Chan's formula merges them into the program's running totals, so
+    a large mean never cancels the spread. Min, max and the counts are kept per lane and
+    reduced once at the end. Lanes past the end are masked out of every statistic.
+    """
+    program = tl.program_id(0).to(tl.int64)
+    start = program * per_program
+    end = tl.minimum(start + per_program, numel)
+    lanes = tl.arange(0, BLOCK)
+    lo = tl.full([BLOCK], float("inf"), tl.float64)
+    hi = tl.full([BLOCK], float("-inf"), tl.float64)
+    nan = tl.zeros([BLOCK], tl.int32)
+    posinf = tl.zeros([BLOCK], tl.int32)
+    neginf = tl.zeros([BLOCK], tl.int32)
+    zeros = tl.zeros([BLOCK], tl.int32)
+    count = tl.zeros([], tl.float64)
+    total = tl.zeros([], tl.float64)
+    m2 = tl.zeros([], tl.float64)
+    for offset in range(start, end, BLOCK):
+        index = offset + lanes
+        inside = index < end
+        v = tl.load(x + index, mask=inside, other=0.0).to(tl.float64)
+        n = tl.minimum(end - offset, BLOCK).to(tl.float64)
+        chunk_sum = tl.sum(v, axis=0)  # masked lanes hold 0
+        deviation = tl.where(inside, v - chunk_sum / n, 0.0)
+        chunk_m2 = tl.sum(deviation * deviation, axis=0)
+        # Chan: M2 of the union = M2_a + M2_b + delta^2 * n_a * n_b / (n_a + n_b)
+        delta = chunk_sum / n - total / tl.maximum(count, 1.0)
+        m2 += chunk_m2 + delta * delta * (count * n / (count + n))
+        total += chunk_sum
+        count += n
+        is_nan = v != v
+        number = inside & ~is_nan
+        lo = tl.minimum(lo, tl.where(number, v, float("inf")))
+        hi = tl.maximum(hi, tl.where(number, v, float("-inf")))
+        nan += is_nan.to(tl.int32)
+        posinf += (v == float("inf")).to(tl.int32)
+        neginf += (v == float("-inf")).to(tl.int32)
+        zeros += (inside & (v == 0.0)).to(tl.int32)
+    row = rows + (first_row + program) * COLUMNS
+    tl.store(row + 0, tl.min(lo, axis=0))
+    tl.store(row + 1, tl.max(hi, axis=0))
+    tl.store(row + 2, total)
+    tl.store(row + 3, m2)
+    tl.store(row + 4, tl.sum(nan, axis=0).to(tl.float64))
+    tl.store(row + 5, tl.sum(posinf, axis=0).to(tl.float64))
+    tl.store(row + 6, tl.sum(neginf, axis=0).to(tl.float64))
+    tl.store(row + 7, tl.sum(zeros, axis=0).to(tl.float64))
+    tl.store(row + 8, count)

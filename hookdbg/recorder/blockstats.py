@@ -1,0 +1,165 @@
+"""Statistics of large device tensors in one kernel launch each, without waiting.
+
+Why: deferred.py copies a small device tensor into the step's float64 arena (one
+launch) and summarises the whole arena at its flush. A large tensor fills the arena (on
+a 64x64 convnet the arena was flushed every two tensors, each flush a dozen launches) or,
+past ``deferred.ARENA``, goes through ``tensor_stats``: a dozen torch kernels and about
+ten passes over memory with temporaries as large as the tensor. On an H100, a step of
+resnet18 at 224x224 (batch 64) cost 13.8 times as much recorded as not.
+
+How: a tensor of more than ``LARGE`` elements is read once, in its own dtype, by the
+Triton kernel of blockkernel.py: at most ``PROGRAMS`` programs, each over a contiguous
+range of whole ``BLOCK``-sized chunks. Each program writes one float64 row (min, max,
+sum, M2 about its mean, NaN, +inf, -inf and zero counts, its element count) into the
+step's ``Partials``, a buffer of ``CAPACITY`` rows on the device; a full one is combined
+and another started. The kernel writes its own element counts, so that the host never
+builds a list as long as the partials.
+
+At the flush, ``Partials.combine`` turns each tensor's rows into the raw row that
+``deferred.arena_stats`` makes, M2 by Chan's formula (the programs' M2 plus
+n_p * (mean_p - mean)^2 for each), in a fixed number of launches however many tensors
+it holds; ``deferred.from_raw`` and all after it are unchanged.
+
+The kernel reads any tensor whose elements fill one dense block of memory, whatever
+their order (contiguous, channels_last, a transpose: the statistics do not depend on
+it). Elsewhere deferred.py keeps its earlier path: without Triton, for tensors on devices
+not in ``KERNEL_DEVICES`` (CPU), for other dtypes, for tensor subclasses, and for
+expanded or sliced views (copying those first would cost what the earlier path costs). The tests set
+``KERNEL_DEVICES`` to ``{"cpu"}`` under ``TRITON_INTERPRET=1`` to check the kernel's
+arithmetic in Triton's interpreter on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import warnings
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from triton.runtime.jit import KernelInterface
+
+LARGE = 1 << 16  # elements: device tensors larger than this are summarised by the kernel
+BLOCK = 1024  # elements per chunk: exact two-pass statistics within one
+WARPS = 8  # per program: 4 elements of a chunk per thread (92 registers on sm_90)
+PROGRAMS = 1024  # at most, per tensor: a few per streaming multiprocessor, several times over
+CAPACITY = 1 << 16  # rows of partials (4.5 MB of float64) combined at once
+COLUMNS = 9  # of a partial row: the 8 of deferred.arena_stats, then the element count
+KERNEL_DEVICES = frozenset({"cuda"})  # device types whose tensors the kernel reads
+_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+
+
+@functools.cache
+def _kernel() -> KernelInterface | None:
+    """The Triton kernel, imported on first use; None where Triton is not installed."""
+    try:
+        from hookdbg.recorder.blockkernel import block_stats
+    except ImportError:
+        return None
+    return block_stats
+
+
+def _turn_off(error: Exception) -> None:
+    global KERNEL_DEVICES
+    KERNEL_DEVICES = frozenset()
+    warnings.warn(
+        f"hookdbg: the Triton statistics kernel failed ({error!r}); large tensors are "
+        "summarised with torch's kernels from now on",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+
+
+def flat_input(t: torch.Tensor) -> torch.Tensor | None:
+    """The 1-D view of ``t`` the kernel reads, or None where the kernel does not apply
+    (see the module docstring). A view of a dense block in memory order, never a copy.
+    Tensor subclasses (DTensor, FakeTensor...) are left to torch's own ops: their
+    ``data_ptr`` need not be the memory the values are in."""
+    if (
+        t.device.type not in KERNEL_DEVICES
+        or t.dtype not in _DTYPES
+        or type(t) is not torch.Tensor
+        or _kernel() is None
+    ):
+        return None
+    if t.is_contiguous():
+        return t.view(-1)
+    dense = t.permute(sorted(range(t.dim()), key=lambda d: t.stride(d), reverse=True))
+    return dense.view(-1) if dense.is_contiguous() else None
+
+
+def split(numel: int) -> tuple[int, int]:
+    """(programs, elements per program) for a tensor of ``numel`` elements: whole
+    chunks each, and no more than ``PROGRAMS`` programs."""
+    chunks = -(-numel // BLOCK)
+    per_program = -(-chunks // PROGRAMS) * BLOCK
+    return -(-numel // per_program), per_program
+
+
+class Partials:
+    """The per-program rows of the large tensors summarised since it was started, on
+    one device, and how many rows each tensor has."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.rows = torch.empty(
+            max(CAPACITY, PROGRAMS), COLUMNS, dtype=torch.float64, device=device
+        )
+        self.used = 0
+        self.programs: list[int] = []  # rows of each tensor, in the order added
+        self.extra: list[torch.Tensor] = []  # columns appended to each tensor's row
+
+    def __len__(self) -> int:
+        return len(self.programs)
+
+    def fits(self, numel: int) -> bool:
+        return self.used + split(numel)[0] <= self.rows.shape[0]
+
+    def add(self, flat: torch.Tensor) -> bool:
+        """Launch the kernel over ``flat`` (from ``flat_input``), which must fit. False
+        where Triton cannot build or launch it on this machine: the kernel is then off
+        for the rest of the process, and deferred.py's earlier path summarises."""
+        programs, per_program = split(flat.numel())
+        kernel = _kernel()
+        assert kernel is not None and self.used + programs <= self.rows.shape[0]
+        # Triton launches on the current device
+        on_device = torch.cuda.device(flat.device) if flat.is_cuda else contextlib.nullcontext()
+        try:
+            with on_device:
+                kernel[(programs,)](
+                    flat,
+                    self.rows,
+                    self.used,
+                    flat.numel(),
+                    per_program,
+                    BLOCK=BLOCK,
+                    COLUMNS=COLUMNS,
+                    num_warps=WARPS,
+                )
+        except Exception as error:  # a compiler or driver that does not fit this machine
+            _turn_off(error)
+            return False
+        self.used += programs
+        self.programs.append(programs)
+        return True
+
+    def combine(self) -> torch.Tensor:
+        """One raw row per tensor added ([tensors, 8], as ``deferred.arena_stats``), in
+        a fixed number of launches and without reading anything back."""
+        rows = self.rows[: self.used]
+        programs = torch.tensor(self.programs, dtype=torch.int64)
+        programs = programs.to(rows.device, non_blocking=True)
+
+        def per_tensor(x: torch.Tensor, how: str) -> torch.Tensor:
+            return torch.segment_reduce(x, how, lengths=programs, unsafe=True)  # no sync
+
+        n = rows[:, 8]
+        sums = per_tensor(rows[:, 2:], "sum")  # sum, M2 within programs, 4 counts, n
+        mean = sums[:, 0] / sums[:, 6]
+        apart = rows[:, 2] / n - mean.repeat_interleave(programs, output_size=self.used)
+        m2 = sums[:, 1] + per_tensor(n * apart.square(), "sum")
+        lo, hi = per_tensor(rows[:, 0], "min"), per_tensor(rows[:, 1], "max")
+        raw = torch.stack([lo, hi, sums[:, 0], m2, *sums[:, 2:6].unbind(1)], dim=1)
+        return torch.cat([raw, torch.cat(self.extra)], dim=1) if self.extra else raw

@@ -1,0 +1,293 @@
+"""The one-launch statistics of large device tensors (recorder/blockstats.py), checked
+against float64 references. Without a GPU the Triton kernel runs in Triton's
+interpreter on CPU tensors (tests/conftest.py sets ``TRITON_INTERPRET=1``), with small
+chunks so that each tensor takes a fraction of a second; with one, on CUDA tensors."""
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.utils._python_dispatch import _disable_current_modes
+
+from hookdbg.options import RecordOptions
+from hookdbg.recorder import Recorder, blockstats, deferred, stats
+from hookdbg.recorder.deferred import StepBatch
+from hookdbg.recorder.histograms import HISTOGRAM
+from tests.helpers import ROOT, tables
+from tests.recorder.test_deferred import KernelCounter
+
+pytest.importorskip("triton")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.fixture(autouse=True)
+def kernel(monkeypatch):
+    """The kernel on this machine's device, over few programs of a few chunks each."""
+    if DEVICE == "cpu":
+        assert os.environ.get("TRITON_INTERPRET") == "1", "set before triton is imported"
+    monkeypatch.setattr(blockstats, "KERNEL_DEVICES", frozenset({DEVICE}))
+    monkeypatch.setattr(blockstats, "BLOCK", 2048)
+    monkeypatch.setattr(blockstats, "PROGRAMS", 4)
+    monkeypatch.setattr(blockstats, "LARGE", 4096)
+
+
+def raw_rows(tensors: list[torch.Tensor]) -> torch.Tensor:
+    partials = blockstats.Partials(tensors[0].device)
+    for t in tensors:
+        assert partials.add(blockstats.flat_input(t))
+    return partials.combine().cpu()
+
+
+def reference(t: torch.Tensor) -> list[float]:
+    """The raw row of ``deferred.arena_stats``, in float64 from the start."""
+    v = t.double().flatten()
+    usable = v[~v.isnan()]
+    return [
+        usable.min().item(),
+        usable.max().item(),
+        v.sum().item(),
+        (v - v.mean()).square().sum().item(),
+        v.isnan().sum().item(),
+        v.isposinf().sum().item(),
+        v.isneginf().sum().item(),
+        (v == 0).sum().item(),
+    ]
+
+
+def randn(*shape: int, seed: int = 0, dtype=torch.float32) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64).to(DEVICE, dtype)
+
+
+def test_split_reads_every_element_once_in_whole_chunks():
+    for numel in (1, 4095, 4096, 4097, 2048 * 4 * 3 + 1, 10**6 + 3):
+        programs, per_program = blockstats.split(numel)
+        assert per_program % blockstats.BLOCK == 0 and programs <= blockstats.PROGRAMS
+        assert (programs - 1) * per_program < numel <= programs * per_program
+
+
+def test_the_kernel_reads_dense_layouts_in_place_and_not_strided_views():
+    x = randn(4, 8, 32, 33)
+    for dense in (x, x.transpose(1, 3), x.to(memory_format=torch.channels_last)):
+        flat = blockstats.flat_input(dense)
+        assert flat is not None and flat.untyped_storage().data_ptr() == (
+            dense.untyped_storage().data_ptr()
+        )
+        assert torch.equal(flat.sort().values, dense.flatten().sort().values)
+    assert blockstats.flat_input(x[:, :, ::2]) is None
+    assert blockstats.flat_input(randn(1, 8000).expand(3, 8000)) is None
+    assert blockstats.flat_input(x.to(torch.int32)) is None
+    assert blockstats.flat_input(nn.Parameter(x)) is None  # a subclass: torch's ops
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_statistics_match_float64(dtype):
+    """Sizes that are no multiple of the chunk; a large mean (two passes needed)."""
+    tensors = [
+        randn(100_003, seed=1, dtype=dtype) * 3 + 1000,
+        randn(77, 129, seed=2, dtype=dtype).t(),  # dense but transposed
+        -(randn(9001, seed=3, dtype=dtype).abs() + 1),  # all < 0: a masked lane is no max
+        randn(5000, seed=4, dtype=dtype).abs() + 1,  # all > 0: nor a min
+    ]
+    tensors[0][::97] = 0
+    for got, t in zip(raw_rows(tensors).tolist(), tensors, strict=True):
+        want = reference(t)
+        assert got[:2] == want[:2] and got[4:] == want[4:]  # min, max, counts: exact
+        assert got[2] == pytest.approx(want[2], rel=1e-12, abs=1e-9)
+        assert got[3] == pytest.approx(want[3], rel=1e-10)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the interpreter's numpy
+def test_nan_and_infinities_are_counted_exactly_and_stats_withheld():
+    t = randn(20_000, seed=5)
+    t[[0, 7, 4095, 4096, 19_999]] = NAN  # first, chunk edges, the last element
+    t[[1, 2048, 8191]] = INF
+    t[[3, 12_000]] = -INF
+    t[100:300] = 0
+    [got] = raw_rows([t]).tolist()
+    assert got[4:] == [5, 3, 2, 200]
+    assert (got[0], got[1]) == (-INF, INF)  # NaN is no min or max
+    summary = deferred.from_raw(((20_000,), "float32", DEVICE, 20_000), got)
+    assert summary[stats.NAN : stats.NEGINF + 1] == (5, 3, 2)
+    assert all(math.isnan(summary[i]) for i in (stats.MIN, stats.MAX, stats.MEAN, stats.STD))
+
+
+def summaries(tensors: list[torch.Tensor], bins: int = 0) -> tuple[list[tuple], StepBatch]:
+    batch = StepBatch(0, bins)
+    pending = [batch.add(t) for t in tensors]
+    batch.launch()
+    batch.read()
+    return [p.value for p in pending], batch
+
+
+def a_mixed_step() -> list[torch.Tensor]:
+    """Large tensors between small ones, and one view the kernel does not read."""
+    g = torch.Generator().manual_seed(6)
+    with_nan = randn(30_000, seed=7)
+    with_nan[123] = NAN
+    return [
+        randn(10, 10, seed=8),
+        randn(25_000, seed=9) * 10 - 3,
+        randn(3000, seed=10).half(),
+        randn(60, 200, seed=11)[:, ::2],  # strided: not read by the kernel
+        with_nan,
+        torch.rand(64, generator=g).to(DEVICE),
+        randn(16, 40, 40, seed=12).bfloat16(),
+        randn(5, seed=13, dtype=torch.float64),
+        randn(8192, seed=14) + 1e4,
+    ]
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
+def test_a_step_of_large_and_small_tensors_gives_each_its_own_row(monkeypatch):
+    """More tensors than the partials hold (four combines), arena flushes between them
+    (three arenas): every Pending gets its own tensor's row back."""
+    monkeypatch.setattr(deferred, "ARENA", 3050)
+    monkeypatch.setattr(blockstats, "CAPACITY", 6)
+    tensors = a_mixed_step()
+    by_kernel = [
+        t.numel() > blockstats.LARGE and blockstats.flat_input(t) is not None for t in tensors
+    ]
+    got, batch = summaries(tensors)
+    assert len({p.group for p in batch.pending}) == 4 + 3 + 1  # + the strided one, alone
+    monkeypatch.setattr(blockstats, "KERNEL_DEVICES", frozenset())
+    want, _ = summaries(tensors)
+    for g, w, t, kernel in zip(got, want, tensors, by_kernel, strict=True):
+        assert g[: stats.MIN] == w[: stats.MIN]
+        # the earlier path takes float32 deviations of tensors too large for the arena
+        assert g[stats.MIN :] == pytest.approx(w[stats.MIN :], rel=1e-6, nan_ok=True), t.shape
+        exact = t.double()
+        if kernel and not exact.isnan().any():
+            assert g[stats.MEAN] == pytest.approx(exact.mean().item(), rel=1e-12, abs=1e-12)
+            assert g[stats.STD] == pytest.approx(exact.std(correction=0).item(), rel=1e-10)
+    assert sum(by_kernel) == 4
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
+def test_histograms_of_large_tensors_travel_with_their_rows():
+    tensors = a_mixed_step()
+    got, _ = summaries(tensors, bins=16)
+    for summary, t in zip(got, tensors, strict=True):
+        values = t.double().cpu().numpy().ravel()
+        finite = values[np.isfinite(values)]
+        counts = np.frombuffer(summary[HISTOGRAM], dtype=np.int64)
+        np.testing.assert_array_equal(counts, np.histogram(finite, bins=16)[0])
+
+
+class CountedKernel:
+    """The kernel, counting its launches and hiding the interpreter's own torch ops."""
+
+    def __init__(self, kernel) -> None:
+        self.kernel = kernel
+        self.launches = 0
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches += 1
+            with _disable_current_modes():
+                self.kernel[grid](*args, **kwargs)
+
+        return launch
+
+
+def test_one_launch_per_large_tensor_and_a_fixed_number_per_flush(monkeypatch):
+    kernel = CountedKernel(blockstats._kernel())
+    monkeypatch.setattr(blockstats, "_kernel", lambda: kernel)
+
+    def count(tensors: list[torch.Tensor]) -> tuple[int, int]:
+        batch, adding, flushing = StepBatch(0), KernelCounter(), KernelCounter()
+        with adding:
+            for t in tensors:
+                batch.add(t)
+        with flushing:
+            batch.launch()
+        return adding.count, flushing.count
+
+    few = [randn(5000 + i, seed=i) for i in range(2)]
+    many = [randn(5000 + i, seed=i) for i in range(6)]
+    launches = kernel.launches
+    assert count(few)[0] == count(many)[0] == 1  # the partials buffer, allocated once
+    assert kernel.launches - launches == 8
+    assert count(few)[1] == count(many)[1]
+
+
+def test_a_kernel_that_cannot_run_here_leaves_the_earlier_path(monkeypatch):
+    class Broken:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                raise RuntimeError("no compiler for this GPU")
+
+            return launch
+
+    tensors = a_mixed_step()
+    monkeypatch.setattr(blockstats, "_kernel", Broken)
+    with pytest.warns(RuntimeWarning, match="no compiler for this GPU"):
+        got, _ = summaries(tensors)
+    assert not blockstats.KERNEL_DEVICES  # off from then on
+    monkeypatch.setattr(blockstats, "KERNEL_DEVICES", frozenset())
+    np.testing.assert_equal(got, summaries(tensors)[0])
+
+
+COMPILE = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from hookdbg.recorder import blockstats
+from hookdbg.recorder.blockkernel import block_stats
+
+for dtype in ("fp32", "fp16", "bf16", "fp64"):
+    signature = {"x": "*" + dtype, "rows": "*fp64", "first_row": "i32", "numel": "i64",
+                 "per_program": "i32", "BLOCK": "constexpr", "COLUMNS": "constexpr"}
+    constants = {"BLOCK": blockstats.BLOCK, "COLUMNS": blockstats.COLUMNS}
+    source = ASTSource(fn=block_stats, signature=signature, constexprs=constants)
+    options = {"num_warps": blockstats.WARPS}
+    assert triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["cubin"]
+"""
+
+
+def test_the_kernel_compiles_for_an_h100():
+    """What the interpreter does not check: the kernel's types, as the compiler sees
+    them (sm_90, with Triton's own ptxas: no GPU needed)."""
+    if "nvidia" not in __import__("triton").backends.backends:
+        pytest.skip("this Triton has no CUDA backend")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run(
+        [sys.executable, "-c", COMPILE], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+
+
+def test_a_recording_says_the_same_with_and_without_the_kernel(tmp_path, monkeypatch):
+    """The whole path, from the hooks to the file: a small convnet's large activations
+    and gradients through the kernel give the rows the earlier path gives."""
+
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)  # the same twice
+
+    def record(path, kernel_devices):
+        monkeypatch.setattr(blockstats, "KERNEL_DEVICES", kernel_devices)
+        torch.manual_seed(0)
+        model = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 3, padding=1), nn.Flatten()
+        ).to(DEVICE)
+        x = randn(4, 3, 48, 48) * 5 + 2  # activations of 4 * 8 * 48 * 48 elements
+        with Recorder(path, RecordOptions.build(quiet=True), defer_cpu=True):
+            for _ in range(2):
+                model(x).square().mean().backward()
+        return tables(path)["tensors"]
+
+    kernel = CountedKernel(blockstats._kernel())
+    monkeypatch.setattr(blockstats, "_kernel", lambda: kernel)
+    later = record(tmp_path / "kernel.h5", frozenset({DEVICE}))
+    assert kernel.launches >= 8  # once per tensor (an output is the next input)
+    before = record(tmp_path / "before.h5", frozenset())
+    assert len(later) == len(before)
+    for name in ("step", "module", "phase", "slot", "numel", "nan", "posinf", "neginf"):
+        np.testing.assert_array_equal(later[name], before[name])
+    for name in ("min", "max", "mean", "std", "norm", "zero_frac"):
+        np.testing.assert_allclose(later[name], before[name], rtol=1e-9, atol=1e-12)
