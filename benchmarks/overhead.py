@@ -156,11 +156,11 @@ def anomaly(_: Path) -> Iterator[None]:
         yield
 
 
-def hookdbg_at(level: str, every: int = 1) -> Context:
+def hookdbg_at(level: str, steps: str | None = None) -> Context:
     @contextlib.contextmanager
     def recording(workdir: Path) -> Iterator[None]:
-        path = workdir / f"{level}-{every}.h5"
-        with hookdbg.record(path, level=level, every=every, force=True, quiet=True):
+        path = workdir / f"{level}-{steps}.h5"
+        with hookdbg.record(path, level=level, steps=steps, force=True, quiet=True):
             yield
 
     return recording
@@ -182,7 +182,7 @@ CONFIGS: dict[str, Context] = {
     "hookdbg timing": hookdbg_at("timing"),
     "hookdbg shapes": hookdbg_at("shapes"),
     "hookdbg stats": hookdbg_at("stats"),
-    "hookdbg stats, steps not recorded": hookdbg_at("stats", every=10**6),
+    "hookdbg stats, steps not recorded": hookdbg_at("stats", steps=f"{10**9}:"),
     "hookdbg stats --histograms 32": hookdbg_histograms,
 }
 

@@ -1,0 +1,280 @@
+"""What hookdbg does on a CUDA device, checked on a real one (CI has none).
+
+    python benchmarks/device.py              # every check, about two minutes on an H100
+    python benchmarks/device.py --only sync
+
+Each check prints one line starting with PASS, FAIL or INFO and the figures behind it:
+
+* ``parity``: resnet18 (in-place ReLU, batch norm) recorded on the deferred device path
+  says what the immediate path says (``--on-nan raise`` summarises each tensor at once).
+* ``identical``: training on the GPU is bitwise identical with and without the recorder
+  (deterministic algorithms on).
+* ``sync``: recorded steps never make the host wait for the device
+  (``torch.cuda.set_sync_debug_mode("error")`` around them).
+* ``launches``: kernels launched per summarised tensor, counted by torch.profiler.
+* ``origin``: a NaN born on the GPU is named (module, phase, step) as on the CPU.
+* ``amp``: fp16 autocast with a GradScaler whose early steps overflow: the alerts and
+  steps hookdbg reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+import torchvision
+from torch import nn
+
+import hookdbg
+
+ROOT = Path(__file__).resolve().parent.parent
+KEY = ("step", "module", "phase", "slot", "path")
+
+
+def tables(path: Path) -> dict[str, np.ndarray]:
+    out = {}
+    with h5py.File(path, "r") as f:
+        for name, group in f.items():
+            if isinstance(group, h5py.Group):
+                columns = {c: group[c][()] for c in group}
+                n = min(len(c) for c in columns.values())
+                out[name] = np.rec.fromarrays(
+                    [c[:n] for c in columns.values()], names=list(columns)
+                )
+    return out
+
+
+def resnet(seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer, torch.Tensor, torch.Tensor]:
+    torch.manual_seed(seed)
+    model = torchvision.models.resnet18(num_classes=10).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    x = torch.randn(16, 3, 64, 64, device="cuda")
+    y = torch.randint(0, 10, (16,), device="cuda")
+    return model, opt, x, y
+
+
+def train(model, opt, x, y, steps: int) -> None:
+    for _ in range(steps):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+
+def deterministic() -> contextlib.AbstractContextManager[None]:
+    @contextlib.contextmanager
+    def block() -> Iterator[None]:
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+        try:
+            yield
+        finally:
+            torch.use_deterministic_algorithms(False)
+
+    return block()
+
+
+def check_parity(tmp: Path) -> bool:
+    def run(path: Path, on_nan: str) -> np.ndarray:
+        model, opt, x, y = resnet()
+        with deterministic(), hookdbg.record(path, on_nan=on_nan, force=True, quiet=True):
+            train(model, opt, x, y, 3)
+        return tables(path)["tensors"]
+
+    later, now = run(tmp / "later.h5", "warn"), run(tmp / "now.h5", "raise")
+    a = {tuple(r[k] for k in KEY): r for r in now}
+    b = {tuple(r[k] for k in KEY): r for r in later}
+    differences = []
+    for key, x in a.items():
+        y = b.get(key)
+        if y is None or (x["nan"], x["posinf"], x["neginf"]) != (
+            y["nan"],
+            y["posinf"],
+            y["neginf"],
+        ):
+            print(f"FAIL parity: row {key} differs or is missing")
+            return False
+        if x["nan"] or x["posinf"] or x["neginf"] or x["std"] != x["std"]:
+            continue
+        scale = max(abs(float(x["std"])), 1e-30)
+        for stat in ("min", "max", "mean", "std"):
+            gap = abs(float(x[stat]) - float(y[stat])) / scale
+            differences.append((gap, stat, key, float(x[stat]), float(y[stat]), x["dtype"]))
+    differences.sort(reverse=True)
+    worst = differences[0][0] if differences else 0.0
+    ok = len(a) == len(b) and worst < 1e-4
+    print(
+        f"{'PASS' if ok else 'FAIL'} parity: {len(a)} vs {len(b)} rows, largest difference "
+        f"{worst:.2e} of the std (immediate vs deferred)"
+    )
+    for gap, stat, key, x, y, dtype in differences[:4]:
+        print(f"      {gap:.2e} {stat} of {key} ({dtype}): immediate {x!r}, deferred {y!r}")
+    return ok
+
+
+def check_identical(tmp: Path) -> bool:
+    with deterministic():
+        model, opt, x, y = resnet()
+        train(model, opt, x, y, 4)
+        plain = [p.detach().clone() for p in model.parameters()]
+        model, opt, x, y = resnet()
+        with hookdbg.record(tmp / "id.h5", force=True, quiet=True):
+            train(model, opt, x, y, 4)
+        recorded = [p.detach().clone() for p in model.parameters()]
+    same = all(torch.equal(p, q) for p, q in zip(plain, recorded, strict=True))
+    print(f"{'PASS' if same else 'FAIL'} identical: parameters after 4 steps, bitwise")
+    return same
+
+
+def check_sync(tmp: Path) -> bool:
+    model, opt, x, y = resnet()
+    with hookdbg.record(tmp / "sync.h5", force=True, quiet=True):
+        train(model, opt, x, y, 2)  # warm-up: first allocations, pinned buffers
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            train(model, opt, x, y, 3)
+        except RuntimeError:
+            print("FAIL sync: a recorded step waited for the device:")
+            traceback.print_exc(limit=-8)
+            return False
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    print("PASS sync: 3 recorded resnet18 steps, no host-device synchronisation")
+    return True
+
+
+def check_launches(tmp: Path) -> bool:
+    from torch.profiler import ProfilerActivity, profile
+
+    def kernels(recording: bool) -> tuple[int, int]:
+        model, opt, x, y = resnet()
+        path = tmp / "launch.h5"
+        context = hookdbg.record(path, force=True, quiet=True) if recording else None
+        if context:
+            context.__enter__()
+        try:
+            train(model, opt, x, y, 2)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                train(model, opt, x, y, 1)
+                torch.cuda.synchronize()
+        finally:
+            if context:
+                context.__exit__(None, None, None)
+        count = sum(e.count for e in prof.key_averages() if e.device_type.name == "CUDA")
+        rows = int((tables(path)["tensors"]["step"] == 2).sum()) if recording else 0
+        return count, rows
+
+    plain, _ = kernels(False)
+    recorded, rows = kernels(True)
+    per = (recorded - plain) / max(rows, 1)
+    ok = per <= 2.5
+    print(
+        f"{'PASS' if ok else 'FAIL'} launches: {plain} kernels unrecorded, {recorded} recorded, "
+        f"{rows} tensors summarised: {per:.2f} extra kernels per tensor"
+    )
+    return ok
+
+
+def check_origin(tmp: Path) -> bool:
+    sys.path.insert(0, str(ROOT / "samples"))
+    from nan_blowup import Net  # type: ignore[import-not-found]
+
+    def alerts(device: str) -> set[tuple]:
+        torch.manual_seed(0)
+        model = Net().to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        path = tmp / f"origin-{device}.h5"
+        with hookdbg.record(path, force=True, quiet=True):
+            for step in range(4):
+                x = torch.randn(8, 16, device=device)
+                if step == 2:
+                    x[3] = 1.0  # a constant row: 0/0 in Standardize
+                keep = torch.ones(8, 1, device=device)
+                opt.zero_grad()
+                model(x, keep).pow(2).mean().backward()
+                opt.step()
+        t = tables(path)
+        names = {int(r["id"]): r["name"].decode() for r in t["modules"]}
+        return {(names[int(r["module"])], int(r["phase"]), int(r["step"])) for r in t["alerts"]}
+
+    cpu, gpu = alerts("cpu"), alerts("cuda")
+    ok = cpu == gpu and len(gpu) == 1
+    print(f"{'PASS' if ok else 'FAIL'} origin: CPU names {sorted(cpu)}, GPU names {sorted(gpu)}")
+    return ok
+
+
+def check_amp(tmp: Path) -> bool:
+    """fp16 autocast; a GradScaler starting at 2**40 overflows for its first steps."""
+    model, opt, x, y = resnet()
+    scaler = torch.amp.GradScaler("cuda", init_scale=2.0**40)
+    iterations, skipped = 12, 0
+    path = tmp / "amp.h5"
+    with hookdbg.record(path, force=True, quiet=True):
+        for _ in range(iterations):
+            opt.zero_grad()
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = nn.functional.cross_entropy(model(x), y)
+            scaler.scale(loss).backward()
+            before = scaler.get_scale()
+            scaler.step(opt)
+            scaler.update()
+            skipped += scaler.get_scale() < before
+    t = tables(path)
+    steps, alerts = t["steps"], t.get("alerts", ())
+    ok = len(alerts) == 0 and len(steps) == iterations and int(steps["skipped"].sum()) == skipped
+    print(
+        f"{'PASS' if ok else 'FAIL'} amp: {iterations} iterations, {skipped} skipped by the "
+        f"GradScaler; hookdbg: {len(steps)} steps, {int(steps['skipped'].sum())} skipped, "
+        f"{len(alerts)} alerts"
+    )
+    for r in alerts[:3]:
+        print("     ", r["message"].decode()[:200])
+    return ok
+
+
+CHECKS: dict[str, Callable[[Path], bool]] = {
+    "parity": check_parity,
+    "identical": check_identical,
+    "sync": check_sync,
+    "launches": check_launches,
+    "origin": check_origin,
+    "amp": check_amp,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=list(CHECKS), action="append")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("benchmarks/device.py: no CUDA device here")
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    failed = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, check in CHECKS.items():
+            if args.only and name not in args.only:
+                continue
+            try:
+                ok = check(Path(tmp))
+            except Exception:
+                print(f"FAIL {name}: raised")
+                traceback.print_exc()
+                ok = False
+            if not ok:
+                failed.append(name)
+    sys.exit(f"failed: {', '.join(failed)}" if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
