@@ -37,6 +37,7 @@ import sys
 import threading
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 from time import perf_counter
 
@@ -407,6 +408,21 @@ class Recorder:
         if args:
             self.observer.inputs(call, module, args)
 
+    def _watch_backward(self, result: object) -> None:
+        """Hear of the backward pass of a segment that is not recorded: one hook on the
+        node that made the root's first output. Without it a step whose weights are
+        updated by hand (no optimizer to say the step ended) runs into the next one."""
+        for _, t in iter_tensors(result):
+            node = t.grad_fn
+            if node is not None:
+                node.register_prehook(partial(self._backward_ran, self.state.id))
+                return
+
+    @hook
+    def _backward_ran(self, t0: float, segment: int, grads: tuple) -> None:
+        if segment == self.state.id:
+            self._steps.backward_ran()
+
     def _recompute_outer(self, info: ModuleInfo, module: torch.nn.Module, args: tuple) -> None:
         """A module called with no other around it inside backward: a checkpointed block
         run again (recorder/recompute.py), or user code in a hook (not recorded)."""
@@ -445,8 +461,10 @@ class Recorder:
             return
         frame = self._stack.pop()
         if frame.__class__ is not Call:
-            if frame is _MUTED:
+            if frame is _MUTED:  # the root call of a segment that is not recorded
                 self._mute -= 1
+                if result is not _RAISED and not self._steps.saw_backward:
+                    self._watch_backward(result)
             elif frame.__class__ is Recompute and result is not _RAISED:
                 if frame.outer:  # its own output's gradient reports for the calls inside
                     self.observer.forget_recomputed(result)

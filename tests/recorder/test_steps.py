@@ -1,6 +1,7 @@
 """The step rule (hookdbg/recorder/steps.py) on the training loops people write."""
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -64,9 +65,14 @@ def test_gradient_accumulation_is_one_step_per_optimizer_step(tmp_path):
     assert n == 3 and roots["model"] == [0] * 4 + [1] * 4 + [2] * 4
 
 
-def test_manual_weight_updates_without_an_optimizer(tmp_path):
+@pytest.mark.parametrize(
+    ("options", "recorded"), [({}, 5), ({"every": 2}, 3), ({"steps": "1:3"}, 2)]
+)
+def test_manual_weight_updates_without_an_optimizer(tmp_path, options, recorded):
+    """Only a backward says such a step ended, and steps that --every/--steps leave out
+    must hear of it too: otherwise they ran into one another as eval batches."""
     model = nn.Linear(3, 1)
-    with hookdbg.record(tmp_path / "sgd.h5", quiet=True):
+    with hookdbg.record(tmp_path / "sgd.h5", quiet=True, **options):
         for _ in range(5):
             model(torch.randn(2, 3)).pow(2).mean().backward()
             with torch.no_grad():
@@ -74,7 +80,9 @@ def test_manual_weight_updates_without_an_optimizer(tmp_path):
                     p.add_(-0.1 * p.grad)
                     p.grad = None
     t = tables(tmp_path / "sgd.h5")
-    assert len(t["steps"]) == 5 and np.all(t["steps"]["backward"] == 1)
+    assert len(t["steps"]) == 5 and np.all(t["steps"]["kind"] == StepKind.TRAIN)
+    assert list(t["steps"]["step"]) == [0, 1, 2, 3, 4]
+    assert int(t["steps"]["recorded"].sum()) == recorded
 
 
 def test_validation_batches_are_eval_batches_kept_apart(tmp_path):
