@@ -53,6 +53,8 @@ class DiffResult:
     unmatched_rows: int = 0
     unmatched: list[str] = field(default_factory=list)  # the first few, described
     divergences: list[Divergence] = field(default_factory=list)
+    # the recording made below --level stats (no values to compare), if one was
+    values_from: str | None = None
 
     @property
     def equal(self) -> bool:
@@ -92,6 +94,9 @@ def diff(
     common = sorted(set(a.recorded_steps.tolist()) & set(b.recorded_steps.tolist()))
     common = [s for s in common if (first is None or s >= first) and (last is None or s <= last)]
     result.compared_steps = common
+    for rec in (a, b):
+        if rec.info.options.get("level") != "stats":
+            result.values_from = str(rec.path)  # then shapes and dtypes alone
     for step in common:
         _compare_step(a, b, step, result)
     return result
@@ -125,6 +130,12 @@ def _keys(rec: Recording, rows: np.ndarray, step: int, by: str) -> list[tuple]:
 
 def _compare_step(a: Recording, b: Recording, step: int, result: DiffResult) -> None:
     rows_a, rows_b = a.tensors(step, step, COLUMNS), b.tensors(step, step, COLUMNS)
+    exact, stats = EXACT, STATS
+    if result.values_from is not None:
+        # without values on one side, compare what both have: no weights after the
+        # optimizer step (recorded only with statistics), shapes and dtypes
+        rows_a, rows_b = rows_a[rows_a["phase"] != Phase.OPT], rows_b[rows_b["phase"] != Phase.OPT]
+        exact, stats = ("shape", "dtype"), ()
     keys_a, keys_b = _keys(a, rows_a, step, result.by), _keys(b, rows_b, step, result.by)
     where_b = {k: i for i, k in enumerate(keys_b)}
     ia, ib = [], []
@@ -150,11 +161,11 @@ def _compare_step(a: Recording, b: Recording, step: int, result: DiffResult) -> 
     result.compared_rows += len(x)
     worst = np.zeros(len(x))
     worst_stat = np.full(len(x), "", dtype=object)
-    for stat in EXACT:
+    for stat in exact:
         bad = x[stat] != y[stat]
         update = bad & (worst < np.inf)
         worst[update], worst_stat[update] = np.inf, stat
-    for stat in STATS:
+    for stat in stats:
         u, v = x[stat], y[stat]
         with np.errstate(invalid="ignore", over="ignore"):
             same = (u == v) | (np.isnan(u) & np.isnan(v))  # inf == inf: no gap

@@ -161,6 +161,11 @@ def _explain(result: DiffResult, a: Recording, b: Recording) -> list[str]:
             f"compared {plural(len(steps), 'step')} ({steps[0]}-{steps[-1]}), "
             f"{plural(result.compared_rows, 'tensor summary', 'tensor summaries')}"
         )
+        if result.values_from is not None:
+            lines.append(
+                f"{result.values_from} was recorded without --level stats: compared shapes "
+                "and dtypes only"
+            )
         if result.steps_a != result.steps_b:
             lines.append(
                 f"recorded steps differ: {result.steps_a} in {a.path}, "
@@ -186,10 +191,12 @@ def _print(result: DiffResult, a: Recording, b: Recording, top: int) -> None:
     for line in _explain(result, a, b):
         out.print(f"[dim]{literal(line)}[/dim]")
     if result.equal:
-        out.print(
-            f"[bold green]match[/]: every compared summary agrees within rtol={result.rtol:g}, "
-            f"atol={result.atol:g}"
+        agree = (
+            "every compared tensor has the same shape and dtype"
+            if result.values_from is not None
+            else f"every compared summary agrees within rtol={result.rtol:g}, atol={result.atol:g}"
         )
+        out.print(f"[bold green]match[/]: {agree}")
         return
     first = result.first
     if first is None:
@@ -243,6 +250,7 @@ def _as_json(result: DiffResult, a: Recording, b: Recording, top: int) -> dict[s
         "by": result.by,
         "compared_steps": result.compared_steps,
         "compared_rows": result.compared_rows,
+        "values_compared": result.values_from is None,
         "unmatched_rows": result.unmatched_rows,
         "unmatched_examples": result.unmatched,
         "only_in_a": result.only_a,

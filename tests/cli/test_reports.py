@@ -90,6 +90,29 @@ def test_diff_exit_status(mlp_h5, nan_h5, tmp_path):
     assert data["equal"] is False and data["explanation"]
 
 
+def test_diff_of_stats_and_shapes_compares_what_both_have(mlp_h5, tmp_path):
+    """The same run at --level shapes has no values (and no weights after the optimizer
+    step): its shapes and dtypes match, and a changed shape still shows."""
+    shapes = tmp_path / "shapes.h5"
+    out = hookdbg(
+        "record", "-q", "-o", shapes, "--level", "shapes", SAMPLES / "numnet_mlp.py", "--steps", "4"
+    )
+    assert out.returncode == 0, out.stderr
+    same = hookdbg("diff", mlp_h5, shapes)
+    assert same.returncode == 0, same.stdout
+    assert "recorded without --level stats: compared shapes and dtypes only" in same.stdout
+    assert "every compared tensor has the same shape and dtype" in same.stdout
+    assert run_json("diff", shapes, mlp_h5)["values_compared"] is False
+    wider = tmp_path / "wider.h5"
+    out = hookdbg(
+        "record", "-q", "-o", wider, "--level", "shapes", SAMPLES / "numnet_mlp.py",
+        "--steps", "4", "--batch", "16",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    differ = hookdbg("diff", mlp_h5, wider)
+    assert differ.returncode == 1 and "first divergence" in differ.stdout
+
+
 def test_export_formats(resnet_h5, tmp_path):
     trace = tmp_path / "trace.json"
     out = hookdbg("export", resnet_h5, "--format", "perfetto", "-o", trace)
