@@ -17,7 +17,28 @@ from hookdbg.store.schema import MAX_HISTOGRAM_BINS
 
 
 class OptionError(ValueError):
-    """An option value that cannot be used; the message says what is wrong and what works."""
+    """An option value that cannot be used; the message says what is wrong and what works,
+    naming options as ``hookdbg record`` spells them (``as_keywords`` for the Python API)."""
+
+    def as_keywords(self) -> OptionError:
+        """The same error naming the keyword arguments of ``hookdbg.record``."""
+        return OptionError(_FLAG.sub(_keyword, str(self)))
+
+
+_FLAG = re.compile(r"--(no-)?([a-z][a-z-]*)")
+_KEYWORDS = {
+    "capture-budget": "capture_budget_mb",
+    "flight-recorder": "flight_recorder_mb",
+    "max-backlog": "max_backlog_mb",
+}
+
+
+def _keyword(match: re.Match[str]) -> str:
+    negated, flag = match.groups()
+    name = _KEYWORDS.get(flag, flag.replace("-", "_"))
+    if flag == "nan-check":
+        return f"{name}={not negated}"
+    return name
 
 
 class Level(IntEnum):
@@ -79,10 +100,17 @@ class ModuleFilter:
     exclude: tuple[str, ...] = ()
 
     @classmethod
-    def parse(cls, globs: tuple[str, ...] | list[str] | None) -> ModuleFilter:
+    def parse(cls, globs: str | tuple[str, ...] | list[str] | None) -> ModuleFilter:
+        """From globs (a single one may come as a plain string)."""
         include: list[str] = []
         exclude: list[str] = []
+        if isinstance(globs, str):
+            globs = [globs]
+        elif globs is not None and not isinstance(globs, (list, tuple)):
+            raise OptionError(f"module globs must be strings like 'layer3.*', not {globs!r}")
         for glob in globs or ():
+            if not isinstance(glob, str):
+                raise OptionError(f"module globs must be strings like 'layer3.*', not {glob!r}")
             pattern = glob.strip()
             negate = pattern.startswith("!")
             pattern = pattern[1:].strip() if negate else pattern
@@ -220,10 +248,10 @@ class RecordOptions:
         cls,
         *,
         level: str | Level = Level.STATS,
-        modules: tuple[str, ...] | list[str] | None = None,
+        modules: str | tuple[str, ...] | list[str] | None = None,
         every: int = 1,
         steps: str | StepRange | None = None,
-        capture: tuple[str, ...] | list[str] | None = None,
+        capture: str | tuple[str, ...] | list[str] | None = None,
         capture_steps: str | StepRange | None = None,
         capture_budget_mb: float = 512,
         flight_recorder_mb: float = 256,

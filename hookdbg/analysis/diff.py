@@ -130,7 +130,8 @@ def _keys(rec: Recording, rows: np.ndarray, step: int, by: str) -> list[tuple]:
 
 def _compare_step(a: Recording, b: Recording, step: int, result: DiffResult) -> None:
     rows_a, rows_b = a.tensors(step, step, COLUMNS), b.tensors(step, step, COLUMNS)
-    exact, stats = EXACT, STATS
+    exact: tuple[str, ...] = EXACT
+    stats: tuple[str, ...] = STATS
     if result.values_from is not None:
         # without values on one side, compare what both have: no weights after the
         # optimizer step (recorded only with statistics), shapes and dtypes

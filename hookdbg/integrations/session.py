@@ -66,7 +66,10 @@ class RecordingSession:
         # fail at construction, before the trainer sets anything up, on what the
         # recorder would refuse: a bad value, a recording already there
         checked = {k: v for k, v in self._options.items() if k != "force"}
-        RecordOptions.build(**{**checked, "on_nan": on_nan})  # stop needs NaN checks too
+        try:
+            RecordOptions.build(**{**checked, "on_nan": on_nan})  # stop needs NaN checks too
+        except OptionError as exc:
+            raise exc.as_keywords() from None
         if not options.get("force") and (Path(path).exists() or rank_files(path)):
             raise RecordError(f"{path} already exists; pass force=True to overwrite it")
         self.recorder: Recorder | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from hookdbg.options import Level, RecordOptions, StepRange
+from hookdbg.options import Level, OptionError, RecordOptions, StepRange
 from hookdbg.ranks import rank_path
 from hookdbg.recorder.actions import NonFiniteError, NonFiniteStop
 from hookdbg.recorder.core import Recorder, RecordError
@@ -25,12 +25,12 @@ def record(
     path: str | os.PathLike[str] = "hookdbg.h5",
     *,
     level: str | Level = "stats",
-    modules: list[str] | tuple[str, ...] | None = None,
+    modules: str | list[str] | tuple[str, ...] | None = None,
     every: int = 1,
     steps: str | StepRange | None = None,
     on_nan: str = "warn",
     nan_check: bool | None = None,
-    capture: list[str] | tuple[str, ...] | None = None,
+    capture: str | list[str] | tuple[str, ...] | None = None,
     capture_steps: str | StepRange | None = None,
     capture_budget_mb: float = 512,
     flight_recorder_mb: float = 256,
@@ -49,20 +49,23 @@ def record(
     On one of several ranks (torchrun) it records into that rank's file, as the CLI
     does: ``run.h5`` becomes ``run.rank1.h5`` (the recorder's ``path`` says which).
     """
-    options = RecordOptions.build(
-        level=level,
-        modules=modules,
-        every=every,
-        steps=steps,
-        on_nan=on_nan,
-        nan_check=nan_check,
-        capture=capture,
-        capture_steps=capture_steps,
-        capture_budget_mb=capture_budget_mb,
-        flight_recorder_mb=flight_recorder_mb,
-        max_backlog_mb=max_backlog_mb,
-        quiet=quiet,
-        flush_interval=flush_interval,
-        histograms=histograms,
-    )
+    try:
+        options = RecordOptions.build(
+            level=level,
+            modules=modules,
+            every=every,
+            steps=steps,
+            on_nan=on_nan,
+            nan_check=nan_check,
+            capture=capture,
+            capture_steps=capture_steps,
+            capture_budget_mb=capture_budget_mb,
+            flight_recorder_mb=flight_recorder_mb,
+            max_backlog_mb=max_backlog_mb,
+            quiet=quiet,
+            flush_interval=flush_interval,
+            histograms=histograms,
+        )
+    except OptionError as exc:
+        raise exc.as_keywords() from None
     return Recorder(rank_path(path), options, force=force)

@@ -13,6 +13,7 @@ from hookdbg.recorder.nonfinite import Alert, OriginDetector
 from hookdbg.recorder.stats import FIELDS
 from hookdbg.store.rows import Rows
 from hookdbg.store.schema import Phase
+from hookdbg.text import plural
 
 
 class NonFiniteError(FloatingPointError):
@@ -160,7 +161,12 @@ class Actions:
             span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
             if not alert.segment.training:
                 span = alert.segment.when.removeprefix("in ")
-            note = f"; {stale} changed in place since were left out" if stale else ""
+            note = (
+                f"; {plural(stale, 'tensor')} changed in place since "
+                + ("it was seen, so it was left out" if stale == 1 else "seen, so left out")
+                if stale
+                else ""
+            )
             self.warn(
                 f"flight recorder: wrote {len(rows)} tensors of {alert.module.name} and "
                 f"its neighbours ({span}) to {self.path}{note}"

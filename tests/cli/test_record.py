@@ -220,5 +220,7 @@ def test_numeric_options_are_refused_alike_by_the_cli_and_the_api(
     }[option]
     with pytest.raises(OptionError) as api:
         hookdbg.record(tmp_path / "api.h5", **{keyword: float(value)})
-    assert str(api.value) in out.stderr
+    # the same words, naming the keyword argument instead of the flag
+    assert str(api.value).startswith(f"{keyword} must be")
+    assert str(api.value).replace(keyword, option, 1) in out.stderr
     assert not list(tmp_path.glob("*.h5"))

@@ -76,7 +76,7 @@ def test_bad_options_fail_before_training(tmp_path):
         HookdbgCallback(str(tmp_path / "run.h5"), levl="stats")
     with pytest.raises(OptionError, match="unknown on_nan 'explode'"):
         HookdbgCallback(str(tmp_path / "run.h5"), on_nan="explode")
-    with pytest.raises(OptionError, match="--every must be at least 1"):
+    with pytest.raises(OptionError, match=r"^every must be at least 1"):
         HookdbgCallback(str(tmp_path / "run.h5"), every=0)
     (tmp_path / "old.rank1.h5").touch()
     with pytest.raises(RecordError, match="already exists; pass force=True"):

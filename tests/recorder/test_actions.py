@@ -170,7 +170,13 @@ def test_nan_check_switches(tmp_path):
     timing, off = tables(tmp_path / "timing.h5"), tables(tmp_path / "off.h5")
     assert len(timing["alerts"]) == 1 and len(timing["tensors"]) == 0
     assert len(off["alerts"]) == 0 and off["tensors"]["nan"].max() > 0  # still counted
-    with pytest.raises(ValueError, match="needs NaN checks: drop --no-nan-check"):
+    # from Python, errors name the keyword arguments, not the command line's flags
+    with pytest.raises(ValueError, match="on_nan raise needs NaN checks: drop nan_check=False"):
         hookdbg.record(tmp_path / "x.h5", on_nan="raise", nan_check=False)
-    with pytest.raises(ValueError, match="needs NaN checks: add --nan-check"):
+    with pytest.raises(ValueError, match="needs NaN checks: add nan_check=True"):
         hookdbg.record(tmp_path / "x.h5", on_nan="stop", level="timing")
+    with pytest.raises(ValueError, match=r"^every must be at least 1, not 0"):
+        hookdbg.record(tmp_path / "x.h5", every=0)
+    with pytest.raises(ValueError, match=r"module globs must be strings like 'layer3\.\*', not 5"):
+        hookdbg.record(tmp_path / "x.h5", modules=5)  # type: ignore[arg-type]
+    assert hookdbg.record(tmp_path / "x.h5", modules="0").options.modules.include == ("0",)

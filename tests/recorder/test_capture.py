@@ -132,7 +132,9 @@ def test_flight_recorder_leaves_out_tensors_changed_in_place(tmp_path, capsys):
     model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(inplace=True), Explode())
     with hookdbg.record(tmp_path / "run.h5"), torch.no_grad():
         model(torch.randn(3, 2))
-    assert "changed in place since were left out" in capsys.readouterr().err
+    assert "1 tensor changed in place since it was seen, so it was left out" in (
+        capsys.readouterr().err
+    )
     with open_recording(tmp_path / "run.h5") as rec:
         relu = rec.modules.resolve("model.1")
         kept = {c.label for c in rec.captured(relu.id)}
