@@ -54,11 +54,11 @@ ROW_BYTES = {"tensors": 700, "calls": 400, "captures": 400}
 OTHER_ROW_BYTES = 300
 
 
-def batch_bytes(batch: Batch) -> int:
+def batch_bytes(batch: Batch, row_bytes: dict[str, int] = ROW_BYTES) -> int:
     """What a batch of rows holds in memory, about: rows plus captured tensors' bytes."""
     total = 0
     for table, rows in batch.items():
-        total += len(rows) * ROW_BYTES.get(table, OTHER_ROW_BYTES)
+        total += len(rows) * row_bytes.get(table, OTHER_ROW_BYTES)
         if table == "captures":
             total += sum(len(row[-1]) for row in rows)
     return total
@@ -81,6 +81,10 @@ class Writer:
     ) -> None:
         self.path = Path(path)
         self._tables = tables or schema.TABLES  # schema.tables(): with histograms or not
+        self._row_bytes = dict(ROW_BYTES)
+        histogram = self._tables["tensors"][0].fields.get(schema.HISTOGRAM)
+        if histogram is not None:  # each tensor row also holds its counts (a bytes object)
+            self._row_bytes["tensors"] += histogram[0].itemsize + 40
         self.flush_interval = flush_interval
         self.max_backlog_bytes = max_backlog_bytes
         self._converters = converters or {}
@@ -106,7 +110,7 @@ class Writer:
 
     def submit(self, batch: Batch) -> None:
         """Hand rows over to the writer; drops (and counts) them if it is too far behind."""
-        size = batch_bytes(batch)
+        size = batch_bytes(batch, self._row_bytes)
         if self.failed is not None or self.died is not None or self._over(size):
             self._drop(batch)
             return

@@ -64,6 +64,30 @@ def test_a_full_queue_drops_whole_batches_and_counts_them(tmp_path):
     assert t["progress"]["dropped"][-1] == 8
 
 
+def test_histogram_counts_count_towards_the_backlog(tmp_path):
+    """With --histograms 1024 a tensor row also holds 8 kB of counts: a backlog limit
+    that fits a batch of plain rows twice over does not fit it with histograms."""
+    row = (0, 0, 0, 0, 0, 1, "", ((4,), "float32", "cpu", 4, *[0.0] * 5, 0, 0, 0, 0.0))
+    batch = {"tensors": [row] * 100}
+    room = 2 * batch_bytes(batch)
+    plain = Writer(tmp_path / "plain.h5", {}, flush_interval=60, max_backlog_bytes=room)
+    binned = Writer(
+        tmp_path / "binned.h5",
+        {},
+        flush_interval=60,
+        max_backlog_bytes=room,
+        tables=schema.tables(1024),
+        warn=lambda message: None,
+    )
+    for writer in (plain, binned):
+        for _ in range(2):  # the writer sleeps for 60 s: nothing drains meanwhile
+            writer.submit(dict(batch))
+    assert plain.dropped_rows == 0 and binned.dropped_rows == 100
+    end = {"time": 0.0, "status": "complete", "exit_code": 0, "steps": 0, "calls": 0}
+    for writer in (plain, binned):
+        writer.close({**end, "alerts": 0, "message": ""})
+
+
 def test_an_uncreatable_file_is_a_clean_error(tmp_path):
     with pytest.raises(WriterError, match=r"cannot create .*missing"):
         Writer(tmp_path / "missing" / "w.h5", {})
