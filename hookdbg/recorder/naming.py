@@ -143,6 +143,8 @@ class ModuleRegistry:
         self.by_id: dict[int, ModuleInfo] = {}
         self._labels: set[str] = set()
         self._unnamed: dict[tuple[int, str], int] = {}
+        # (parent id or -1, class) -> the stateless modules discovered there, in order
+        self._stateless: dict[tuple[int, str], list[ModuleInfo]] = {}
         self._counted: set[int] = set()  # ids of parameters already counted
         self.infos: list[ModuleInfo] = []
 
@@ -168,6 +170,23 @@ class ModuleRegistry:
     # -- discovery (rare) ------------------------------------------------------------
 
     def _discover(self, module: torch.nn.Module, parent: ModuleInfo | None) -> ModuleInfo:
+        stateless = _stateless(module)
+        place = (parent.id if parent is not None else -1, type(module).__qualname__)
+        if stateless:
+            for before in self._stateless.get(place, ()):
+                if before.ref() is None:
+                    # a module made anew for each call (a loss built inside forward, as
+                    # Hugging Face models do): the same module as far as anyone can
+                    # tell, named once, not once per step
+                    before.ref = weakref.ref(module)
+                    self.by_id[id(module)] = before
+                    return before
+        info = self._named(module, parent)
+        if stateless:
+            self._stateless.setdefault(place, []).append(info)
+        return info
+
+    def _named(self, module: torch.nn.Module, parent: ModuleInfo | None) -> ModuleInfo:
         if parent is None:
             self._add_root(module)
         else:
@@ -368,6 +387,13 @@ def user_modules() -> list[torch.nn.Module]:
             if isinstance(value, torch.nn.Module):
                 found[id(value)] = value
     return list(found.values())
+
+
+def _stateless(module: torch.nn.Module) -> bool:
+    """No parameters, buffers or submodules: nothing tells two such modules apart."""
+    return not (module._parameters or module._modules) and all(
+        b is None for b in module._buffers.values()
+    )
 
 
 def _find_owner(module: torch.nn.Module) -> torch.nn.Module | None:

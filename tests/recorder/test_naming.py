@@ -111,3 +111,37 @@ def test_tied_weights_are_counted_once(tmp_path):
     assert int(tables(tmp_path / "run.h5")["modules"]["params"].sum()) == true_count
     out = run_hookdbg("summary", "--json", tmp_path / "run.h5")
     assert json.loads(out.stdout)["parameters"] == true_count == 1872
+
+
+def test_a_loss_module_made_in_each_forward_is_one_module(tmp_path):
+    """Hugging Face models build ``CrossEntropyLoss()`` inside ``forward``; scripts do
+    ``nn.MSELoss()(out, y)``. Each is a new object every step, but one module to the
+    user: one name, one row, not one per step."""
+
+    class WithLoss(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Linear(4, 3)
+
+        def forward(self, x, y):
+            return nn.CrossEntropyLoss()(self.body(x), y)
+
+    model = WithLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        for _ in range(6):
+            opt.zero_grad()
+            loss = model(x, y) + nn.MSELoss()(model.body(x), torch.zeros(8, 3))
+            loss.backward()
+            opt.step()
+    t = tables(tmp_path / "run.h5")
+    names = module_names(t)
+    assert sorted(n for n in names.values() if "Loss" in n) == [
+        "MSELoss",
+        "model.<CrossEntropyLoss>",
+    ]
+    for name in ("MSELoss", "model.<CrossEntropyLoss>"):
+        module = next(i for i, n in names.items() if n == name)
+        calls = t["calls"][(t["calls"]["module"] == module) & (t["calls"]["phase"] == 0)]
+        assert sorted(calls["step"].tolist()) == [0, 1, 2, 3, 4, 5]
