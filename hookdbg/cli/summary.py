@@ -136,7 +136,13 @@ def _print_summary(rec: Recording, view: Overview) -> None:
     for key, value in _facts(rec, view):
         out.print(f"  [dim]{key:<10}[/dim] {literal(value)}")
     if not view.lines:
-        out.print("\n  no module calls were recorded")
+        if view.recorded_steps == 0 and view.eval_batches:
+            out.print(
+                "\n  no training step was recorded, only eval batches: "
+                + literal(f"`hookdbg show {rec.path} MODULE --eval` shows their calls")
+            )
+        else:
+            out.print("\n  no module calls were recorded")
         return
     out.print(_module_table(view))
 

@@ -264,3 +264,22 @@ def test_gradscaler_overflow_is_reported_as_skipped_steps(tmp_path):
     )
     data = run_json("summary", path)
     assert data["gradscaler"]["skipped_steps"] == 6 and data["alerts"] == 0
+
+
+def test_summary_of_an_eval_only_run_points_to_its_eval_batches(tmp_path):
+    script = tmp_path / "infer.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()\n"
+        "with torch.no_grad():\n"
+        "    for _ in range(3):\n"
+        "        model(torch.randn(2, 4))\n"
+    )
+    path = tmp_path / "infer.h5"
+    assert hookdbg("record", "-q", "-o", path, script).returncode == 0
+    out = hookdbg("summary", path)
+    assert out.returncode == 0, out.stderr
+    assert "3 eval batches" in out.stdout and "no module calls were recorded" not in out.stdout
+    assert "no training step was recorded, only eval batches" in out.stdout
+    shown = hookdbg("show", path, "model", "--eval")
+    assert shown.returncode == 0 and "eval 2" in shown.stdout
