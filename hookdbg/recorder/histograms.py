@@ -132,6 +132,7 @@ def segment_histograms(
     index -= (values < index * step + lo_e).to(torch.int64)
     right = torch.where(index + 1 >= bins, hi_e, (index + 1) * step + lo_e)
     index += ((values >= right) & (index < bins - 1)).to(torch.int64)
+    index.clamp_(min=0)  # -inf (not counted) fell below the first edge: keep it in its segment
     index = torch.where(width == 0, bins // 2, index)  # a constant tensor: the middle bin
     index += (
         torch.arange(k, device=values.device)
