@@ -26,7 +26,8 @@ NaN/inf checks are replayed in the order the hooks saw them. At the end of the
 recording the last batches are waited for.
 
 With ``--histograms N`` each segment's raw row has 2 + N more columns, binned at the
-same flush (hookdbg/recorder/histograms.py) and read back with the rest.
+same flush (hookdbg/recorder/histograms.py) and read back with the rest; a large
+tensor's are binned at hook time, by two more Triton kernel launches (blockhist.py).
 
 What this costs: rows and alerts reach the file a step later, and an alert cannot stop
 the script inside the hook that saw it. That is why ``--on-nan break`` and ``raise``
@@ -176,7 +177,7 @@ class StepBatch:
         if n > ARENA:
             raw = tensor_stats(t)
             if self.bins:
-                raw = torch.cat([raw, histograms.tensor_histogram(t, self.bins, ARENA)], dim=1)
+                raw = torch.cat([raw, histograms.large_histogram(t, self.bins, ARENA)], dim=1)
             pending.group = self._new_group()
             self._groups[pending.group] = raw
         else:
@@ -215,7 +216,7 @@ class StepBatch:
             self._partials_group = self._new_group()
         pending.group, pending.index = self._partials_group, len(partials) - 1
         if self.bins:
-            partials.extra.append(histograms.tensor_histogram(t, self.bins, ARENA))
+            partials.extra.append(histograms.large_histogram(t, self.bins, ARENA))
         return True
 
     def _reduce_arena(self) -> None:
