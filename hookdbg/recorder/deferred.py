@@ -166,7 +166,7 @@ class StepBatch:
 
     def add(self, t: torch.Tensor) -> Pending:
         """Queue ``t``'s statistics on its device, without waiting: one copy into the
-        arena, or for a large tensor one kernel launch."""
+        arena, or for a large tensor one kernel launch (three with its histogram)."""
         n = t.numel()
         pending = Pending((tuple(t.shape), stats.dtype_name(t.dtype), stats.device_name(t), n))
         self.pending.append(pending)
@@ -203,7 +203,8 @@ class StepBatch:
         self._lengths.append(n)
 
     def _add_large(self, pending: Pending, t: torch.Tensor, flat: torch.Tensor) -> bool:
-        """One launch of the kernel over ``t``; False where it cannot run here."""
+        """One launch of the kernel over ``t`` (and two of blockhist.py's for its
+        histogram); False where the statistics kernel cannot run here."""
         partials = self._partials
         if partials is not None and (partials.device != t.device or not partials.fits(t.numel())):
             self._combine_partials()
