@@ -48,7 +48,7 @@ PROGRAMS = 1024  # at most, per tensor: a few per streaming multiprocessor, seve
 CAPACITY = 1 << 16  # rows of partials (4.5 MB of float64) combined at once
 COLUMNS = 9  # of a partial row: the 8 of deferred.arena_stats, then the element count
 KERNEL_DEVICES = frozenset({"cuda"})  # device types whose tensors the kernel reads
-_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 
 
 @functools.cache
@@ -74,15 +74,18 @@ def _turn_off(error: Exception) -> None:
 
 def flat_input(t: torch.Tensor) -> torch.Tensor | None:
     """The 1-D view of ``t`` the kernel reads, or None where the kernel does not apply
-    (see the module docstring). A view of a dense block in memory order, never a copy.
-    Tensor subclasses (DTensor, FakeTensor...) are left to torch's own ops: their
+    (see the module docstring)."""
+    if t.device.type not in KERNEL_DEVICES or _kernel() is None:
+        return None
+    return dense_view(t)
+
+
+def dense_view(t: torch.Tensor) -> torch.Tensor | None:
+    """``t``'s elements as a 1-D view in memory order, where they fill one dense block
+    of memory and are of a dtype the kernels read; None otherwise. A view, never a
+    copy. Tensor subclasses (DTensor, FakeTensor...) are left to torch's own ops: their
     ``data_ptr`` need not be the memory the values are in."""
-    if (
-        t.device.type not in KERNEL_DEVICES
-        or t.dtype not in _DTYPES
-        or type(t) is not torch.Tensor
-        or _kernel() is None
-    ):
+    if t.dtype not in DTYPES or type(t) is not torch.Tensor:
         return None
     if t.is_contiguous():
         return t.view(-1)
@@ -93,8 +96,13 @@ def flat_input(t: torch.Tensor) -> torch.Tensor | None:
 def split(numel: int) -> tuple[int, int]:
     """(programs, elements per program) for a tensor of ``numel`` elements: whole
     chunks each, and no more than ``PROGRAMS`` programs."""
-    chunks = -(-numel // BLOCK)
-    per_program = -(-chunks // PROGRAMS) * BLOCK
+    return split_into(numel, BLOCK, PROGRAMS)
+
+
+def split_into(numel: int, block: int, programs: int) -> tuple[int, int]:
+    """``split`` with other chunk and program counts (blockhist.py's kernels)."""
+    chunks = -(-numel // block)
+    per_program = -(-chunks // programs) * block
     return -(-numel // per_program), per_program
 
 

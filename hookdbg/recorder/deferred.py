@@ -26,7 +26,8 @@ NaN/inf checks are replayed in the order the hooks saw them. At the end of the
 recording the last batches are waited for.
 
 With ``--histograms N`` each segment's raw row has 2 + N more columns, binned at the
-same flush (hookdbg/recorder/histograms.py) and read back with the rest.
+same flush (hookdbg/recorder/histograms.py) and read back with the rest; a large
+tensor's are binned at hook time, by two more Triton kernel launches (blockhist.py).
 
 What this costs: rows and alerts reach the file a step later, and an alert cannot stop
 the script inside the hook that saw it. That is why ``--on-nan break`` and ``raise``
@@ -165,7 +166,7 @@ class StepBatch:
 
     def add(self, t: torch.Tensor) -> Pending:
         """Queue ``t``'s statistics on its device, without waiting: one copy into the
-        arena, or for a large tensor one kernel launch."""
+        arena, or for a large tensor one kernel launch (three with its histogram)."""
         n = t.numel()
         pending = Pending((tuple(t.shape), stats.dtype_name(t.dtype), stats.device_name(t), n))
         self.pending.append(pending)
@@ -176,7 +177,7 @@ class StepBatch:
         if n > ARENA:
             raw = tensor_stats(t)
             if self.bins:
-                raw = torch.cat([raw, histograms.tensor_histogram(t, self.bins, ARENA)], dim=1)
+                raw = torch.cat([raw, histograms.large_histogram(t, self.bins, ARENA)], dim=1)
             pending.group = self._new_group()
             self._groups[pending.group] = raw
         else:
@@ -202,7 +203,8 @@ class StepBatch:
         self._lengths.append(n)
 
     def _add_large(self, pending: Pending, t: torch.Tensor, flat: torch.Tensor) -> bool:
-        """One launch of the kernel over ``t``; False where it cannot run here."""
+        """One launch of the kernel over ``t`` (and two of blockhist.py's for its
+        histogram); False where the statistics kernel cannot run here."""
         partials = self._partials
         if partials is not None and (partials.device != t.device or not partials.fits(t.numel())):
             self._combine_partials()
@@ -215,7 +217,7 @@ class StepBatch:
             self._partials_group = self._new_group()
         pending.group, pending.index = self._partials_group, len(partials) - 1
         if self.bins:
-            partials.extra.append(histograms.tensor_histogram(t, self.bins, ARENA))
+            partials.extra.append(histograms.large_histogram(t, self.bins, ARENA))
         return True
 
     def _reduce_arena(self) -> None:

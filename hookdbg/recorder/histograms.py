@@ -23,6 +23,10 @@ How they are computed, off when ``N`` is 0 (then nothing here runs):
   ``zeros(k * N)``); the counts travel to the host with the step's statistics. There,
   a tensor holding NaN/inf gets the min and max of its finite values in its summary
   (as on the CPU path), so that its histogram's edges can be known.
+* Device tensors summarised on their own (more than ``blockstats.LARGE`` elements):
+  binned at hook time into the same columns, in two Triton kernel launches where
+  blockhist.py's kernels apply (the same bins, by the same float64 arithmetic), else by
+  ``tensor_histogram``: ``segment_histograms`` over float64 chunks of the tensor.
 
 A histogram rides in its summary tuple as one more element (bytes of ``N`` int64
 counts, or None), after the columns of the tensors table (stats.py); the writer's
@@ -39,7 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hookdbg.recorder import stats
+from hookdbg.recorder import blockhist, stats
 from hookdbg.store import rows as store_rows
 from hookdbg.store import schema
 
@@ -132,6 +136,7 @@ def segment_histograms(
     index -= (values < index * step + lo_e).to(torch.int64)
     right = torch.where(index + 1 >= bins, hi_e, (index + 1) * step + lo_e)
     index += ((values >= right) & (index < bins - 1)).to(torch.int64)
+    index.clamp_(min=0)  # -inf (not counted) fell below the first edge: keep it in its segment
     index = torch.where(width == 0, bins // 2, index)  # a constant tensor: the middle bin
     index += (
         torch.arange(k, device=values.device)
@@ -150,6 +155,13 @@ def arena_histograms(values: torch.Tensor, lengths: list[int], bins: int) -> tor
     bounds = finite_bounds(values, n)
     counts = segment_histograms(values, n, bounds[:, 0], bounds[:, 1], bins)
     return torch.cat([bounds, counts], dim=1)
+
+
+def large_histogram(t: torch.Tensor, bins: int, chunk: int) -> torch.Tensor:
+    """``tensor_histogram``'s columns for a tensor summarised on its own, queued in two
+    Triton kernel launches where blockhist.py's kernels apply."""
+    row = blockhist.histogram(t, bins)
+    return tensor_histogram(t, bins, chunk) if row is None else row
 
 
 def tensor_histogram(t: torch.Tensor, bins: int, chunk: int) -> torch.Tensor:

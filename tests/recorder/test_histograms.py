@@ -165,3 +165,24 @@ def test_a_tensor_larger_than_the_arena_is_binned_in_chunks():
         counts = np.frombuffer(p.value[HISTOGRAM], dtype=np.int64)
         np.testing.assert_array_equal(counts, np.histogram(finite, bins=16)[0])
         assert (p.value[4], p.value[5]) == (finite.min(), finite.max())  # finite min, max
+
+
+def test_minus_infinity_in_the_first_segment_is_not_counted():
+    """-inf's estimate fell below the first edge, to index -1: out of the counts (an
+    IndexError on the CPU, a device-side assertion on a GPU) for the arena's first
+    tensor or one binned on its own."""
+    from hookdbg.recorder.deferred import ARENA, StepBatch
+    from hookdbg.recorder.histograms import HISTOGRAM
+
+    g = torch.Generator().manual_seed(1)
+    first, big = torch.randn(100, generator=g), torch.randn(ARENA + 1, generator=g)
+    first[[0, 50]] = float("-inf")
+    big[[7, 8]] = torch.tensor([float("-inf"), float("nan")])
+    batch = StepBatch(0, bins=4)
+    pending = [batch.add(first), batch.add(big)]
+    batch.launch()
+    batch.read()
+    for p, t in zip(pending, (first, big), strict=True):
+        values = t.double().numpy()
+        counts = np.frombuffer(p.value[HISTOGRAM], dtype=np.int64)
+        np.testing.assert_array_equal(counts, np.histogram(values[np.isfinite(values)], 4)[0])
