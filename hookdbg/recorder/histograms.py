@@ -127,7 +127,9 @@ def segment_histograms(
 
     lo_e, hi_e = spread(lo), spread(hi)
     width = hi_e - lo_e
-    step = width / bins
+    # a tensor divisor: torch divides a CUDA tensor by a Python number as a
+    # multiplication by its reciprocal, one rounding off numpy's edges
+    step = width / torch.full((), float(bins), dtype=width.dtype, device=width.device)
     weight = values.isfinite() & (values >= lo_e) & (values <= hi_e)
     estimate = ((values - lo_e) / width * bins).nan_to_num_(0.0, 0.0, 0.0)
     index = estimate.clamp_(0, bins - 1).to(torch.int64)
