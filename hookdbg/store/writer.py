@@ -52,6 +52,7 @@ Batch = dict[str, list]
 # side; measured with sys.getsizeof over a resnet18 recording, rounded up).
 ROW_BYTES = {"tensors": 700, "calls": 400, "captures": 400}
 OTHER_ROW_BYTES = 300
+_END_FIELDS: tuple[str, ...] = schema.END.names or ()
 
 
 def batch_bytes(batch: Batch) -> int:
@@ -184,10 +185,10 @@ class Writer:
                             rdcc_nslots=11,
                         ),
                     )
-                    for field in dtype.names
+                    for field in dtype.names or ()
                 ]
             end = f.create_group(schema.END_TABLE)
-            for field in schema.END.names:
+            for field in _END_FIELDS:
                 _allocated(end, field, schema.END[field], 1)
             end["write_failed"][0] = math.nan
             committed = _allocated(f, schema.COMMITTED, np.dtype("<i8"), len(schema.TABLES))
@@ -217,7 +218,7 @@ class Writer:
         # lookup per append, and no handle is freed while HDF5 is in an error state
         self._lengths = {name: 0 for name in schema.TABLES}
         self._lengths["progress"] = 1
-        self._end_columns = {field: f[schema.END_TABLE][field] for field in schema.END.names}
+        self._end_columns = {field: f[schema.END_TABLE][field] for field in _END_FIELDS}
         # where the in-place datasets are in the file: written there directly, bypassing
         # HDF5, once HDF5 itself can no longer write
         self._offsets = {field: ds.id.get_offset() for field, ds in self._end_columns.items()}
@@ -324,7 +325,7 @@ class Writer:
         end["dropped"] = self.dropped_rows
         end["write_failed"] = self.failed_at
         end["write_error"] = self.failed or self.died or ""
-        row = tuple(_fit(end[name], schema.END[name]) for name in schema.END.names)
+        row = tuple(_fit(end[name], schema.END[name]) for name in _END_FIELDS)
         return np.array([row], dtype=schema.END)
 
     def _finish(self) -> None:
@@ -348,7 +349,7 @@ class Writer:
         failed, but these bytes need no new space."""
         with contextlib.suppress(Exception):
             fd = self._file.id.get_vfd_handle()
-            for field in schema.END.names:
+            for field in _END_FIELDS:
                 os.pwrite(fd, row[field].tobytes(), self._offsets[field])
             os.fsync(fd)
 
