@@ -258,7 +258,9 @@ class Recorder:
             self._hooks.remove()
         finally:
             with contextlib.suppress(ValueError):
-                warnings.filters.remove(self._warning_filter)
+                filters = warnings.filters
+                if isinstance(filters, list):  # it is; typeshed declares a Sequence
+                    filters.remove(self._warning_filter)
                 warnings._filters_mutated()  # type: ignore[attr-defined]
             if _active is self:
                 _active = None

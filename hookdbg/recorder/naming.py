@@ -172,8 +172,8 @@ class ModuleRegistry:
             self._add_root(module)
         else:
             root = self.infos[parent.root]
-            root_module = root.ref()
-            if root_module is not None:  # modules added to the model since we named it
+            root_module = root.ref()  # a module's root is a module, alive or not
+            if isinstance(root_module, torch.nn.Module):  # modules added since we named it
                 self._add_tree(root_module, root)
         info = self.known(module)
         if info is None:  # not reachable by named_modules(): e.g. held in a plain list
@@ -345,7 +345,7 @@ def _user_namespaces() -> list[dict[str, object]]:
     ``model``; the script calls it what the user does)."""
     own: list[dict[str, object]] = []
     libraries: list[dict[str, object]] = []
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None and len(own) + len(libraries) < 16:
         filename = os.path.abspath(frame.f_code.co_filename)
         if not filename.startswith((_HOOKDBG_DIR, _TORCH_DIR)) and "<frozen" not in filename:

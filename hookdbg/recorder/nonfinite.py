@@ -57,9 +57,9 @@ from dataclasses import dataclass, field
 import torch
 
 from hookdbg.recorder.calls import Call, Seen, Segment
-from hookdbg.recorder.deferred import resolved
+from hookdbg.recorder.deferred import Pending, resolved
 from hookdbg.recorder.naming import ModuleInfo
-from hookdbg.recorder.stats import summarise
+from hookdbg.recorder.stats import Summary, summarise
 from hookdbg.store.schema import Phase, Slot, slot_label
 
 _PHASE_WORDS = {Phase.FWD: "forward", Phase.BWD: "backward", Phase.OPT: "optimizer step"}
@@ -75,7 +75,7 @@ class Alert:
     phase: Phase
     slot: Slot
     path: str
-    summary: tuple
+    summary: Summary
     time: float
     note: str
     first: bool = False
@@ -131,15 +131,24 @@ class Alert:
         )
 
 
-def counts_text(summary: tuple) -> str:
+def counts_text(summary: Summary) -> str:
     """'16 NaN, 2 -inf' from a summary's counts."""
     nan, posinf, neginf = summary[9:12]
     parts = [f"{n:,} {k}" for k, n in (("NaN", nan), ("+inf", posinf), ("-inf", neginf)) if n]
     return ", ".join(parts)
 
 
-def has_nan(summary: tuple) -> bool:
+def has_nan(summary: Summary) -> bool:
     return summary[9] > 0
+
+
+def checked(summary: Summary | Pending | None) -> Summary:
+    """The summary a NaN/inf check judges. There always is one: checking makes every
+    tensor summarised, and a deferred check replays only once its step's statistics
+    have been read back (hookdbg/recorder/deferred.py)."""
+    value = resolved(summary)
+    assert value is not None, "a NaN/inf check ran before its summary was known"
+    return value
 
 
 class OriginDetector:
@@ -176,7 +185,7 @@ class OriginDetector:
         self, call: Call, path: str, seen: Seen, seg: Segment, now: float
     ) -> Alert | None:
         """A non-finite tensor reached ``call`` as input ``path``."""
-        summary = resolved(seen.summary)
+        summary = checked(seen.summary)
         if not has_nan(summary):  # infs only: maybe a mask; see whether it is absorbed
             if call.inf_inputs is None:
                 call.inf_inputs = []
@@ -202,7 +211,7 @@ class OriginDetector:
         root = call.parent is None  # what it returns goes to the script itself
         if seen.producer is not call and not root:
             return None  # a submodule made it (and was judged for it)
-        summary = resolved(seen.summary)
+        summary = checked(seen.summary)
         nan = has_nan(summary)
         if nan or root or call.inf_inputs:
             self.step_tainted = True
@@ -290,7 +299,7 @@ class OriginDetector:
 
     # -- backward ---------------------------------------------------------------------
 
-    def gradient(self, seen: Seen, summary: tuple, seg: Segment, now: float) -> Alert | None:
+    def gradient(self, seen: Seen, summary: Summary, seg: Segment, now: float) -> Alert | None:
         """The gradient w.r.t. the tensor of ``seen`` is non-finite."""
         consumers = [(c, p) for c, slot, p in seen.grad_slots if slot == Slot.GRAD_INPUT]
         producers = [(c, p) for c, slot, p in seen.grad_slots if slot == Slot.GRAD_OUTPUT]
@@ -347,7 +356,7 @@ class OriginDetector:
         info: ModuleInfo,
         calls: list[Call],
         name: str,
-        summary: tuple,
+        summary: Summary,
         seg: Segment,
         now: float,
     ) -> Alert | None:
@@ -373,7 +382,7 @@ class OriginDetector:
     # -- optimizer and ranks ----------------------------------------------------------
 
     def reduced_grad(
-        self, info: ModuleInfo, name: str, summary: tuple, seg: Segment, now: float
+        self, info: ModuleInfo, name: str, summary: Summary, seg: Segment, now: float
     ) -> Alert | None:
         """The gradient the optimizer step uses is non-finite, but this rank's own was
         finite: it came from another rank through the all-reduce (one alert a step)."""
@@ -397,7 +406,7 @@ class OriginDetector:
         opt: ModuleInfo,
         call: int,
         name: str,
-        summary: tuple,
+        summary: Summary,
         grad_finite: bool | None,
         seg: Segment,
         now: float,
@@ -419,7 +428,7 @@ class OriginDetector:
         )
 
 
-def _from_outside(call: Call, path: str, summary: tuple, seg: Segment, now: float) -> Alert:
+def _from_outside(call: Call, path: str, summary: Summary, seg: Segment, now: float) -> Alert:
     """Input ``path`` of ``call`` held a value no recorded module produced."""
     where = "the data" if call.parent is None else "tensor code between modules"
     return Alert(
@@ -459,7 +468,7 @@ def _finite_inputs_note(call: Call) -> str:
         else:
             source = f", from {birth.module.name} ({birth.module.type}) forward output"
         held.append(
-            f"{slot_label(Slot.INPUT, path)} held {counts_text(resolved(seen.summary))}{source}"
+            f"{slot_label(Slot.INPUT, path)} held {counts_text(checked(seen.summary))}{source}"
         )
     more = " and more" if len(call.inf_inputs) > 2 else ""
     return f"its inputs held no NaN ({'; '.join(held)}{more}) and its parameters were finite"

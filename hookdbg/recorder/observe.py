@@ -16,7 +16,7 @@ that consumed it. Leaf tensors that need a gradient have no node: a tensor hook 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from time import time
 from typing import TYPE_CHECKING
@@ -28,11 +28,12 @@ from hookdbg.options import Level, RecordOptions
 from hookdbg.recorder import histograms, stats
 from hookdbg.recorder.calls import Call, Seen, Segment, StepState
 from hookdbg.recorder.capture import Capturer, FlightRecorder
-from hookdbg.recorder.deferred import Pending, resolved
+from hookdbg.recorder.deferred import Pending
 from hookdbg.recorder.envelope import Guard, hook
 from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry
-from hookdbg.recorder.nonfinite import Alert, OriginDetector
+from hookdbg.recorder.nonfinite import Alert, OriginDetector, checked
 from hookdbg.recorder.recompute import Recompute
+from hookdbg.recorder.stats import Summary
 from hookdbg.recorder.steps import StepTracker
 from hookdbg.recorder.tensors import iter_tensors
 from hookdbg.store.rows import Rows
@@ -55,7 +56,7 @@ def _version(t: torch.Tensor) -> int:
     return -1 if t.is_inference() else t._version
 
 
-def summary_function(level: Level, check: bool) -> Callable[[torch.Tensor], tuple] | None:
+def summary_function(level: Level, check: bool) -> Callable[[torch.Tensor], Summary] | None:
     """How a tensor is summarised at this level (None: not at all)."""
     if level == Level.STATS:
         return stats.summarise
@@ -129,7 +130,7 @@ class TensorObserver:
                 # forward ran with gradients off, once checkpoint() hands it back
                 self.watch_grad(t, seen)
             return seen
-        summary = None
+        summary: Summary | Pending | None = None
         base = t._base
         if base is not None:  # a view (flatten, transpose) of a tensor seen: same numbers
             of = state.memo.get(id(base))
@@ -138,7 +139,7 @@ class TensorObserver:
                 and of.summary is not None
                 and of.ref() is base
                 and of.version == version
-                and of.summary.__class__ is not Pending
+                and type(of.summary) is not Pending
                 and base.numel() == t.numel()
                 and base.dtype == t.dtype
             ):
@@ -148,7 +149,7 @@ class TensorObserver:
         finite = (
             not self.check_nan
             or summary is None
-            or summary.__class__ is Pending
+            or type(summary) is Pending
             or stats.is_finite(summary)
         )
         seen = Seen(t, version, summary, finite, state.id)
@@ -168,7 +169,7 @@ class TensorObserver:
             seen.nr = t.output_nr
             node.register_prehook(partial(self._on_grad, seen))
 
-    def summarise(self, t: torch.Tensor) -> tuple | Pending:
+    def summarise(self, t: torch.Tensor) -> Summary | Pending:
         """The summary of ``t`` at this level: computed now (one C pass on CPU), or,
         deferring, copied to the step's device buffer to be read with the rest."""
         batch = self.state.batch
@@ -186,7 +187,7 @@ class TensorObserver:
         assert summary is not None
         return summary(t)  # records no autograd graph, whatever the grad mode
 
-    def value(self, t: torch.Tensor) -> tuple | Pending:
+    def value(self, t: torch.Tensor) -> Summary | Pending:
         """The full statistics of a tensor the recorder itself needs to know (what a
         GradScaler found), whatever the level; on a device, read back with the step's."""
         t = t.detach()
@@ -233,7 +234,7 @@ class TensorObserver:
     def _input_check(
         self, seg: Segment, call: Call, path: str, seen: Seen, module: object, args: object
     ) -> None:
-        if stats.is_finite(resolved(seen.summary)):
+        if stats.is_finite(checked(seen.summary)):
             return
         alert = self.detector.forward_input(call, path, seen, seg, time())
         self.alert(alert, module=module, inputs=args)
@@ -290,7 +291,7 @@ class TensorObserver:
         args: object,
         result: object,
     ) -> None:
-        if stats.is_finite(resolved(seen.summary)):
+        if stats.is_finite(checked(seen.summary)):
             return
         alert = self.detector.forward_output(call, path, seen, module, seg, time())
         self.alert(alert, module=module, inputs=args, output=result)
@@ -307,7 +308,7 @@ class TensorObserver:
         slot: int,
         path: str,
         t: torch.Tensor,
-        summary: tuple | Pending | None,
+        summary: Summary | Pending | None,
         version: int,
     ) -> None:
         """The row, the capture and the flight-recorder entry of one tensor of one call
@@ -315,7 +316,7 @@ class TensorObserver:
         if self.emit_tensors:
             state = self.state
             row = (call.id, state.step, state.id, call.info.id, phase, slot, path, summary)
-            if summary.__class__ is Pending:  # waits in the batch until read back
+            if type(summary) is Pending:  # waits in the batch until read back
                 state.batch.rows.append(row)  # type: ignore[union-attr]
             else:
                 self.rows.tensors.append(row)
@@ -408,14 +409,14 @@ class TensorObserver:
             not timing_only
             and self.check_nan
             and summary is not None
-            and (summary.__class__ is Pending or not stats.is_finite(summary))
+            and (type(summary) is Pending or not stats.is_finite(summary))
         ):
             self.check(self._grad_check, state.seg, seen, summary, self.context(grad))
 
     def _grad_check(
-        self, seg: Segment, seen: Seen, summary: tuple | Pending, grad: torch.Tensor | None
+        self, seg: Segment, seen: Seen, summary: Summary | Pending, grad: torch.Tensor | None
     ) -> None:
-        value = resolved(summary)
+        value = checked(summary)
         if stats.is_finite(value):
             return
         alert = self.detector.gradient(seen, value, seg, time())
@@ -451,7 +452,7 @@ class TensorObserver:
             return
         v = t0 - self.guard.ovh
         task = _graph_task_id()
-        calls = state.module_calls.get(info.id, ())
+        calls: Sequence[Call] = state.module_calls.get(info.id, ())
         owner = None  # the last call of the module in this backward pass
         for call in calls:
             if call.bwd_task == task or call.recomputed:
@@ -501,12 +502,12 @@ class TensorObserver:
         info: ModuleInfo,
         calls: list[Call],
         name: str,
-        summary: tuple | Pending,
+        summary: Summary | Pending,
         param: int,
         grad_finite: dict[int, bool],
         grad: torch.Tensor | None,
     ) -> None:
-        value = resolved(summary)
+        value = checked(summary)
         finite = stats.is_finite(value)
         grad_finite[param] = finite  # the step's own map: a replay runs steps later
         if not finite:
