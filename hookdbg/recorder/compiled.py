@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from hookdbg.recorder.envelope import run_eagerly
-from hookdbg.recorder.naming import user_modules
+from hookdbg.recorder.labels import user_modules
 
 
 def compiled_in_place(module: object) -> Callable[..., Any] | None:
