@@ -14,9 +14,9 @@ from hookdbg.recorder.naming import ModuleInfo
 from hookdbg.recorder.recompute import RecomputeIndex
 
 if TYPE_CHECKING:
+    from hookdbg.recorder.alert import Alert
     from hookdbg.recorder.deferred import Pending, StepBatch
     from hookdbg.recorder.gradscaler import Decision
-    from hookdbg.recorder.nonfinite import Alert
     from hookdbg.recorder.stats import Summary
 
 NEVER = float("-inf")

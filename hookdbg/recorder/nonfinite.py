@@ -47,108 +47,19 @@ An alert names the origin of a problem:
 
 Propagation is tracked with a few flags on each ``Call`` (nan_in, inf_inputs, tainted,
 bad_grad, below_bad) and ``Seen`` (birth, alerted) and one per step, so each check is
-O(1) and only runs when a summary is already non-finite.
+O(1) and only runs when a summary is already non-finite. The ``Alert`` these rules make,
+and its words, are recorder/alert.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
+from hookdbg.recorder.alert import Alert, checked, finite_inputs_note, has_nan
 from hookdbg.recorder.calls import Call, Seen, Segment
-from hookdbg.recorder.deferred import Pending, resolved
 from hookdbg.recorder.naming import ModuleInfo
 from hookdbg.recorder.stats import Summary, summarise
-from hookdbg.store.schema import Phase, Slot, slot_label
-
-_PHASE_WORDS = {Phase.FWD: "forward", Phase.BWD: "backward", Phase.OPT: "optimizer step"}
-
-
-@dataclass
-class Alert:
-    """One NaN/inf origin, as recorded in the ``alerts`` table."""
-
-    segment: Segment
-    call: int
-    module: ModuleInfo
-    phase: Phase
-    slot: Slot
-    path: str
-    summary: Summary
-    time: float
-    note: str
-    first: bool = False
-    again: bool = False  # its place had an origin before (warned once, recorded each time)
-    reported: bool = False  # a provisional inf birth that proved to be a problem
-    origin: Call | None = field(default=None, repr=False)  # the call, when there is one
-    # live objects for an interactive breakpoint; never written to the file
-    context: dict[str, object] = field(default_factory=dict, repr=False)
-
-    @property
-    def step(self) -> int:
-        return self.segment.step
-
-    @property
-    def kind(self) -> str:
-        nan, posinf, neginf = self.summary[9:12]
-        kinds = [k for k, n in (("NaN", nan), ("inf", posinf + neginf)) if n > 0]
-        return " and ".join(kinds) or "non-finite"
-
-    @property
-    def where(self) -> str:
-        return f"{self.module.name} ({self.module.type}) {_PHASE_WORDS[self.phase]} " + (
-            slot_label(self.slot, self.path)
-        )
-
-    def counts(self) -> str:
-        return f"{counts_text(self.summary)} of {self.summary[3]:,} values"
-
-    def message(self) -> str:
-        appeared = "appeared again" if self.again else "first appeared"
-        return (
-            f"{self.kind} {appeared} {self.segment.when} in {self.where}: "
-            f"{self.counts()}; {self.note}"
-        )
-
-    def row(self) -> tuple:
-        nan, posinf, neginf = self.summary[9:12]
-        return (
-            self.segment.step,
-            self.segment.id,
-            self.call,
-            self.module.id,
-            int(self.phase),
-            int(self.slot),
-            self.path,
-            self.summary[3],
-            nan,
-            posinf,
-            neginf,
-            int(self.first),
-            self.time,
-            self.message(),
-        )
-
-
-def counts_text(summary: Summary) -> str:
-    """'16 NaN, 2 -inf' from a summary's counts."""
-    nan, posinf, neginf = summary[9:12]
-    parts = [f"{n:,} {k}" for k, n in (("NaN", nan), ("+inf", posinf), ("-inf", neginf)) if n]
-    return ", ".join(parts)
-
-
-def has_nan(summary: Summary) -> bool:
-    return summary[9] > 0
-
-
-def checked(summary: Summary | Pending | None) -> Summary:
-    """The summary a NaN/inf check judges. There always is one: checking makes every
-    tensor summarised, and a deferred check replays only once its step's statistics
-    have been read back (hookdbg/recorder/deferred.py)."""
-    value = resolved(summary)
-    assert value is not None, "a NaN/inf check ran before its summary was known"
-    return value
+from hookdbg.store.schema import Phase, Slot
 
 
 class OriginDetector:
@@ -233,7 +144,7 @@ class OriginDetector:
                 path,
                 summary,
                 now,
-                _finite_inputs_note(call),
+                finite_inputs_note(call),
                 origin=call,
             )
         if call.inf_inputs:  # it received infs and passes infs on: no mask
@@ -451,27 +362,6 @@ def _received_birth(call: Call) -> Alert | None:
         if seen.birth is not None:
             return seen.birth
     return None
-
-
-def _finite_inputs_note(call: Call) -> str:
-    """Why ``call`` is the origin: its inputs and parameters were fine, or held only infs
-    (saying which, and where they came from)."""
-    if not call.inf_inputs:
-        return "its inputs and parameters were finite"
-    held = []
-    for path, seen in call.inf_inputs[:2]:
-        birth = seen.birth
-        if birth is None:
-            source = ""
-        elif birth.slot == Slot.INPUT:
-            source = ", from the data" if "the data" in birth.note else ", from tensor code"
-        else:
-            source = f", from {birth.module.name} ({birth.module.type}) forward output"
-        held.append(
-            f"{slot_label(Slot.INPUT, path)} held {counts_text(checked(seen.summary))}{source}"
-        )
-    more = " and more" if len(call.inf_inputs) > 2 else ""
-    return f"its inputs held no NaN ({'; '.join(held)}{more}) and its parameters were finite"
 
 
 def _nonfinite_param(module: object) -> tuple[str, torch.Tensor] | None:

@@ -26,12 +26,13 @@ from torch.nn.parameter import UninitializedParameter
 
 from hookdbg.options import Level, RecordOptions
 from hookdbg.recorder import histograms, stats
+from hookdbg.recorder.alert import Alert, checked
 from hookdbg.recorder.calls import Call, Seen, Segment, StepState
 from hookdbg.recorder.capture import Capturer, FlightRecorder
 from hookdbg.recorder.deferred import Pending
 from hookdbg.recorder.envelope import Guard, hook
 from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry
-from hookdbg.recorder.nonfinite import Alert, OriginDetector, checked
+from hookdbg.recorder.nonfinite import OriginDetector
 from hookdbg.recorder.recompute import Recompute
 from hookdbg.recorder.stats import Summary
 from hookdbg.recorder.steps import StepTracker

@@ -11,11 +11,11 @@ import torch
 
 from hookdbg.options import Level
 from hookdbg.recorder import stats
+from hookdbg.recorder.alert import checked
 from hookdbg.recorder.calls import Segment
 from hookdbg.recorder.deferred import Pending
 from hookdbg.recorder.envelope import Guard, hook
 from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry
-from hookdbg.recorder.nonfinite import checked
 from hookdbg.recorder.observe import TensorObserver
 from hookdbg.recorder.stats import Summary
 from hookdbg.recorder.steps import StepTracker
