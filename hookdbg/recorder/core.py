@@ -7,11 +7,11 @@ Hooks installed (all owned by one ``HookSet`` and removed together):
   change them after);
 * global forward hook (``with_kwargs``, ``always_call``): timing, keyword inputs,
   outputs; also runs when forward raises, so the call stack never goes out of step;
-* a pre-hook on the autograd node of each new tensor that needs a gradient (observe.py):
-  one gradient summary serves every call that produced or consumed the tensor. (A
-  global full backward hook would be simpler but crashes on in-place ReLU, see
-  docs/design.md);
-* a post-accumulate-grad hook on each parameter of a recorded module;
+* a pre-hook on the autograd node of each new tensor that needs a gradient
+  (gradients.py): one gradient summary serves every call that produced or consumed the
+  tensor. (A global full backward hook would be simpler but crashes on in-place ReLU,
+  see docs/design.md);
+* a post-accumulate-grad hook on each parameter of a recorded module (gradients.py);
 * global optimizer step pre/post hooks (optimizer.py): step boundaries, parameter values;
 * a wrapper around models compiled in place (compiled.py), and SIGTERM/SIGHUP handlers
   (signals.py).
@@ -510,8 +510,9 @@ class Recorder:
     # -- segments, rows --------------------------------------------------------------
 
     def _begin_step(self, now: float, on_device: bool = False) -> None:
-        if self.observer.lazy:
-            self.observer.watch_lazy()
+        gradients = self.observer.gradients
+        if gradients.lazy:
+            gradients.watch_lazy()
         optimizer = self._optimizer
         if optimizer is not None and not optimizer.distributed:
             self._learn_distributed(optimizer)
@@ -636,7 +637,7 @@ class Recorder:
             return
         if self._capturer is not None:
             info.capture = self._capturer.select(info.name, info.path)
-        self.observer.watch_params(info, obj, self._hooks.add)
+        self.observer.gradients.watch_params(info, obj, self._hooks.add)
 
 
 def _on_device(module: torch.nn.Module) -> bool:

@@ -87,7 +87,7 @@ class OptimizerObserver:
         state.seg.training = True
 
     def _owned(self, opt: torch.optim.Optimizer, with_grad: bool) -> list:
-        owner = self.tensors.param_owner
+        owner = self.tensors.gradients.param_owner
         return [
             (p, owner[id(p)])
             for group in opt.param_groups
