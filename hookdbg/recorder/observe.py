@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from time import time
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -23,6 +22,7 @@ from hookdbg.recorder.capture import Capturer, FlightRecorder
 from hookdbg.recorder.deferred import Pending
 from hookdbg.recorder.envelope import Guard
 from hookdbg.recorder.gradients import GradientObserver
+from hookdbg.recorder.handoff import Handoff
 from hookdbg.recorder.naming import ModuleRegistry
 from hookdbg.recorder.nonfinite import OriginDetector
 from hookdbg.recorder.recompute import Recompute
@@ -31,9 +31,6 @@ from hookdbg.recorder.steps import StepTracker
 from hookdbg.recorder.tensors import iter_tensors
 from hookdbg.store.rows import Rows
 from hookdbg.store.schema import Phase, Slot
-
-if TYPE_CHECKING:
-    from hookdbg.store.writer import Writer
 
 _INPUT, _OUTPUT = int(Slot.INPUT), int(Slot.OUTPUT)
 _GRAD_OUTPUT, _GRAD_INPUT = int(Slot.GRAD_OUTPUT), int(Slot.GRAD_INPUT)
@@ -65,7 +62,7 @@ class TensorObserver:
         flight: FlightRecorder | None,
         capturer: Capturer | None,
         alert: Callable[..., None],
-        handoff: Callable[[], None],
+        handoff: Handoff,
     ) -> None:
         self.guard = guard
         self.rows = rows
@@ -75,7 +72,7 @@ class TensorObserver:
         self.flight = flight
         self.capturer = capturer
         self.alert = alert  # queue an origin with its live objects (recorder/actions.py)
-        self.handoff = handoff  # hand the rows gathered so far to the writer
+        self.handoff = handoff  # hands the rows gathered so far to the writer
         self.level = options.level
         self.emit_tensors = options.level >= Level.SHAPES  # tensor rows in the file
         self.check_nan = options.checks_nan
@@ -85,9 +82,7 @@ class TensorObserver:
             self.summary = histograms.summarising(options.histograms)
         self.defer_all = False  # summarise CPU tensors on the device path too (tests)
         self.capturing = False
-        self.pending_capture = 0  # bytes of captured tensors not handed over yet
-        self.writer: Writer | None = None
-        self.state: StepState  # the current segment's, set by the recorder
+        self.state: StepState  # the current segment's, set by ``begin`` (segments.py)
         self.gradients = GradientObserver(self)  # gradient hooks, of tensors and parameters
 
     def begin(self, state: StepState) -> None:
@@ -302,18 +297,19 @@ class TensorObserver:
     def capture(self, call: Call, phase: int, slot: int, path: str, t: torch.Tensor) -> None:
         """Copy a tensor for --capture, unless the copies already waiting for the writer
         fill its memory bound: then it is dropped (and counted) before it is copied."""
-        writer, capturer = self.writer, self.capturer
+        handoff, capturer = self.handoff, self.capturer
+        writer = handoff.writer
         assert writer is not None and capturer is not None
         size = t.numel() * t.element_size()
-        if not writer.has_room(size + self.pending_capture):
+        if not writer.has_room(size + handoff.pending_capture):
             writer.count_dropped(1)
             return
         row = capturer.take(self.state.seg, call, call.info.id, phase, slot, path, t)
         if row is not None:
             self.rows.captures.append(row)
-            self.pending_capture += size
-            if self.pending_capture > writer.max_backlog_bytes // 8:
-                self.handoff()  # big copies go to the writer (and its bound) at once
+            handoff.pending_capture += size
+            if handoff.pending_capture > writer.max_backlog_bytes // 8:
+                handoff()  # big copies go to the writer (and its bound) at once
         self.capturing = capturer.active(self.state.step)
 
     # -- forwards run again inside backward (recorder/recompute.py) -------------------
