@@ -20,6 +20,10 @@ cause, training goes on, and every later batch counts as dropped. The ``end`` ro
 the ``committed`` lengths live in datasets whose space was allocated when the file was
 created, so the writer can still say in the file when writing stopped, why, and how
 much was lost, and the reader ignores half-written rows past the committed lengths.
+
+The module runs a little over 400 lines on purpose: ``Writer`` is the file's one owner
+on both threads, and its policies (the backlog bound, write errors, the end row) read
+together.
 """
 
 from __future__ import annotations
