@@ -7,9 +7,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from hookdbg.recorder.alert import Alert
 from hookdbg.recorder.capture import FlightRecorder
 from hookdbg.recorder.envelope import Guard
-from hookdbg.recorder.nonfinite import Alert, OriginDetector
+from hookdbg.recorder.nonfinite import OriginDetector
 from hookdbg.recorder.stats import FIELDS
 from hookdbg.store.rows import Rows
 from hookdbg.store.schema import Phase

@@ -14,9 +14,10 @@ from hookdbg.recorder.naming import ModuleInfo
 from hookdbg.recorder.recompute import RecomputeIndex
 
 if TYPE_CHECKING:
-    from hookdbg.recorder.deferred import StepBatch
+    from hookdbg.recorder.alert import Alert
+    from hookdbg.recorder.deferred import Pending, StepBatch
     from hookdbg.recorder.gradscaler import Decision
-    from hookdbg.recorder.nonfinite import Alert
+    from hookdbg.recorder.stats import Summary
 
 NEVER = float("-inf")
 
@@ -114,7 +115,7 @@ class Call:
         self.info = info
         self.index = index
         self.parent = parent
-        self.depth = 0 if parent is None else parent.depth + 1
+        self.depth: int = 0 if parent is None else parent.depth + 1
         self.vstart = vstart
         self.total = 0.0
         self.child_time = 0.0
@@ -173,7 +174,12 @@ class Seen:
     )
 
     def __init__(
-        self, tensor: object, version: int, summary: tuple | None, finite: bool, segment: int
+        self,
+        tensor: object,
+        version: int,
+        summary: Summary | Pending | None,
+        finite: bool,
+        segment: int,
     ) -> None:
         self.ref = weakref.ref(tensor)
         self.version = version

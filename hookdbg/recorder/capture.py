@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable
+from typing import cast
 
 import torch
 
@@ -108,6 +109,17 @@ class Capturer:
 
 
 _ENTRY = 6  # values per flight-recorder entry: call, phase, slot, path, version, tensor
+_Entry = tuple[Call, int, int, str, int, torch.Tensor]
+
+
+def _calls(entries: list[object]) -> list[Call]:
+    """The call of each entry in a step's flat list (the first of its values)."""
+    return cast(list[Call], entries[::_ENTRY])
+
+
+def _entry(entries: list[object], i: int) -> _Entry:
+    """The values of the entry that starts at ``i``, in the order ``keep`` laid out."""
+    return cast(_Entry, tuple(entries[i : i + _ENTRY]))
 
 
 class FlightRecorder:
@@ -119,10 +131,10 @@ class FlightRecorder:
     def __init__(self, budget: int) -> None:
         self.budget = budget
         # per step: its segment, its entries, and the bytes of each distinct tensor
-        self._steps: collections.deque[tuple[Segment, list[tuple], dict[int, int]]] = (
+        self._steps: collections.deque[tuple[Segment, list[object], dict[int, int]]] = (
             collections.deque()
         )
-        self._entries: list[tuple] = []
+        self._entries: list[object] = []
         self._sizes: dict[int, int] = {}
         self.held = 0
 
@@ -162,7 +174,7 @@ class FlightRecorder:
         if seg.id not in held:
             return [], 0
         entries = held[seg.id]
-        calls = sorted({*entries[::_ENTRY], origin}, key=lambda c: c.id)
+        calls = sorted({*_calls(entries), origin}, key=lambda c: c.id)
         pos = calls.index(origin)
         chosen = {origin, *calls[max(pos - 1, 0) : pos + 2]}
         chosen |= {c for c in calls if c.parent is origin}
@@ -175,7 +187,7 @@ class FlightRecorder:
             if entry_seg.id not in (seg.id - 1, seg.id):
                 continue
             for i in range(0, len(step_entries), _ENTRY):
-                call, phase, slot, path, version, t = step_entries[i : i + _ENTRY]
+                call, phase, slot, path, version, t = _entry(step_entries, i)
                 if (call.info.id, call.index) not in wanted:
                     continue
                 if version != -1 and t._version != version:

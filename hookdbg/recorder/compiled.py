@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from hookdbg.recorder.envelope import run_eagerly
-from hookdbg.recorder.naming import user_modules
+from hookdbg.recorder.labels import user_modules
 
 
 def compiled_in_place(module: object) -> Callable[..., Any] | None:
@@ -80,9 +80,9 @@ class InPlaceCompiled:
                 self.wrap(sub)
         original, wrap = self._compile, self.wrap
 
-        def compile(module: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
-            original(module, *args, **kwargs)
-            wrap(module)
+        def compile(self: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            wrap(self)
 
         compile.__doc__ = original.__doc__
         torch.nn.Module.compile = compile  # type: ignore[method-assign]

@@ -2,82 +2,68 @@
 
 Hooks installed (all owned by one ``HookSet`` and removed together):
 
-* global forward pre-hook: names the module, decides segments (steps, eval batches) at
-  root calls, summarises positional inputs *before* forward runs (in-place ops would
-  change them after);
-* global forward hook (``with_kwargs``, ``always_call``): timing, keyword inputs,
-  outputs; also runs when forward raises, so the call stack never goes out of step;
-* a pre-hook on the autograd node of each new tensor that needs a gradient (observe.py):
-  one gradient summary serves every call that produced or consumed the tensor. (A
-  global full backward hook would be simpler but crashes on in-place ReLU, see
-  docs/design.md);
-* a post-accumulate-grad hook on each parameter of a recorded module;
+* global forward pre-hook and forward hook (modulehooks.py), run on every module call:
+  names, segments (steps, eval batches) at root calls, timing, inputs (positional ones
+  *before* forward runs: in-place ops would change them after), keyword inputs and
+  outputs;
+* a pre-hook on the autograd node of each new tensor that needs a gradient
+  (gradients.py): one gradient summary serves every call that produced or consumed the
+  tensor. (A global full backward hook would be simpler but crashes on in-place ReLU,
+  see docs/design.md);
+* a post-accumulate-grad hook on each parameter of a recorded module (gradients.py);
 * global optimizer step pre/post hooks (optimizer.py): step boundaries, parameter values;
 * a wrapper around models compiled in place (compiled.py), and SIGTERM/SIGHUP handlers
   (signals.py).
 
-The module hooks run on every module call, so they live here with the per-call state
-(the call stack) as plain attributes. Everything else is a part this object owns and
-hands the shared pieces to: the ``Guard`` every hook reads first (envelope.py), the
-segment's ``StepState`` (calls.py), the ``Rows`` for the writer (store/rows.py), the
-tensor observer, the optimizer observer, what an alert does (actions.py), names
-(naming.py), segments (steps.py), NaN/inf origins (nonfinite.py), full tensors
-(capture.py), backward spans (timing.py) and the file (store/writer.py).
+``Recorder`` is the lifecycle: it makes the parts, opens the file, installs the hooks,
+and at the end removes them, writes what is pending and closes the file. Everything
+else is a part it owns and hands the shared pieces to: the ``Guard`` every hook reads
+first (envelope.py), the ``Rows`` for the writer (store/rows.py) and their hand-over
+(handoff.py), the module hooks, the segments' beginnings and ends (segments.py, with
+steps.py deciding them), the tensor observer (observe.py), the optimizer observer, what
+an alert does (actions.py), names (naming.py), NaN/inf origins (nonfinite.py), full
+tensors (capture.py) and the file (store/writer.py).
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import gc
 import itertools
 import os
 import signal
 import sys
-import threading
 import time
 import warnings
-from functools import partial
 from pathlib import Path
 from time import perf_counter
 
-import torch
-from torch.compiler import is_compiling
 from torch.nn.modules import module as module_hooks
 from torch.optim import optimizer as optimizer_hooks
 
 from hookdbg.options import RecordOptions
 from hookdbg.ranks import placement
 from hookdbg.recorder.actions import Actions, NonFiniteStop
-from hookdbg.recorder.calls import Call, Segment, StepState
+from hookdbg.recorder.calls import StepState
 from hookdbg.recorder.capture import Capturer, FlightRecorder
 from hookdbg.recorder.compiled import InPlaceCompiled, compiled_in_place
-from hookdbg.recorder.deferred import StepBatch
-from hookdbg.recorder.envelope import Guard, hook
-from hookdbg.recorder.gradscaler import Decision, ScalerWatch, step_columns
+from hookdbg.recorder.envelope import Guard
+from hookdbg.recorder.gradscaler import ScalerWatch
+from hookdbg.recorder.handoff import Handoff
 from hookdbg.recorder.histograms import writer_layout
 from hookdbg.recorder.hookset import HookSet
 from hookdbg.recorder.meta import run_metadata
+from hookdbg.recorder.modulehooks import ModuleHooks
 from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry, compiled_model
 from hookdbg.recorder.nonfinite import OriginDetector
 from hookdbg.recorder.observe import TensorObserver
 from hookdbg.recorder.optimizer import OptimizerObserver
-from hookdbg.recorder.recompute import Recompute
+from hookdbg.recorder.segments import Segments
 from hookdbg.recorder.signals import TerminationSignals
-from hookdbg.recorder.steps import RootKind, StepTracker, root_kind
-from hookdbg.recorder.tensors import iter_tensors
-from hookdbg.recorder.timing import backward_rows
+from hookdbg.recorder.steps import StepTracker
 from hookdbg.store.rows import Rows
-from hookdbg.store.schema import ModuleKind, Phase, Slot, StepKind
+from hookdbg.store.schema import ModuleKind
 from hookdbg.store.writer import Writer, WriterError
-
-_RAISED = object()  # forward raised: torch calls always_call hooks without kwargs
-_MUTED = object()  # a call in a muted subtree (step not recorded, or inside backward)
-_GRAD_OUTPUT, _GRAD_INPUT = int(Slot.GRAD_OUTPUT), int(Slot.GRAD_INPUT)
-_FWD = int(Phase.FWD)
-_graph_task_id = torch._C._current_graph_task_id
-_grad_enabled = torch.is_grad_enabled
-_get_ident = threading.get_ident
 
 _active: Recorder | None = None
 _COMPILE_WARNING = r"Using `torch.compile\(module\)` when there are global hooks"
@@ -127,17 +113,16 @@ class Recorder:
         self._steps = steps = StepTracker()
         self._hooks = HookSet()
         self._registry = registry = ModuleRegistry(options.modules.selects, self._on_new_module)
-        self._by_id = registry.by_id  # the per-call fast path reads it directly
         checks = options.checks_nan
         flight = (
             FlightRecorder(options.flight_budget) if (options.flight_budget and checks) else None
         )
-        self._flight = flight
         self._capturer = Capturer(options, self.warn) if options.capture else None
+        self._handoff = handoff = Handoff(rows, min(0.5, options.flush_interval / 2))
         self.actions = Actions(
-            guard, rows, detector, options.on_nan, self.warn, self._handoff, flight, self.path
+            guard, rows, detector, options.on_nan, self.warn, handoff, flight, self.path
         )
-        self.observer = TensorObserver(
+        self.observer = observer = TensorObserver(
             guard,
             options,
             rows,
@@ -147,38 +132,31 @@ class Recorder:
             flight,
             self._capturer,
             self.actions.alert,
-            self._handoff,
+            handoff,
         )
-        self.observer.defer_all = defer_cpu
+        observer.defer_all = defer_cpu
+        # the segments (training steps and eval batches: recorder/steps.py)
+        self._segments = segments = Segments(
+            options,
+            rows,
+            detector,
+            observer,
+            steps,
+            registry,
+            flight,
+            handoff,
+            self.warn,
+            defer_cpu,
+        )
         self._call_ids = itertools.count()
-        self._optimizer: OptimizerObserver | None = None
-        # device tensors' statistics are read back a step later (recorder/deferred.py),
-        # unless an action must happen inside the hook; defer_cpu does it on CPU too
-        self._defer = options.on_nan in ("warn", "stop") and checks
-        self._defer_all = defer_cpu
-        self._inflight: collections.deque[StepBatch] = collections.deque()
-        # steps rows wait here, in order, until what a GradScaler found is known
-        self._step_rows: collections.deque[tuple[tuple, list[Decision]]] = collections.deque()
-        self._scaler: ScalerWatch | None = None
-        self._warned_device = False
+        self._calls = ModuleHooks(
+            guard, registry, observer, segments, rows, handoff, self._call_ids
+        )
         self._writer: Writer | None = None
         self._closed = False
         self._started = False
         self._froze = False
         self._warning_filter: tuple | None = None
-        # per-call state
-        self._stack: list = []
-        self._open: Call | None = None
-        self._mute = 0
-        # the segment (a training step or an eval batch: recorder/steps.py)
-        self.state = StepState(Segment(-1, 0, None, 0), False, 0.0, None)
-        self.observer.begin(self.state)
-        self._last_handoff = 0.0
-        self._handoff_every = min(0.5, options.flush_interval / 2)
-        self.unmatched_globs: list[str] = []  # --modules globs said to match nothing
-        self.steps_recorded = 0  # training steps
-        self.evals_recorded = 0  # eval batches
-        self.calls_recorded = 0
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -205,23 +183,24 @@ class Recorder:
             )
         except WriterError as exc:
             raise RecordError(str(exc)) from None
-        self.observer.writer = self._writer
-        self._v0 = self._last_handoff = perf_counter()
-        self._tid = _get_ident()
-        self._optimizer = opt = OptimizerObserver(
+        self._handoff.writer = self._writer
+        origin = self._handoff.last = perf_counter()
+        self._calls.start(origin)
+        opt = OptimizerObserver(
             self.guard,
             self.observer,
             self._steps,
             self._registry,
             self.rows,
             self._call_ids,
-            self._v0,
+            origin,
         )
+        calls = self._calls
         hooks = self._hooks
-        hooks.add(module_hooks.register_module_forward_pre_hook, self._pre)
+        hooks.add(module_hooks.register_module_forward_pre_hook, calls.pre)
         hooks.add(
             module_hooks.register_module_forward_hook,
-            self._post,
+            calls.post,
             with_kwargs=True,
             always_call=True,
         )
@@ -234,11 +213,12 @@ class Recorder:
         self._froze = gc.isenabled()
         if self._froze:
             gc.freeze()
-        hooks.add(InPlaceCompiled, self._pre, self._post)
-        self._scaler = hooks.add(
+        hooks.add(InPlaceCompiled, calls.pre, calls.post)
+        scaler = hooks.add(
             ScalerWatch, self.guard, self.observer, self._steps, self.actions.release, self.warn
         )
         hooks.add(TerminationSignals, self._terminated)
+        self._segments.start(origin, opt, scaler)
         # torch.compile(model) warns that global hooks fire for its wrapper too: they
         # are hookdbg's, which expects that (recorder/naming.py), not the script's
         warnings.filterwarnings("ignore", message=_COMPILE_WARNING, category=UserWarning)
@@ -259,7 +239,9 @@ class Recorder:
             self._hooks.remove()
         finally:
             with contextlib.suppress(ValueError):
-                warnings.filters.remove(self._warning_filter)
+                filters = warnings.filters
+                if isinstance(filters, list):  # it is; typeshed declares a Sequence
+                    filters.remove(self._warning_filter)
                 warnings._filters_mutated()  # type: ignore[attr-defined]
             if _active is self:
                 _active = None
@@ -267,9 +249,10 @@ class Recorder:
                 gc.unfreeze()
             with guard.lock:
                 now = perf_counter() - guard.ovh
-                if self.state.id >= 0:
-                    self._end_step(now, cut=status != "complete")
-                self._read_batches(wait=True)
+                segments = self._segments
+                if segments.state.id >= 0:
+                    segments.end(now, cut=status != "complete")
+                segments.read_batches(wait=True)
                 if guard.alerts:
                     self.actions.act(actions=False)  # the script is over: nothing to stop
                 self._handoff()
@@ -318,6 +301,36 @@ class Recorder:
             self.close("exception", 1, f"{exc_type.__name__}: {exc}")
 
     @property
+    def state(self) -> StepState:
+        """The current segment's (a training step or an eval batch: recorder/steps.py)."""
+        return self._segments.state
+
+    @property
+    def steps_recorded(self) -> int:
+        """Training steps recorded so far."""
+        return self._segments.steps_recorded
+
+    @property
+    def evals_recorded(self) -> int:
+        """Eval batches recorded so far."""
+        return self._segments.evals_recorded
+
+    @property
+    def calls_recorded(self) -> int:
+        """Module calls recorded so far."""
+        return self._calls.calls_recorded
+
+    @property
+    def unmatched_globs(self) -> list[str]:
+        """The --modules globs that matched no module of the first step."""
+        return self._segments.unmatched_globs
+
+    @property
+    def _stack(self) -> list:
+        """The module call stack (empty between calls)."""
+        return self._calls.stack
+
+    @property
     def modules(self) -> list[ModuleInfo]:
         """Every module seen so far (optimizers excluded)."""
         return [i for i in self._registry.infos if i.kind == ModuleKind.MODULE]
@@ -342,308 +355,6 @@ class Recorder:
         if not self.options.quiet:
             print(f"{status_prefix()}{message}", file=sys.stderr, flush=True)
 
-    # -- module hooks ----------------------------------------------------------------
-
-    def _pre(self, module: torch.nn.Module, args: tuple) -> None:
-        """Inside a call that is not recorded (a step --every skips, an eval batch left
-        out) a nested call only counts its depth: no clock, no lock."""
-        if is_compiling():
-            return
-        if self._mute and _get_ident() == self._tid:
-            self._mute += 1
-            return
-        self._pre_recorded(module, args)
-
-    def _post(
-        self, module: torch.nn.Module, args: tuple, kwargs: dict, result: object = _RAISED
-    ) -> None:
-        if is_compiling():
-            return
-        if self._mute > 1 and _get_ident() == self._tid:
-            self._mute -= 1
-            return
-        self._post_recorded(module, args, kwargs, result)
-
-    @hook
-    def _pre_recorded(self, t0: float, module: torch.nn.Module, args: tuple) -> None:
-        if _get_ident() != self._tid:
-            return
-        stack = self._stack
-        if stack:
-            top = stack[-1]
-            cls = top.__class__
-            if cls is Recompute:
-                self._recompute_inner(top, module, args)
-                return
-            pinfo = top.info if cls is Call else top
-        else:
-            pinfo = None
-        info = self._by_id.get(id(module))
-        if info is None or info.ref() is not module:
-            info = self._registry.lookup(module, pinfo)
-        if pinfo is None:
-            if _graph_task_id() != -1:  # a forward run again inside backward
-                self._recompute_outer(info, module, args)
-                return
-            if not self._root_call(info, module, t0):
-                self._mute = 1
-                stack.append(_MUTED)
-                return
-        if info.transparent or not info.selected:
-            stack.append(info)
-            return
-        state = self.state
-        index = state.index.get(info.id, 0)
-        state.index[info.id] = index + 1
-        call = Call(next(self._call_ids), info, index, self._open, t0 - self.guard.ovh)
-        call.grad_on = _grad_enabled()
-        state.calls.append(call)
-        calls = state.module_calls.get(info.id)
-        if calls is None:
-            state.module_calls[info.id] = [call]
-        else:
-            calls.append(call)
-        stack.append(call)
-        self._open = call
-        if args:
-            self.observer.inputs(call, module, args)
-
-    def _watch_backward(self, result: object) -> None:
-        """Hear of the backward pass of a segment that is not recorded: one hook on the
-        node that made the root's first output. Without it a step whose weights are
-        updated by hand (no optimizer to say the step ended) runs into the next one."""
-        for _, t in iter_tensors(result):
-            node = t.grad_fn
-            if node is not None:
-                node.register_prehook(partial(self._backward_ran, self.state.id))
-                return
-
-    @hook
-    def _backward_ran(self, t0: float, segment: int, grads: tuple) -> None:
-        if segment == self.state.id:
-            self._steps.backward_ran()
-
-    def _recompute_outer(self, info: ModuleInfo, module: torch.nn.Module, args: tuple) -> None:
-        """A module called with no other around it inside backward: a checkpointed block
-        run again (recorder/recompute.py), or user code in a hook (not recorded)."""
-        state = self.state
-        calls = state.module_calls.get(info.id)
-        frame = None
-        if calls and state.recording:
-            inputs = {id(t) for _, t in iter_tensors(args, "", 0)}
-            frame = state.recompute.outer(calls, inputs)
-        if frame is None:
-            self._mute = 1
-            self._stack.append(_MUTED)
-        else:
-            self._stack.append(frame)
-
-    def _recompute_inner(self, parent: Recompute, module: torch.nn.Module, args: tuple) -> None:
-        info = self._by_id.get(id(module))
-        frame = None if info is None else self.state.recompute.inner(parent, info)
-        if frame is None:
-            self._mute = 1
-            self._stack.append(_MUTED)
-            return
-        self._stack.append(frame)
-        self.observer.recomputed(frame, args, _GRAD_INPUT)
-
-    @hook
-    def _post_recorded(
-        self,
-        t0: float,
-        module: torch.nn.Module,
-        args: tuple,
-        kwargs: dict,
-        result: object = _RAISED,
-    ) -> None:
-        if _get_ident() != self._tid or not self._stack:
-            return
-        frame = self._stack.pop()
-        if frame.__class__ is not Call:
-            if frame is _MUTED:  # the root call of a segment that is not recorded
-                self._mute -= 1
-                if result is not _RAISED and not self._steps.saw_backward:
-                    self._watch_backward(result)
-            elif frame.__class__ is Recompute and result is not _RAISED:
-                if frame.outer:  # its own output's gradient reports for the calls inside
-                    self.observer.forget_recomputed(result)
-                else:
-                    self.observer.recomputed(frame, (result,), _GRAD_OUTPUT)
-            return
-        call: Call = frame
-        total = call.total = t0 - self.guard.ovh - call.vstart
-        parent = self._open = call.parent
-        if parent is not None:
-            parent.child_time += total
-        observer = self.observer
-        if result is not _RAISED:
-            observer.outputs(call, module, args, kwargs, result)
-        state = self.state
-        if state.batch is not None:
-            observer.check(observer.taint_parent, call)
-        elif call.tainted and parent is not None:
-            parent.tainted = True
-        self.rows.calls.append(
-            (
-                call.id,
-                _FWD,
-                state.step,
-                state.id,
-                call.info.id,
-                call.index,
-                -1 if parent is None else parent.id,
-                call.depth,
-                call.vstart - self._v0,
-                total,
-                total - call.child_time,
-            )
-        )
-        self.calls_recorded += 1
-        if t0 - self._last_handoff > self._handoff_every:
-            self._handoff()
-
-    def _root_call(self, info: ModuleInfo, module: torch.nn.Module, t0: float) -> bool:
-        """A call with no module around it: maybe a new segment. True if it is recorded."""
-        kind = root_kind(module, info.has_params)
-        steps = self._steps
-        if steps.starts_segment(info.id, kind):
-            now = t0 - self.guard.ovh
-            if steps.segment >= 0:
-                self._end_step(now)
-            steps.begin()
-            self._begin_step(now, _on_device(module))
-            self._read_batches(wait=False)
-        steps.root_ran(info.id, kind)
-        seg = self.state.seg
-        if seg.training is None:  # what messages call it until it ends
-            if steps.is_training:
-                seg.training = True
-            elif steps.effective(kind) == RootKind.EVAL:
-                seg.training = False
-        return self.state.recording
-
-    # -- segments, rows --------------------------------------------------------------
-
-    def _begin_step(self, now: float, on_device: bool = False) -> None:
-        if self.observer.lazy:
-            self.observer.watch_lazy()
-        optimizer = self._optimizer
-        if optimizer is not None and not optimizer.distributed:
-            self._learn_distributed(optimizer)
-        steps = self._steps
-        seg = Segment(steps.segment, steps.step, None, steps.evals)
-        recording = self.options.records_step(seg.step)
-        deferring = recording and self._defer and (self._defer_all or on_device)
-        if on_device and not self._warned_device:
-            self._warned_device = True
-            self.warn(
-                "the model runs on an accelerator: module times are measured on the host "
-                "(kernel launches, and any waits), not on the device"
-            )
-            if not self._defer and self.options.checks_nan:
-                self.warn(
-                    f"--on-nan {self.options.on_nan} checks every tensor inside its hook, "
-                    "which waits for the device each time; warn and stop do not"
-                )
-        self.state = state = StepState(
-            seg, recording, now, StepBatch(seg.id, self.options.histograms) if deferring else None
-        )
-        self.observer.begin(state)
-        if self._flight is not None:
-            self._flight.new_step(seg)
-        self.detector.new_step()
-
-    def _end_step(self, now: float, cut: bool = False) -> None:
-        state = self.state
-        steps = self._steps
-        state.seg.training = training = steps.end(cut)
-        if state.recording:
-            self.rows.calls.extend(backward_rows(state.calls, state.step, state.id, self._v0))
-            if training:
-                self.steps_recorded += 1
-            else:
-                self.evals_recorded += 1
-        if state.seg.held is not None and self._scaler is not None:
-            self.observer.check(self._scaler.release_held, state.seg)
-        row = (
-            state.step,
-            state.id,
-            int(StepKind.TRAIN if training else StepKind.EVAL),
-            state.start - self._v0,
-            now - self._v0,
-            len(state.calls),
-            steps.optimizer_steps,
-            int(steps.saw_backward),
-            int(state.recording),
-        )
-        self._step_rows.append((row, state.scaler))
-        self._complete_step_rows()
-        state.memo = {}  # drop references to this step's tensors now, not at the next step
-        if state.batch is not None:
-            state.batch.launch()
-            self._inflight.append(state.batch)
-        self._handoff()  # a finished step is on its way to disk at once
-        if state.id == 0:
-            self._check_globs()
-
-    def _read_batches(self, wait: bool) -> None:
-        """Complete the steps whose device statistics have reached the host: rows to the
-        writer, NaN/inf checks replayed in order (their alerts acted on by the hook)."""
-        while self._inflight and (wait or self._inflight[0].ready()):
-            batch = self._inflight.popleft()
-            batch.read()
-            self.rows.tensors.extend(batch.finished_rows())
-            self.detector.new_step()
-            for check, args in batch.checks:
-                check(*args)
-        self._complete_step_rows()
-
-    def _complete_step_rows(self) -> None:
-        """Steps rows to the writer, in order, once their GradScaler columns are known."""
-        waiting = self._step_rows
-        while waiting:
-            columns = step_columns(waiting[0][1])
-            if columns is None:
-                return
-            self.rows.steps.append((*waiting.popleft()[0], *columns))
-
-    def _check_globs(self) -> None:
-        """Say at once, not when the run ends, that a --modules glob matched nothing in
-        the first step (almost always a typo)."""
-        seen = [(i.name, i.path) for i in self.modules]
-        self.unmatched_globs = self.options.modules.unmatched(seen)
-        for glob in self.unmatched_globs:
-            examples = ", ".join(repr(n) for n, _ in seen[1:3]) or "none so far"
-            self.warn(
-                f"--modules {glob!r} matched none of the {len(seen)} modules of the first "
-                f"step (names look like {examples}); recording goes on"
-            )
-
-    def _learn_distributed(self, optimizer: OptimizerObserver) -> None:
-        """torch.distributed is set up by the script after recording starts: note its
-        backend and world in the ``info`` table once it is (file attributes are fixed
-        once SWMR starts)."""
-        dist = torch.distributed
-        if dist.is_available() and dist.is_initialized():
-            optimizer.distributed = dist.get_world_size() > 1
-            now = time.time()
-            self.rows.info.extend(
-                [
-                    (now, "backend", str(dist.get_backend())),
-                    (now, "rank", str(dist.get_rank())),
-                    (now, "world_size", str(dist.get_world_size())),
-                ]
-            )
-
-    def _handoff(self) -> None:
-        self._last_handoff = perf_counter()
-        self.observer.pending_capture = 0
-        if self._writer is not None:
-            batch = self.rows.take()
-            if batch:
-                self._writer.submit(batch)
-
     def _on_new_module(self, info: ModuleInfo, obj: object) -> None:
         self.rows.modules.append(info.row())
         if info.kind == ModuleKind.MODULE and (compiled_model(obj) or compiled_in_place(obj)):
@@ -652,11 +363,4 @@ class Recorder:
             return
         if self._capturer is not None:
             info.capture = self._capturer.select(info.name, info.path)
-        self.observer.watch_params(info, obj, self._hooks.add)
-
-
-def _on_device(module: torch.nn.Module) -> bool:
-    """Whether a model computes on an accelerator (judged by its first parameter)."""
-    for p in module.parameters():
-        return not p.is_cpu
-    return False
+        self.observer.gradients.watch_params(info, obj, self._hooks.add)

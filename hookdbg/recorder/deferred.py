@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import final
 
 import torch
 
@@ -47,6 +48,7 @@ ARENA = 1 << 21  # float64 elements (16 MB): larger tensors are summarised on th
 _NAN = float("nan")
 
 
+@final  # no subclasses: ``type(x) is Pending`` tells a summary from one (mypy narrows it)
 class Pending:
     """A summary still on the device; ``value`` is the summary tuple once read back."""
 
@@ -56,12 +58,12 @@ class Pending:
         self.group = 0  # which group of the step's raw rows holds its row
         self.index = 0  # its row in that group
         self.meta = meta
-        self.value: tuple | None = None
+        self.value: stats.Summary | None = None
 
 
-def resolved(summary: tuple | Pending | None) -> tuple | None:
+def resolved(summary: stats.Summary | Pending | None) -> stats.Summary | None:
     """The summary itself, whether it was computed at once or read back later."""
-    return summary.value if summary.__class__ is Pending else summary  # type: ignore[union-attr]
+    return summary.value if type(summary) is Pending else summary
 
 
 def arena_stats(values: torch.Tensor, lengths: list[int]) -> torch.Tensor:

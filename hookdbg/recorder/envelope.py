@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from torch.compiler import is_compiling
 
 if TYPE_CHECKING:
-    from hookdbg.recorder.nonfinite import Alert
+    from hookdbg.recorder.alert import Alert
 
 
 class Guard:

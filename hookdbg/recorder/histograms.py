@@ -85,8 +85,9 @@ def host_histogram(t: torch.Tensor, summary: tuple, bins: int) -> bytes | None:
         return _c_histogram(v.data_ptr(), v.numel(), _KINDS[v.dtype], lo, hi, bins)
     values = v.reshape(-1).double()  # no extension, or a device tensor read at once
     lengths = torch.full((1,), values.numel(), device=values.device)
-    ends = [torch.full((1,), x, dtype=torch.float64, device=values.device) for x in (lo, hi)]
-    counts = segment_histograms(values, lengths, *ends, bins)
+    lo_end = torch.full((1,), lo, dtype=torch.float64, device=values.device)
+    hi_end = torch.full((1,), hi, dtype=torch.float64, device=values.device)
+    counts = segment_histograms(values, lengths, lo_end, hi_end, bins)
     return counts.cpu().numpy().astype(np.int64).tobytes()
 
 
@@ -219,7 +220,7 @@ def tensor_rows(bins: int, rows: list) -> np.ndarray:
         plain.append(row)
     table = store_rows.tensor_rows(plain)
     out = np.empty(len(table), dtype=schema.tensors_dtype(bins))
-    for name in schema.TENSORS.names:
+    for name in schema.TENSORS.names or ():
         out[name] = table[name]
     out[schema.HISTOGRAM] = counts
     return out

@@ -9,18 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 
 class Handle(Protocol):
     def remove(self) -> None: ...
 
 
+H = TypeVar("H", bound=Handle)
+
+
 class HookSet:
     def __init__(self) -> None:
         self._handles: list[Handle] = []
 
-    def add(self, register: Callable[..., Handle], *args: Any, **kwargs: Any) -> Handle:
+    def add(self, register: Callable[..., H], *args: Any, **kwargs: Any) -> H:
         """Call ``register(*args, **kwargs)`` and keep the handle it returns."""
         handle = register(*args, **kwargs)
         self._handles.append(handle)

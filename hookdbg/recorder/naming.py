@@ -6,9 +6,10 @@ it in the calling code (``model``, ``netD``, ``criterion``), else its class name
 every module inside it is named ``label.path`` with ``path`` from ``named_modules()``:
 ``model.layer3.0.conv1``. A submodule called on its own (``model.head(x)``,
 ``model.decode(z)`` calling ``self.fc3``) is named from the variable of the model that
-holds it, whatever is called first. Wrappers are transparent: the wrapped model takes
-the wrapper's label, so single-process, per-rank and compiled runs name modules alike
-(DDP, DataParallel, and ``torch.compile``'s OptimizedModule).
+holds it, whatever is called first (recorder/labels.py finds those variables).
+Wrappers are transparent: the wrapped model takes the wrapper's label, so
+single-process, per-rank and compiled runs name modules alike (DDP, DataParallel, and
+``torch.compile``'s OptimizedModule).
 
 Parameters shared by two modules (tied embeddings: ``lm_head.weight is wte.weight``)
 are counted once, for the module that was named first.
@@ -20,21 +21,16 @@ happens once, when a module is first seen.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-import types
 import weakref
 from collections.abc import Callable
 
 import torch
 from torch.nn.parameter import UninitializedParameter
 
+from hookdbg.recorder.labels import find_label, find_owner
 from hookdbg.store.schema import ModuleKind
 
 _SKIP_SEGMENTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})
-_HOOKDBG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 
 
 class ModuleInfo:
@@ -159,7 +155,7 @@ class ModuleRegistry:
         """Optimizers get a row in the module table too, labelled like roots."""
         info = self.by_id.get(id(opt))
         if info is None or info.ref() is not opt:
-            label = self._unique(_find_label(opt) or type(opt).__name__)
+            label = self._unique(find_label(opt) or type(opt).__name__)
             info = self._add(opt, label, "", -1, None, 0, ModuleKind.OPTIMIZER)
         return info
 
@@ -191,8 +187,8 @@ class ModuleRegistry:
             self._add_root(module)
         else:
             root = self.infos[parent.root]
-            root_module = root.ref()
-            if root_module is not None:  # modules added to the model since we named it
+            root_module = root.ref()  # a module's root is a module, alive or not
+            if isinstance(root_module, torch.nn.Module):  # modules added since we named it
                 self._add_tree(root_module, root)
         info = self.known(module)
         if info is None:  # not reachable by named_modules(): e.g. held in a plain list
@@ -214,7 +210,7 @@ class ModuleRegistry:
         return info
 
     def _add_root(self, module: torch.nn.Module) -> None:
-        owner = _find_owner(module)
+        owner = find_owner(module)
         if owner is not None:  # name it from the model that holds it
             held_by = self.known(owner)
             if held_by is None:
@@ -232,7 +228,7 @@ class ModuleRegistry:
         # a wrapper made by a framework is held by the framework's variables
         # (Lightning's DDP: ``wrapper_module``), its model by the user's: the user's
         # name wins, for the wrapper or the model, wherever each is held
-        found = _find_label(module, target) if target is not module else _find_label(module)
+        found = find_label(module, target) if target is not module else find_label(module)
         label = known.name if known else self._unique(found or type(module).__name__)
         root = known or self._add(target, label, "", -1, None, 0)
         for wrapper in wrappers:
@@ -339,102 +335,8 @@ class ModuleRegistry:
         return candidate
 
 
-def _find_label(*objs: object) -> str | None:
-    """The variable that holds one of ``objs`` in the code that called it, if one is
-    easy to see (with several, the first one a namespace binds wins).
-
-    Looks through the user's frames (not torch's, not hookdbg's; the script's own before
-    installed libraries') for a local bound to it, or an attribute of a local
-    (``self.model``), and ``__main__``'s globals.
-    """
-    for space in _user_namespaces():
-        found = _label_in(space, objs)
-        if found:
-            return found
-    return None
-
-
-_NOT_HOLDERS = (torch.nn.Module, type, types.ModuleType, types.FunctionType)
-
-
-def _user_namespaces() -> list[dict[str, object]]:
-    """Locals of the user's frames (not torch's, not hookdbg's), innermost first, then
-    ``__main__``'s globals. The script's own code comes before installed libraries'
-    (a Lightning or Hugging Face trainer loop calls the model ``pl_module`` or
-    ``model``; the script calls it what the user does)."""
-    own: list[dict[str, object]] = []
-    libraries: list[dict[str, object]] = []
-    frame = sys._getframe(1)
-    while frame is not None and len(own) + len(libraries) < 16:
-        filename = os.path.abspath(frame.f_code.co_filename)
-        if not filename.startswith((_HOOKDBG_DIR, _TORCH_DIR)) and "<frozen" not in filename:
-            installed = any(part in filename for part in _INSTALLED)
-            (libraries if installed else own).append(frame.f_locals)
-        frame = frame.f_back
-    main = sys.modules.get("__main__")
-    globals_ = [vars(main)] if main is not None else []
-    return [*own[:8], *globals_, *libraries[:8]]
-
-
-_INSTALLED = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
-
-
-def user_modules() -> list[torch.nn.Module]:
-    """The modules held by variables of the calling user code and ``__main__``."""
-    found: dict[int, torch.nn.Module] = {}
-    for space in _user_namespaces():
-        for value in list(space.values()):
-            if isinstance(value, torch.nn.Module):
-                found[id(value)] = value
-    return list(found.values())
-
-
 def _stateless(module: torch.nn.Module) -> bool:
     """No parameters, buffers or submodules: nothing tells two such modules apart."""
     return not (module._parameters or module._modules) and all(
         b is None for b in module._buffers.values()
     )
-
-
-def _find_owner(module: torch.nn.Module) -> torch.nn.Module | None:
-    """The largest model in the user's variables (or one attribute down: ``self.model``)
-    that holds ``module`` as a submodule, if any."""
-    best, best_size = None, 0
-    for space in _user_namespaces():
-        for value in list(space.values()):
-            candidates = [value]
-            if not isinstance(value, _NOT_HOLDERS) and hasattr(value, "__dict__"):
-                with contextlib.suppress(TypeError):
-                    candidates.extend(vars(value).values())
-            for candidate in candidates:
-                if not isinstance(candidate, torch.nn.Module) or candidate is module:
-                    continue
-                subs = list(candidate.modules())
-                if len(subs) > best_size and any(m is module for m in subs):
-                    best, best_size = candidate, len(subs)
-    return best
-
-
-def _label_in(namespace: dict[str, object], targets: tuple[object, ...]) -> str | None:
-    """A name bound to one of ``targets`` in ``namespace`` (earlier targets first), else
-    an attribute of a value there: ``model`` before ``trainer.model_wrapped``."""
-    holders = []
-    bound: dict[int, str] = {}
-    for name, value in list(namespace.items()):
-        if name.isidentifier() and name not in ("self", "_"):
-            bound.setdefault(id(value), name)
-        if not isinstance(value, _NOT_HOLDERS) and hasattr(value, "__dict__"):
-            holders.append(value)
-    for target in targets:
-        if id(target) in bound:
-            return bound[id(target)]
-    for target in targets:
-        for holder in holders:
-            try:
-                attrs = vars(holder)
-            except TypeError:
-                continue
-            for name, attr in attrs.items():
-                if attr is target and name.isidentifier() and not name.startswith("_"):
-                    return name
-    return None

@@ -47,99 +47,19 @@ An alert names the origin of a problem:
 
 Propagation is tracked with a few flags on each ``Call`` (nan_in, inf_inputs, tainted,
 bad_grad, below_bad) and ``Seen`` (birth, alerted) and one per step, so each check is
-O(1) and only runs when a summary is already non-finite.
+O(1) and only runs when a summary is already non-finite. The ``Alert`` these rules make,
+and its words, are recorder/alert.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
+from hookdbg.recorder.alert import Alert, checked, finite_inputs_note, has_nan
 from hookdbg.recorder.calls import Call, Seen, Segment
-from hookdbg.recorder.deferred import resolved
 from hookdbg.recorder.naming import ModuleInfo
-from hookdbg.recorder.stats import summarise
-from hookdbg.store.schema import Phase, Slot, slot_label
-
-_PHASE_WORDS = {Phase.FWD: "forward", Phase.BWD: "backward", Phase.OPT: "optimizer step"}
-
-
-@dataclass
-class Alert:
-    """One NaN/inf origin, as recorded in the ``alerts`` table."""
-
-    segment: Segment
-    call: int
-    module: ModuleInfo
-    phase: Phase
-    slot: Slot
-    path: str
-    summary: tuple
-    time: float
-    note: str
-    first: bool = False
-    again: bool = False  # its place had an origin before (warned once, recorded each time)
-    reported: bool = False  # a provisional inf birth that proved to be a problem
-    origin: Call | None = field(default=None, repr=False)  # the call, when there is one
-    # live objects for an interactive breakpoint; never written to the file
-    context: dict[str, object] = field(default_factory=dict, repr=False)
-
-    @property
-    def step(self) -> int:
-        return self.segment.step
-
-    @property
-    def kind(self) -> str:
-        nan, posinf, neginf = self.summary[9:12]
-        kinds = [k for k, n in (("NaN", nan), ("inf", posinf + neginf)) if n > 0]
-        return " and ".join(kinds) or "non-finite"
-
-    @property
-    def where(self) -> str:
-        return f"{self.module.name} ({self.module.type}) {_PHASE_WORDS[self.phase]} " + (
-            slot_label(self.slot, self.path)
-        )
-
-    def counts(self) -> str:
-        return f"{counts_text(self.summary)} of {self.summary[3]:,} values"
-
-    def message(self) -> str:
-        appeared = "appeared again" if self.again else "first appeared"
-        return (
-            f"{self.kind} {appeared} {self.segment.when} in {self.where}: "
-            f"{self.counts()}; {self.note}"
-        )
-
-    def row(self) -> tuple:
-        nan, posinf, neginf = self.summary[9:12]
-        return (
-            self.segment.step,
-            self.segment.id,
-            self.call,
-            self.module.id,
-            int(self.phase),
-            int(self.slot),
-            self.path,
-            self.summary[3],
-            nan,
-            posinf,
-            neginf,
-            int(self.first),
-            self.time,
-            self.message(),
-        )
-
-
-def counts_text(summary: tuple) -> str:
-    """'16 NaN, 2 -inf' from a summary's counts."""
-    nan, posinf, neginf = summary[9:12]
-    parts = [f"{n:,} {k}" for k, n in (("NaN", nan), ("+inf", posinf), ("-inf", neginf)) if n]
-    return ", ".join(parts)
-
-
-def has_nan(summary: tuple) -> bool:
-    return summary[9] > 0
+from hookdbg.recorder.stats import Summary, summarise
+from hookdbg.store.schema import Phase, Slot
 
 
 class OriginDetector:
@@ -176,7 +96,7 @@ class OriginDetector:
         self, call: Call, path: str, seen: Seen, seg: Segment, now: float
     ) -> Alert | None:
         """A non-finite tensor reached ``call`` as input ``path``."""
-        summary = resolved(seen.summary)
+        summary = checked(seen.summary)
         if not has_nan(summary):  # infs only: maybe a mask; see whether it is absorbed
             if call.inf_inputs is None:
                 call.inf_inputs = []
@@ -202,7 +122,7 @@ class OriginDetector:
         root = call.parent is None  # what it returns goes to the script itself
         if seen.producer is not call and not root:
             return None  # a submodule made it (and was judged for it)
-        summary = resolved(seen.summary)
+        summary = checked(seen.summary)
         nan = has_nan(summary)
         if nan or root or call.inf_inputs:
             self.step_tainted = True
@@ -224,7 +144,7 @@ class OriginDetector:
                 path,
                 summary,
                 now,
-                _finite_inputs_note(call),
+                finite_inputs_note(call),
                 origin=call,
             )
         if call.inf_inputs:  # it received infs and passes infs on: no mask
@@ -290,7 +210,7 @@ class OriginDetector:
 
     # -- backward ---------------------------------------------------------------------
 
-    def gradient(self, seen: Seen, summary: tuple, seg: Segment, now: float) -> Alert | None:
+    def gradient(self, seen: Seen, summary: Summary, seg: Segment, now: float) -> Alert | None:
         """The gradient w.r.t. the tensor of ``seen`` is non-finite."""
         consumers = [(c, p) for c, slot, p in seen.grad_slots if slot == Slot.GRAD_INPUT]
         producers = [(c, p) for c, slot, p in seen.grad_slots if slot == Slot.GRAD_OUTPUT]
@@ -347,7 +267,7 @@ class OriginDetector:
         info: ModuleInfo,
         calls: list[Call],
         name: str,
-        summary: tuple,
+        summary: Summary,
         seg: Segment,
         now: float,
     ) -> Alert | None:
@@ -373,7 +293,7 @@ class OriginDetector:
     # -- optimizer and ranks ----------------------------------------------------------
 
     def reduced_grad(
-        self, info: ModuleInfo, name: str, summary: tuple, seg: Segment, now: float
+        self, info: ModuleInfo, name: str, summary: Summary, seg: Segment, now: float
     ) -> Alert | None:
         """The gradient the optimizer step uses is non-finite, but this rank's own was
         finite: it came from another rank through the all-reduce (one alert a step)."""
@@ -397,7 +317,7 @@ class OriginDetector:
         opt: ModuleInfo,
         call: int,
         name: str,
-        summary: tuple,
+        summary: Summary,
         grad_finite: bool | None,
         seg: Segment,
         now: float,
@@ -419,7 +339,7 @@ class OriginDetector:
         )
 
 
-def _from_outside(call: Call, path: str, summary: tuple, seg: Segment, now: float) -> Alert:
+def _from_outside(call: Call, path: str, summary: Summary, seg: Segment, now: float) -> Alert:
     """Input ``path`` of ``call`` held a value no recorded module produced."""
     where = "the data" if call.parent is None else "tensor code between modules"
     return Alert(
@@ -442,27 +362,6 @@ def _received_birth(call: Call) -> Alert | None:
         if seen.birth is not None:
             return seen.birth
     return None
-
-
-def _finite_inputs_note(call: Call) -> str:
-    """Why ``call`` is the origin: its inputs and parameters were fine, or held only infs
-    (saying which, and where they came from)."""
-    if not call.inf_inputs:
-        return "its inputs and parameters were finite"
-    held = []
-    for path, seen in call.inf_inputs[:2]:
-        birth = seen.birth
-        if birth is None:
-            source = ""
-        elif birth.slot == Slot.INPUT:
-            source = ", from the data" if "the data" in birth.note else ", from tensor code"
-        else:
-            source = f", from {birth.module.name} ({birth.module.type}) forward output"
-        held.append(
-            f"{slot_label(Slot.INPUT, path)} held {counts_text(resolved(seen.summary))}{source}"
-        )
-    more = " and more" if len(call.inf_inputs) > 2 else ""
-    return f"its inputs held no NaN ({'; '.join(held)}{more}) and its parameters were finite"
 
 
 def _nonfinite_param(module: object) -> tuple[str, torch.Tensor] | None:

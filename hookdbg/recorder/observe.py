@@ -1,61 +1,45 @@
 """What each module call's tensors were: inputs, outputs, gradients, parameter
 gradients, summarised once per segment and version and checked for NaN/inf.
 
-The recorder (core.py) hands each module call's arguments and results here; the
-gradient hooks registered here report back on their own. All of it runs on every module
-call, so it reads the segment's ``StepState`` as plain attributes and builds plain
-tuples.
-
-Gradients come from one hook per tensor on the autograd node that made it (a node
-pre-hook: it receives the gradient w.r.t. the node's outputs before the node runs),
-which is cheaper than a tensor hook and keeps the gradient of the value the module saw
-even if the tensor is changed in place afterwards (an in-place ReLU). That one gradient
-is the grad_output of the calls that produced the tensor and the grad_input of those
-that consumed it. Leaf tensors that need a gradient have no node: a tensor hook there.
+The recorder's module hooks hand each module call's arguments and results here; the
+gradient hooks (gradients.py, a part of this observer) report back on their own. All
+of it runs on every module call, so it reads the segment's ``StepState`` as plain
+attributes and builds plain tuples.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from time import time
-from typing import TYPE_CHECKING
 
 import torch
-from torch.nn.parameter import UninitializedParameter
 
 from hookdbg.options import Level, RecordOptions
 from hookdbg.recorder import histograms, stats
+from hookdbg.recorder.alert import checked
 from hookdbg.recorder.calls import Call, Seen, Segment, StepState
 from hookdbg.recorder.capture import Capturer, FlightRecorder
-from hookdbg.recorder.deferred import Pending, resolved
-from hookdbg.recorder.envelope import Guard, hook
-from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry
-from hookdbg.recorder.nonfinite import Alert, OriginDetector
+from hookdbg.recorder.deferred import Pending
+from hookdbg.recorder.envelope import Guard
+from hookdbg.recorder.gradients import GradientObserver
+from hookdbg.recorder.handoff import Handoff
+from hookdbg.recorder.naming import ModuleRegistry
+from hookdbg.recorder.nonfinite import OriginDetector
 from hookdbg.recorder.recompute import Recompute
+from hookdbg.recorder.stats import Summary
 from hookdbg.recorder.steps import StepTracker
 from hookdbg.recorder.tensors import iter_tensors
 from hookdbg.store.rows import Rows
 from hookdbg.store.schema import Phase, Slot
 
-if TYPE_CHECKING:
-    from hookdbg.store.writer import Writer
-
 _INPUT, _OUTPUT = int(Slot.INPUT), int(Slot.OUTPUT)
 _GRAD_OUTPUT, _GRAD_INPUT = int(Slot.GRAD_OUTPUT), int(Slot.GRAD_INPUT)
-_PARAM_GRAD = int(Slot.PARAM_GRAD)
-_FWD, _BWD = int(Phase.FWD), int(Phase.BWD)
+_FWD = int(Phase.FWD)
 _Tensor = torch.Tensor
-_graph_task_id = torch._C._current_graph_task_id
 _INDEX = tuple(str(i) for i in range(64))
 
 
-def _version(t: torch.Tensor) -> int:
-    """``t``'s version counter; -1 for an inference tensor, which has none."""
-    return -1 if t.is_inference() else t._version
-
-
-def summary_function(level: Level, check: bool) -> Callable[[torch.Tensor], tuple] | None:
+def summary_function(level: Level, check: bool) -> Callable[[torch.Tensor], Summary] | None:
     """How a tensor is summarised at this level (None: not at all)."""
     if level == Level.STATS:
         return stats.summarise
@@ -78,7 +62,7 @@ class TensorObserver:
         flight: FlightRecorder | None,
         capturer: Capturer | None,
         alert: Callable[..., None],
-        handoff: Callable[[], None],
+        handoff: Handoff,
     ) -> None:
         self.guard = guard
         self.rows = rows
@@ -88,7 +72,7 @@ class TensorObserver:
         self.flight = flight
         self.capturer = capturer
         self.alert = alert  # queue an origin with its live objects (recorder/actions.py)
-        self.handoff = handoff  # hand the rows gathered so far to the writer
+        self.handoff = handoff  # hands the rows gathered so far to the writer
         self.level = options.level
         self.emit_tensors = options.level >= Level.SHAPES  # tensor rows in the file
         self.check_nan = options.checks_nan
@@ -98,11 +82,8 @@ class TensorObserver:
             self.summary = histograms.summarising(options.histograms)
         self.defer_all = False  # summarise CPU tensors on the device path too (tests)
         self.capturing = False
-        self.pending_capture = 0  # bytes of captured tensors not handed over yet
-        self.writer: Writer | None = None
-        self.state: StepState  # the current segment's, set by the recorder
-        self.param_owner: dict[int, tuple[ModuleInfo, str]] = {}
-        self.lazy: list[tuple[ModuleInfo, object, Callable[..., object]]] = []
+        self.state: StepState  # the current segment's, set by ``begin`` (segments.py)
+        self.gradients = GradientObserver(self)  # gradient hooks, of tensors and parameters
 
     def begin(self, state: StepState) -> None:
         """A new segment: its state, and whether its tensors are captured."""
@@ -127,9 +108,9 @@ class TensorObserver:
             if not seen.hooked and t.requires_grad:
                 # it needs a gradient only now: the output of a checkpointed block, whose
                 # forward ran with gradients off, once checkpoint() hands it back
-                self.watch_grad(t, seen)
+                self.gradients.watch_tensor(t, seen)
             return seen
-        summary = None
+        summary: Summary | Pending | None = None
         base = t._base
         if base is not None:  # a view (flatten, transpose) of a tensor seen: same numbers
             of = state.memo.get(id(base))
@@ -138,7 +119,7 @@ class TensorObserver:
                 and of.summary is not None
                 and of.ref() is base
                 and of.version == version
-                and of.summary.__class__ is not Pending
+                and type(of.summary) is not Pending
                 and base.numel() == t.numel()
                 and base.dtype == t.dtype
             ):
@@ -148,27 +129,16 @@ class TensorObserver:
         finite = (
             not self.check_nan
             or summary is None
-            or summary.__class__ is Pending
+            or type(summary) is Pending
             or stats.is_finite(summary)
         )
         seen = Seen(t, version, summary, finite, state.id)
         state.memo[id(t)] = seen
         if t.requires_grad:
-            self.watch_grad(t, seen)
+            self.gradients.watch_tensor(t, seen)
         return seen
 
-    def watch_grad(self, t: torch.Tensor, seen: Seen) -> None:
-        """Hear of ``t``'s gradient: a pre-hook on the node that made it, or, for a leaf,
-        a hook on the tensor itself."""
-        seen.hooked = True
-        node = t.grad_fn
-        if node is None:
-            t.register_hook(partial(self._on_leaf_grad, seen))
-        else:
-            seen.nr = t.output_nr
-            node.register_prehook(partial(self._on_grad, seen))
-
-    def summarise(self, t: torch.Tensor) -> tuple | Pending:
+    def summarise(self, t: torch.Tensor) -> Summary | Pending:
         """The summary of ``t`` at this level: computed now (one C pass on CPU), or,
         deferring, copied to the step's device buffer to be read with the rest."""
         batch = self.state.batch
@@ -186,7 +156,7 @@ class TensorObserver:
         assert summary is not None
         return summary(t)  # records no autograd graph, whatever the grad mode
 
-    def value(self, t: torch.Tensor) -> tuple | Pending:
+    def value(self, t: torch.Tensor) -> Summary | Pending:
         """The full statistics of a tensor the recorder itself needs to know (what a
         GradScaler found), whatever the level; on a device, read back with the step's."""
         t = t.detach()
@@ -233,7 +203,7 @@ class TensorObserver:
     def _input_check(
         self, seg: Segment, call: Call, path: str, seen: Seen, module: object, args: object
     ) -> None:
-        if stats.is_finite(resolved(seen.summary)):
+        if stats.is_finite(checked(seen.summary)):
             return
         alert = self.detector.forward_input(call, path, seen, seg, time())
         self.alert(alert, module=module, inputs=args)
@@ -290,7 +260,7 @@ class TensorObserver:
         args: object,
         result: object,
     ) -> None:
-        if stats.is_finite(resolved(seen.summary)):
+        if stats.is_finite(checked(seen.summary)):
             return
         alert = self.detector.forward_output(call, path, seen, module, seg, time())
         self.alert(alert, module=module, inputs=args, output=result)
@@ -307,7 +277,7 @@ class TensorObserver:
         slot: int,
         path: str,
         t: torch.Tensor,
-        summary: tuple | Pending | None,
+        summary: Summary | Pending | None,
         version: int,
     ) -> None:
         """The row, the capture and the flight-recorder entry of one tensor of one call
@@ -315,7 +285,7 @@ class TensorObserver:
         if self.emit_tensors:
             state = self.state
             row = (call.id, state.step, state.id, call.info.id, phase, slot, path, summary)
-            if summary.__class__ is Pending:  # waits in the batch until read back
+            if type(summary) is Pending:  # waits in the batch until read back
                 state.batch.rows.append(row)  # type: ignore[union-attr]
             else:
                 self.rows.tensors.append(row)
@@ -327,18 +297,19 @@ class TensorObserver:
     def capture(self, call: Call, phase: int, slot: int, path: str, t: torch.Tensor) -> None:
         """Copy a tensor for --capture, unless the copies already waiting for the writer
         fill its memory bound: then it is dropped (and counted) before it is copied."""
-        writer, capturer = self.writer, self.capturer
+        handoff, capturer = self.handoff, self.capturer
+        writer = handoff.writer
         assert writer is not None and capturer is not None
         size = t.numel() * t.element_size()
-        if not writer.has_room(size + self.pending_capture):
+        if not writer.has_room(size + handoff.pending_capture):
             writer.count_dropped(1)
             return
         row = capturer.take(self.state.seg, call, call.info.id, phase, slot, path, t)
         if row is not None:
             self.rows.captures.append(row)
-            self.pending_capture += size
-            if self.pending_capture > writer.max_backlog_bytes // 8:
-                self.handoff()  # big copies go to the writer (and its bound) at once
+            handoff.pending_capture += size
+            if handoff.pending_capture > writer.max_backlog_bytes // 8:
+                handoff()  # big copies go to the writer (and its bound) at once
         self.capturing = capturer.active(self.state.step)
 
     # -- forwards run again inside backward (recorder/recompute.py) -------------------
@@ -359,7 +330,7 @@ class TensorObserver:
                 memo[id(t)] = seen
             seen.grad_slots.append((call, slot, path))
             if not seen.hooked:
-                self.watch_grad(t, seen)
+                self.gradients.watch_tensor(t, seen)
 
     def forget_recomputed(self, result: object) -> None:
         """The block's output as run again: the original output's gradient reports it for
@@ -369,146 +340,3 @@ class TensorObserver:
             seen = memo.get(id(t))
             if seen is not None and seen.ref() is t:
                 seen.timing_only = True
-
-    # -- gradients ----------------------------------------------------------------------
-
-    @hook
-    def _on_grad(self, t0: float, seen: Seen, grads: tuple) -> None:
-        grad = grads[seen.nr] if seen.nr < len(grads) else None
-        if grad is not None:
-            self.grad(t0, seen, grad)
-
-    @hook
-    def _on_leaf_grad(self, t0: float, seen: Seen, grad: torch.Tensor) -> None:
-        self.grad(t0, seen, grad)
-
-    def grad(self, t0: float, seen: Seen, grad: torch.Tensor) -> None:
-        state = self.state
-        if seen.segment != state.id:
-            return
-        self.steps.backward_ran()
-        state.seg.training = True
-        v = t0 - self.guard.ovh
-        task = _graph_task_id()
-        summary = self.summarise(grad) if self.summary is not None else None
-        timing_only = seen.timing_only
-        version = _version(grad) if self.flight is not None else 0
-        for call, slot, path in seen.grad_slots:
-            if call.bwd_task == -1:
-                call.bwd_task = task
-            if call.bwd_task == task or call.recomputed:  # not a later backward pass
-                if slot == _GRAD_OUTPUT:
-                    if call.bwd_start is None or v < call.bwd_start:
-                        call.bwd_start = v
-                elif v > call.bwd_end:
-                    call.bwd_end = v
-            if not timing_only:
-                self.keep(call, _BWD, slot, path, grad, summary, version)
-        if (
-            not timing_only
-            and self.check_nan
-            and summary is not None
-            and (summary.__class__ is Pending or not stats.is_finite(summary))
-        ):
-            self.check(self._grad_check, state.seg, seen, summary, self.context(grad))
-
-    def _grad_check(
-        self, seg: Segment, seen: Seen, summary: tuple | Pending, grad: torch.Tensor | None
-    ) -> None:
-        value = resolved(summary)
-        if stats.is_finite(value):
-            return
-        alert = self.detector.gradient(seen, value, seg, time())
-        module = alert.module.ref() if alert is not None else None
-        self.alert(alert, module=module, grad=grad, output=seen.ref() if grad is not None else None)
-
-    def watch_params(self, info: ModuleInfo, module: object, hooks: Callable[..., object]) -> None:
-        """A post-accumulate hook on each parameter a module owns (shared ones once). A
-        lazy module's parameters get theirs once its first call has made them."""
-        for name, p in module._parameters.items():  # type: ignore[attr-defined]
-            if p is None or id(p) in self.param_owner:
-                continue
-            if isinstance(p, UninitializedParameter):
-                self.lazy.append((info, module, hooks))
-                continue
-            self.param_owner[id(p)] = (info, name)
-            if p.requires_grad:
-                hooks(
-                    p.register_post_accumulate_grad_hook, partial(self._on_param_grad, info, name)
-                )
-
-    def watch_lazy(self) -> None:
-        """Watch the parameters lazy modules have made since (called at each step)."""
-        waiting, self.lazy = self.lazy, []
-        for info, module, hooks in waiting:
-            self.watch_params(info, module, hooks)
-
-    @hook
-    def _on_param_grad(self, t0: float, info: ModuleInfo, name: str, param: torch.Tensor) -> None:
-        state = self.state
-        grad = param.grad
-        if not state.recording or grad is None:
-            return
-        v = t0 - self.guard.ovh
-        task = _graph_task_id()
-        calls = state.module_calls.get(info.id, ())
-        owner = None  # the last call of the module in this backward pass
-        for call in calls:
-            if call.bwd_task == task or call.recomputed:
-                if v > call.param_end:
-                    call.param_end = v
-                owner = call
-        if not calls:  # not called itself (inside a compiled model): time the caller
-            for call in self._enclosing_calls(info):
-                if call.bwd_task == task and v > call.param_end:
-                    call.param_end = v
-        summary = self.summarise(grad) if self.summary is not None else None
-        version = _version(grad) if self.flight is not None else 0
-        if owner is not None or calls:
-            self.keep(owner or calls[-1], _BWD, _PARAM_GRAD, name, grad, summary, version)
-        elif self.emit_tensors:
-            self.rows.tensors.append(
-                (-1, state.step, state.id, info.id, _BWD, _PARAM_GRAD, name, summary)
-            )
-        if self.check_nan and summary is not None:
-            self.check(
-                self._param_grad_check,
-                state.seg,
-                info,
-                list(calls),
-                name,
-                summary,
-                id(param),
-                state.grad_finite,
-                self.context(grad),
-            )
-
-    def _enclosing_calls(self, info: ModuleInfo) -> list[Call]:
-        """The calls in this step of the nearest enclosing module that was called."""
-        infos = self.registry.infos
-        module_calls = self.state.module_calls
-        parent = info.parent
-        while parent >= 0:
-            calls = module_calls.get(parent)
-            if calls:
-                return calls
-            parent = infos[parent].parent
-        return []
-
-    def _param_grad_check(
-        self,
-        seg: Segment,
-        info: ModuleInfo,
-        calls: list[Call],
-        name: str,
-        summary: tuple | Pending,
-        param: int,
-        grad_finite: dict[int, bool],
-        grad: torch.Tensor | None,
-    ) -> None:
-        value = resolved(summary)
-        finite = stats.is_finite(value)
-        grad_finite[param] = finite  # the step's own map: a replay runs steps later
-        if not finite:
-            alert: Alert | None = self.detector.param_grad(info, calls, name, value, seg, time())
-            self.alert(alert, module=info.ref(), grad=grad)

@@ -3,7 +3,7 @@ and, under torch.distributed, gradient norms as the step uses them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from time import time
 
@@ -11,11 +11,13 @@ import torch
 
 from hookdbg.options import Level
 from hookdbg.recorder import stats
+from hookdbg.recorder.alert import checked
 from hookdbg.recorder.calls import Segment
-from hookdbg.recorder.deferred import Pending, resolved
+from hookdbg.recorder.deferred import Pending
 from hookdbg.recorder.envelope import Guard, hook
 from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry
 from hookdbg.recorder.observe import TensorObserver
+from hookdbg.recorder.stats import Summary
 from hookdbg.recorder.steps import StepTracker
 from hookdbg.store.rows import Rows
 from hookdbg.store.schema import Phase, Slot
@@ -85,7 +87,7 @@ class OptimizerObserver:
         state.seg.training = True
 
     def _owned(self, opt: torch.optim.Optimizer, with_grad: bool) -> list:
-        owner = self.tensors.param_owner
+        owner = self.tensors.gradients.param_owner
         return [
             (p, owner[id(p)])
             for group in opt.param_groups
@@ -126,16 +128,14 @@ class OptimizerObserver:
         if (state.batch is not None and (observer.defer_all or not tensors[0].is_cpu)) or (
             observer.histogram_bins  # histograms asked for: of the weights too
         ):
-            summaries = [observer.summarise(t) for t in tensors]
+            summaries: Sequence[Summary | Pending] = [observer.summarise(t) for t in tensors]
         else:
             summaries = stats.norms_only(tensors)
         rows = self.rows.tensors if state.batch is None else state.batch.rows
         for (p, (owner, name)), summary in zip(owned, summaries, strict=True):
             row = (call, state.step, state.id, owner.id, _OPT, int(slot), name, summary)
-            (rows if summary.__class__ is Pending else self.rows.tensors).append(row)
-            if observer.check_nan and (
-                summary.__class__ is Pending or not stats.is_finite(summary)
-            ):
+            (rows if type(summary) is Pending else self.rows.tensors).append(row)
+            if observer.check_nan and (type(summary) is Pending or not stats.is_finite(summary)):
                 observer.check(
                     check,
                     state.seg,
@@ -153,13 +153,13 @@ class OptimizerObserver:
         seg: Segment,
         owner: ModuleInfo,
         name: str,
-        summary: object,
+        summary: Summary | Pending,
         param: int,
         grad_finite: dict[int, bool],
         call: int,
         opt: torch.optim.Optimizer,
     ) -> None:
-        value = resolved(summary)  # type: ignore[arg-type]
+        value = checked(summary)
         if stats.is_finite(value):
             return
         local = grad_finite.get(param)
@@ -174,13 +174,13 @@ class OptimizerObserver:
         seg: Segment,
         owner: ModuleInfo,
         name: str,
-        summary: object,
+        summary: Summary | Pending,
         param: int,
         grad_finite: dict[int, bool],
         call: int,
         opt: torch.optim.Optimizer,
     ) -> None:
-        value = resolved(summary)  # type: ignore[arg-type]
+        value = checked(summary)
         if stats.is_finite(value):
             return
         alert = self.tensors.detector.param_value(

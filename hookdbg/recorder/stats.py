@@ -24,6 +24,7 @@ are copied into a per-step device buffer and summarised together at the step's e
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,6 +38,10 @@ except ImportError:  # not built: torch's reductions instead
 
 # The order of values in a summary tuple: that of the tensors table's summary columns.
 FIELDS = SUMMARY_COLUMNS
+# A summary: (shape, dtype, device, numel, min, max, mean, std, norm, nan, posinf,
+# neginf, zero_frac), with two more values where histograms are recorded
+# (hookdbg/recorder/histograms.py)
+Summary = tuple[Any, ...]
 SHAPE, DTYPE, DEVICE, NUMEL, MIN, MAX, MEAN, STD, NORM, NAN, POSINF, NEGINF, ZERO_FRAC = range(
     len(FIELDS)
 )
@@ -68,7 +73,7 @@ def has_stats(t: torch.Tensor) -> bool:
     return t.dtype in _FLOATS and t.numel() > 0
 
 
-def shape_only(t: torch.Tensor) -> tuple:
+def shape_only(t: torch.Tensor) -> Summary:
     """Summary of a tensor whose values are not looked at (``--level shapes``, ints, bools)."""
     stats = _EMPTY_FLOAT_STATS if t.dtype in _FLOATS and t.numel() == 0 else _NO_STATS
     return (tuple(t.shape), dtype_name(t.dtype), device_name(t), t.numel(), *stats)
@@ -90,7 +95,7 @@ _KINDS = {
 _HALF_WIDE = 65536  # above this many half elements, convert with torch (vectorised) first
 
 
-def summarise(t: torch.Tensor) -> tuple:
+def summarise(t: torch.Tensor) -> Summary:
     """Summary of a host tensor, read back at once (cheap on CPU: no device to wait for).
     Nothing here records an autograd graph, whatever the grad mode."""
     n = t.numel()
@@ -118,7 +123,7 @@ def summarise(t: torch.Tensor) -> tuple:
     return _torch_summary(t)
 
 
-def _torch_summary(t: torch.Tensor) -> tuple:
+def _torch_summary(t: torch.Tensor) -> Summary:
     t = t.detach()
     dtype = t.dtype
     n = t.numel()
@@ -131,9 +136,9 @@ def _torch_summary(t: torch.Tensor) -> tuple:
     v = t.reshape(-1)
     if dtype not in _NATIVE:
         v = v.float()  # half types: accumulate in float32, not in 8 mantissa bits
-    lo, hi = torch.aminmax(v)
-    lo = lo.item()
-    hi = hi.item()
+    lo_t, hi_t = torch.aminmax(v)
+    lo = lo_t.item()
+    hi = hi_t.item()
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return _nonfinite_summary(t, v)
     # float64 accumulators (as the C pass and the device arena have): float32 sums of
@@ -149,7 +154,7 @@ def _torch_summary(t: torch.Tensor) -> tuple:
 _INTEGERS = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool})
 
 
-def _integer(t: torch.Tensor, n: int) -> tuple:
+def _integer(t: torch.Tensor, n: int) -> Summary:
     """Integers (token ids, labels, masks) get their range, the statistic that shows an
     index out of range; they cannot hold NaN or inf, so those counts are 0."""
     v = t.reshape(-1)
@@ -182,7 +187,7 @@ def _finite(
     std: float,
     squares: float,
     zeros: float,
-) -> tuple:
+) -> Summary:
     return (
         tuple(t.shape),
         dtype_name(t.dtype),
@@ -200,7 +205,7 @@ def _finite(
     )
 
 
-def _one_value(t: torch.Tensor) -> tuple:
+def _one_value(t: torch.Tensor) -> Summary:
     x = t.item()
     if math.isfinite(x):
         return _finite(t, 1, x, x, x, 0.0, x * x, 1.0 if x == 0 else 0.0)
@@ -220,7 +225,7 @@ def _one_value(t: torch.Tensor) -> tuple:
     )
 
 
-def _small(t: torch.Tensor, n: int) -> tuple:
+def _small(t: torch.Tensor, n: int) -> Summary:
     a = t.detach().numpy().reshape(-1)
     lo, hi = float(a.min()), float(a.max())
     if not (math.isfinite(lo) and math.isfinite(hi)):
@@ -274,7 +279,7 @@ def _sample(n: int, device: torch.device) -> torch.Tensor:
     return index
 
 
-def _nonfinite_summary(t: torch.Tensor, v: torch.Tensor) -> tuple:
+def _nonfinite_summary(t: torch.Tensor, v: torch.Tensor) -> Summary:
     """Counts of NaN/+inf/-inf, with min/max/mean/std/norm over the finite elements."""
     if v.dtype not in _NATIVE:
         v = v.float()
@@ -284,14 +289,14 @@ def _nonfinite_summary(t: torch.Tensor, v: torch.Tensor) -> tuple:
     finite = v[torch.isfinite(v)]
     n = v.numel()
     if finite.numel() == 0:
-        stats: tuple = (_NAN, _NAN, _NAN, _NAN, _NAN)
+        stats: tuple[float, ...] = (_NAN, _NAN, _NAN, _NAN, _NAN)
     else:
-        lo, hi = torch.aminmax(finite)
+        lo_t, hi_t = torch.aminmax(finite)
         m = finite.numel()
         wide = finite.double()  # rare: exact sums, whatever the finite values' size
         squares = torch.dot(wide, wide).item()
         mean = wide.sum().item() / m
-        lo, hi = lo.item(), hi.item()
+        lo, hi = lo_t.item(), hi_t.item()
         stats = (lo, hi, mean, _std(finite, m, lo, hi, mean, squares), math.sqrt(squares))
     zero = 1.0 - torch.count_nonzero(v).item() / n
     return (
@@ -307,7 +312,7 @@ def _nonfinite_summary(t: torch.Tensor, v: torch.Tensor) -> tuple:
     )
 
 
-def check_finite(t: torch.Tensor) -> tuple:
+def check_finite(t: torch.Tensor) -> Summary:
     """Shape, dtype, min and max, and NaN/inf counts when there are any: the cheap NaN
     check of ``--nan-check`` below ``--level stats`` (one pass instead of three)."""
     if t.dtype not in _FLOATS or t.numel() == 0:
@@ -315,8 +320,8 @@ def check_finite(t: torch.Tensor) -> tuple:
     v = t.detach().reshape(-1)
     if v.dtype not in _NATIVE:
         v = v.float()
-    lo, hi = torch.aminmax(v)
-    lo, hi = lo.item(), hi.item()
+    lo_t, hi_t = torch.aminmax(v)
+    lo, hi = lo_t.item(), hi_t.item()
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return _nonfinite_summary(t, v)
     return (
@@ -336,18 +341,18 @@ def check_finite(t: torch.Tensor) -> tuple:
     )
 
 
-def reshaped(summary: tuple, t: torch.Tensor) -> tuple:
+def reshaped(summary: Summary, t: torch.Tensor) -> Summary:
     """The summary of a view holding the same elements as the summarised tensor (a
     flatten, a transpose): every statistic is the same; only the shape differs."""
     return (tuple(t.shape), *summary[1:])
 
 
-def is_finite(summary: tuple) -> bool:
+def is_finite(summary: Summary) -> bool:
     """Whether a summary saw no NaN and no inf (shape-only summaries count as finite)."""
     return summary[NAN] <= 0 and summary[POSINF] <= 0 and summary[NEGINF] <= 0
 
 
-def norms_only(tensors: list[torch.Tensor]) -> list[tuple]:
+def norms_only(tensors: list[torch.Tensor]) -> list[Summary]:
     """Summaries holding just the L2 norm, for many tensors in one fused call.
 
     Used for parameter values after each optimizer step: a full summary of every

@@ -280,7 +280,7 @@ def _find_optimizers() -> list[torch.optim.Optimizer]:
             for item in attrs:
                 visit(item, depth - 1)
 
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         filename = os.path.abspath(frame.f_code.co_filename)
         if not filename.startswith((_TORCH_DIR, _HOOKDBG_DIR)):

@@ -9,7 +9,8 @@ the training thread.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from typing import TypeVar
 
 import numpy as np
 
@@ -19,6 +20,8 @@ try:
     from hookdbg.store._pack import pack as _pack
 except ImportError:  # not built: numpy's conversion of the row tuples instead
     _pack = None
+
+_Key = TypeVar("_Key", bound=Hashable)
 
 TABLE_NAMES = ("modules", "calls", "tensors", "steps", "alerts", "captures", "info")
 
@@ -59,7 +62,7 @@ def _text(value: object, width: int) -> bytes:
     return data
 
 
-def _cached(value: object, make: Callable[[object], bytes]) -> bytes:
+def _cached(value: _Key, make: Callable[[_Key], bytes]) -> bytes:
     out = _text_cache.get(value)
     if out is None:
         out = _text_cache[value] = make(value)
@@ -83,9 +86,11 @@ _CODES = {"<i8": 0, "<i4": 1, "<i2": 2, "|u1": 3, "|i1": 3, "<f8": 4, "<f4": 5}
 
 def _fields(dtype: np.dtype, where: dict[str, tuple[int, int]]) -> tuple:
     """The ``pack`` layout: (outer, inner, byte offset, code) of each numeric column."""
+    fields = dtype.fields
+    assert fields is not None, "a table's row dtype is structured"
     return tuple(
-        (*where[name], dtype.fields[name][1], _CODES[dtype.fields[name][0].str])
-        for name in dtype.names
+        (*where[name], fields[name][1], _CODES[fields[name][0].str])
+        for name in dtype.names or ()
         if name in where
     )
 
@@ -95,7 +100,7 @@ def _fields(dtype: np.dtype, where: dict[str, tuple[int, int]]) -> tuple:
 _TENSOR_FIELDS = _fields(
     schema.TENSORS,
     {
-        **{name: (i, -1) for i, name in enumerate(schema.TENSORS.names[:6])},
+        **{name: (i, -1) for i, name in enumerate(schema.WHERE_COLUMNS[:6])},
         **{name: (7, 3 + i) for i, name in enumerate(schema.SUMMARY_COLUMNS[3:])},
     },
 )
@@ -148,7 +153,7 @@ def _tensor_rows_slowly(rows: list) -> np.ndarray:
 
 def _texts_encoded(dtype: np.dtype) -> Callable[[list], np.ndarray]:
     """Converter for a table whose rows are already in schema order, strings as str."""
-    widths = [dtype[i].itemsize if dtype[i].kind == "S" else 0 for i in range(len(dtype))]
+    widths = [dtype[n].itemsize if dtype[n].kind == "S" else 0 for n in dtype.names or ()]
 
     def convert(rows: list) -> np.ndarray:
         fixed = [
@@ -161,7 +166,7 @@ def _texts_encoded(dtype: np.dtype) -> Callable[[list], np.ndarray]:
 
 def _numbers(dtype: np.dtype) -> Callable[[list], np.ndarray]:
     """Converter for a table of numbers only, its rows in schema order."""
-    fields = _fields(dtype, {name: (i, -1) for i, name in enumerate(dtype.names)})
+    fields = _fields(dtype, {name: (i, -1) for i, name in enumerate(dtype.names or ())})
 
     def convert(rows: list) -> np.ndarray:
         if _pack is None:

@@ -20,6 +20,10 @@ cause, training goes on, and every later batch counts as dropped. The ``end`` ro
 the ``committed`` lengths live in datasets whose space was allocated when the file was
 created, so the writer can still say in the file when writing stopped, why, and how
 much was lost, and the reader ignores half-written rows past the committed lengths.
+
+The module runs a little over 400 lines on purpose: ``Writer`` is the file's one owner
+on both threads, and its policies (the backlog bound, write errors, the end row) read
+together.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ Batch = dict[str, list]
 # side; measured with sys.getsizeof over a resnet18 recording, rounded up).
 ROW_BYTES = {"tensors": 700, "calls": 400, "captures": 400}
 OTHER_ROW_BYTES = 300
+_END_FIELDS: tuple[str, ...] = schema.END.names or ()
 
 
 def batch_bytes(batch: Batch, row_bytes: dict[str, int] = ROW_BYTES) -> int:
@@ -82,9 +87,9 @@ class Writer:
         self.path = Path(path)
         self._tables = tables or schema.TABLES  # schema.tables(): with histograms or not
         self._row_bytes = dict(ROW_BYTES)
-        histogram = self._tables["tensors"][0].fields.get(schema.HISTOGRAM)
-        if histogram is not None:  # each tensor row also holds its counts (a bytes object)
-            self._row_bytes["tensors"] += histogram[0].itemsize + 40
+        tensors = self._tables["tensors"][0]
+        if schema.HISTOGRAM in (tensors.names or ()):  # each row also holds its counts
+            self._row_bytes["tensors"] += tensors[schema.HISTOGRAM].itemsize + 40
         self.flush_interval = flush_interval
         self.max_backlog_bytes = max_backlog_bytes
         self._converters = converters or {}
@@ -188,10 +193,10 @@ class Writer:
                             rdcc_nslots=11,
                         ),
                     )
-                    for field in dtype.names
+                    for field in dtype.names or ()
                 ]
             end = f.create_group(schema.END_TABLE)
-            for field in schema.END.names:
+            for field in _END_FIELDS:
                 _allocated(end, field, schema.END[field], 1)
             end["write_failed"][0] = math.nan
             committed = _allocated(f, schema.COMMITTED, np.dtype("<i8"), len(schema.TABLES))
@@ -221,7 +226,7 @@ class Writer:
         # lookup per append, and no handle is freed while HDF5 is in an error state
         self._lengths = {name: 0 for name in schema.TABLES}
         self._lengths["progress"] = 1
-        self._end_columns = {field: f[schema.END_TABLE][field] for field in schema.END.names}
+        self._end_columns = {field: f[schema.END_TABLE][field] for field in _END_FIELDS}
         # where the in-place datasets are in the file: written there directly, bypassing
         # HDF5, once HDF5 itself can no longer write
         self._offsets = {field: ds.id.get_offset() for field, ds in self._end_columns.items()}
@@ -328,7 +333,7 @@ class Writer:
         end["dropped"] = self.dropped_rows
         end["write_failed"] = self.failed_at
         end["write_error"] = self.failed or self.died or ""
-        row = tuple(_fit(end[name], schema.END[name]) for name in schema.END.names)
+        row = tuple(_fit(end[name], schema.END[name]) for name in _END_FIELDS)
         return np.array([row], dtype=schema.END)
 
     def _finish(self) -> None:
@@ -352,7 +357,7 @@ class Writer:
         failed, but these bytes need no new space."""
         with contextlib.suppress(Exception):
             fd = self._file.id.get_vfd_handle()
-            for field in schema.END.names:
+            for field in _END_FIELDS:
                 os.pwrite(fd, row[field].tobytes(), self._offsets[field])
             os.fsync(fd)
 

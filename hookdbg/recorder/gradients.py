@@ -1,0 +1,221 @@
+"""Gradients: of the tensors module calls saw, and of parameters; timed, summarised,
+checked for NaN/inf.
+
+Gradients come from one hook per tensor on the autograd node that made it (a node
+pre-hook: it receives the gradient w.r.t. the node's outputs before the node runs),
+which is cheaper than a tensor hook and keeps the gradient of the value the module saw
+even if the tensor is changed in place afterwards (an in-place ReLU). That one gradient
+is the grad_output of the calls that produced the tensor and the grad_input of those
+that consumed it. Leaf tensors that need a gradient have no node: a tensor hook there.
+Parameter gradients come from a post-accumulate-grad hook on each parameter of a
+recorded module.
+
+The tensor observer (observe.py) owns this part: it asks for a tensor's gradient hook
+when it first sees a tensor that needs one, and lends the segment's state, summaries,
+rows and checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+from time import time
+from typing import TYPE_CHECKING
+
+import torch
+from torch.nn.parameter import UninitializedParameter
+
+from hookdbg.recorder import stats
+from hookdbg.recorder.alert import Alert, checked
+from hookdbg.recorder.calls import Call, Seen, Segment
+from hookdbg.recorder.deferred import Pending
+from hookdbg.recorder.envelope import hook
+from hookdbg.recorder.naming import ModuleInfo
+from hookdbg.recorder.stats import Summary
+from hookdbg.store.schema import Phase, Slot
+
+if TYPE_CHECKING:
+    from hookdbg.recorder.observe import TensorObserver
+
+_GRAD_OUTPUT = int(Slot.GRAD_OUTPUT)
+_PARAM_GRAD = int(Slot.PARAM_GRAD)
+_BWD = int(Phase.BWD)
+_graph_task_id = torch._C._current_graph_task_id
+
+
+def _version(t: torch.Tensor) -> int:
+    """``t``'s version counter; -1 for an inference tensor, which has none."""
+    return -1 if t.is_inference() else t._version
+
+
+class GradientObserver:
+    """The gradient hooks of a ``TensorObserver``'s tensors and of the parameters of
+    recorded modules; see the module docstring."""
+
+    def __init__(self, tensors: TensorObserver) -> None:
+        self.tensors = tensors  # the segment's state, summaries, rows, checks and alerts
+        self.guard = tensors.guard
+        self.steps = tensors.steps
+        self.detector = tensors.detector
+        self.registry = tensors.registry
+        self.param_owner: dict[int, tuple[ModuleInfo, str]] = {}
+        self.lazy: list[tuple[ModuleInfo, object, Callable[..., object]]] = []
+
+    # -- tensors ------------------------------------------------------------------------
+
+    def watch_tensor(self, t: torch.Tensor, seen: Seen) -> None:
+        """Hear of ``t``'s gradient: a pre-hook on the node that made it, or, for a leaf,
+        a hook on the tensor itself."""
+        seen.hooked = True
+        node = t.grad_fn
+        if node is None:
+            t.register_hook(partial(self._on_leaf_grad, seen))
+        else:
+            seen.nr = t.output_nr
+            node.register_prehook(partial(self._on_grad, seen))
+
+    @hook
+    def _on_grad(self, t0: float, seen: Seen, grads: tuple) -> None:
+        grad = grads[seen.nr] if seen.nr < len(grads) else None
+        if grad is not None:
+            self.grad(t0, seen, grad)
+
+    @hook
+    def _on_leaf_grad(self, t0: float, seen: Seen, grad: torch.Tensor) -> None:
+        self.grad(t0, seen, grad)
+
+    def grad(self, t0: float, seen: Seen, grad: torch.Tensor) -> None:
+        tensors = self.tensors
+        state = tensors.state
+        if seen.segment != state.id:
+            return
+        self.steps.backward_ran()
+        state.seg.training = True
+        v = t0 - self.guard.ovh
+        task = _graph_task_id()
+        summary = tensors.summarise(grad) if tensors.summary is not None else None
+        timing_only = seen.timing_only
+        version = _version(grad) if tensors.flight is not None else 0
+        for call, slot, path in seen.grad_slots:
+            if call.bwd_task == -1:
+                call.bwd_task = task
+            if call.bwd_task == task or call.recomputed:  # not a later backward pass
+                if slot == _GRAD_OUTPUT:
+                    if call.bwd_start is None or v < call.bwd_start:
+                        call.bwd_start = v
+                elif v > call.bwd_end:
+                    call.bwd_end = v
+            if not timing_only:
+                tensors.keep(call, _BWD, slot, path, grad, summary, version)
+        if (
+            not timing_only
+            and tensors.check_nan
+            and summary is not None
+            and (type(summary) is Pending or not stats.is_finite(summary))
+        ):
+            tensors.check(self._grad_check, state.seg, seen, summary, tensors.context(grad))
+
+    def _grad_check(
+        self, seg: Segment, seen: Seen, summary: Summary | Pending, grad: torch.Tensor | None
+    ) -> None:
+        value = checked(summary)
+        if stats.is_finite(value):
+            return
+        alert = self.detector.gradient(seen, value, seg, time())
+        module = alert.module.ref() if alert is not None else None
+        output = seen.ref() if grad is not None else None
+        self.tensors.alert(alert, module=module, grad=grad, output=output)
+
+    # -- parameters ---------------------------------------------------------------------
+
+    def watch_params(self, info: ModuleInfo, module: object, hooks: Callable[..., object]) -> None:
+        """A post-accumulate hook on each parameter a module owns (shared ones once). A
+        lazy module's parameters get theirs once its first call has made them."""
+        for name, p in module._parameters.items():  # type: ignore[attr-defined]
+            if p is None or id(p) in self.param_owner:
+                continue
+            if isinstance(p, UninitializedParameter):
+                self.lazy.append((info, module, hooks))
+                continue
+            self.param_owner[id(p)] = (info, name)
+            if p.requires_grad:
+                hooks(
+                    p.register_post_accumulate_grad_hook, partial(self._on_param_grad, info, name)
+                )
+
+    def watch_lazy(self) -> None:
+        """Watch the parameters lazy modules have made since (called at each step)."""
+        waiting, self.lazy = self.lazy, []
+        for info, module, hooks in waiting:
+            self.watch_params(info, module, hooks)
+
+    @hook
+    def _on_param_grad(self, t0: float, info: ModuleInfo, name: str, param: torch.Tensor) -> None:
+        tensors = self.tensors
+        state = tensors.state
+        grad = param.grad
+        if not state.recording or grad is None:
+            return
+        v = t0 - self.guard.ovh
+        task = _graph_task_id()
+        calls: Sequence[Call] = state.module_calls.get(info.id, ())
+        owner = None  # the last call of the module in this backward pass
+        for call in calls:
+            if call.bwd_task == task or call.recomputed:
+                if v > call.param_end:
+                    call.param_end = v
+                owner = call
+        if not calls:  # not called itself (inside a compiled model): time the caller
+            for call in self._enclosing_calls(info):
+                if call.bwd_task == task and v > call.param_end:
+                    call.param_end = v
+        summary = tensors.summarise(grad) if tensors.summary is not None else None
+        version = _version(grad) if tensors.flight is not None else 0
+        if owner is not None or calls:
+            tensors.keep(owner or calls[-1], _BWD, _PARAM_GRAD, name, grad, summary, version)
+        elif tensors.emit_tensors:
+            tensors.rows.tensors.append(
+                (-1, state.step, state.id, info.id, _BWD, _PARAM_GRAD, name, summary)
+            )
+        if tensors.check_nan and summary is not None:
+            tensors.check(
+                self._param_grad_check,
+                state.seg,
+                info,
+                list(calls),
+                name,
+                summary,
+                id(param),
+                state.grad_finite,
+                tensors.context(grad),
+            )
+
+    def _enclosing_calls(self, info: ModuleInfo) -> list[Call]:
+        """The calls in this step of the nearest enclosing module that was called."""
+        infos = self.registry.infos
+        module_calls = self.tensors.state.module_calls
+        parent = info.parent
+        while parent >= 0:
+            calls = module_calls.get(parent)
+            if calls:
+                return calls
+            parent = infos[parent].parent
+        return []
+
+    def _param_grad_check(
+        self,
+        seg: Segment,
+        info: ModuleInfo,
+        calls: list[Call],
+        name: str,
+        summary: Summary | Pending,
+        param: int,
+        grad_finite: dict[int, bool],
+        grad: torch.Tensor | None,
+    ) -> None:
+        value = checked(summary)
+        finite = stats.is_finite(value)
+        grad_finite[param] = finite  # the step's own map: a replay runs steps later
+        if not finite:
+            alert: Alert | None = self.detector.param_grad(info, calls, name, value, seg, time())
+            self.tensors.alert(alert, module=info.ref(), grad=grad)

@@ -1,0 +1,233 @@
+"""Segments: where each training step or eval batch begins and ends, and what is
+settled then.
+
+A root call (a module called with no other around it) may start a segment;
+recorder/steps.py decides, and whether it was a training step is known only when it
+ends. When one begins: a new ``StepState`` (calls.py) for the hooks, with a device
+batch if its statistics are read back later (deferred.py), the flight recorder's new
+step, the lazy modules' new parameters watched, and torch.distributed noted once the
+script has set it up. When one ends: its calls' backward rows (timing.py), its
+``steps`` row, which waits until what a GradScaler found is known (gradscaler.py), its
+device batch launched, its rows handed to the writer at once. Earlier segments'
+batches are read once their copy to the host is done: that completes their tensor rows
+and replays their NaN/inf checks, in the order the hooks ran.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Callable
+
+import torch
+
+from hookdbg.options import RecordOptions
+from hookdbg.recorder.calls import Segment, StepState
+from hookdbg.recorder.capture import FlightRecorder
+from hookdbg.recorder.deferred import StepBatch
+from hookdbg.recorder.gradscaler import Decision, ScalerWatch, step_columns
+from hookdbg.recorder.handoff import Handoff
+from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry
+from hookdbg.recorder.nonfinite import OriginDetector
+from hookdbg.recorder.observe import TensorObserver
+from hookdbg.recorder.optimizer import OptimizerObserver
+from hookdbg.recorder.steps import RootKind, StepTracker, root_kind
+from hookdbg.recorder.timing import backward_rows
+from hookdbg.store.rows import Rows
+from hookdbg.store.schema import ModuleKind, StepKind
+
+
+class Segments:
+    """Begins and ends the segments of a recording; ``state`` is the current one's."""
+
+    def __init__(
+        self,
+        options: RecordOptions,
+        rows: Rows,
+        detector: OriginDetector,
+        observer: TensorObserver,
+        steps: StepTracker,
+        registry: ModuleRegistry,
+        flight: FlightRecorder | None,
+        handoff: Handoff,
+        warn: Callable[[str], None],
+        defer_all: bool,
+    ) -> None:
+        self.options = options
+        self.rows = rows
+        self.detector = detector
+        self.observer = observer
+        self.steps = steps
+        self.registry = registry
+        self.flight = flight
+        self.handoff = handoff
+        self.warn = warn
+        # device tensors' statistics are read back a step later (recorder/deferred.py),
+        # unless an action must happen inside the hook; defer_all does it on CPU too
+        self.defer = options.on_nan in ("warn", "stop") and options.checks_nan
+        self.defer_all = defer_all
+        self.inflight: collections.deque[StepBatch] = collections.deque()
+        # steps rows wait here, in order, until what a GradScaler found is known
+        self.step_rows: collections.deque[tuple[tuple, list[Decision]]] = collections.deque()
+        # set when the recording starts (``start``)
+        self.origin = 0.0
+        self.optimizer: OptimizerObserver | None = None
+        self.scaler: ScalerWatch | None = None
+        self.warned_device = False
+        self.state = StepState(Segment(-1, 0, None, 0), False, 0.0, None)  # none yet
+        observer.begin(self.state)
+        self.unmatched_globs: list[str] = []  # --modules globs said to match nothing
+        self.steps_recorded = 0  # training steps
+        self.evals_recorded = 0  # eval batches
+
+    def start(
+        self, origin: float, optimizer: OptimizerObserver, scaler: ScalerWatch | None
+    ) -> None:
+        """The recording starts: its clock's ``origin``, and the parts a segment's
+        beginning and end ask."""
+        self.origin = origin
+        self.optimizer = optimizer
+        self.scaler = scaler
+
+    def root_call(self, info: ModuleInfo, module: torch.nn.Module, now: float) -> StepState:
+        """A call with no module around it, at ``now`` on the recorder's clock: maybe a
+        new segment. Returns the current segment's state (``recording``: whether the
+        call is recorded)."""
+        kind = root_kind(module, info.has_params)
+        steps = self.steps
+        if steps.starts_segment(info.id, kind):
+            if steps.segment >= 0:
+                self.end(now)
+            steps.begin()
+            self.begin(now, _on_device(module))
+            self.read_batches(wait=False)
+        steps.root_ran(info.id, kind)
+        state = self.state
+        seg = state.seg
+        if seg.training is None:  # what messages call it until it ends
+            if steps.is_training:
+                seg.training = True
+            elif steps.effective(kind) == RootKind.EVAL:
+                seg.training = False
+        return state
+
+    def begin(self, now: float, on_device: bool = False) -> None:
+        gradients = self.observer.gradients
+        if gradients.lazy:
+            gradients.watch_lazy()
+        optimizer = self.optimizer
+        if optimizer is not None and not optimizer.distributed:
+            self._learn_distributed(optimizer)
+        steps = self.steps
+        options = self.options
+        seg = Segment(steps.segment, steps.step, None, steps.evals)
+        recording = options.records_step(seg.step)
+        deferring = recording and self.defer and (self.defer_all or on_device)
+        if on_device and not self.warned_device:
+            self.warned_device = True
+            self.warn(
+                "the model runs on an accelerator: module times are measured on the host "
+                "(kernel launches, and any waits), not on the device"
+            )
+            if not self.defer and options.checks_nan:
+                self.warn(
+                    f"--on-nan {options.on_nan} checks every tensor inside its hook, "
+                    "which waits for the device each time; warn and stop do not"
+                )
+        self.state = state = StepState(
+            seg, recording, now, StepBatch(seg.id, options.histograms) if deferring else None
+        )
+        self.observer.begin(state)
+        if self.flight is not None:
+            self.flight.new_step(seg)
+        self.detector.new_step()
+
+    def end(self, now: float, cut: bool = False) -> None:
+        state = self.state
+        steps = self.steps
+        origin = self.origin
+        state.seg.training = training = steps.end(cut)
+        if state.recording:
+            self.rows.calls.extend(backward_rows(state.calls, state.step, state.id, origin))
+            if training:
+                self.steps_recorded += 1
+            else:
+                self.evals_recorded += 1
+        if state.seg.held is not None and self.scaler is not None:
+            self.observer.check(self.scaler.release_held, state.seg)
+        row = (
+            state.step,
+            state.id,
+            int(StepKind.TRAIN if training else StepKind.EVAL),
+            state.start - origin,
+            now - origin,
+            len(state.calls),
+            steps.optimizer_steps,
+            int(steps.saw_backward),
+            int(state.recording),
+        )
+        self.step_rows.append((row, state.scaler))
+        self._complete_step_rows()
+        state.memo = {}  # drop references to this step's tensors now, not at the next step
+        if state.batch is not None:
+            state.batch.launch()
+            self.inflight.append(state.batch)
+        self.handoff()  # a finished step is on its way to disk at once
+        if state.id == 0:
+            self._check_globs()
+
+    def read_batches(self, wait: bool) -> None:
+        """Complete the steps whose device statistics have reached the host: rows to the
+        writer, NaN/inf checks replayed in order (their alerts acted on by the hook)."""
+        while self.inflight and (wait or self.inflight[0].ready()):
+            batch = self.inflight.popleft()
+            batch.read()
+            self.rows.tensors.extend(batch.finished_rows())
+            self.detector.new_step()
+            for check, args in batch.checks:
+                check(*args)
+        self._complete_step_rows()
+
+    def _complete_step_rows(self) -> None:
+        """Steps rows to the writer, in order, once their GradScaler columns are known."""
+        waiting = self.step_rows
+        while waiting:
+            columns = step_columns(waiting[0][1])
+            if columns is None:
+                return
+            self.rows.steps.append((*waiting.popleft()[0], *columns))
+
+    def _check_globs(self) -> None:
+        """Say at once, not when the run ends, that a --modules glob matched nothing in
+        the first step (almost always a typo)."""
+        seen = [(i.name, i.path) for i in self.registry.infos if i.kind == ModuleKind.MODULE]
+        self.unmatched_globs = self.options.modules.unmatched(seen)
+        for glob in self.unmatched_globs:
+            examples = ", ".join(repr(n) for n, _ in seen[1:3]) or "none so far"
+            self.warn(
+                f"--modules {glob!r} matched none of the {len(seen)} modules of the first "
+                f"step (names look like {examples}); recording goes on"
+            )
+
+    def _learn_distributed(self, optimizer: OptimizerObserver) -> None:
+        """torch.distributed is set up by the script after recording starts: note its
+        backend and world in the ``info`` table once it is (file attributes are fixed
+        once SWMR starts)."""
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            optimizer.distributed = dist.get_world_size() > 1
+            now = time.time()
+            self.rows.info.extend(
+                [
+                    (now, "backend", str(dist.get_backend())),
+                    (now, "rank", str(dist.get_rank())),
+                    (now, "world_size", str(dist.get_world_size())),
+                ]
+            )
+
+
+def _on_device(module: torch.nn.Module) -> bool:
+    """Whether a model computes on an accelerator (judged by its first parameter)."""
+    for p in module.parameters():
+        return not p.is_cpu
+    return False
