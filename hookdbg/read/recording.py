@@ -8,6 +8,10 @@ being written (live), or was it cut short by a crash. Every failure, at open or 
 later read, is a ``RecordingError`` with one line that says what is wrong. Files are
 opened read-only with SWMR, so reading never writes, works while the recorder is
 running, and works after a ``kill -9``.
+
+It stays one module of about 450 lines on purpose: ``Recording`` is the reader's one
+class, and its views share the open file's checked tables; splitting it would spread
+one class over several files.
 """
 
 from __future__ import annotations
