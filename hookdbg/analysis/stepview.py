@@ -184,7 +184,7 @@ def eval_range(rec: Recording, first: int | None, last: int | None) -> tuple[int
     """The eval batch numbers asked for: ``first`` (default 0) to ``last`` (default,
     and at most, the last eval batch); first > last when there is none."""
     count = len(rec.evals)
-    return first or 0, count - 1 if last is None else min(last, count - 1)
+    return max(first or 0, 0), count - 1 if last is None else min(last, count - 1)
 
 
 def module_rows(rec: Recording, module: int, first: int, last: int, evals: bool) -> ModuleRows:

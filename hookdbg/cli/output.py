@@ -165,7 +165,9 @@ def check_evals(
     exit 2 saying which exist; ``name`` is the recording as the user named it."""
     first, last = eval_range(recording, *steps)
     if first > last:
-        raise BadInput(f"no such eval batch; {name} has eval batches 0..{len(recording.evals) - 1}")
+        count = len(recording.evals)
+        have = f"has eval batches 0..{count - 1}" if count else "has no eval batches"
+        raise BadInput(f"no such eval batch; {name} {have}")
     return first, last
 
 

@@ -142,6 +142,8 @@ def test_export_formats(resnet_h5, tmp_path):
         (["diff", "{h5}", "{h5}", "--rtol", "inf"], "--rtol must be a finite number, 0 or more"),
         (["export", "{h5}", "--format", "csv", "-o", "/nonexistent/x.csv"], "no directory"),
         (["summary", "/nonexistent.h5"], "no such file"),
+        (["show", "{h5}", "model", "--eval"], "no such eval batch;"),
+        (["show", "{h5}", "model", "--eval", "--step", "-1"], "has no eval batches"),
     ],
 )
 def test_report_bad_input_is_one_line_exit_2(mlp_h5, args, message):
