@@ -273,7 +273,8 @@ def _diff_ranks(
     as_json: bool,
 ) -> None:
     """The ranks of one distributed run against each other. Exit 0 when they are in
-    sync, 1 when they are not or (in the table) when there was nothing to compare."""
+    sync, 1 when they are not or when there was nothing to compare (as text or JSON:
+    a CI gate must not pass on a run that checked nothing)."""
     _check_tolerances(rtol, atol)
     run = open_run_or_fail(path, quiet=as_json)
     if not isinstance(run, RankSet) or len(run.ranks) < 2:
@@ -284,8 +285,8 @@ def _diff_ranks(
     result = rank_diff(run, rtol, atol, *steps)
     if as_json:
         emit_json(_ranks_json(run, result, top))
-        raise SystemExit(1 if result.desyncs else 0)
-    _print_ranks(run, result, top)
+    else:
+        _print_ranks(run, result, top)
     raise SystemExit(0 if result.compared and result.first is None else 1)
 
 

@@ -120,6 +120,11 @@ def test_diff_ranks_finds_the_desync(desync_run):
     assert before.returncode == 0 and "in sync" in before.stdout
     data = json.loads(hookdbg("diff", "--ranks", desync_run, "--json").stdout)
     assert data["agree"] is False and data["desyncs"][0]["step"] == 3
+    # the same exit status as text or as JSON, also when nothing was compared
+    assert hookdbg("diff", "--ranks", desync_run, "--steps", "0:3", "--json").returncode == 0
+    for json_flag in ([], ["--json"]):  # steps past the run's end: nothing compared
+        nothing = hookdbg("diff", "--ranks", desync_run, "--steps", "50:60", *json_flag)
+        assert nothing.returncode == 1, nothing.stdout
     assert hookdbg("diff", "--ranks", SAMPLES / "numnet_mlp.py").returncode == 2
 
 
