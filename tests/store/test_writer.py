@@ -14,23 +14,23 @@ from hookdbg.store import schema
 from hookdbg.store.writer import Writer, WriterError, batch_bytes
 from tests.helpers import live_recording, tables
 
+# the end row of a run that completed with nothing in it (tests add their counts)
+END = {
+    "time": 0.0,
+    "status": "complete",
+    "exit_code": 0,
+    "steps": 0,
+    "calls": 0,
+    "alerts": 0,
+    "message": "",
+}
 STEP_ROW = (0, 0, 0, 0.0, 1.0, 3, 1, 1, 1, float("nan"), 0)  # step, segment, kind, ...
 
 
 def test_rows_are_appended_and_the_end_row_marks_completion(tmp_path):
     writer = Writer(tmp_path / "w.h5", {"format": schema.FORMAT}, flush_interval=0.05)
     writer.submit({"steps": [STEP_ROW, (1, 1, 0, 1.0, 2.0, 3, 1, 1, 1, float("nan"), 0)]})
-    writer.close(
-        {
-            "time": 0.0,
-            "status": "complete",
-            "exit_code": 0,
-            "steps": 2,
-            "calls": 6,
-            "alerts": 0,
-            "message": "",
-        }
-    )
+    writer.close({**END, "steps": 2, "calls": 6})
     t = tables(tmp_path / "w.h5")
     assert list(t["steps"]["step"]) == [0, 1] and t["end"]["status"][0] == b"complete"
     assert len(t["progress"]) >= 1
@@ -48,17 +48,7 @@ def test_a_full_queue_drops_whole_batches_and_counts_them(tmp_path):
     for _ in range(3):  # the writer sleeps for 60 s: nothing drains meanwhile
         writer.submit(dict(batch))
     assert writer.dropped_rows == 8 and len(warnings) == 1 and "dropping" in warnings[0]
-    writer.close(
-        {
-            "time": 0.0,
-            "status": "complete",
-            "exit_code": 0,
-            "steps": 0,
-            "calls": 0,
-            "alerts": 0,
-            "message": "",
-        }
-    )
+    writer.close(END)
     t = tables(tmp_path / "w.h5")
     assert len(t["steps"]) == 16 and t["end"]["dropped"][0] == 8
     assert t["progress"]["dropped"][-1] == 8
@@ -83,9 +73,8 @@ def test_histogram_counts_count_towards_the_backlog(tmp_path):
         for _ in range(2):  # the writer sleeps for 60 s: nothing drains meanwhile
             writer.submit(dict(batch))
     assert plain.dropped_rows == 0 and binned.dropped_rows == 100
-    end = {"time": 0.0, "status": "complete", "exit_code": 0, "steps": 0, "calls": 0}
     for writer in (plain, binned):
-        writer.close({**end, "alerts": 0, "message": ""})
+        writer.close(END)
 
 
 def test_an_uncreatable_file_is_a_clean_error(tmp_path):
