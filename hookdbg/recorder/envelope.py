@@ -55,9 +55,20 @@ def hook(body: Callable[..., None]) -> Callable[..., None]:
       would be without hookdbg (see recorder/compiled.py).
     """
 
+    return _guarded(body, compiling=True)
+
+
+def inner_hook(body: Callable[..., None]) -> Callable[..., None]:
+    """``hook`` for a body reached only from an entry that has already returned while
+    torch.compile traces (the module hooks check that before their mute counter): the
+    same guard, without checking again on every module call."""
+    return _guarded(body, compiling=False)
+
+
+def _guarded(body: Callable[..., None], compiling: bool) -> Callable[..., None]:
     @functools.wraps(body)
     def guarded(self: Any, *args: Any) -> None:
-        if is_compiling():
+        if compiling and is_compiling():
             return
         t0 = perf_counter()
         guard = self.guard

@@ -23,13 +23,14 @@ from time import time
 from typing import TYPE_CHECKING
 
 import torch
+from torch.compiler import is_compiling
 from torch.nn.parameter import UninitializedParameter
 
 from hookdbg.recorder import stats
 from hookdbg.recorder.alert import Alert, checked
 from hookdbg.recorder.calls import Call, Seen, Segment
 from hookdbg.recorder.deferred import Pending
-from hookdbg.recorder.envelope import hook
+from hookdbg.recorder.envelope import hook, inner_hook
 from hookdbg.recorder.naming import ModuleInfo
 from hookdbg.recorder.stats import Summary
 from hookdbg.store.schema import Phase, Slot
@@ -95,6 +96,7 @@ class GradientObserver:
         task = _graph_task_id()
         summary = tensors.summarise(grad) if tensors.summary is not None else None
         timing_only = seen.timing_only
+        keeping = tensors.keeping and not timing_only
         version = _version(grad) if tensors.flight is not None else 0
         for call, slot, path in seen.grad_slots:
             if call.bwd_task == -1:
@@ -105,7 +107,7 @@ class GradientObserver:
                         call.bwd_start = v
                 elif v > call.bwd_end:
                     call.bwd_end = v
-            if not timing_only:
+            if keeping:
                 tensors.keep(call, _BWD, slot, path, grad, summary, version)
         if (
             not timing_only
@@ -149,12 +151,19 @@ class GradientObserver:
         for info, module, hooks in waiting:
             self.watch_params(info, module, hooks)
 
-    @hook
-    def _on_param_grad(self, t0: float, info: ModuleInfo, name: str, param: torch.Tensor) -> None:
+    def _on_param_grad(self, info: ModuleInfo, name: str, param: torch.Tensor) -> None:
+        """Every parameter's hook runs on every backward pass: in a step that is not
+        recorded it returns before the guard."""
+        if is_compiling() or not self.tensors.state.recording:
+            return
+        self._param_grad(info, name, param)
+
+    @inner_hook
+    def _param_grad(self, t0: float, info: ModuleInfo, name: str, param: torch.Tensor) -> None:
         tensors = self.tensors
         state = tensors.state
         grad = param.grad
-        if not state.recording or grad is None:
+        if grad is None:
             return
         v = t0 - self.guard.ovh
         task = _graph_task_id()
@@ -170,14 +179,17 @@ class GradientObserver:
                 if call.bwd_task == task and v > call.param_end:
                     call.param_end = v
         summary = tensors.summarise(grad) if tensors.summary is not None else None
-        version = _version(grad) if tensors.flight is not None else 0
-        if owner is not None or calls:
-            tensors.keep(owner or calls[-1], _BWD, _PARAM_GRAD, name, grad, summary, version)
-        elif tensors.emit_tensors:
-            tensors.rows.tensors.append(
-                (-1, state.step, state.id, info.id, _BWD, _PARAM_GRAD, name, summary)
-            )
-        if tensors.check_nan and summary is not None:
+        if tensors.keeping:
+            version = _version(grad) if tensors.flight is not None else 0
+            if owner is not None or calls:
+                tensors.keep(owner or calls[-1], _BWD, _PARAM_GRAD, name, grad, summary, version)
+            elif tensors.emit_tensors:
+                tensors.rows.tensors.append(
+                    (-1, state.step, state.id, info.id, _BWD, _PARAM_GRAD, name, summary)
+                )
+        if summary is None or not tensors.check_nan:
+            return
+        if tensors.defer_checks or not stats.is_finite(summary):  # type: ignore[arg-type]
             tensors.check(
                 self._param_grad_check,
                 state.seg,
@@ -189,6 +201,8 @@ class GradientObserver:
                 state.grad_finite,
                 tensors.context(grad),
             )
+        else:
+            state.grad_finite[id(param)] = True
 
     def _enclosing_calls(self, info: ModuleInfo) -> list[Call]:
         """The calls in this step of the nearest enclosing module that was called."""

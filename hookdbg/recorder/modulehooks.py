@@ -24,7 +24,7 @@ import torch
 from torch.compiler import is_compiling
 
 from hookdbg.recorder.calls import Call
-from hookdbg.recorder.envelope import Guard, hook
+from hookdbg.recorder.envelope import Guard, hook, inner_hook
 from hookdbg.recorder.handoff import Handoff
 from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry
 from hookdbg.recorder.observe import TensorObserver
@@ -97,7 +97,7 @@ class ModuleHooks:
             return
         self._post_recorded(module, args, kwargs, result)
 
-    @hook
+    @inner_hook
     def _pre_recorded(self, t0: float, module: torch.nn.Module, args: tuple) -> None:
         if _get_ident() != self._tid:
             return
@@ -182,7 +182,7 @@ class ModuleHooks:
         if segment == self.segments.state.id:
             self.segments.steps.backward_ran()
 
-    @hook
+    @inner_hook
     def _post_recorded(
         self,
         t0: float,

@@ -82,6 +82,8 @@ class TensorObserver:
             self.summary = histograms.summarising(options.histograms)
         self.defer_all = False  # summarise CPU tensors on the device path too (tests)
         self.capturing = False
+        self.keeping = False  # ``keep`` has something to do (set with each segment)
+        self.defer_checks = False  # checks wait for the step's statistics (ditto)
         self.state: StepState  # the current segment's, set by ``begin`` (segments.py)
         self.gradients = GradientObserver(self)  # gradient hooks, of tensors and parameters
 
@@ -90,6 +92,8 @@ class TensorObserver:
         self.state = state
         capturer = self.capturer
         self.capturing = capturer is not None and state.recording and capturer.active(state.step)
+        self.keeping = self.emit_tensors or self.flight is not None or self.capturing
+        self.defer_checks = state.batch is not None and self.check_nan
 
     # -- one tensor, once per segment and version -------------------------------------
 
@@ -195,8 +199,9 @@ class TensorObserver:
     ) -> None:
         seen = self.see(t)
         seen.grad_slots.append((call, _GRAD_INPUT, path))
-        self.keep(call, _FWD, _INPUT, path, t, seen.summary, seen.version)
-        if not seen.finite or (self.state.batch is not None and self.check_nan):
+        if self.keeping:
+            self.keep(call, _FWD, _INPUT, path, t, seen.summary, seen.version)
+        if not seen.finite or self.defer_checks:
             context = self.context(args)
             self.check(self._input_check, self.state.seg, call, path, seen, module, context)
 
@@ -237,8 +242,9 @@ class TensorObserver:
         if seen.producer is None:
             seen.producer = call
         seen.grad_slots.append((call, _GRAD_OUTPUT, path))
-        self.keep(call, _FWD, _OUTPUT, path, t, seen.summary, seen.version)
-        if not seen.finite or (self.state.batch is not None and self.check_nan):
+        if self.keeping:
+            self.keep(call, _FWD, _OUTPUT, path, t, seen.summary, seen.version)
+        if not seen.finite or self.defer_checks:
             self.check(
                 self._output_check,
                 self.state.seg,
@@ -311,6 +317,7 @@ class TensorObserver:
             if handoff.pending_capture > writer.max_backlog_bytes // 8:
                 handoff()  # big copies go to the writer (and its bound) at once
         self.capturing = capturer.active(self.state.step)
+        self.keeping = self.emit_tensors or self.flight is not None or self.capturing
 
     # -- forwards run again inside backward (recorder/recompute.py) -------------------
 
