@@ -7,11 +7,15 @@
  * (in double, shifted by the first finite value so that a tensor whose spread is tiny
  * next to its mean keeps its digits), and the counts of NaN, +inf, -inf and zeros.
  *
- * summary(address, n, kind) -> (min, max, mean, std, norm, nan, posinf, neginf, zeros)
+ * summary(address, n, kind, shape, dtype)
+ *     -> (shape, dtype, "cpu", n, min, max, mean, std, norm, nan, posinf, neginf, zero_frac)
  *
- * ``address`` is the first element of ``n`` contiguous elements of type ``kind`` (the
- * caller keeps the tensor alive and checks it is contiguous and on the CPU). Integer
- * kinds give min, max and the zero count; their other statistics are NaN.
+ * the whole summary tuple of hookdbg/recorder/stats.py, built here rather than
+ * unpacked and packed again in Python (it runs for every new tensor). ``address`` is
+ * the first element of ``n`` contiguous elements of type ``kind`` (the caller keeps
+ * the tensor alive and checks it is contiguous and on the CPU); ``shape`` and
+ * ``dtype`` are passed through. Integer kinds give min, max and the zero fraction;
+ * their other statistics are NaN and their non-finite counts 0.
  *
  * histogram(address, n, kind, lo, hi, bins) -> bytes of ``bins`` int64 counts
  *
@@ -176,11 +180,14 @@ static void f32_block(Acc *a, const float *p, Py_ssize_t n) {
         ihi = (double)hi;                                      \
     } while (0)
 
+static PyObject *cpu_name; /* "cpu", the device of every summary made here */
+
 static PyObject *summary(PyObject *self, PyObject *args) {
     unsigned long long address;
     Py_ssize_t n;
     int kind;
-    if (!PyArg_ParseTuple(args, "Kni", &address, &n, &kind)) return NULL;
+    PyObject *shape, *dtype;
+    if (!PyArg_ParseTuple(args, "KniOO", &address, &n, &kind, &shape, &dtype)) return NULL;
     if (n <= 0 || address == 0) {
         PyErr_SetString(PyExc_ValueError, "summary: no elements");
         return NULL;
@@ -201,8 +208,8 @@ static PyObject *summary(PyObject *self, PyObject *args) {
             default: INT_LOOP(int16_t); break;
         }
         if (released) PyEval_RestoreThread(released);
-        return Py_BuildValue("(dddddLLLL)", ilo, ihi, NAN, NAN, NAN, 0LL, 0LL, 0LL,
-                             (long long)zeros);
+        return Py_BuildValue("(OOOndddddLLLd)", shape, dtype, cpu_name, n, ilo, ihi, NAN, NAN,
+                             NAN, 0LL, 0LL, 0LL, (double)zeros / (double)n);
     }
     if (kind > BF16) {
         PyErr_SetString(PyExc_ValueError, "summary: unknown element kind");
@@ -236,8 +243,9 @@ static PyObject *summary(PyObject *self, PyObject *args) {
         double sq = acc.s2 + 2.0 * acc.shift * acc.s1 + m * acc.shift * acc.shift;
         norm = sqrt(sq > 0 ? sq : 0.0);
     }
-    return Py_BuildValue("(dddddLLLL)", lo, hi, mean, std, norm, (long long)acc.nan,
-                         (long long)acc.posinf, (long long)acc.neginf, (long long)acc.zeros);
+    return Py_BuildValue("(OOOndddddLLLd)", shape, dtype, cpu_name, n, lo, hi, mean, std, norm,
+                         (long long)acc.nan, (long long)acc.posinf, (long long)acc.neginf,
+                         (double)acc.zeros / (double)n);
 }
 
 
@@ -307,7 +315,7 @@ static PyObject *histogram(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"summary", summary, METH_VARARGS,
-     "summary(address, n, kind) -> (min, max, mean, std, norm, nan, posinf, neginf, zeros)"},
+     "summary(address, n, kind, shape, dtype) -> the summary tuple of hookdbg's stats.py"},
     {"histogram", histogram, METH_VARARGS,
      "histogram(address, n, kind, lo, hi, bins) -> bytes of bins int64 counts"},
     {NULL, NULL, 0, NULL},
@@ -317,4 +325,8 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_cstats", "One-pass tensor statistics.", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__cstats(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__cstats(void) {
+    cpu_name = PyUnicode_InternFromString("cpu");
+    if (cpu_name == NULL) return NULL;
+    return PyModule_Create(&module);
+}

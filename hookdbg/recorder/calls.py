@@ -8,7 +8,7 @@ Plain ``__slots__`` classes: thousands are made per step on the training thread.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hookdbg.recorder.naming import ModuleInfo
 from hookdbg.recorder.recompute import RecomputeIndex
@@ -151,9 +151,11 @@ class Call:
 class Seen:
     """A tensor (object + version) seen in this segment, summarised once.
 
-    ``grad_slots`` lists where its gradient belongs: ``(call, Slot.GRAD_OUTPUT, path)``
-    for the calls that produced it, ``(call, Slot.GRAD_INPUT, path)`` for those that
-    consumed it, so one gradient hook serves all of them. ``birth`` is where a value
+    ``grad_slots`` lists where its gradient belongs: ``call, Slot.GRAD_OUTPUT, path``
+    for the calls that produced it, ``call, Slot.GRAD_INPUT, path`` for those that
+    consumed it, so one gradient hook serves all of them. The list is flat, three
+    values per slot (``slots()`` gives them as triples): no tuple per slot for the
+    garbage collector to count while the segment lasts. ``birth`` is where a value
     holding +/-inf (but no NaN) came from, kept until that inf proves to be a problem
     rather than a mask (hookdbg/recorder/nonfinite.py).
     """
@@ -186,10 +188,15 @@ class Seen:
         self.summary = summary
         self.finite = finite
         self.producer: Call | None = None
-        self.grad_slots: list[tuple[Call, int, str]] = []
+        self.grad_slots: list[Any] = []  # call, slot, path, call, slot, path, ...
         self.segment = segment
         self.alerted = False
         self.birth: Alert | None = None
         self.hooked = False  # a gradient hook is registered on the tensor
         self.nr = 0  # which output of its autograd node the tensor is
         self.timing_only = False  # its gradient times calls but is reported elsewhere
+
+    def slots(self) -> list[tuple[Call, int, str]]:
+        """``grad_slots`` as (call, slot, path) triples."""
+        g = self.grad_slots
+        return list(zip(g[::3], g[1::3], g[2::3], strict=True))

@@ -98,7 +98,9 @@ class GradientObserver:
         timing_only = seen.timing_only
         keeping = tensors.keeping and not timing_only
         version = _version(grad) if tensors.flight is not None else 0
-        for call, slot, path in seen.grad_slots:
+        slots = seen.grad_slots
+        for i in range(0, len(slots), 3):
+            call, slot, path = slots[i], slots[i + 1], slots[i + 2]
             if call.bwd_task == -1:
                 call.bwd_task = task
             if call.bwd_task == task or call.recomputed:  # not a later backward pass

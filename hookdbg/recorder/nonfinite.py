@@ -117,7 +117,7 @@ class OriginDetector:
         self, call: Call, path: str, seen: Seen, module: object, seg: Segment, now: float
     ) -> Alert | None:
         """Output ``path`` of ``call`` is non-finite; called after its inputs' checks."""
-        if any(c is call and s == Slot.GRAD_INPUT for c, s, _ in seen.grad_slots):
+        if any(c is call and s == Slot.GRAD_INPUT for c, s, _ in seen.slots()):
             return None  # it returned a tensor it was given
         root = call.parent is None  # what it returns goes to the script itself
         if seen.producer is not call and not root:
@@ -212,8 +212,8 @@ class OriginDetector:
 
     def gradient(self, seen: Seen, summary: Summary, seg: Segment, now: float) -> Alert | None:
         """The gradient w.r.t. the tensor of ``seen`` is non-finite."""
-        consumers = [(c, p) for c, slot, p in seen.grad_slots if slot == Slot.GRAD_INPUT]
-        producers = [(c, p) for c, slot, p in seen.grad_slots if slot == Slot.GRAD_OUTPUT]
+        consumers = [(c, p) for c, slot, p in seen.slots() if slot == Slot.GRAD_INPUT]
+        producers = [(c, p) for c, slot, p in seen.slots() if slot == Slot.GRAD_OUTPUT]
         for c, _ in producers:
             c.bad_grad = True
             c.mark_below_bad()

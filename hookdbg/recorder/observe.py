@@ -198,7 +198,7 @@ class TensorObserver:
         self, call: Call, path: str, t: torch.Tensor, module: torch.nn.Module, args: tuple
     ) -> None:
         seen = self.see(t)
-        seen.grad_slots.append((call, _GRAD_INPUT, path))
+        seen.grad_slots.extend((call, _GRAD_INPUT, path))
         if self.keeping:
             self.keep(call, _FWD, _INPUT, path, t, seen.summary, seen.version)
         if not seen.finite or self.defer_checks:
@@ -241,7 +241,7 @@ class TensorObserver:
         seen = self.see(t, reuse=False)
         if seen.producer is None:
             seen.producer = call
-        seen.grad_slots.append((call, _GRAD_OUTPUT, path))
+        seen.grad_slots.extend((call, _GRAD_OUTPUT, path))
         if self.keeping:
             self.keep(call, _FWD, _OUTPUT, path, t, seen.summary, seen.version)
         if not seen.finite or self.defer_checks:
@@ -335,7 +335,7 @@ class TensorObserver:
             if seen is None or seen.ref() is not t:
                 seen = Seen(t, t._version, None, True, self.state.id)
                 memo[id(t)] = seen
-            seen.grad_slots.append((call, slot, path))
+            seen.grad_slots.extend((call, slot, path))
             if not seen.hooked:
                 self.gradients.watch_tensor(t, seen)
 

@@ -79,18 +79,18 @@ def shape_only(t: torch.Tensor) -> Summary:
     return (tuple(t.shape), dtype_name(t.dtype), device_name(t), t.numel(), *stats)
 
 
-# element kinds of _cstats.c
+# element kinds of _cstats.c, with the dtype's name
 _KINDS = {
-    torch.float32: 0,
-    torch.float64: 1,
-    torch.float16: 2,
-    torch.bfloat16: 3,
-    torch.int64: 4,
-    torch.int32: 5,
-    torch.uint8: 6,
-    torch.bool: 6,
-    torch.int8: 7,
-    torch.int16: 8,
+    torch.float32: (0, "float32"),
+    torch.float64: (1, "float64"),
+    torch.float16: (2, "float16"),
+    torch.bfloat16: (3, "bfloat16"),
+    torch.int64: (4, "int64"),
+    torch.int32: (5, "int32"),
+    torch.uint8: (6, "uint8"),
+    torch.bool: (6, "bool"),
+    torch.int8: (7, "int8"),
+    torch.int16: (8, "int16"),
 }
 _HALF_WIDE = 65536  # above this many half elements, convert with torch (vectorised) first
 
@@ -98,28 +98,15 @@ _HALF_WIDE = 65536  # above this many half elements, convert with torch (vectori
 def summarise(t: torch.Tensor) -> Summary:
     """Summary of a host tensor, read back at once (cheap on CPU: no device to wait for).
     Nothing here records an autograd graph, whatever the grad mode."""
-    n = t.numel()
-    kind = _KINDS.get(t.dtype)
-    if _one_pass is not None and kind is not None and n and t.is_cpu:
-        v = t if t.is_contiguous() else t.detach().contiguous()
-        if kind in (2, 3) and n > _HALF_WIDE:
-            v, kind = v.detach().float(), 0
-        lo, hi, mean, std, norm, nan, posinf, neginf, zeros = _one_pass(v.data_ptr(), n, kind)
-        return (
-            tuple(t.shape),
-            dtype_name(t.dtype),
-            "cpu",
-            n,
-            lo,
-            hi,
-            mean,
-            std,
-            norm,
-            nan,
-            posinf,
-            neginf,
-            zeros / n,
-        )
+    spec = _KINDS.get(t.dtype)
+    if spec is not None and _one_pass is not None and t.is_cpu:
+        n = t.numel()
+        if n:
+            kind, name = spec
+            v = t if t.is_contiguous() else t.detach().contiguous()
+            if kind in (2, 3) and n > _HALF_WIDE:
+                v, kind = v.detach().float(), 0
+            return _one_pass(v.data_ptr(), n, kind, tuple(t.shape), name)  # type: ignore[no-any-return]
     return _torch_summary(t)
 
 
@@ -363,7 +350,7 @@ def norms_only(tensors: list[torch.Tensor]) -> list[Summary]:
     if not tensors:
         return []
     with torch.no_grad():
-        norms = [n.item() for n in torch._foreach_norm(tensors)]
+        norms = torch.stack(torch._foreach_norm(tensors)).tolist()  # one read, not one each
     return [
         (
             tuple(t.shape),

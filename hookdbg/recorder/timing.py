@@ -10,22 +10,8 @@ from __future__ import annotations
 from hookdbg.recorder.calls import NEVER, Call
 from hookdbg.store.schema import Phase
 
-
-def call_row(
-    call_id: int,
-    phase: int,
-    step: int,
-    segment: int,
-    module: int,
-    index: int,
-    parent: int,
-    depth: int,
-    start: float,
-    total: float,
-    self_time: float,
-) -> tuple:
-    """A ``calls`` row, in schema order."""
-    return (call_id, phase, step, segment, module, index, parent, depth, start, total, self_time)
+_BWD = int(Phase.BWD)
+_LATER = float("inf")
 
 
 def backward_rows(calls: list[Call], step: int, segment: int, origin: float) -> list[tuple]:
@@ -44,35 +30,45 @@ def backward_rows(calls: list[Call], step: int, segment: int, origin: float) -> 
     ends: dict[int, float] = {}  # call id -> latest end among its children
     totals: dict[int, float] = {}
     rows = []
+    bwd = _BWD
     for call in reversed(calls):  # children before parents
         start = call.bwd_start
+        param_end = call.param_end
         child_end = ends.get(call.id)
         if child_end is not None:
-            end = max(child_end, call.param_end)
-        else:
-            own = [e for e in (call.bwd_end, call.param_end) if start is not None and e > start]
-            end = min(own) if own else NEVER
+            end = child_end if child_end > param_end else param_end
+        elif start is None:
+            end = NEVER
+        else:  # the earliest own end event after its start
+            input_end = call.bwd_end
+            end = input_end if input_end > start else _LATER
+            if start < param_end < end:
+                end = param_end
+            if end == _LATER:
+                end = NEVER
         parent = call.parent
-        if parent is not None and end > NEVER:
-            ends[parent.id] = max(ends.get(parent.id, NEVER), end)
+        pid = -1 if parent is None else parent.id
+        if parent is not None and end > ends.get(pid, NEVER):
+            ends[pid] = end
         if start is None or end <= start:
             continue
         total = end - start
         if parent is not None:
-            totals[parent.id] = totals.get(parent.id, 0.0) + total
+            totals[pid] = totals.get(pid, 0.0) + total
+        self_time = total - totals.get(call.id, 0.0)
         rows.append(
-            call_row(
+            (
                 call.id,
-                int(Phase.BWD),
+                bwd,
                 step,
                 segment,
                 call.info.id,
                 call.index,
-                -1 if parent is None else parent.id,
+                pid,
                 call.depth,
                 start - origin,
                 total,
-                max(total - totals.get(call.id, 0.0), 0.0),
+                self_time if self_time > 0.0 else 0.0,
             )
         )
     return rows
