@@ -170,7 +170,7 @@ class StepBatch:
         """Queue ``t``'s statistics on its device, without waiting: one copy into the
         arena, or for a large tensor one kernel launch (three with its histogram)."""
         n = t.numel()
-        pending = Pending((tuple(t.shape), stats.dtype_name(t.dtype), stats.device_name(t), n))
+        pending = Pending((stats.shape_of(t), stats.dtype_name(t.dtype), stats.device_name(t), n))
         self.pending.append(pending)
         if n > blockstats.LARGE:
             flat = blockstats.flat_input(t)

@@ -56,6 +56,23 @@ _EMPTY_FLOAT_STATS = (_NAN, _NAN, _NAN, _NAN, 0.0, 0, 0, 0, _NAN)
 _DTYPE_NAMES: dict[torch.dtype, str] = {}
 
 
+_SHAPES: dict[tuple[int, ...], tuple[int, ...]] = {}
+_SHAPES_KEPT = 4096  # distinct shapes shared; past that (shapes that vary), a copy each
+
+
+def shape_of(t: torch.Tensor) -> tuple[int, ...]:
+    """``t``'s shape as a plain tuple, one shared object per distinct shape: a summary
+    lives until the writer has its row, and a new tuple each would count towards the
+    garbage collector's next collection (torch.Size hashes and compares as a tuple)."""
+    size = t.shape
+    shape = _SHAPES.get(size)
+    if shape is None:
+        shape = tuple(size)
+        if len(_SHAPES) < _SHAPES_KEPT:
+            _SHAPES[shape] = shape
+    return shape
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     """'float32' for torch.float32 (memoised: called for every tensor)."""
     name = _DTYPE_NAMES.get(dtype)
@@ -76,7 +93,7 @@ def has_stats(t: torch.Tensor) -> bool:
 def shape_only(t: torch.Tensor) -> Summary:
     """Summary of a tensor whose values are not looked at (``--level shapes``, ints, bools)."""
     stats = _EMPTY_FLOAT_STATS if t.dtype in _FLOATS and t.numel() == 0 else _NO_STATS
-    return (tuple(t.shape), dtype_name(t.dtype), device_name(t), t.numel(), *stats)
+    return (shape_of(t), dtype_name(t.dtype), device_name(t), t.numel(), *stats)
 
 
 # element kinds of _cstats.c, with the dtype's name
@@ -106,7 +123,7 @@ def summarise(t: torch.Tensor) -> Summary:
             v = t if t.is_contiguous() else t.detach().contiguous()
             if kind in (2, 3) and n > _HALF_WIDE:
                 v, kind = v.detach().float(), 0
-            return _one_pass(v.data_ptr(), n, kind, tuple(t.shape), name)  # type: ignore[no-any-return]
+            return _one_pass(v.data_ptr(), n, kind, shape_of(t), name)  # type: ignore[no-any-return]
     return _torch_summary(t)
 
 
@@ -149,7 +166,7 @@ def _integer(t: torch.Tensor, n: int) -> Summary:
         v = v.view(torch.uint8)
     lo, hi = torch.aminmax(v)
     return (
-        tuple(t.shape),
+        shape_of(t),
         dtype_name(t.dtype),
         device_name(t),
         n,
@@ -176,7 +193,7 @@ def _finite(
     zeros: float,
 ) -> Summary:
     return (
-        tuple(t.shape),
+        shape_of(t),
         dtype_name(t.dtype),
         device_name(t),
         n,
@@ -198,7 +215,7 @@ def _one_value(t: torch.Tensor) -> Summary:
         return _finite(t, 1, x, x, x, 0.0, x * x, 1.0 if x == 0 else 0.0)
     counts = (int(math.isnan(x)), int(x == math.inf), int(x == -math.inf))
     return (
-        tuple(t.shape),
+        shape_of(t),
         dtype_name(t.dtype),
         device_name(t),
         1,
@@ -287,7 +304,7 @@ def _nonfinite_summary(t: torch.Tensor, v: torch.Tensor) -> Summary:
         stats = (lo, hi, mean, _std(finite, m, lo, hi, mean, squares), math.sqrt(squares))
     zero = 1.0 - torch.count_nonzero(v).item() / n
     return (
-        tuple(t.shape),
+        shape_of(t),
         dtype_name(t.dtype),
         device_name(t),
         n,
@@ -312,7 +329,7 @@ def check_finite(t: torch.Tensor) -> Summary:
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return _nonfinite_summary(t, v)
     return (
-        tuple(t.shape),
+        shape_of(t),
         dtype_name(t.dtype),
         device_name(t),
         t.numel(),
@@ -331,7 +348,7 @@ def check_finite(t: torch.Tensor) -> Summary:
 def reshaped(summary: Summary, t: torch.Tensor) -> Summary:
     """The summary of a view holding the same elements as the summarised tensor (a
     flatten, a transpose): every statistic is the same; only the shape differs."""
-    return (tuple(t.shape), *summary[1:])
+    return (shape_of(t), *summary[1:])
 
 
 def is_finite(summary: Summary) -> bool:
@@ -353,7 +370,7 @@ def norms_only(tensors: list[torch.Tensor]) -> list[Summary]:
         norms = torch.stack(torch._foreach_norm(tensors)).tolist()  # one read, not one each
     return [
         (
-            tuple(t.shape),
+            shape_of(t),
             dtype_name(t.dtype),
             device_name(t),
             t.numel(),
