@@ -73,7 +73,7 @@ class StepState:
         self.start = start  # on the recorder's clock
         self.batch = batch  # device statistics read back later (recorder/deferred.py)
         self.memo: dict[int, Seen] = {}  # id(tensor) -> its record in this segment
-        self.index: dict[int, int] = {}  # module id -> calls so far
+        self.index: dict[int, int] = {}  # optimizer id -> calls so far (modules: module_calls)
         self.calls: list[Call] = []
         self.module_calls: dict[int, list[Call]] = {}
         self.recompute = RecomputeIndex(self.calls)

@@ -127,12 +127,11 @@ class ModuleHooks:
             stack.append(info)
             return
         state = self.state
-        index = state.index.get(info.id, 0)
-        state.index[info.id] = index + 1
+        calls = state.module_calls.get(info.id)  # the module's calls so far
+        index = 0 if calls is None else len(calls)
         call = Call(next(self._call_ids), info, index, self._open, t0 - self.guard.ovh)
         call.grad_on = _grad_enabled()
         state.calls.append(call)
-        calls = state.module_calls.get(info.id)
         if calls is None:
             state.module_calls[info.id] = [call]
         else:

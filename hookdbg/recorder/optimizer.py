@@ -132,21 +132,28 @@ class OptimizerObserver:
         else:
             summaries = stats.norms_only(tensors)
         rows = self.rows.tensors if state.batch is None else state.batch.rows
+        step, segment, column, check_nan = state.step, state.id, int(slot), observer.check_nan
         for (p, (owner, name)), summary in zip(owned, summaries, strict=True):
-            row = (call, state.step, state.id, owner.id, _OPT, int(slot), name, summary)
-            (rows if type(summary) is Pending else self.rows.tensors).append(row)
-            if observer.check_nan and (type(summary) is Pending or not stats.is_finite(summary)):
-                observer.check(
-                    check,
-                    state.seg,
-                    owner,
-                    name,
-                    summary,
-                    id(p),
-                    state.grad_finite,
-                    call,
-                    opt,
-                )
+            row = (call, step, segment, owner.id, _OPT, column, name, summary)
+            if type(summary) is Pending:
+                rows.append(row)
+                if not check_nan:
+                    continue
+            else:
+                self.rows.tensors.append(row)
+                if not check_nan or stats.is_finite(summary):
+                    continue
+            observer.check(
+                check,
+                state.seg,
+                owner,
+                name,
+                summary,
+                id(p),
+                state.grad_finite,
+                call,
+                opt,
+            )
 
     def _step_grad_check(
         self,
