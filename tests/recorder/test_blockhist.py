@@ -16,10 +16,16 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from hookdbg.options import RecordOptions
 from hookdbg.read import open_recording
-from hookdbg.recorder import Recorder, blockhist, blockstats, deferred, histograms
+from hookdbg.recorder import blockhist, blockstats, deferred, histograms
 from hookdbg.recorder.histograms import HISTOGRAM
 from tests.helpers import ROOT
-from tests.recorder.test_blockstats import CountedKernel, a_mixed_step, randn, summaries
+from tests.recorder.test_blockstats import (
+    CountedKernel,
+    a_mixed_step,
+    randn,
+    record_convnet,
+    summaries,
+)
 
 pytest.importorskip("triton")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -241,15 +247,7 @@ def test_a_recording_has_the_same_histograms_with_and_without_the_kernels(tmp_pa
 
     def record(path, kernel_devices):
         monkeypatch.setattr(blockhist, "KERNEL_DEVICES", kernel_devices)
-        torch.manual_seed(0)
-        model = nn.Sequential(
-            nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 3, padding=1), nn.Flatten()
-        ).to(DEVICE)
-        x = randn(4, 3, 48, 48, seed=9) * 5 + 2  # activations of 4 * 8 * 48 * 48 elements
-        options = RecordOptions.build(quiet=True, histograms=16)
-        with Recorder(path, options, defer_cpu=True):
-            for _ in range(2):
-                model(x).square().mean().backward()
+        record_convnet(path, RecordOptions.build(quiet=True, histograms=16), seed=9)
         with open_recording(path) as rec:
             return rec.tensors(columns=COLUMNS, kind=None)
 

@@ -263,22 +263,29 @@ def test_the_kernel_compiles_for_an_h100():
     assert out.returncode == 0, out.stderr
 
 
+def record_convnet(path, options: RecordOptions, seed: int = 0) -> None:
+    """Two steps of a small convnet whose activations (4 * 8 * 48 * 48 elements) and
+    gradients are large enough for the kernels, recorded down the deferred path: the
+    whole path, from the hooks to the file, of the kernels' end-to-end checks."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 3, padding=1), nn.Flatten()
+    ).to(DEVICE)
+    x = randn(4, 3, 48, 48, seed=seed) * 5 + 2
+    with Recorder(path, options, defer_cpu=True):
+        for _ in range(2):
+            model(x).square().mean().backward()
+
+
 def test_a_recording_says_the_same_with_and_without_the_kernel(tmp_path, monkeypatch):
-    """The whole path, from the hooks to the file: a small convnet's large activations
-    and gradients through the kernel give the rows the earlier path gives."""
+    """A small convnet's large activations and gradients through the kernel give the
+    rows the earlier path gives."""
 
     monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)  # the same twice
 
     def record(path, kernel_devices):
         monkeypatch.setattr(blockstats, "KERNEL_DEVICES", kernel_devices)
-        torch.manual_seed(0)
-        model = nn.Sequential(
-            nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 3, padding=1), nn.Flatten()
-        ).to(DEVICE)
-        x = randn(4, 3, 48, 48) * 5 + 2  # activations of 4 * 8 * 48 * 48 elements
-        with Recorder(path, RecordOptions.build(quiet=True), defer_cpu=True):
-            for _ in range(2):
-                model(x).square().mean().backward()
+        record_convnet(path, RecordOptions.build(quiet=True))
         return tables(path)["tensors"]
 
     kernel = CountedKernel(blockstats._kernel())
