@@ -66,6 +66,24 @@ def resolved(summary: stats.Summary | Pending | None) -> stats.Summary | None:
     return summary.value if type(summary) is Pending else summary
 
 
+def exact_row(t: torch.Tensor) -> list[float]:
+    """The raw row ``arena_stats`` gives one tensor, the slow and exact way (float64 from
+    the start, two passes): what the arena and the kernels (blockstats.py) are checked
+    against, by the tests and by benchmarks/blockstats.py on a GPU."""
+    v = t.double().flatten()
+    usable = v[~v.isnan()]
+    return [
+        usable.min().item(),
+        usable.max().item(),
+        v.sum().item(),
+        (v - v.mean()).square().sum().item(),
+        v.isnan().sum().item(),
+        v.isposinf().sum().item(),
+        v.isneginf().sum().item(),
+        (v == 0).sum().item(),
+    ]
+
+
 def arena_stats(values: torch.Tensor, lengths: list[int]) -> torch.Tensor:
     """Raw statistics (one float64 row per segment, see ``from_raw``) of the
     consecutive segments of ``values`` with these lengths, in a fixed number of
