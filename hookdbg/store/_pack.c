@@ -11,6 +11,12 @@
  * records; ``fields`` a tuple of (outer, inner, offset, code): the value is
  * rows[i][outer] (inner < 0) or rows[i][outer][inner], stored at byte ``offset`` of
  * record i as code 0: int64, 1: int32, 2: int16, 3: uint8, 4: float64, 5: float32.
+ *
+ * A text field is (outer, inner, offset, 6, width, cache, make): its value's encoded
+ * bytes are ``cache[value]``, or ``make(value)`` the first time (which fills the
+ * cache), stored zero-padded in ``width`` bytes as numpy stores a fixed-width bytes
+ * field. Texts repeat (a module path, a shape, a dtype), so the encoding happens
+ * once per distinct value and each row costs a dictionary lookup and a copy.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -19,9 +25,33 @@
 #include <string.h>
 
 typedef struct {
-    Py_ssize_t outer, inner, offset;
+    Py_ssize_t outer, inner, offset, width;
     int code;
+    PyObject *cache, *make; /* text fields only (borrowed from ``fields``) */
 } Field;
+
+enum { TEXT = 6 };
+
+static int store_text(char *at, const Field *f, PyObject *value) {
+    PyObject *data = PyDict_GetItemWithError(f->cache, value); /* borrowed */
+    PyObject *made = NULL;
+    if (data == NULL) {
+        if (PyErr_Occurred()) return -1;
+        data = made = PyObject_CallOneArg(f->make, value);
+        if (made == NULL) return -1;
+    }
+    if (!PyBytes_Check(data)) {
+        PyErr_SetString(PyExc_TypeError, "pack: a text field's encoding is not bytes");
+        Py_XDECREF(made);
+        return -1;
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    if (n > f->width) n = f->width;
+    memcpy(at, PyBytes_AS_STRING(data), (size_t)n);
+    memset(at + n, 0, (size_t)(f->width - n));
+    Py_XDECREF(made);
+    return 0;
+}
 
 static int store(char *at, int code, PyObject *value) {
     if (code >= 4) {
@@ -63,8 +93,16 @@ static PyObject *pack(PyObject *self, PyObject *args) {
     if (fields == NULL) return PyErr_NoMemory();
     for (Py_ssize_t j = 0; j < nfields; j++) {
         Field *f = &fields[j];
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(spec, j), "nnni", &f->outer, &f->inner,
-                              &f->offset, &f->code)) {
+        f->width = 0;
+        f->cache = f->make = NULL;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(spec, j), "nnni|nO!O", &f->outer, &f->inner,
+                              &f->offset, &f->code, &f->width, &PyDict_Type, &f->cache,
+                              &f->make)) {
+            PyMem_Free(fields);
+            return NULL;
+        }
+        if (f->code == TEXT && (f->cache == NULL || f->make == NULL || f->width <= 0)) {
+            PyErr_SetString(PyExc_ValueError, "pack: a text field needs width, cache, make");
             PyMem_Free(fields);
             return NULL;
         }
@@ -82,7 +120,8 @@ static PyObject *pack(PyObject *self, PyObject *args) {
     }
     for (Py_ssize_t j = 0; j < nfields && !failed && nrows; j++) {
         Field *f = &fields[j];
-        if (f->code < 0 || f->code > 5 || f->offset < 0 || f->offset + WIDTH[f->code] > stride) {
+        Py_ssize_t width = f->code == TEXT ? f->width : WIDTH[f->code < 0 || f->code > 5 ? 0 : f->code];
+        if (f->code < 0 || f->code > TEXT || f->offset < 0 || f->offset + width > stride) {
             PyErr_SetString(PyExc_ValueError, "pack: a field lies outside its record");
             failed = 1;
         }
@@ -94,7 +133,9 @@ static PyObject *pack(PyObject *self, PyObject *args) {
             Field *f = &fields[j];
             PyObject *value = item(row, f->outer);
             if (value != NULL && f->inner >= 0) value = item(value, f->inner);
-            if (value == NULL || store(record + f->offset, f->code, value) < 0) {
+            if (value == NULL ||
+                (f->code == TEXT ? store_text(record + f->offset, f, value)
+                                 : store(record + f->offset, f->code, value)) < 0) {
                 failed = 1;
                 break;
             }

@@ -111,14 +111,7 @@ def tensor_rows(rows: list) -> np.ndarray:
     if _pack is None:
         return _tensor_rows_slowly(rows)
     out = np.empty(len(rows), dtype=schema.TENSORS)
-    _pack(rows, out, _TENSOR_FIELDS)
-    paths = _path_cache.get
-    out["path"] = [paths(r[6]) or _path_text(r[6]) for r in rows]
-    get = _text_cache.get
-    summaries = [r[7] for r in rows]
-    out["shape"] = [get(s[0]) or shape_text(s[0]) for s in summaries]
-    out["dtype"] = [get(s[1]) or dtype_text(s[1]) for s in summaries]
-    out["device"] = [get(s[2]) or device_text(s[2]) for s in summaries]
+    _pack(rows, out, _TENSOR_FIELDS + _TENSOR_TEXTS)
     return out
 
 
@@ -128,6 +121,22 @@ _path_cache: dict[object, bytes] = {}
 def _path_text(path: object) -> bytes:
     out = _path_cache[path] = _text(path, schema.PATH_BYTES)
     return out
+
+
+def _text_field(name: str, outer: int, inner: int, cache: dict, make: Callable) -> tuple:
+    """The ``pack`` layout of a text column: encoded once per value, through ``cache``."""
+    fields = schema.TENSORS.fields
+    assert fields is not None
+    dtype, offset = fields[name][:2]
+    return (outer, inner, offset, 6, dtype.itemsize, cache, make)
+
+
+_TENSOR_TEXTS = (
+    _text_field("path", 6, -1, _path_cache, _path_text),
+    _text_field("shape", 7, 0, _text_cache, shape_text),
+    _text_field("dtype", 7, 1, _text_cache, dtype_text),
+    _text_field("device", 7, 2, _text_cache, device_text),
+)
 
 
 def _tensor_rows_slowly(rows: list) -> np.ndarray:

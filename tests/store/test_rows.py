@@ -37,6 +37,27 @@ def test_packer_rejects_rows_it_cannot_read():
         rows._pack([("x", *ROWS[0][1:])], out, rows._TENSOR_FIELDS)
     with pytest.raises(ValueError, match="outside its record"):
         rows._pack([ROWS[0]], out, ((0, -1, schema.TENSORS.itemsize - 4, 0),))
+    with pytest.raises(ValueError, match="outside its record"):  # a text wider than the record
+        rows._pack([ROWS[0]], out, ((6, -1, 0, 6, schema.TENSORS.itemsize + 1, {}, str.encode),))
+    with pytest.raises(TypeError, match="not bytes"):  # an encoder that does not encode
+        rows._pack([ROWS[0]], out, ((6, -1, 0, 6, 8, {}, str.upper),))
+
+
+@pytest.mark.skipif(rows._pack is None, reason="the compiled packer is not built")
+def test_texts_are_encoded_once_per_value_and_zero_padded():
+    made, cache = [], {}
+
+    def encode(value):  # as the writer's encoders do: fill the cache
+        made.append(value)
+        cache[value] = value.encode()
+        return cache[value]
+
+    layout = ((6, -1, 0, 6, 8, cache, encode),)
+    out = np.full(3, b"garbage!", dtype="S8")
+    twice = [(*ROWS[0][:6], "ab", ROWS[0][7])] * 2 + [(*ROWS[0][:6], "abcdefghij", ROWS[0][7])]
+    rows._pack(twice, out, layout)
+    assert list(out) == [b"ab", b"ab", b"abcdefgh"]  # padded, and cut to the width
+    assert made == ["ab", "abcdefghij"]  # once per distinct value
 
 
 @pytest.mark.skipif(rows._pack is None, reason="the compiled packer is not built")
