@@ -104,12 +104,19 @@ static inline void add(Acc *a, double x) {
  * non-finite value (or whose float sums overflow) is redone element by element. */
 enum { BLOCK = 2048, LANES = 16 };
 
-/* Built for AVX2 as well where the compiler can (x86-64 with GCC or clang): the loader
- * picks the clone the CPU runs; eight lanes a vector instead of SSE2's four. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__APPLE__)
-__attribute__((target_clones("avx2", "default")))
+/* Built for AVX2 as well where the toolchain can (x86-64, glibc's ifuncs, a compiler
+ * with target_clones): the loader picks the clone the CPU runs, eight lanes a vector
+ * instead of SSE2's four. Elsewhere the one portable build. */
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define CLONES __attribute__((target_clones("avx2", "default")))
 #endif
-static void f32_block(Acc *a, const float *p, Py_ssize_t n) {
+#endif
+#ifndef CLONES
+#define CLONES
+#endif
+
+CLONES static void f32_block(Acc *a, const float *p, Py_ssize_t n) {
     if (a->finite == 0) { /* the shift: the first finite value */
         for (Py_ssize_t i = 0; i < n; i++) {
             if (isfinite(p[i])) {
