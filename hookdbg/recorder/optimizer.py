@@ -81,8 +81,8 @@ class OptimizerObserver:
                     v - start,
                 )
             )
-            if self.tensors.level == Level.STATS:
-                self._param_values(opt, info, call)
+            if self.tensors.level == Level.STATS or self.tensors.check_nan:
+                self._param_values(opt, info, call)  # below stats: checked, not kept
         self.steps.optimizer_end(opt)
         state.seg.training = True
 
@@ -133,6 +133,7 @@ class OptimizerObserver:
             summaries = stats.norms_only(tensors)
         rows = self.rows.tensors if state.batch is None else state.batch.rows
         step, segment, column, check_nan = state.step, state.id, int(slot), observer.check_nan
+        keep = observer.level == Level.STATS  # below it the weights are only checked
         for (p, (owner, name)), summary in zip(owned, summaries, strict=True):
             row = (call, step, segment, owner.id, _OPT, column, name, summary)
             if type(summary) is Pending:
@@ -140,7 +141,8 @@ class OptimizerObserver:
                 if not check_nan:
                     continue
             else:
-                self.rows.tensors.append(row)
+                if keep:
+                    self.rows.tensors.append(row)
                 if not check_nan or stats.is_finite(summary):
                     continue
             observer.check(

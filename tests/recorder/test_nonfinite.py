@@ -83,16 +83,23 @@ def test_inf_from_the_loss_computation(tmp_path):
     assert origins(tmp_path / "run.h5")[0][:3] == ("model", Phase.BWD, Slot.GRAD_OUTPUT)
 
 
-def test_optimizer_step_that_makes_weights_nonfinite(tmp_path):
+@pytest.mark.parametrize("level", ["stats", "shapes", "timing"])
+def test_optimizer_step_that_makes_weights_nonfinite(tmp_path, level):
+    """Below ``stats``, ``--nan-check`` checks the weights after each optimizer step too
+    (their norms, not kept): the step that broke them is the origin, not the next
+    forward that reads them."""
     model = nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=float("inf"))
-    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+    with hookdbg.record(tmp_path / "run.h5", quiet=True, level=level, nan_check=True):
         model(torch.ones(1, 2)).sum().backward()
         opt.step()
         model(torch.ones(1, 2))  # NaN weights: spread, not born
     found = origins(tmp_path / "run.h5")
     assert [(m, p, s) for m, p, s, _, _ in found] == [("model", Phase.OPT, Slot.PARAM)] * 2
     assert {path for *_, path, _ in found} == {"weight", "bias"}
+    weights = tables(tmp_path / "run.h5").get("tensors", ())
+    kept = [r for r in weights if int(r["phase"]) == Phase.OPT]
+    assert len(kept) == (2 if level == "stats" else 0)  # weight rows only at stats
 
 
 def test_one_warning_per_origin_however_often_it_recurs(tmp_path, capsys):
