@@ -73,7 +73,8 @@ Examples:
     "--nan-check/--no-nan-check",
     default=None,
     help="Check every summarised tensor for NaN/inf [default: on at --level stats]; "
-    "at timing/shapes, --nan-check adds a cheap min/max check.",
+    "at timing/shapes, --nan-check adds a cheap min/max check, and the weights' norms "
+    "after each optimizer step.",
 )
 @click.option(
     "--capture",
