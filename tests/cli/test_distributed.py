@@ -10,6 +10,7 @@ import pytest
 from hookdbg.read import RankSet, open_run
 from hookdbg.tui.app import HookdbgApp
 from tests.helpers import SAMPLES, hookdbg
+from tests.tui.pilot import settle
 
 
 def torchrun(out, *args: str) -> subprocess.CompletedProcess[str]:
@@ -133,11 +134,11 @@ async def test_tui_switches_ranks(nan_run):
     app = HookdbgApp(run[0], more_ranks=[run[1]])
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.pause(0.2)
-        await app.workers.wait_for_complete()
+        await settle(app, pilot)
         assert "rank 0 of 2" in app.title
         await pilot.press("r")
         await pilot.pause(0.2)
-        await app.workers.wait_for_complete()
+        await settle(app, pilot)
         assert "rank 1 of 2" in app.title and app.screen.run.rec.info.rank == 1
 
 
@@ -151,12 +152,12 @@ async def test_tui_f_goes_to_the_first_origin_across_ranks(nan_run):
     app = HookdbgApp(run[0], more_ranks=[run[1]])
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.pause(0.2)
-        await app.workers.wait_for_complete()
+        await settle(app, pilot)
         assert any("f jumps to the first" in n.message for n in app._notifications)
         await pilot.press("f")
         for _ in range(3):
             await pilot.pause(0.2)
-            await app.workers.wait_for_complete()
+            await settle(app, pilot)
         assert "rank 1 of 2" in app.title
         title = str(app.screen.query_one("#detail-title").content)
         module = run[1].modules[int(first["module"])].name

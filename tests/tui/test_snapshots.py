@@ -9,6 +9,7 @@ import textual
 from hookdbg.read import open_recording
 from hookdbg.tui.app import HookdbgApp
 from tests.helpers import ROOT
+from tests.tui.pilot import settle
 
 DRAWN_WITH = "8.2.8"
 pytestmark = pytest.mark.skipif(
@@ -24,9 +25,7 @@ def _from_repository_root(monkeypatch):
 
 
 async def _settled(pilot):
-    for _ in range(3):
-        await pilot.pause(0.05)
-        await pilot.app.workers.wait_for_complete()
+    await settle(pilot.app, pilot)
 
 
 def test_replay_screen(snap_compare):
