@@ -20,6 +20,7 @@ from hookdbg.recorder import blockhist, blockstats, deferred, histograms
 from hookdbg.recorder.histograms import HISTOGRAM
 from tests.helpers import ROOT
 from tests.recorder.test_blockstats import (
+    Broken,
     CountedKernel,
     a_mixed_step,
     randn,
@@ -202,13 +203,6 @@ def test_two_launches_and_one_allocation_per_tensor(monkeypatch):
 
 
 def test_kernels_that_cannot_run_here_leave_the_torch_path(monkeypatch):
-    class Broken:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                raise RuntimeError("no compiler for this GPU")
-
-            return launch
-
     monkeypatch.setattr(blockhist, "_kernels", lambda: (Broken(), Broken()))
     t = randn(30_000, seed=8)
     with pytest.warns(RuntimeWarning, match="histogram kernels failed.*no compiler"):

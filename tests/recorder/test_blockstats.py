@@ -201,14 +201,17 @@ def test_one_launch_per_large_tensor_and_a_fixed_number_per_flush(monkeypatch):
     assert count(few)[1] == count(many)[1]
 
 
+class Broken:
+    """A kernel whose every launch fails, as on a GPU Triton cannot compile for."""
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            raise RuntimeError("no compiler for this GPU")
+
+        return launch
+
+
 def test_a_kernel_that_cannot_run_here_leaves_the_earlier_path(monkeypatch):
-    class Broken:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                raise RuntimeError("no compiler for this GPU")
-
-            return launch
-
     tensors = a_mixed_step()
     monkeypatch.setattr(blockstats, "_kernel", Broken)
     with pytest.warns(RuntimeWarning, match="no compiler for this GPU"):
