@@ -28,7 +28,6 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import h5py
 import numpy as np
 import torch
 import torchvision
@@ -37,20 +36,10 @@ from torch import nn
 import hookdbg
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tests.helpers import tables  # noqa: E402  (the tests' reader: every table, h5py alone)
+
 KEY = ("step", "module", "phase", "slot", "path")
-
-
-def tables(path: Path) -> dict[str, np.ndarray]:
-    out = {}
-    with h5py.File(path, "r") as f:
-        for name, group in f.items():
-            if isinstance(group, h5py.Group):
-                columns = {c: group[c][()] for c in group}
-                n = min(len(c) for c in columns.values())
-                out[name] = np.rec.fromarrays(
-                    [c[:n] for c in columns.values()], names=list(columns)
-                )
-    return out
 
 
 def resnet(seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer, torch.Tensor, torch.Tensor]:
