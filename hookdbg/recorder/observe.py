@@ -91,9 +91,13 @@ class TensorObserver:
         """A new segment: its state, and whether its tensors are captured."""
         self.state = state
         capturer = self.capturer
-        self.capturing = capturer is not None and state.recording and capturer.active(state.step)
-        self.keeping = self.emit_tensors or self.flight is not None or self.capturing
+        self._capture(capturer is not None and state.recording and capturer.active(state.step))
         self.defer_checks = state.batch is not None and self.check_nan
+
+    def _capture(self, capturing: bool) -> None:
+        """Whether tensors are captured from now on, and so whether ``keep`` has work."""
+        self.capturing = capturing
+        self.keeping = self.emit_tensors or self.flight is not None or capturing
 
     # -- one tensor, once per segment and version -------------------------------------
 
@@ -316,8 +320,7 @@ class TensorObserver:
             handoff.pending_capture += size
             if handoff.pending_capture > writer.max_backlog_bytes // 8:
                 handoff()  # big copies go to the writer (and its bound) at once
-        self.capturing = capturer.active(self.state.step)
-        self.keeping = self.emit_tensors or self.flight is not None or self.capturing
+        self._capture(capturer.active(self.state.step))
 
     # -- forwards run again inside backward (recorder/recompute.py) -------------------
 
