@@ -120,8 +120,9 @@ static PyObject *pack(PyObject *self, PyObject *args) {
     }
     for (Py_ssize_t j = 0; j < nfields && !failed && nrows; j++) {
         Field *f = &fields[j];
-        Py_ssize_t width = f->code == TEXT ? f->width : WIDTH[f->code < 0 || f->code > 5 ? 0 : f->code];
-        if (f->code < 0 || f->code > TEXT || f->offset < 0 || f->offset + width > stride) {
+        int known = f->code >= 0 && f->code <= TEXT;
+        Py_ssize_t width = !known ? 0 : f->code == TEXT ? f->width : WIDTH[f->code];
+        if (!known || f->offset < 0 || f->offset + width > stride) {
             PyErr_SetString(PyExc_ValueError, "pack: a field lies outside its record");
             failed = 1;
         }

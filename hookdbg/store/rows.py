@@ -10,7 +10,7 @@ the training thread.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -82,37 +82,28 @@ def device_text(device: object) -> bytes:
 
 
 _CODES = {"<i8": 0, "<i4": 1, "<i2": 2, "|u1": 3, "|i1": 3, "<f8": 4, "<f4": 5}
+_TEXT = 6  # pack's code for a text column, stored through a cache of encodings
 
 
-def _fields(dtype: np.dtype, where: dict[str, tuple[int, int]]) -> tuple:
-    """The ``pack`` layout: (outer, inner, byte offset, code) of each numeric column."""
+def _fields(
+    dtype: np.dtype,
+    where: dict[str, tuple[int, int]],
+    texts: dict[str, tuple[dict, Callable[[Any], bytes]]] | None = None,
+) -> tuple:
+    """The ``pack`` layout of the columns in ``where``: (outer, inner, byte offset,
+    code), and for a text column its width and the (cache, make) ``texts`` gives it."""
     fields = dtype.fields
     assert fields is not None, "a table's row dtype is structured"
-    return tuple(
-        (*where[name], fields[name][1], _CODES[fields[name][0].str])
-        for name in dtype.names or ()
-        if name in where
-    )
-
-
-# where each numeric column of a tensor row lies: (call, step, segment, module, phase,
-# slot, path, summary) with the summary's fields from NUMEL on
-_TENSOR_FIELDS = _fields(
-    schema.TENSORS,
-    {
-        **{name: (i, -1) for i, name in enumerate(schema.WHERE_COLUMNS[:6])},
-        **{name: (7, 3 + i) for i, name in enumerate(schema.SUMMARY_COLUMNS[3:])},
-    },
-)
-
-
-def tensor_rows(rows: list) -> np.ndarray:
-    """(call, step, segment, module, phase, slot, path, summary) -> TENSORS rows."""
-    if _pack is None:
-        return _tensor_rows_slowly(rows)
-    out = np.empty(len(rows), dtype=schema.TENSORS)
-    _pack(rows, out, _TENSOR_FIELDS + _TENSOR_TEXTS)
-    return out
+    layout: list[tuple] = []
+    for name in dtype.names or ():
+        if name not in where:
+            continue
+        kind, offset = fields[name][:2]
+        if kind.kind == "S":
+            layout.append((*where[name], offset, _TEXT, kind.itemsize, *(texts or {})[name]))
+        else:
+            layout.append((*where[name], offset, _CODES[kind.str]))
+    return tuple(layout)
 
 
 _path_cache: dict[object, bytes] = {}
@@ -123,20 +114,30 @@ def _path_text(path: object) -> bytes:
     return out
 
 
-def _text_field(name: str, outer: int, inner: int, cache: dict, make: Callable) -> tuple:
-    """The ``pack`` layout of a text column: encoded once per value, through ``cache``."""
-    fields = schema.TENSORS.fields
-    assert fields is not None
-    dtype, offset = fields[name][:2]
-    return (outer, inner, offset, 6, dtype.itemsize, cache, make)
-
-
-_TENSOR_TEXTS = (
-    _text_field("path", 6, -1, _path_cache, _path_text),
-    _text_field("shape", 7, 0, _text_cache, shape_text),
-    _text_field("dtype", 7, 1, _text_cache, dtype_text),
-    _text_field("device", 7, 2, _text_cache, device_text),
+# where each column of a tensor row lies: (call, step, segment, module, phase, slot,
+# path, summary), the summary's fields inside it
+_TENSOR_FIELDS = _fields(
+    schema.TENSORS,
+    {
+        **{name: (i, -1) for i, name in enumerate(schema.WHERE_COLUMNS)},
+        **{name: (7, i) for i, name in enumerate(schema.SUMMARY_COLUMNS)},
+    },
+    texts={
+        "path": (_path_cache, _path_text),
+        "shape": (_text_cache, shape_text),
+        "dtype": (_text_cache, dtype_text),
+        "device": (_text_cache, device_text),
+    },
 )
+
+
+def tensor_rows(rows: list) -> np.ndarray:
+    """(call, step, segment, module, phase, slot, path, summary) -> TENSORS rows."""
+    if _pack is None:
+        return _tensor_rows_slowly(rows)
+    out = np.empty(len(rows), dtype=schema.TENSORS)
+    _pack(rows, out, _TENSOR_FIELDS)
+    return out
 
 
 def _tensor_rows_slowly(rows: list) -> np.ndarray:
