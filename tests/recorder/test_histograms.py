@@ -14,6 +14,8 @@ from torch import nn
 from hookdbg.options import OptionError, RecordOptions
 from hookdbg.read import open_recording
 from hookdbg.recorder import Recorder, record
+from hookdbg.recorder.deferred import ARENA, StepBatch
+from hookdbg.recorder.histograms import HISTOGRAM
 from tests.helpers import SAMPLES
 
 BINS = 8
@@ -146,43 +148,39 @@ def test_a_damaged_histogram_column_is_one_line(tmp_path):
         open_recording(path)
 
 
+def binned_in_one_batch(tensors: list[torch.Tensor], bins: int) -> list[tuple]:
+    """The tensors' summaries from one ``StepBatch`` (added, launched, read), each
+    histogram checked against numpy.histogram of the tensor's finite values."""
+    batch = StepBatch(0, bins=bins)
+    pending = [batch.add(t) for t in tensors]
+    batch.launch()
+    batch.read()
+    for p, t in zip(pending, tensors, strict=True):
+        values = t.double().numpy()
+        counts = np.frombuffer(p.value[HISTOGRAM], dtype=np.int64)
+        np.testing.assert_array_equal(counts, np.histogram(values[np.isfinite(values)], bins)[0])
+    return [p.value for p in pending]
+
+
 def test_a_tensor_larger_than_the_arena_is_binned_in_chunks():
     """The deferred path's tensors too large to copy (deferred.ARENA elements and up)."""
-    from hookdbg.recorder.deferred import ARENA, StepBatch
-    from hookdbg.recorder.histograms import HISTOGRAM
-
     g = torch.Generator().manual_seed(0)
     big = torch.randn(ARENA + 12345, generator=g)
     big[::1000] = float("inf")
     small = torch.rand(100, generator=g)
-    batch = StepBatch(0, bins=16)
-    pending = [batch.add(big), batch.add(small)]
-    batch.launch()
-    batch.read()
-    for p, t in zip(pending, (big, small), strict=True):
+    summaries = binned_in_one_batch([big, small], 16)
+    for summary, t in zip(summaries, (big, small), strict=True):
         values = t.double().numpy()
         finite = values[np.isfinite(values)]
-        counts = np.frombuffer(p.value[HISTOGRAM], dtype=np.int64)
-        np.testing.assert_array_equal(counts, np.histogram(finite, bins=16)[0])
-        assert (p.value[4], p.value[5]) == (finite.min(), finite.max())  # finite min, max
+        assert (summary[4], summary[5]) == (finite.min(), finite.max())  # finite min, max
 
 
 def test_minus_infinity_in_the_first_segment_is_not_counted():
     """-inf's estimate fell below the first edge, to index -1: out of the counts (an
     IndexError on the CPU, a device-side assertion on a GPU) for the arena's first
     tensor or one binned on its own."""
-    from hookdbg.recorder.deferred import ARENA, StepBatch
-    from hookdbg.recorder.histograms import HISTOGRAM
-
     g = torch.Generator().manual_seed(1)
     first, big = torch.randn(100, generator=g), torch.randn(ARENA + 1, generator=g)
     first[[0, 50]] = float("-inf")
     big[[7, 8]] = torch.tensor([float("-inf"), float("nan")])
-    batch = StepBatch(0, bins=4)
-    pending = [batch.add(first), batch.add(big)]
-    batch.launch()
-    batch.read()
-    for p, t in zip(pending, (first, big), strict=True):
-        values = t.double().numpy()
-        counts = np.frombuffer(p.value[HISTOGRAM], dtype=np.int64)
-        np.testing.assert_array_equal(counts, np.histogram(values[np.isfinite(values)], 4)[0])
+    binned_in_one_batch([first, big], 4)
