@@ -53,7 +53,7 @@ except ImportError:  # not built, or built before histograms: torch's ops instea
     _c_histogram = None
 
 HISTOGRAM = len(stats.FIELDS)  # where a summary tuple holds its histogram
-_KINDS = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3}
+_KINDS = {d: kind for d, (kind, _) in stats.C_KINDS.items() if d.is_floating_point}  # binned
 _INF = float("inf")
 
 

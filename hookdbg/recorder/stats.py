@@ -96,8 +96,8 @@ def shape_only(t: torch.Tensor) -> Summary:
     return (shape_of(t), dtype_name(t.dtype), device_name(t), t.numel(), *stats)
 
 
-# element kinds of _cstats.c, with the dtype's name
-_KINDS = {
+# element kinds of _cstats.c (its enum), with the dtype's name
+C_KINDS = {
     torch.float32: (0, "float32"),
     torch.float64: (1, "float64"),
     torch.float16: (2, "float16"),
@@ -115,7 +115,7 @@ _HALF_WIDE = 65536  # above this many half elements, convert with torch (vectori
 def summarise(t: torch.Tensor) -> Summary:
     """Summary of a host tensor, read back at once (cheap on CPU: no device to wait for).
     Nothing here records an autograd graph, whatever the grad mode."""
-    spec = _KINDS.get(t.dtype)
+    spec = C_KINDS.get(t.dtype)
     if spec is not None and _one_pass is not None and t.is_cpu:
         n = t.numel()
         if n:
