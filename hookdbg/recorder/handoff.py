@@ -39,3 +39,9 @@ class Handoff:
             batch = self.rows.take()
             if batch:
                 self.writer.submit(batch)
+
+    def when_due(self) -> None:
+        """Hand over only if the last hand-over is ``every`` seconds old (the writer
+        also asks on its own timer): for rows that can wait that long."""
+        if perf_counter() - self.last > self.every:
+            self()

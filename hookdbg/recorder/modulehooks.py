@@ -24,7 +24,7 @@ import torch
 from torch.compiler import is_compiling
 
 from hookdbg.recorder.calls import Call
-from hookdbg.recorder.envelope import Guard, hook, inner_hook
+from hookdbg.recorder.envelope import Guard, inner_hook
 from hookdbg.recorder.handoff import Handoff
 from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry
 from hookdbg.recorder.observe import TensorObserver
@@ -167,18 +167,19 @@ class ModuleHooks:
         self.observer.recomputed(frame, args, _GRAD_INPUT)
 
     def _watch_backward(self, result: object) -> None:
-        """Hear of the backward pass of a segment that is not recorded: one hook on the
-        node that made the root's first output. Without it a step whose weights are
-        updated by hand (no optimizer to say the step ended) runs into the next one."""
+        """Hear of the backward pass of a root call that is not recorded (its segment
+        is not, or its module is not selected): one hook on the node that made its first
+        output. Without it a step whose weights are updated by hand (no optimizer to say
+        the step ended) runs into the next one."""
         for _, t in iter_tensors(result):
             node = t.grad_fn
             if node is not None:
                 node.register_prehook(partial(self._backward_ran, self.segments.state.id))
                 return
 
-    @hook
-    def _backward_ran(self, t0: float, segment: int, grads: tuple) -> None:
-        if segment == self.segments.state.id:
+    def _backward_ran(self, segment: int, grads: tuple) -> None:
+        """It only sets a flag, on whichever thread backward runs: no guard needed."""
+        if not is_compiling() and segment == self.segments.state.id:
             self.segments.steps.backward_ran()
 
     @inner_hook
@@ -194,15 +195,17 @@ class ModuleHooks:
             return
         frame = self.stack.pop()
         if frame.__class__ is not Call:
-            if frame is _MUTED:  # the root call of a segment that is not recorded
+            if frame is _MUTED:
                 self._mute -= 1
-                if result is not _RAISED and not self.segments.steps.saw_backward:
-                    self._watch_backward(result)
-            elif frame.__class__ is Recompute and result is not _RAISED:
+            if result is _RAISED:
+                return
+            if frame.__class__ is Recompute:
                 if frame.outer:  # its own output's gradient reports for the calls inside
                     self.observer.forget_recomputed(result)
                 else:
                     self.observer.recomputed(frame, (result,), _GRAD_OUTPUT)
+            elif not self.stack and not self.segments.steps.saw_backward:
+                self._watch_backward(result)  # a root call that is not recorded
             return
         call: Call = frame
         total = call.total = t0 - self.guard.ovh - call.vstart

@@ -99,7 +99,7 @@ class Segments:
             if steps.segment >= 0:
                 self.end(now)
             steps.begin()
-            self.begin(now, _on_device(module))
+            self.begin(now, module)
             self.read_batches(wait=False)
         steps.root_ran(info.id, kind)
         state = self.state
@@ -111,7 +111,11 @@ class Segments:
                 seg.training = False
         return state
 
-    def begin(self, now: float, on_device: bool = False) -> None:
+    def begin(self, now: float, module: torch.nn.Module | None = None) -> None:
+        """Begin a segment at ``now``, with a root call of ``module`` (None: not one).
+        Whether the model runs on an accelerator is asked only of a recorded segment:
+        it decides how its statistics are taken, and the warning below is about its
+        times (a step that is not recorded pays nothing for it)."""
         gradients = self.observer.gradients
         if gradients.lazy:
             gradients.watch_lazy()
@@ -122,6 +126,7 @@ class Segments:
         options = self.options
         seg = Segment(steps.segment, steps.step, None, steps.evals)
         recording = options.records_step(seg.step)
+        on_device = recording and module is not None and _on_device(module)
         deferring = recording and self.defer and (self.defer_all or on_device)
         if on_device and not self.warned_device:
             self.warned_device = True
@@ -172,7 +177,10 @@ class Segments:
         if state.batch is not None:
             state.batch.launch()
             self.inflight.append(state.batch)
-        self.handoff()  # a finished step is on its way to disk at once
+        if state.recording:
+            self.handoff()  # a finished step is on its way to disk at once
+        else:  # its steps row only: with the next hand-over, at most ``every`` away
+            self.handoff.when_due()
         if state.id == 0:
             self._check_globs()
 

@@ -117,7 +117,7 @@ class StepTracker:
         self._stepped: set[int] = set()
         self._known: set[int] = set()
         self._ever: set[int] = set()  # optimizers that have stepped at least once
-        self._backward = False
+        self.saw_backward = False  # in the current segment
         self._any_backward = False  # in the whole recording
         self._in_optimizer = 0
         self._searched = False
@@ -127,7 +127,7 @@ class StepTracker:
     @property
     def is_training(self) -> bool:
         """Whether the current segment is a training step (so far; settled at its end)."""
-        return self._trained or self._backward or bool(self._stepped)
+        return self._trained or self.saw_backward or bool(self._stepped)
 
     def starts_segment(self, module: int, kind: RootKind) -> bool:
         """Whether a root call of ``module`` (its id), of ``kind``, starting now begins a
@@ -156,7 +156,7 @@ class StepTracker:
         if self._stepped:
             return self._known <= self._stepped
         # weights updated by hand: a backward ran and the same model runs again
-        return not self._known and self._backward and module in self._roots
+        return not self._known and self.saw_backward and module in self._roots
 
     def begin(self) -> None:
         """Start the next segment (after the recorder has ended the previous one)."""
@@ -164,7 +164,7 @@ class StepTracker:
         self._roots.clear()
         self._train_roots.clear()
         self._stepped.clear()
-        self._backward = False
+        self.saw_backward = False
         self._trained = False
         self.optimizer_steps = 0
 
@@ -187,7 +187,7 @@ class StepTracker:
         """End the current segment; True if it was a training step. ``cut``: the run
         stopped in the middle of it (an exception, --on-nan stop): a training forward
         made it a training step even though its backward never came."""
-        training = self._backward or bool(self._stepped) or (cut and self._trained)
+        training = self.saw_backward or bool(self._stepped) or (cut and self._trained)
         if training:
             self._eval_since_training = 0
             # a backward without the optimizer step its iteration waits for is part of a
@@ -201,11 +201,7 @@ class StepTracker:
         return training
 
     def backward_ran(self) -> None:
-        self._backward = self._any_backward = True
-
-    @property
-    def saw_backward(self) -> bool:
-        return self._backward
+        self.saw_backward = self._any_backward = True
 
     def optimizer_begin(self) -> None:
         self._in_optimizer += 1

@@ -66,11 +66,18 @@ def test_gradient_accumulation_is_one_step_per_optimizer_step(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("options", "recorded"), [({}, 5), ({"every": 2}, 3), ({"steps": "1:3"}, 2)]
+    ("options", "recorded"),
+    [
+        ({}, 5),
+        ({"every": 2}, 3),
+        ({"steps": "1:3"}, 2),
+        ({"every": 2, "modules": "!*"}, 3),  # no parameter hooks to hear backward from
+    ],
 )
 def test_manual_weight_updates_without_an_optimizer(tmp_path, options, recorded):
     """Only a backward says such a step ended, and steps that --every/--steps leave out
-    must hear of it too: otherwise they ran into one another as eval batches."""
+    must hear of it too (from the parameters' hooks, or from one on the root's output):
+    otherwise they ran into one another as eval batches."""
     model = nn.Linear(3, 1)
     with hookdbg.record(tmp_path / "sgd.h5", quiet=True, **options):
         for _ in range(5):
