@@ -25,7 +25,10 @@ class HookSet:
 
     def add(self, register: Callable[..., H], *args: Any, **kwargs: Any) -> H:
         """Call ``register(*args, **kwargs)`` and keep the handle it returns."""
-        handle = register(*args, **kwargs)
+        return self.keep(register(*args, **kwargs))
+
+    def keep(self, handle: H) -> H:
+        """Keep a handle made elsewhere, to be removed with the rest."""
         self._handles.append(handle)
         return handle
 
