@@ -10,8 +10,7 @@ Hooks installed (all owned by one ``HookSet`` and removed together):
   (gradients.py): one gradient summary serves every call that produced or consumed the
   tensor. (A global full backward hook would be simpler but crashes on in-place ReLU,
   see docs/design.md);
-* a post-accumulate-grad hook on each parameter of a recorded module (gradients.py),
-  taken off while a stretch of steps is not recorded (paramhooks.py);
+* a post-accumulate-grad hook on each parameter of a recorded module (gradients.py);
 * global optimizer step pre/post hooks (optimizer.py): step boundaries, parameter values;
 * a wrapper around models compiled in place (compiled.py), and SIGTERM/SIGHUP handlers
   (signals.py).
