@@ -275,12 +275,6 @@ class RecordOptions:
     def records_step(self, step: int) -> bool:
         return step in self.steps and (step - self.steps.start) % self.every == 0
 
-    def steps_to_recorded(self, step: int) -> int | None:
-        """Steps from ``step`` to the next recorded one (0: it is; None: none is left)."""
-        start = self.steps.start
-        first = start if step <= start else step + (start - step) % self.every
-        return first - step if first in self.steps else None
-
     def describe(self) -> dict[str, object]:
         """The options as plain values, for the recording's metadata."""
         return {

@@ -204,7 +204,6 @@ class Recorder:
             with_kwargs=True,
             always_call=True,
         )
-        hooks.keep(self.observer.gradients.params)
         hooks.add(optimizer_hooks.register_optimizer_step_pre_hook, opt.pre)
         hooks.add(optimizer_hooks.register_optimizer_step_post_hook, opt.post)
         # Full garbage collections scan every tracked object, ~300,000 of them torch's
@@ -364,4 +363,4 @@ class Recorder:
             return
         if self._capturer is not None:
             info.capture = self._capturer.select(info.name, info.path)
-        self.observer.gradients.watch_params(info, obj)
+        self.observer.gradients.watch_params(info, obj, self._hooks.add)

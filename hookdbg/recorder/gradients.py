@@ -17,7 +17,7 @@ rows and checks.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from time import time
 from typing import TYPE_CHECKING
@@ -32,7 +32,6 @@ from hookdbg.recorder.calls import Call, Seen, Segment
 from hookdbg.recorder.deferred import Pending
 from hookdbg.recorder.envelope import hook, inner_hook
 from hookdbg.recorder.naming import ModuleInfo
-from hookdbg.recorder.paramhooks import ParamHooks
 from hookdbg.recorder.stats import Summary
 from hookdbg.store.schema import Phase, Slot
 
@@ -61,8 +60,7 @@ class GradientObserver:
         self.detector = tensors.detector
         self.registry = tensors.registry
         self.param_owner: dict[int, tuple[ModuleInfo, str]] = {}
-        self.params = ParamHooks()  # the parameters' hooks (off while steps are skipped)
-        self.lazy: list[tuple[ModuleInfo, object]] = []
+        self.lazy: list[tuple[ModuleInfo, object, Callable[..., object]]] = []
 
     # -- tensors ------------------------------------------------------------------------
 
@@ -134,24 +132,26 @@ class GradientObserver:
 
     # -- parameters ---------------------------------------------------------------------
 
-    def watch_params(self, info: ModuleInfo, module: object) -> None:
+    def watch_params(self, info: ModuleInfo, module: object, hooks: Callable[..., object]) -> None:
         """A post-accumulate hook on each parameter a module owns (shared ones once). A
         lazy module's parameters get theirs once its first call has made them."""
         for name, p in module._parameters.items():  # type: ignore[attr-defined]
             if p is None or id(p) in self.param_owner:
                 continue
             if isinstance(p, UninitializedParameter):
-                self.lazy.append((info, module))
+                self.lazy.append((info, module, hooks))
                 continue
             self.param_owner[id(p)] = (info, name)
             if p.requires_grad:
-                self.params.add(p, partial(self._on_param_grad, info, name))
+                hooks(
+                    p.register_post_accumulate_grad_hook, partial(self._on_param_grad, info, name)
+                )
 
     def watch_lazy(self) -> None:
         """Watch the parameters lazy modules have made since (called at each step)."""
         waiting, self.lazy = self.lazy, []
-        for info, module in waiting:
-            self.watch_params(info, module)
+        for info, module, hooks in waiting:
+            self.watch_params(info, module, hooks)
 
     def _on_param_grad(self, info: ModuleInfo, name: str, param: torch.Tensor) -> None:
         """Every parameter's hook runs on every backward pass: in a step that is not

@@ -25,10 +25,7 @@ class HookSet:
 
     def add(self, register: Callable[..., H], *args: Any, **kwargs: Any) -> H:
         """Call ``register(*args, **kwargs)`` and keep the handle it returns."""
-        return self.keep(register(*args, **kwargs))
-
-    def keep(self, handle: H) -> H:
-        """Keep a handle made elsewhere, to be removed with the rest."""
+        handle = register(*args, **kwargs)
         self._handles.append(handle)
         return handle
 

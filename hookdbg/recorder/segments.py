@@ -31,7 +31,6 @@ from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry
 from hookdbg.recorder.nonfinite import OriginDetector
 from hookdbg.recorder.observe import TensorObserver
 from hookdbg.recorder.optimizer import OptimizerObserver
-from hookdbg.recorder.paramhooks import PAUSE
 from hookdbg.recorder.steps import RootKind, StepTracker, root_kind
 from hookdbg.recorder.timing import backward_rows
 from hookdbg.store.rows import Rows
@@ -127,8 +126,6 @@ class Segments:
         options = self.options
         seg = Segment(steps.segment, steps.step, None, steps.evals)
         recording = options.records_step(seg.step)
-        ahead = options.steps_to_recorded(seg.step)
-        gradients.params.switch(ahead is not None and ahead < PAUSE)
         on_device = recording and module is not None and _on_device(module)
         deferring = recording and self.defer and (self.defer_all or on_device)
         if on_device and not self.warned_device:

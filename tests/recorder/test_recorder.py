@@ -165,46 +165,6 @@ def test_every_and_step_range(tmp_path):
     assert set(t["calls"]["step"]) == {1, 3, 5}
 
 
-def test_parameter_hooks_are_off_for_long_stretches_of_skipped_steps(tmp_path):
-    """Before four or more steps that are not recorded the parameters' gradient hooks
-    come off (recorder/paramhooks.py); a recorded step has them back, with the same
-    parameter gradients as a recording of every step, and none is left after."""
-
-    def train(path, **options):
-        torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        x = torch.randn(16, 4, generator=torch.Generator().manual_seed(1))
-        hooked = []
-        with hookdbg.record(path, quiet=True, **options):
-            for _ in range(14):
-                opt.zero_grad()
-                loss = model(x).pow(2).mean()  # the step has begun
-                hooked.append(len(model[0].weight._post_accumulate_grad_hooks or {}))
-                loss.backward()
-                opt.step()
-        assert not model[0].weight._post_accumulate_grad_hooks
-        return hooked
-
-    def param_grads(path):
-        t = tables(path)
-        names = module_names(t)
-        rows = t["tensors"][t["tensors"]["slot"] == Slot.PARAM_GRAD]
-        columns = ("min", "max", "mean", "std", "norm", "numel")
-        return {
-            (int(r["step"]), names[int(r["module"])], r["path"]): tuple(r[c] for c in columns)
-            for r in rows
-        }
-
-    # recorded: steps 3, 8 and 13; off: 4 and 9 (the next recorded one 4 steps ahead)
-    on, off = [1] * 4, [0]
-    assert train(tmp_path / "some.h5", steps="3:", every=5) == on + off + on + off + on
-    assert train(tmp_path / "all.h5") == [1] * 14
-    some, full = param_grads(tmp_path / "some.h5"), param_grads(tmp_path / "all.h5")
-    assert {step for step, _, _ in some} == {3, 8, 13} and len(some) == 3 * 4
-    assert some == {key: value for key, value in full.items() if key[0] in (3, 8, 13)}
-
-
 def test_exception_in_forward_keeps_the_call_stack_and_removes_hooks(tmp_path):
     class Boom(nn.Module):
         def forward(self, x):
