@@ -165,6 +165,57 @@ def test_every_and_step_range(tmp_path):
     assert set(t["calls"]["step"]) == {1, 3, 5}
 
 
+def _train_every_5(path, tweak=None):
+    """14 SGD steps of a small MLP, every 5th recorded; ``tweak(model, opt, i)`` runs
+    before iteration ``i``'s forward. Returns the parameter-gradient rows by step."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(1))
+    with hookdbg.record(path, quiet=True, every=5):
+        for i in range(14):
+            if tweak is not None:
+                tweak(model, opt, i)
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+    t = tables(path)
+    assert list(t["steps"]["recorded"]) == [1, 0, 0, 0, 0] * 2 + [1, 0, 0, 0]
+    rows = t["tensors"][t["tensors"]["slot"] == Slot.PARAM_GRAD]
+    return {int(s): rows[rows["step"] == s] for s in (0, 5, 10)}
+
+
+def test_gradients_are_read_before_the_scripts_own_later_hooks(tmp_path):
+    """An optimizer step fused into backward (a post-accumulate hook that steps and
+    zeroes .grad, added after recording began) must not make the recorded parameter
+    gradients zero in later recorded steps: hookdbg's hook keeps its place before it."""
+
+    def zero(p):
+        p.grad.zero_()  # where a fused optimizer would step first
+
+    def fuse(model, opt, i):
+        if i == 1:
+            for p in model.parameters():
+                p.register_post_accumulate_grad_hook(zero)
+
+    by_step = _train_every_5(tmp_path / "fused.h5", fuse)
+    for step in (0, 5, 10):
+        assert len(by_step[step]) == 4
+        assert np.all(by_step[step]["norm"] > 0), step
+
+
+def test_a_parameter_frozen_mid_run_keeps_the_recording_going(tmp_path):
+    """Freezing a layer between recorded steps (fine-tuning schedules do) stops its
+    gradients, not the recording."""
+
+    def freeze(model, opt, i):
+        if i == 6:
+            model[0].weight.requires_grad_(False)
+
+    by_step = _train_every_5(tmp_path / "frozen.h5", freeze)
+    assert len(by_step[5]) == 4 and len(by_step[10]) == 3  # model.0.weight: none
+
+
 def test_exception_in_forward_keeps_the_call_stack_and_removes_hooks(tmp_path):
     class Boom(nn.Module):
         def forward(self, x):
