@@ -111,11 +111,11 @@ class Segments:
                 seg.training = False
         return state
 
-    def begin(self, now: float, module: torch.nn.Module | None = None) -> None:
-        """Begin a segment at ``now``, with a root call of ``module`` (None: not one).
-        Whether the model runs on an accelerator is asked only of a recorded segment:
-        it decides how its statistics are taken, and the warning below is about its
-        times (a step that is not recorded pays nothing for it)."""
+    def begin(self, now: float, module: torch.nn.Module) -> None:
+        """Begin a segment at ``now``, with a root call of ``module``. Whether the model
+        runs on an accelerator is asked only of a recorded segment: it decides how its
+        statistics are taken, and the warning below is about its times (a step that is
+        not recorded pays nothing for it)."""
         gradients = self.observer.gradients
         if gradients.lazy:
             gradients.watch_lazy()
@@ -126,7 +126,7 @@ class Segments:
         options = self.options
         seg = Segment(steps.segment, steps.step, None, steps.evals)
         recording = options.records_step(seg.step)
-        on_device = recording and module is not None and _on_device(module)
+        on_device = recording and _on_device(module)
         deferring = recording and self.defer and (self.defer_all or on_device)
         if on_device and not self.warned_device:
             self.warned_device = True

@@ -166,7 +166,7 @@ def test_every_and_step_range(tmp_path):
 
 
 def _train_every_5(path, tweak=None):
-    """14 SGD steps of a small MLP, every 5th recorded; ``tweak(model, opt, i)`` runs
+    """14 SGD steps of a small MLP, every 5th recorded; ``tweak(model, i)`` runs
     before iteration ``i``'s forward. Returns the parameter-gradient rows by step."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
@@ -175,7 +175,7 @@ def _train_every_5(path, tweak=None):
     with hookdbg.record(path, quiet=True, every=5):
         for i in range(14):
             if tweak is not None:
-                tweak(model, opt, i)
+                tweak(model, i)
             opt.zero_grad()
             model(x).pow(2).mean().backward()
             opt.step()
@@ -193,7 +193,7 @@ def test_gradients_are_read_before_the_scripts_own_later_hooks(tmp_path):
     def zero(p):
         p.grad.zero_()  # where a fused optimizer would step first
 
-    def fuse(model, opt, i):
+    def fuse(model, i):
         if i == 1:
             for p in model.parameters():
                 p.register_post_accumulate_grad_hook(zero)
@@ -208,7 +208,7 @@ def test_a_parameter_frozen_mid_run_keeps_the_recording_going(tmp_path):
     """Freezing a layer between recorded steps (fine-tuning schedules do) stops its
     gradients, not the recording."""
 
-    def freeze(model, opt, i):
+    def freeze(model, i):
         if i == 6:
             model[0].weight.requires_grad_(False)
 

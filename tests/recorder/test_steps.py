@@ -71,12 +71,12 @@ def test_gradient_accumulation_is_one_step_per_optimizer_step(tmp_path):
         ({}, 5),
         ({"every": 2}, 3),
         ({"steps": "1:3"}, 2),
-        ({"every": 2, "modules": "!*"}, 3),  # no parameter hooks to hear backward from
+        ({"every": 2, "modules": "!*"}, 3),  # the root not selected: no call recorded
     ],
 )
 def test_manual_weight_updates_without_an_optimizer(tmp_path, options, recorded):
-    """Only a backward says such a step ended, and steps that --every/--steps leave out
-    must hear of it too (from the parameters' hooks, or from one on the root's output):
+    """Only a backward says such a step ended, and root calls that are not recorded
+    (steps --every/--steps leave out, a root --modules leaves out) must hear of it too:
     otherwise they ran into one another as eval batches."""
     model = nn.Linear(3, 1)
     with hookdbg.record(tmp_path / "sgd.h5", quiet=True, **options):
