@@ -43,6 +43,7 @@ from torch.optim import optimizer as optimizer_hooks
 
 from hookdbg.options import RecordOptions
 from hookdbg.ranks import placement
+from hookdbg.recorder import accelerated
 from hookdbg.recorder.actions import Actions, NonFiniteStop
 from hookdbg.recorder.calls import StepState
 from hookdbg.recorder.capture import Capturer, FlightRecorder
@@ -53,10 +54,8 @@ from hookdbg.recorder.handoff import Handoff
 from hookdbg.recorder.histograms import writer_layout
 from hookdbg.recorder.hookset import HookSet
 from hookdbg.recorder.meta import run_metadata
-from hookdbg.recorder.modulehooks import ModuleHooks
 from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry, compiled_model
 from hookdbg.recorder.nonfinite import OriginDetector
-from hookdbg.recorder.observe import TensorObserver
 from hookdbg.recorder.optimizer import OptimizerObserver
 from hookdbg.recorder.segments import Segments
 from hookdbg.recorder.signals import TerminationSignals
@@ -122,7 +121,8 @@ class Recorder:
         self.actions = Actions(
             guard, rows, detector, options.on_nan, self.warn, handoff, flight, self.path
         )
-        self.observer = observer = TensorObserver(
+        per_call = accelerated.chosen()  # in C where it is built
+        self.observer = observer = per_call.observer(
             guard,
             options,
             rows,
@@ -149,7 +149,8 @@ class Recorder:
             defer_cpu,
         )
         self._call_ids = itertools.count()
-        self._calls = ModuleHooks(
+        segments.backward_rows = per_call.backward_rows
+        self._calls = per_call.hooks(
             guard, registry, observer, segments, rows, handoff, self._call_ids
         )
         self._writer: Writer | None = None

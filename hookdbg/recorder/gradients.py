@@ -117,7 +117,13 @@ class GradientObserver:
             and summary is not None
             and (type(summary) is Pending or not stats.is_finite(summary))
         ):
-            tensors.check(self._grad_check, state.seg, seen, summary, tensors.context(grad))
+            self._check_grad(seen, summary, grad)
+
+    def _check_grad(self, seen: Seen, summary: Summary | Pending, grad: torch.Tensor) -> None:
+        """Check a gradient now or with the step's statistics (called only when it is not
+        finite, or when its statistics wait for the device)."""
+        tensors = self.tensors
+        tensors.check(self._grad_check, tensors.state.seg, seen, summary, tensors.context(grad))
 
     def _grad_check(
         self, seg: Segment, seen: Seen, summary: Summary | Pending, grad: torch.Tensor | None
@@ -143,9 +149,11 @@ class GradientObserver:
                 continue
             self.param_owner[id(p)] = (info, name)
             if p.requires_grad:
-                hooks(
-                    p.register_post_accumulate_grad_hook, partial(self._on_param_grad, info, name)
-                )
+                hooks(p.register_post_accumulate_grad_hook, self._param_hook(info, name))
+
+    def _param_hook(self, info: ModuleInfo, name: str) -> Callable[[torch.Tensor], None]:
+        """The post-accumulate-grad hook of parameter ``name`` of module ``info``."""
+        return partial(self._on_param_grad, info, name)
 
     def watch_lazy(self) -> None:
         """Watch the parameters lazy modules have made since (called at each step)."""
@@ -192,19 +200,33 @@ class GradientObserver:
         if summary is None or not tensors.check_nan:
             return
         if tensors.defer_checks or not stats.is_finite(summary):  # type: ignore[arg-type]
-            tensors.check(
-                self._param_grad_check,
-                state.seg,
-                info,
-                list(calls),
-                name,
-                summary,
-                id(param),
-                state.grad_finite,
-                tensors.context(grad),
-            )
+            self._check_param_grad(info, list(calls), name, summary, param, grad)
         else:
             state.grad_finite[id(param)] = True
+
+    def _check_param_grad(
+        self,
+        info: ModuleInfo,
+        calls: list[Call],
+        name: str,
+        summary: Summary | Pending,
+        param: torch.Tensor,
+        grad: torch.Tensor,
+    ) -> None:
+        """Check a parameter's gradient now or with the step's statistics."""
+        tensors = self.tensors
+        state = tensors.state
+        tensors.check(
+            self._param_grad_check,
+            state.seg,
+            info,
+            calls,
+            name,
+            summary,
+            id(param),
+            state.grad_finite,
+            tensors.context(grad),
+        )
 
     def _enclosing_calls(self, info: ModuleInfo) -> list[Call]:
         """The calls in this step of the nearest enclosing module that was called."""

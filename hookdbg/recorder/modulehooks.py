@@ -114,15 +114,8 @@ class ModuleHooks:
         info = self._by_id.get(id(module))
         if info is None or info.ref() is not module:
             info = self.registry.lookup(module, pinfo)
-        if pinfo is None:
-            if _graph_task_id() != -1:  # a forward run again inside backward
-                self._recompute_outer(info, module, args)
-                return
-            self.state = self.segments.root_call(info, module, t0 - self.guard.ovh)
-            if not self.state.recording:
-                self._mute = 1
-                stack.append(_MUTED)
-                return
+        if pinfo is None and not self._root(info, module, args, t0 - self.guard.ovh):
+            return
         if info.transparent or not info.selected:
             stack.append(info)
             return
@@ -140,6 +133,20 @@ class ModuleHooks:
         self._open = call
         if args:
             self.observer.inputs(call, module, args)
+
+    def _root(self, info: ModuleInfo, module: torch.nn.Module, args: tuple, now: float) -> bool:
+        """A call with no module call around it, at ``now`` on the recorder's clock: a
+        forward run again inside backward, or maybe a new segment. Whether the call is
+        recorded."""
+        if _graph_task_id() != -1:  # a forward run again inside backward
+            self._recompute_outer(info, module, args)
+            return False
+        self.state = self.segments.root_call(info, module, now)
+        if not self.state.recording:
+            self._mute = 1
+            self.stack.append(_MUTED)
+            return False
+        return True
 
     def _recompute_outer(self, info: ModuleInfo, module: torch.nn.Module, args: tuple) -> None:
         """A module called with no other around it inside backward: a checkpointed block
@@ -165,6 +172,21 @@ class ModuleHooks:
             return
         self.stack.append(frame)
         self.observer.recomputed(frame, args, _GRAD_INPUT)
+
+    def _leave_other(self, frame: object, result: object) -> None:
+        """The end of a call that is not recorded (``frame``, popped off the stack): a
+        muted one, a module not selected, or one run again inside backward."""
+        if frame is _MUTED:
+            self._mute -= 1
+        if result is _RAISED:
+            return
+        if isinstance(frame, Recompute):
+            if frame.outer:  # its own output's gradient reports for the calls inside
+                self.observer.forget_recomputed(result)
+            else:
+                self.observer.recomputed(frame, (result,), _GRAD_OUTPUT)
+        elif not self.stack and not self.segments.steps.saw_backward:
+            self._watch_backward(result)  # a root call that is not recorded
 
     def _watch_backward(self, result: object) -> None:
         """Hear of the backward pass of a root call that is not recorded (its segment
@@ -195,17 +217,7 @@ class ModuleHooks:
             return
         frame = self.stack.pop()
         if frame.__class__ is not Call:
-            if frame is _MUTED:
-                self._mute -= 1
-            if result is _RAISED:
-                return
-            if frame.__class__ is Recompute:
-                if frame.outer:  # its own output's gradient reports for the calls inside
-                    self.observer.forget_recomputed(result)
-                else:
-                    self.observer.recomputed(frame, (result,), _GRAD_OUTPUT)
-            elif not self.stack and not self.segments.steps.saw_backward:
-                self._watch_backward(result)  # a root call that is not recorded
+            self._leave_other(frame, result)
             return
         call: Call = frame
         total = call.total = t0 - self.guard.ovh - call.vstart

@@ -51,6 +51,8 @@ def summary_function(level: Level, check: bool) -> Callable[[torch.Tensor], Summ
 class TensorObserver:
     """Observes the tensors of module calls; see the module docstring."""
 
+    gradient_observer = GradientObserver  # its gradient hooks (accelerated.py: in C)
+
     def __init__(
         self,
         guard: Guard,
@@ -85,7 +87,7 @@ class TensorObserver:
         self.keeping = False  # ``keep`` has something to do (set with each segment)
         self.defer_checks = False  # checks wait for the step's statistics (ditto)
         self.state: StepState  # the current segment's, set by ``begin`` (segments.py)
-        self.gradients = GradientObserver(self)  # gradient hooks, of tensors and parameters
+        self.gradients = self.gradient_observer(self)  # hooks of tensors and parameters
 
     def begin(self, state: StepState) -> None:
         """A new segment: its state, and whether its tensors are captured."""
@@ -206,8 +208,14 @@ class TensorObserver:
         if self.keeping:
             self.keep(call, _FWD, _INPUT, path, t, seen.summary, seen.version)
         if not seen.finite or self.defer_checks:
-            context = self.context(args)
-            self.check(self._input_check, self.state.seg, call, path, seen, module, context)
+            self._check_input(call, path, seen, module, args)
+
+    def _check_input(
+        self, call: Call, path: str, seen: Seen, module: torch.nn.Module, args: tuple
+    ) -> None:
+        """Check an input now or with the step's statistics (called only when it is not
+        finite, or when checks wait for the device)."""
+        self.check(self._input_check, self.state.seg, call, path, seen, module, self.context(args))
 
     def _input_check(
         self, seg: Segment, call: Call, path: str, seen: Seen, module: object, args: object
@@ -249,16 +257,28 @@ class TensorObserver:
         if self.keeping:
             self.keep(call, _FWD, _OUTPUT, path, t, seen.summary, seen.version)
         if not seen.finite or self.defer_checks:
-            self.check(
-                self._output_check,
-                self.state.seg,
-                call,
-                path,
-                seen,
-                module,
-                self.context(args),
-                self.context(result),
-            )
+            self._check_output(call, path, seen, module, args, result)
+
+    def _check_output(
+        self,
+        call: Call,
+        path: str,
+        seen: Seen,
+        module: torch.nn.Module,
+        args: tuple,
+        result: object,
+    ) -> None:
+        """Check an output now or with the step's statistics (see ``_check_input``)."""
+        self.check(
+            self._output_check,
+            self.state.seg,
+            call,
+            path,
+            seen,
+            module,
+            self.context(args),
+            self.context(result),
+        )
 
     def _output_check(
         self,

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 
 from hookdbg.options import RecordOptions
-from hookdbg.recorder.calls import Segment, StepState
+from hookdbg.recorder.calls import Call, Segment, StepState
 from hookdbg.recorder.capture import FlightRecorder
 from hookdbg.recorder.deferred import StepBatch
 from hookdbg.recorder.gradscaler import Decision, ScalerWatch, step_columns
@@ -76,6 +76,8 @@ class Segments:
         self.warned_device = False
         self.state = StepState(Segment(-1, 0, None, 0), False, 0.0, None)  # none yet
         observer.begin(self.state)
+        # each segment's backward spans, or the same in C (recorder/accelerated.py)
+        self.backward_rows: Callable[[list[Call], int, int, float], list[tuple]] = backward_rows
         self.unmatched_globs: list[str] = []  # --modules globs said to match nothing
         self.steps_recorded = 0  # training steps
         self.evals_recorded = 0  # eval batches
@@ -153,7 +155,7 @@ class Segments:
         origin = self.origin
         state.seg.training = training = steps.end(cut)
         if state.recording:
-            self.rows.calls.extend(backward_rows(state.calls, state.step, state.id, origin))
+            self.rows.calls.extend(self.backward_rows(state.calls, state.step, state.id, origin))
             if training:
                 self.steps_recorded += 1
             else:

@@ -1,0 +1,2324 @@
+/* The recorder's per-call path in C: what runs on every module call, every tensor a
+ * module call sees and every gradient, while hookdbg records.
+ *
+ * On a host-bound model (hundreds of small module calls a step, as a GPU's host thread
+ * runs them) hookdbg's cost is the Python it runs per call: about a hundred Python
+ * function calls, frames and attribute lookups for a call, its tensors and their
+ * gradients. This file does the same work with C structs and the C API. It is an
+ * accelerator in the way CPython's _pickle is one for pickle: the Python code stays
+ * (hookdbg/recorder/modulehooks.py, observe.py, gradients.py, calls.py, envelope.py)
+ * as the reference, used where this extension could not be built or with
+ * HOOKDBG_PURE_PYTHON=1, and the parity tests (tests/recorder/test_accelerated.py)
+ * record the same models both ways and require the same recordings. What is rare
+ * (a module seen for the first time, a root call that starts a step, a forward run
+ * again inside backward, a NaN/inf check, a tensor captured, the device path) is left
+ * to the Python methods, called from here by name.
+ *
+ * Types:
+ *   Lock       the guard's reentrant lock, taken here without a Python call
+ *   Guard      what every hook reads first (envelope.py): live, lock, ovh, alerts, act
+ *   Call       a recorded module call (calls.py)
+ *   Seen       a tensor seen in a segment (calls.py); called, it is the hook on the
+ *              autograd node that made the tensor (or on the leaf tensor itself)
+ *   CallPath   base of the module hooks (modulehooks.py): fast_pre, fast_post
+ *   TensorPath base of the tensor observer (observe.py): inputs, outputs, see, keep,
+ *              summarise, fast_watch; the gradient hooks' bodies
+ *   ParamHook  the post-accumulate-grad hook of one parameter (gradients.py)
+ *
+ * Each hook body runs inside the same envelope as envelope.py's ``hook``: its time
+ * counts as hookdbg's (guard.ovh), it runs under the guard's lock, an Exception in it
+ * stops the recording (guard.broken()) and not the training, and the NaN/inf origins
+ * it found are acted on after the lock is released.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <time.h>
+
+#if PY_VERSION_HEX >= 0x030D0000
+static inline PyObject *deref(PyObject *ref) { /* a new reference, or Py_None if dead */
+    PyObject *obj = NULL;
+    if (PyWeakref_GetRef(ref, &obj) <= 0) Py_RETURN_NONE;
+    return obj;
+}
+#else
+static inline PyObject *deref(PyObject *ref) {
+    PyObject *obj = PyWeakref_GetObject(ref);
+    if (obj == NULL) return NULL;
+    Py_INCREF(obj);
+    return obj;
+}
+#endif
+
+/* -- what Python hands over once (setup) ---------------------------------------------- */
+
+static struct {
+    PyObject *Tensor;         /* torch.Tensor */
+    PyObject *strided;        /* torch.strided */
+    PyObject *Recompute;      /* recompute.Recompute */
+    PyObject *Pending;        /* deferred.Pending */
+    PyObject *MUTED, *RAISED; /* modulehooks' sentinels */
+    PyObject *summarise;      /* stats.summarise (inlined below for CPU tensors) */
+    PyObject *one_pass;       /* _cstats.summary, or None */
+    PyObject *shape_only;     /* stats.shape_only */
+    PyObject *c_kinds;        /* stats.C_KINDS: dtype -> (kind, name) */
+    PyObject *shapes;         /* stats._SHAPES: one tuple per distinct shape */
+    Py_ssize_t shapes_kept;   /* stats._SHAPES_KEPT */
+    long long half_wide;      /* stats._HALF_WIDE */
+    PyObject *iter_tensors;   /* tensors.iter_tensors */
+    PyObject *index;          /* ("0", "1", ... "63"): positional argument paths */
+    PyObject *graph_task_id;  /* torch._C._current_graph_task_id */
+    PyObject *grad_enabled;   /* torch.is_grad_enabled */
+    PyObject *compiler_dict;  /* torch.compiler.__dict__ (_is_compiling_flag) */
+    PyObject *is_compiling;   /* torch.compiler.is_compiling, where that flag is missing */
+    PyObject *perf_counter;   /* time.perf_counter, where clock_gettime is not it */
+    int monotonic;            /* perf_counter is clock_gettime(CLOCK_MONOTONIC) */
+    int ready;
+    long FWD, BWD, INPUT, OUTPUT, GRAD_OUTPUT, GRAD_INPUT, PARAM_GRAD;
+    PyObject *fwd, *bwd, *input, *output, *grad_input, *grad_output, *param_grad; /* as ints */
+} G;
+
+/* attribute and method names, interned once */
+#define NAMES(X)                                                                           \
+    X(broken) X(ref) X(transparent) X(selected) X(id) X(capture) X(recording)              \
+    X(module_calls) X(calls) X(step) X(batch) X(seg) X(training) X(memo) X(last) X(every)  \
+    X(tensors) X(rows) X(lookup) X(_recompute_inner) X(_root) X(_leave_other) X(check)     \
+    X(taint_parent) X(is_inference) X(_version) X(_base) X(requires_grad) X(numel)         \
+    X(dtype) X(grad_fn) X(output_nr) X(register_prehook) X(register_hook) X(shape)         \
+    X(is_cpu) X(is_contiguous) X(data_ptr) X(layout) X(_py_summarise) X(_check_input)      \
+    X(_check_output) X(keep) X(held) X(budget) X(_sizes) X(_entries) X(nbytes)             \
+    X(backward_ran) X(_check_grad) X(grad) X(_check_param_grad) X(_enclosing_calls)        \
+    X(grad_finite)
+#define DECLARE(n) static PyObject *s_##n;
+NAMES(DECLARE)
+#undef DECLARE
+
+static int intern_names(void) {
+#define INTERN(n)                                            \
+    if ((s_##n = PyUnicode_InternFromString(#n)) == NULL) return -1;
+    NAMES(INTERN)
+#undef INTERN
+    return 0;
+}
+
+/* -- small helpers -------------------------------------------------------------------- */
+
+static inline double now(void) {
+#ifdef CLOCK_MONOTONIC
+    if (G.monotonic) { /* exactly what time.perf_counter() returns on Linux */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double)((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec) / 1e9;
+    }
+#endif
+    PyObject *r = PyObject_CallNoArgs(G.perf_counter);
+    if (r == NULL) return -1.0;
+    double v = PyFloat_AsDouble(r);
+    Py_DECREF(r);
+    return v;
+}
+
+static PyObject *s_flag_name; /* "_is_compiling_flag" */
+
+/* torch.compiler.is_compiling(), as code that dynamo never traces sees it: a hook that
+ * runs for real while dynamo or export compiles must do nothing. */
+static int is_compiling(void) {
+    PyObject *flag = PyDict_GetItemWithError(G.compiler_dict, s_flag_name);
+    if (flag != NULL) return flag == Py_True;
+    if (PyErr_Occurred()) return -1;
+    PyObject *r = PyObject_CallNoArgs(G.is_compiling);
+    if (r == NULL) return -1;
+    int yes = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return yes;
+}
+
+static inline PyObject *call_method0(PyObject *obj, PyObject *name) {
+    return PyObject_VectorcallMethod(name, &obj, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+static inline PyObject *call_method1(PyObject *obj, PyObject *name, PyObject *arg) {
+    PyObject *args[2] = {obj, arg};
+    return PyObject_VectorcallMethod(name, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+/* obj.name(*args) for the Python methods the rare paths go to; None result dropped */
+static int call_void(PyObject *obj, PyObject *name, PyObject *const *args, size_t n) {
+    PyObject *all[8];
+    all[0] = obj;
+    for (size_t i = 0; i < n; i++) all[i + 1] = args[i];
+    PyObject *r = PyObject_VectorcallMethod(name, all, (n + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static inline int get_bool(PyObject *obj, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) return -1;
+    int yes = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return yes;
+}
+
+static inline int get_ll(PyObject *obj, PyObject *name, long long *out) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static inline int is_tensor(PyObject *obj) { return PyObject_IsInstance(obj, G.Tensor); }
+
+/* t's version counter; -1 for an inference tensor, which has none */
+static int tensor_version(PyObject *t, long long *out) {
+    PyObject *inf = call_method0(t, s_is_inference);
+    if (inf == NULL) return -1;
+    int inference = inf == Py_True;
+    Py_DECREF(inf);
+    if (inference) {
+        *out = -1;
+        return 1;
+    }
+    return get_ll(t, s__version, out) < 0 ? -1 : 0;
+}
+
+/* stats.is_finite: no NaN, +inf or -inf counted (shape-only summaries count as finite) */
+static int summary_finite(PyObject *summary) {
+    if (!PyTuple_Check(summary) || PyTuple_GET_SIZE(summary) < 12) {
+        PyErr_SetString(PyExc_TypeError, "not a summary tuple");
+        return -1;
+    }
+    for (Py_ssize_t i = 9; i < 12; i++) {
+        long v = PyLong_AsLong(PyTuple_GET_ITEM(summary, i));
+        if (v == -1 && PyErr_Occurred()) return -1;
+        if (v > 0) return 0;
+    }
+    return 1;
+}
+
+static inline int is_pending(PyObject *summary) {
+    return (PyObject *)Py_TYPE(summary) == G.Pending;
+}
+
+/* -- Lock ------------------------------------------------------------------------------- */
+
+/* A reentrant lock, as threading.RLock is, that the hooks here take without a Python
+ * call: the guard's lock is taken twice per hook (the writer thread takes it to collect
+ * the rows). Python code uses it as it would an RLock: ``with``, acquire(blocking,
+ * timeout) and release(). */
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    unsigned long owner; /* the thread holding it (when count > 0) */
+    unsigned long count;
+} Lock;
+
+static PyTypeObject LockType;
+
+static PyObject *Lock_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    if (PyTuple_GET_SIZE(args) || (kwds && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "Lock() takes no arguments");
+        return NULL;
+    }
+    Lock *self = (Lock *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    if ((self->lock = PyThread_allocate_lock()) == NULL) {
+        Py_DECREF(self);
+        PyErr_SetString(PyExc_MemoryError, "cannot allocate a lock");
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void Lock_dealloc(Lock *self) {
+    if (self->lock != NULL) {
+        if (self->count > 0) PyThread_release_lock(self->lock);
+        PyThread_free_lock(self->lock);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* 1: taken, 0: not within ``timeout`` microseconds (-1: wait as long as it takes),
+ * -1: a signal handler raised while waiting */
+static int lock_take(Lock *self, PY_TIMEOUT_T timeout) {
+    unsigned long me = PyThread_get_thread_ident();
+    if (self->count > 0 && self->owner == me) {
+        self->count++;
+        return 1;
+    }
+    PyLockStatus r = PyThread_acquire_lock_timed(self->lock, 0, 0);
+    while (r != PY_LOCK_ACQUIRED && timeout != 0) {
+        Py_BEGIN_ALLOW_THREADS
+        r = PyThread_acquire_lock_timed(self->lock, timeout, 1);
+        Py_END_ALLOW_THREADS
+        if (r == PY_LOCK_INTR) {
+            if (Py_MakePendingCalls() < 0) return -1;
+            continue; /* waiting again restarts the timeout, as threading's locks allow */
+        }
+        break;
+    }
+    if (r != PY_LOCK_ACQUIRED) return 0;
+    self->owner = me;
+    self->count = 1;
+    return 1;
+}
+
+static int lock_give(Lock *self) {
+    if (self->count == 0 || self->owner != PyThread_get_thread_ident()) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot release un-acquired lock");
+        return -1;
+    }
+    if (--self->count == 0) PyThread_release_lock(self->lock);
+    return 0;
+}
+
+static PyObject *Lock_acquire(Lock *self, PyObject *args, PyObject *kwds) {
+    static char *kw[] = {"blocking", "timeout", NULL};
+    int blocking = 1;
+    double timeout = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pd", kw, &blocking, &timeout)) return NULL;
+    if (!blocking && timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
+        return NULL;
+    }
+    if (timeout < 0 && timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "timeout value must be a non-negative number");
+        return NULL;
+    }
+    PY_TIMEOUT_T us = !blocking ? 0 : timeout < 0 ? -1 : (PY_TIMEOUT_T)(timeout * 1e6);
+    int r = lock_take(self, us);
+    if (r < 0) return NULL;
+    return PyBool_FromLong(r);
+}
+
+static PyObject *Lock_enter(Lock *self, PyObject *unused) {
+    int r = lock_take(self, -1);
+    if (r < 0) return NULL;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *Lock_release(Lock *self, PyObject *unused) {
+    if (lock_give(self) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Lock_exit(Lock *self, PyObject *args) {
+    if (lock_give(self) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Lock_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))Lock_acquire, METH_VARARGS | METH_KEYWORDS,
+     "acquire(blocking=True, timeout=-1) -> whether it was taken (as RLock.acquire)"},
+    {"release", (PyCFunction)Lock_release, METH_NOARGS, "Release it once."},
+    {"__enter__", (PyCFunction)Lock_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)Lock_exit, METH_VARARGS, NULL},
+    {NULL},
+};
+
+static PyTypeObject LockType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hookdbg.recorder._hot.Lock",
+    .tp_basicsize = sizeof(Lock),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A reentrant lock that the C hooks take without a Python call.",
+    .tp_new = Lock_new,
+    .tp_dealloc = (destructor)Lock_dealloc,
+    .tp_methods = Lock_methods,
+};
+
+/* -- Guard ------------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    char live;
+    double ovh;       /* seconds spent inside hookdbg's hooks so far */
+    PyObject *lock;   /* a Lock: the writer thread takes it to collect the rows */
+    PyObject *alerts; /* NaN/inf origins found, not acted on yet */
+    PyObject *act;    /* acts on them (recorder/actions.py) */
+} Guard;
+
+static PyTypeObject GuardType;
+
+static PyObject *noop(PyObject *self, PyObject *unused) { Py_RETURN_NONE; }
+static PyMethodDef noop_def = {"noop", noop, METH_NOARGS, NULL};
+
+static PyObject *Guard_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    if (PyTuple_GET_SIZE(args) || (kwds && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "Guard() takes no arguments");
+        return NULL;
+    }
+    Guard *self = (Guard *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->lock = PyObject_CallNoArgs((PyObject *)&LockType);
+    self->alerts = PyList_New(0);
+    self->act = PyCFunction_New(&noop_def, NULL);
+    if (self->lock == NULL || self->alerts == NULL || self->act == NULL) goto fail;
+    return (PyObject *)self;
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+static int Guard_traverse(Guard *self, visitproc visit, void *arg) {
+    Py_VISIT(self->lock);
+    Py_VISIT(self->alerts);
+    Py_VISIT(self->act);
+    return 0;
+}
+
+static int Guard_clear(Guard *self) {
+    Py_CLEAR(self->lock);
+    Py_CLEAR(self->alerts);
+    Py_CLEAR(self->act);
+    return 0;
+}
+
+static void Guard_dealloc(Guard *self) {
+    PyObject_GC_UnTrack(self);
+    Guard_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* A bug in hookdbg must never break training: stop recording, say so, go on. */
+static PyObject *Guard_broken(Guard *self, PyObject *unused) {
+    self->live = 0;
+    PyObject *sys_stderr = PySys_GetObject("stderr"); /* borrowed */
+    PyObject *traceback = PyImport_ImportModule("traceback");
+    if (traceback == NULL) return NULL;
+    if (sys_stderr != NULL && sys_stderr != Py_None) {
+        PyObject *r = PyObject_CallMethod(
+            sys_stderr, "write", "s",
+            "hookdbg: internal error, recording stopped (training continues):\n");
+        Py_XDECREF(r);
+        if (r == NULL) PyErr_Clear();
+    }
+    PyObject *print_exc = PyObject_GetAttrString(traceback, "print_exc");
+    Py_DECREF(traceback);
+    if (print_exc == NULL) return NULL;
+    PyObject *kw = Py_BuildValue("{sO}", "file", sys_stderr ? sys_stderr : Py_None);
+    PyObject *empty = PyTuple_New(0);
+    PyObject *r = (kw && empty) ? PyObject_Call(print_exc, empty, kw) : NULL;
+    Py_XDECREF(kw);
+    Py_XDECREF(empty);
+    Py_DECREF(print_exc);
+    return r;
+}
+
+static PyMethodDef Guard_methods[] = {
+    {"broken", (PyCFunction)Guard_broken, METH_NOARGS,
+     "A bug in hookdbg must never break training: stop recording, say so, go on."},
+    {NULL},
+};
+
+static PyMemberDef Guard_members[] = {
+    {"live", T_BOOL, offsetof(Guard, live), 0, "whether recording is live"},
+    {"ovh", T_DOUBLE, offsetof(Guard, ovh), 0, "seconds spent inside hookdbg's hooks so far"},
+    {"lock", T_OBJECT_EX, offsetof(Guard, lock), READONLY, "the lock the writer also takes"},
+    {"alerts", T_OBJECT_EX, offsetof(Guard, alerts), 0, "origins found, not acted on yet"},
+    {"act", T_OBJECT_EX, offsetof(Guard, act), 0, "acts on the alerts"},
+    {NULL},
+};
+
+static PyTypeObject GuardType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hookdbg.recorder._hot.Guard",
+    .tp_basicsize = sizeof(Guard),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The state every hook reads first (see hookdbg/recorder/envelope.py).",
+    .tp_new = Guard_new,
+    .tp_traverse = (traverseproc)Guard_traverse,
+    .tp_clear = (inquiry)Guard_clear,
+    .tp_dealloc = (destructor)Guard_dealloc,
+    .tp_methods = Guard_methods,
+    .tp_members = Guard_members,
+};
+
+/* The envelope around a hook body (envelope.py's ``_guarded``): enter returns 0 to go
+ * on (the lock taken, *t0 set), 1 when recording is not live, -1 on error. */
+static int envelope_enter(Guard *g, double *t0) {
+    *t0 = now();
+    if (!g->live) return 1;
+    return lock_take((Lock *)g->lock, -1) < 0 ? -1 : 0;
+}
+
+/* ``failed``: the body raised. An Exception stops the recording and is swallowed; a
+ * BaseException (KeyboardInterrupt) goes on to the script. Returns Py_None or NULL. */
+static PyObject *envelope_leave(Guard *g, double t0, int failed) {
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    if (failed) {
+        if (PyErr_ExceptionMatches(PyExc_Exception)) {
+            PyErr_Fetch(&type, &value, &tb);
+            PyErr_NormalizeException(&type, &value, &tb);
+            if (tb != NULL) PyException_SetTraceback(value, tb);
+            PyObject *ot, *ov, *otb;
+            PyErr_GetExcInfo(&ot, &ov, &otb);
+            PyErr_SetExcInfo(type, value, tb); /* what traceback.print_exc() reports */
+            PyObject *r = call_method0((PyObject *)g, s_broken);
+            if (r == NULL) PyErr_Clear();
+            Py_XDECREF(r);
+            PyErr_SetExcInfo(ot, ov, otb);
+            type = value = tb = NULL;
+            failed = 0;
+        } else {
+            PyErr_Fetch(&type, &value, &tb);
+        }
+    }
+    g->ovh += now() - t0;
+    int released = lock_give((Lock *)g->lock);
+    if (failed) {
+        if (released < 0) PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
+    if (released < 0) return NULL;
+    if (g->alerts != NULL && PyList_Check(g->alerts) && PyList_GET_SIZE(g->alerts) > 0) {
+        PyObject *r = PyObject_CallNoArgs(g->act);
+        if (r == NULL) return NULL;
+        Py_DECREF(r);
+    }
+    Py_RETURN_NONE;
+}
+
+/* -- Call ------------------------------------------------------------------------------- */
+
+static const double NEVER = -1.0 / 0.0;
+
+typedef struct {
+    PyObject_HEAD
+    long long id;
+    long long bwd_task; /* the backward pass (autograd graph task) that reached it */
+    int index;          /* which call of its module in the segment */
+    int depth;
+    double vstart, total, child_time;
+    double bwd_start; /* first gradient w.r.t. an output arrived (has_bwd_start) */
+    double bwd_end;   /* last gradient w.r.t. an input arrived */
+    double param_end; /* its parameters' gradients were accumulated */
+    char has_bwd_start, grad_on, nan_in, tainted, bad_grad, below_bad, recomputed;
+    PyObject *info, *parent, *inf_inputs, *inf_below;
+    /* backward_rows' scratch: the latest end and the total time of its children */
+    char has_child_end;
+    double child_end, child_total;
+} Call;
+
+static PyTypeObject CallType;
+
+static Call *new_call(long long id, PyObject *info, int index, PyObject *parent, double vstart) {
+    Call *c = PyObject_GC_New(Call, &CallType);
+    if (c == NULL) return NULL;
+    c->id = id;
+    c->bwd_task = -1;
+    c->index = index;
+    c->depth = parent == Py_None ? 0 : ((Call *)parent)->depth + 1;
+    c->vstart = vstart;
+    c->total = c->child_time = 0.0;
+    c->bwd_start = 0.0;
+    c->bwd_end = c->param_end = NEVER;
+    c->has_bwd_start = 0;
+    c->grad_on = 1;
+    c->nan_in = c->tainted = c->bad_grad = c->below_bad = c->recomputed = 0;
+    c->has_child_end = 0;
+    c->child_end = c->child_total = 0.0;
+    Py_INCREF(info);
+    c->info = info;
+    Py_INCREF(parent);
+    c->parent = parent;
+    Py_INCREF(Py_None);
+    c->inf_inputs = Py_None;
+    Py_INCREF(Py_None);
+    c->inf_below = Py_None;
+    PyObject_GC_Track(c);
+    return c;
+}
+
+static PyObject *Call_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kw[] = {"id", "info", "index", "parent", "vstart", NULL};
+    long long id;
+    int index;
+    double vstart;
+    PyObject *info, *parent;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "LOiOd", kw, &id, &info, &index, &parent,
+                                     &vstart))
+        return NULL;
+    if (parent != Py_None && !PyObject_TypeCheck(parent, &CallType)) {
+        PyErr_SetString(PyExc_TypeError, "a Call's parent is a Call or None");
+        return NULL;
+    }
+    return (PyObject *)new_call(id, info, index, parent, vstart);
+}
+
+static int Call_traverse(Call *self, visitproc visit, void *arg) {
+    Py_VISIT(self->info);
+    Py_VISIT(self->parent);
+    Py_VISIT(self->inf_inputs);
+    Py_VISIT(self->inf_below);
+    return 0;
+}
+
+static int Call_clear(Call *self) {
+    Py_CLEAR(self->info);
+    Py_CLEAR(self->parent);
+    Py_CLEAR(self->inf_inputs);
+    Py_CLEAR(self->inf_below);
+    return 0;
+}
+
+static void Call_dealloc(Call *self) {
+    PyObject_GC_UnTrack(self);
+    Py_TRASHCAN_BEGIN(self, Call_dealloc)
+    Call_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+    Py_TRASHCAN_END
+}
+
+static PyObject *Call_get_bwd_start(Call *self, void *unused) {
+    if (!self->has_bwd_start) Py_RETURN_NONE;
+    return PyFloat_FromDouble(self->bwd_start);
+}
+
+static int Call_set_bwd_start(Call *self, PyObject *value, void *unused) {
+    if (value == NULL || value == Py_None) {
+        self->has_bwd_start = 0;
+        return 0;
+    }
+    double v = PyFloat_AsDouble(value);
+    if (v == -1.0 && PyErr_Occurred()) return -1;
+    self->bwd_start = v;
+    self->has_bwd_start = 1;
+    return 0;
+}
+
+static PyObject *Call_get_parent(Call *self, void *unused) { return Py_NewRef(self->parent); }
+
+static int Call_set_parent(Call *self, PyObject *value, void *unused) {
+    if (value == NULL || (value != Py_None && !PyObject_TypeCheck(value, &CallType))) {
+        PyErr_SetString(PyExc_TypeError, "a Call's parent is a Call or None");
+        return -1;
+    }
+    Py_INCREF(value);
+    Py_SETREF(self->parent, value);
+    return 0;
+}
+
+static PyGetSetDef Call_getset[] = {
+    {"bwd_start", (getter)Call_get_bwd_start, (setter)Call_set_bwd_start,
+     "first gradient w.r.t. an output arrived (None: not yet)", NULL},
+    {"parent", (getter)Call_get_parent, (setter)Call_set_parent, "the call around it", NULL},
+    {NULL},
+};
+
+static PyMemberDef Call_members[] = {
+    {"id", T_LONGLONG, offsetof(Call, id), 0, NULL},
+    {"info", T_OBJECT_EX, offsetof(Call, info), 0, NULL},
+    {"index", T_INT, offsetof(Call, index), 0, NULL},
+    {"depth", T_INT, offsetof(Call, depth), 0, NULL},
+    {"vstart", T_DOUBLE, offsetof(Call, vstart), 0, NULL},
+    {"total", T_DOUBLE, offsetof(Call, total), 0, NULL},
+    {"child_time", T_DOUBLE, offsetof(Call, child_time), 0, NULL},
+    {"grad_on", T_BOOL, offsetof(Call, grad_on), 0, NULL},
+    {"bwd_task", T_LONGLONG, offsetof(Call, bwd_task), 0, NULL},
+    {"bwd_end", T_DOUBLE, offsetof(Call, bwd_end), 0, NULL},
+    {"param_end", T_DOUBLE, offsetof(Call, param_end), 0, NULL},
+    {"nan_in", T_BOOL, offsetof(Call, nan_in), 0, NULL},
+    {"inf_inputs", T_OBJECT, offsetof(Call, inf_inputs), 0, NULL},
+    {"inf_below", T_OBJECT, offsetof(Call, inf_below), 0, NULL},
+    {"tainted", T_BOOL, offsetof(Call, tainted), 0, NULL},
+    {"bad_grad", T_BOOL, offsetof(Call, bad_grad), 0, NULL},
+    {"below_bad", T_BOOL, offsetof(Call, below_bad), 0, NULL},
+    {"recomputed", T_BOOL, offsetof(Call, recomputed), 0, NULL},
+    {NULL},
+};
+
+static PyObject *Call_note_inf_below(Call *self, PyObject *birth) {
+    PyObject *p = self->parent;
+    while (p != Py_None && ((Call *)p)->inf_below == Py_None) {
+        Py_INCREF(birth);
+        Py_SETREF(((Call *)p)->inf_below, birth);
+        p = ((Call *)p)->parent;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Call_mark_below_bad(Call *self, PyObject *unused) {
+    PyObject *p = self->parent;
+    while (p != Py_None && !((Call *)p)->below_bad) {
+        ((Call *)p)->below_bad = 1;
+        p = ((Call *)p)->parent;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Call_methods[] = {
+    {"note_inf_below", (PyCFunction)Call_note_inf_below, METH_O,
+     "Tell the enclosing calls where an inf made inside them was born."},
+    {"mark_below_bad", (PyCFunction)Call_mark_below_bad, METH_NOARGS,
+     "Tell every enclosing call that a gradient went non-finite inside it."},
+    {NULL},
+};
+
+static PyTypeObject CallType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hookdbg.recorder._hot.Call",
+    .tp_basicsize = sizeof(Call),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A recorded module call (see hookdbg/recorder/calls.py).",
+    .tp_new = Call_new,
+    .tp_traverse = (traverseproc)Call_traverse,
+    .tp_clear = (inquiry)Call_clear,
+    .tp_dealloc = (destructor)Call_dealloc,
+    .tp_members = Call_members,
+    .tp_getset = Call_getset,
+    .tp_methods = Call_methods,
+};
+
+/* -- Seen ------------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    long long version, segment;
+    int nr;
+    char finite, alerted, hooked, timing_only;
+    PyObject *ref, *summary, *producer, *grad_slots, *birth;
+    PyObject *owner; /* the TensorPath whose gradient hook it is (set when hooked here) */
+} Seen;
+
+static PyTypeObject SeenType;
+
+static Seen *new_seen(PyObject *t, long long version, PyObject *summary, int finite,
+                      long long segment) {
+    PyObject *ref = PyWeakref_NewRef(t, NULL);
+    if (ref == NULL) return NULL;
+    PyObject *slots = PyList_New(0);
+    if (slots == NULL) {
+        Py_DECREF(ref);
+        return NULL;
+    }
+    Seen *s = PyObject_GC_New(Seen, &SeenType);
+    if (s == NULL) {
+        Py_DECREF(ref);
+        Py_DECREF(slots);
+        return NULL;
+    }
+    s->version = version;
+    s->segment = segment;
+    s->nr = 0;
+    s->finite = (char)finite;
+    s->alerted = s->hooked = s->timing_only = 0;
+    s->ref = ref;
+    Py_INCREF(summary);
+    s->summary = summary;
+    Py_INCREF(Py_None);
+    s->producer = Py_None;
+    s->grad_slots = slots;
+    Py_INCREF(Py_None);
+    s->birth = Py_None;
+    s->owner = NULL;
+    PyObject_GC_Track(s);
+    return s;
+}
+
+static PyObject *Seen_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kw[] = {"tensor", "version", "summary", "finite", "segment", NULL};
+    PyObject *t, *summary;
+    long long version, segment;
+    int finite;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OLOpL", kw, &t, &version, &summary, &finite,
+                                     &segment))
+        return NULL;
+    return (PyObject *)new_seen(t, version, summary, finite, segment);
+}
+
+static int Seen_traverse(Seen *self, visitproc visit, void *arg) {
+    Py_VISIT(self->ref);
+    Py_VISIT(self->summary);
+    Py_VISIT(self->producer);
+    Py_VISIT(self->grad_slots);
+    Py_VISIT(self->birth);
+    Py_VISIT(self->owner);
+    return 0;
+}
+
+static int Seen_clear(Seen *self) {
+    Py_CLEAR(self->ref);
+    Py_CLEAR(self->summary);
+    Py_CLEAR(self->producer);
+    Py_CLEAR(self->grad_slots);
+    Py_CLEAR(self->birth);
+    Py_CLEAR(self->owner);
+    return 0;
+}
+
+static void Seen_dealloc(Seen *self) {
+    PyObject_GC_UnTrack(self);
+    Seen_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Seen_slots(Seen *self, PyObject *unused) {
+    PyObject *g = self->grad_slots;
+    Py_ssize_t n = PyList_GET_SIZE(g) / 3;
+    PyObject *out = PyList_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *triple = PyTuple_Pack(3, PyList_GET_ITEM(g, 3 * i),
+                                        PyList_GET_ITEM(g, 3 * i + 1),
+                                        PyList_GET_ITEM(g, 3 * i + 2));
+        if (triple == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, triple);
+    }
+    return out;
+}
+
+static PyMethodDef Seen_methods[] = {
+    {"slots", (PyCFunction)Seen_slots, METH_NOARGS,
+     "grad_slots as (call, slot, path) triples."},
+    {NULL},
+};
+
+static PyMemberDef Seen_members[] = {
+    {"ref", T_OBJECT_EX, offsetof(Seen, ref), 0, NULL},
+    {"version", T_LONGLONG, offsetof(Seen, version), 0, NULL},
+    {"summary", T_OBJECT, offsetof(Seen, summary), 0, NULL},
+    {"finite", T_BOOL, offsetof(Seen, finite), 0, NULL},
+    {"producer", T_OBJECT, offsetof(Seen, producer), 0, NULL},
+    {"grad_slots", T_OBJECT_EX, offsetof(Seen, grad_slots), 0, NULL},
+    {"segment", T_LONGLONG, offsetof(Seen, segment), 0, NULL},
+    {"alerted", T_BOOL, offsetof(Seen, alerted), 0, NULL},
+    {"birth", T_OBJECT, offsetof(Seen, birth), 0, NULL},
+    {"hooked", T_BOOL, offsetof(Seen, hooked), 0, NULL},
+    {"nr", T_INT, offsetof(Seen, nr), 0, NULL},
+    {"timing_only", T_BOOL, offsetof(Seen, timing_only), 0, NULL},
+    {NULL},
+};
+
+static PyObject *Seen_call(Seen *self, PyObject *args, PyObject *kwds);
+
+static PyTypeObject SeenType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hookdbg.recorder._hot.Seen",
+    .tp_basicsize = sizeof(Seen),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A tensor (object and version) seen in a segment (see calls.py); called with "
+              "a gradient, the hook that reports it.",
+    .tp_new = Seen_new,
+    .tp_traverse = (traverseproc)Seen_traverse,
+    .tp_clear = (inquiry)Seen_clear,
+    .tp_dealloc = (destructor)Seen_dealloc,
+    .tp_members = Seen_members,
+    .tp_methods = Seen_methods,
+    .tp_call = (ternaryfunc)Seen_call,
+};
+
+/* -- TensorPath: the tensor observer's per-tensor path --------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *dict;
+    PyObject *guard;     /* Guard */
+    PyObject *rows;      /* store.rows.Rows */
+    PyObject *steps;     /* steps.StepTracker */
+    PyObject *flight;    /* capture.FlightRecorder or None */
+    PyObject *summary;   /* how a tensor is summarised at this level, or None */
+    PyObject *state;     /* the current segment's StepState */
+    PyObject *gradients; /* gradients.GradientObserver */
+    char emit_tensors, check_nan, defer_all, capturing, keeping, defer_checks;
+} TensorPath;
+
+static PyTypeObject TensorPathType;
+
+static int TensorPath_traverse(TensorPath *self, visitproc visit, void *arg) {
+    Py_VISIT(self->dict);
+    Py_VISIT(self->guard);
+    Py_VISIT(self->rows);
+    Py_VISIT(self->steps);
+    Py_VISIT(self->flight);
+    Py_VISIT(self->summary);
+    Py_VISIT(self->state);
+    Py_VISIT(self->gradients);
+    return 0;
+}
+
+static int TensorPath_clear(TensorPath *self) {
+    Py_CLEAR(self->dict);
+    Py_CLEAR(self->guard);
+    Py_CLEAR(self->rows);
+    Py_CLEAR(self->steps);
+    Py_CLEAR(self->flight);
+    Py_CLEAR(self->summary);
+    Py_CLEAR(self->state);
+    Py_CLEAR(self->gradients);
+    return 0;
+}
+
+static void TensorPath_dealloc(TensorPath *self) {
+    PyObject_GC_UnTrack(self);
+    TensorPath_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int ready(TensorPath *o) {
+    if (!G.ready) {
+        PyErr_SetString(PyExc_RuntimeError, "hookdbg.recorder._hot.setup() was not called");
+        return 0;
+    }
+    if (o->guard == NULL || !PyObject_TypeCheck(o->guard, &GuardType) || o->state == NULL ||
+        o->rows == NULL || o->steps == NULL || o->gradients == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the tensor observer is not set up");
+        return 0;
+    }
+    return 1;
+}
+
+/* stats.shape_of: t's shape as a plain tuple, one shared object per distinct shape */
+static PyObject *shape_of(PyObject *t) {
+    PyObject *size = PyObject_GetAttr(t, s_shape);
+    if (size == NULL) return NULL;
+    PyObject *shape = PyDict_GetItemWithError(G.shapes, size);
+    if (shape != NULL) {
+        Py_DECREF(size);
+        return Py_NewRef(shape);
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(size);
+        return NULL;
+    }
+    shape = PySequence_Tuple(size);
+    Py_DECREF(size);
+    if (shape == NULL) return NULL;
+    if (PyDict_GET_SIZE(G.shapes) < G.shapes_kept && PyDict_SetItem(G.shapes, shape, shape) < 0) {
+        Py_DECREF(shape);
+        return NULL;
+    }
+    return shape;
+}
+
+/* stats.summarise for a contiguous CPU tensor of a kind the C pass reads: the pass
+ * itself, without the Python around it. Anything else: stats.summarise. */
+static PyObject *summarise_host(PyObject *t) {
+    PyObject *dtype = NULL, *spec, *v = NULL;
+    if (G.one_pass == Py_None) goto python;
+    if ((dtype = PyObject_GetAttr(t, s_dtype)) == NULL) return NULL;
+    spec = PyDict_GetItemWithError(G.c_kinds, dtype);
+    Py_DECREF(dtype);
+    if (spec == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        goto python;
+    }
+    int cpu = get_bool(t, s_is_cpu);
+    if (cpu < 0) return NULL;
+    if (!cpu) goto python;
+    long long n;
+    if ((v = call_method0(t, s_numel)) == NULL) return NULL;
+    n = PyLong_AsLongLong(v);
+    Py_CLEAR(v);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    long kind = PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
+    if (n == 0 || ((kind == 2 || kind == 3) && n > G.half_wide)) goto python;
+    if ((v = call_method0(t, s_is_contiguous)) == NULL) return NULL;
+    int contiguous = v == Py_True;
+    Py_CLEAR(v);
+    if (!contiguous) goto python;
+    PyObject *address = call_method0(t, s_data_ptr);
+    if (address == NULL) return NULL;
+    PyObject *shape = shape_of(t);
+    if (shape == NULL) {
+        Py_DECREF(address);
+        return NULL;
+    }
+    PyObject *count = PyLong_FromLongLong(n);
+    if (count == NULL) {
+        Py_DECREF(address);
+        Py_DECREF(shape);
+        return NULL;
+    }
+    PyObject *args[5] = {address, count, PyTuple_GET_ITEM(spec, 0), shape,
+                         PyTuple_GET_ITEM(spec, 1)};
+    PyObject *summary = PyObject_Vectorcall(G.one_pass, args, 5, NULL);
+    Py_DECREF(address);
+    Py_DECREF(count);
+    Py_DECREF(shape);
+    return summary;
+python:
+    return PyObject_CallOneArg(G.summarise, t);
+}
+
+/* TensorObserver.summarise: computed now, or (a device batch) left to Python */
+static PyObject *summarise(TensorPath *o, PyObject *t) {
+    PyObject *batch = PyObject_GetAttr(o->state, s_batch);
+    if (batch == NULL) return NULL;
+    int deferring = batch != Py_None;
+    Py_DECREF(batch);
+    if (deferring) return call_method1((PyObject *)o, s__py_summarise, t);
+    PyObject *layout = PyObject_GetAttr(t, s_layout);
+    if (layout == NULL) return NULL;
+    int strided = layout == G.strided;
+    Py_DECREF(layout);
+    if (!strided) return PyObject_CallOneArg(G.shape_only, t);
+    if (o->summary == G.summarise) return summarise_host(t);
+    return PyObject_CallOneArg(o->summary, t);
+}
+
+static PyObject *TensorPath_summarise(TensorPath *self, PyObject *t) {
+    if (!ready(self)) return NULL;
+    return summarise(self, t);
+}
+
+/* FlightRecorder.keep: hold ``t`` for this step; the rare case (the budget is full: the
+ * older step's tensors go first) is left to the Python method. */
+static int flight_keep(PyObject *flight, Call *call, PyObject *phase, PyObject *slot,
+                       PyObject *path, PyObject *t, long long version) {
+    PyObject *sizes = PyObject_GetAttr(flight, s__sizes);
+    if (sizes == NULL) return -1;
+    PyObject *key = PyLong_FromVoidPtr(t);
+    PyObject *ver = PyLong_FromLongLong(version);
+    PyObject *entries = NULL;
+    int rc = -1;
+    if (key == NULL || ver == NULL) goto done;
+    int known = PyDict_Contains(sizes, key);
+    if (known < 0) goto done;
+    if (!known) {
+        long long size, held, budget;
+        if (get_ll(t, s_nbytes, &size) < 0 || get_ll(flight, s_held, &held) < 0 ||
+            get_ll(flight, s_budget, &budget) < 0)
+            goto done;
+        if (held + size > budget) {
+            PyObject *args[6] = {(PyObject *)call, phase, slot, path, t, ver};
+            rc = call_void(flight, s_keep, args, 6);
+            goto done;
+        }
+        PyObject *bytes = PyLong_FromLongLong(size), *total = PyLong_FromLongLong(held + size);
+        int bad = bytes == NULL || total == NULL || PyDict_SetItem(sizes, key, bytes) < 0 ||
+                  PyObject_SetAttr(flight, s_held, total) < 0;
+        Py_XDECREF(bytes);
+        Py_XDECREF(total);
+        if (bad) goto done;
+    }
+    if ((entries = PyObject_GetAttr(flight, s__entries)) == NULL) goto done;
+    PyObject *values[6] = {(PyObject *)call, phase, slot, path, ver, t};
+    for (int i = 0; i < 6; i++)
+        if (PyList_Append(entries, values[i]) < 0) goto done;
+    rc = 0;
+done:
+    Py_DECREF(sizes);
+    Py_XDECREF(key);
+    Py_XDECREF(ver);
+    Py_XDECREF(entries);
+    return rc;
+}
+
+/* TensorObserver.keep: the row, the flight-recorder entry and the capture of one tensor
+ * of one call (``t`` at ``version``, -1 for an inference tensor). */
+static int keep(TensorPath *o, Call *call, PyObject *phase, PyObject *slot, PyObject *path,
+                PyObject *t, PyObject *summary, long long version) {
+    if (o->emit_tensors) {
+        PyObject *state = o->state, *step = NULL, *sid = NULL, *mid = NULL, *cid = NULL;
+        PyObject *row = NULL, *into = NULL;
+        int rc = -1;
+        if ((step = PyObject_GetAttr(state, s_step)) == NULL ||
+            (sid = PyObject_GetAttr(state, s_id)) == NULL ||
+            (mid = PyObject_GetAttr(call->info, s_id)) == NULL ||
+            (cid = PyLong_FromLongLong(call->id)) == NULL)
+            goto row_done;
+        row = PyTuple_Pack(8, cid, step, sid, mid, phase, slot, path, summary);
+        if (row == NULL) goto row_done;
+        if (is_pending(summary)) { /* waits in the batch until read back */
+            PyObject *batch = PyObject_GetAttr(state, s_batch);
+            if (batch == NULL) goto row_done;
+            into = PyObject_GetAttr(batch, s_rows);
+            Py_DECREF(batch);
+        } else {
+            into = PyObject_GetAttr(o->rows, s_tensors);
+        }
+        if (into == NULL) goto row_done;
+        rc = PyList_Append(into, row);
+    row_done:
+        Py_XDECREF(step);
+        Py_XDECREF(sid);
+        Py_XDECREF(mid);
+        Py_XDECREF(cid);
+        Py_XDECREF(row);
+        Py_XDECREF(into);
+        if (rc < 0) return -1;
+    }
+    if (o->flight != NULL && o->flight != Py_None &&
+        flight_keep(o->flight, call, phase, slot, path, t, version) < 0)
+        return -1;
+    if (o->capturing) {
+        int chosen = get_bool(call->info, s_capture);
+        if (chosen < 0) return -1;
+        if (chosen) {
+            PyObject *args[5] = {(PyObject *)call, phase, slot, path, t};
+            if (call_void((PyObject *)o, s_capture, args, 5) < 0) return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *TensorPath_keep(TensorPath *self, PyObject *const *args, Py_ssize_t n) {
+    if (n != 7 || !PyObject_TypeCheck(args[0], &CallType)) {
+        PyErr_SetString(PyExc_TypeError, "keep(call, phase, slot, path, t, summary, version)");
+        return NULL;
+    }
+    if (!ready(self)) return NULL;
+    long long version = PyLong_AsLongLong(args[6]);
+    if (version == -1 && PyErr_Occurred()) return NULL;
+    if (keep(self, (Call *)args[0], args[1], args[2], args[3], args[4], args[5], version) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* GradientObserver.watch_tensor: hear of ``t``'s gradient through ``seen`` itself, a
+ * pre-hook on the node that made it or, for a leaf, a hook on the tensor. */
+static int watch(TensorPath *o, PyObject *t, Seen *seen) {
+    seen->hooked = 1;
+    Py_INCREF(o);
+    Py_XSETREF(seen->owner, (PyObject *)o);
+    PyObject *node = PyObject_GetAttr(t, s_grad_fn);
+    if (node == NULL) return -1;
+    PyObject *handle;
+    if (node == Py_None) {
+        handle = call_method1(t, s_register_hook, (PyObject *)seen);
+    } else {
+        long long nr;
+        if (get_ll(t, s_output_nr, &nr) < 0) {
+            Py_DECREF(node);
+            return -1;
+        }
+        seen->nr = (int)nr;
+        handle = call_method1(node, s_register_prehook, (PyObject *)seen);
+    }
+    Py_DECREF(node);
+    if (handle == NULL) return -1;
+    Py_DECREF(handle);
+    return 0;
+}
+
+static PyObject *TensorPath_fast_watch(TensorPath *self, PyObject *const *args, Py_ssize_t n) {
+    if (n != 2 || !PyObject_TypeCheck(args[1], &SeenType)) {
+        PyErr_SetString(PyExc_TypeError, "fast_watch(t, seen)");
+        return NULL;
+    }
+    if (!ready(self) || watch(self, args[0], (Seen *)args[1]) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* TensorObserver.see: the segment's record of ``t`` at its current version, summarised
+ * once. Returns a new reference. */
+static Seen *see(TensorPath *o, PyObject *t, int reuse) {
+    PyObject *state = o->state, *memo = NULL, *key = NULL, *summary = NULL, *base = NULL;
+    Seen *seen = NULL;
+    long long version, segment;
+    int inference = tensor_version(t, &version);
+    if (inference < 0) return NULL;
+    if ((memo = PyObject_GetAttr(state, s_memo)) == NULL) return NULL;
+    if ((key = PyLong_FromVoidPtr(t)) == NULL) goto fail;
+    seen = (Seen *)PyDict_GetItemWithError(memo, key); /* borrowed */
+    if (seen != NULL && Py_IS_TYPE(seen, &SeenType) && seen->version == version &&
+        (reuse || !inference)) {
+        PyObject *obj = deref(seen->ref);
+        if (obj == NULL) goto fail;
+        Py_DECREF(obj);
+        if (obj == t) {
+            Py_INCREF(seen);
+            if (!seen->hooked) {
+                int needs = get_bool(t, s_requires_grad);
+                if (needs < 0 || (needs && watch(o, t, seen) < 0)) {
+                    Py_DECREF(seen);
+                    seen = NULL;
+                    goto fail;
+                }
+            }
+            Py_DECREF(memo);
+            Py_DECREF(key);
+            return seen;
+        }
+    } else if (seen == NULL && PyErr_Occurred()) {
+        goto fail;
+    }
+    seen = NULL;
+    if ((base = PyObject_GetAttr(t, s__base)) == NULL) goto fail;
+    if (base != Py_None) { /* a view (flatten, transpose) of a tensor seen: same numbers */
+        PyObject *bkey = PyLong_FromVoidPtr(base);
+        if (bkey == NULL) goto fail;
+        Seen *of = (Seen *)PyDict_GetItemWithError(memo, bkey);
+        Py_DECREF(bkey);
+        if (of == NULL && PyErr_Occurred()) goto fail;
+        if (of != NULL && Py_IS_TYPE(of, &SeenType) && of->summary != Py_None &&
+            of->version == version && !is_pending(of->summary)) {
+            PyObject *obj = deref(of->ref);
+            if (obj == NULL) goto fail;
+            Py_DECREF(obj);
+            int same = obj == base;
+            if (same) {
+                PyObject *a = call_method0(base, s_numel), *b = call_method0(t, s_numel);
+                same = a != NULL && b != NULL && PyObject_RichCompareBool(a, b, Py_EQ) == 1;
+                Py_XDECREF(a);
+                Py_XDECREF(b);
+                if (PyErr_Occurred()) goto fail;
+            }
+            if (same) {
+                PyObject *a = PyObject_GetAttr(base, s_dtype), *b = PyObject_GetAttr(t, s_dtype);
+                same = a != NULL && b != NULL && PyObject_RichCompareBool(a, b, Py_EQ) == 1;
+                Py_XDECREF(a);
+                Py_XDECREF(b);
+                if (PyErr_Occurred()) goto fail;
+            }
+            if (same) { /* stats.reshaped */
+                PyObject *shape = shape_of(t);
+                if (shape == NULL) goto fail;
+                Py_ssize_t k = PyTuple_GET_SIZE(of->summary);
+                summary = PyTuple_New(k);
+                if (summary == NULL) {
+                    Py_DECREF(shape);
+                    goto fail;
+                }
+                PyTuple_SET_ITEM(summary, 0, shape);
+                for (Py_ssize_t i = 1; i < k; i++)
+                    PyTuple_SET_ITEM(summary, i, Py_NewRef(PyTuple_GET_ITEM(of->summary, i)));
+            }
+        }
+    }
+    if (summary == NULL && o->summary != Py_None) {
+        if ((summary = summarise(o, t)) == NULL) goto fail;
+    }
+    if (summary == NULL) summary = Py_NewRef(Py_None);
+    int finite = 1;
+    if (o->check_nan && summary != Py_None && !is_pending(summary)) {
+        if ((finite = summary_finite(summary)) < 0) goto fail;
+    }
+    if (get_ll(state, s_id, &segment) < 0) goto fail;
+    if ((seen = new_seen(t, version, summary, finite, segment)) == NULL) goto fail;
+    if (PyDict_SetItem(memo, key, (PyObject *)seen) < 0) goto fail;
+    int needs = get_bool(t, s_requires_grad);
+    if (needs < 0 || (needs && watch(o, t, seen) < 0)) goto fail;
+    Py_DECREF(memo);
+    Py_DECREF(key);
+    Py_DECREF(summary);
+    Py_DECREF(base);
+    return seen;
+fail:
+    Py_XDECREF(memo);
+    Py_XDECREF(key);
+    Py_XDECREF(summary);
+    Py_XDECREF(base);
+    Py_XDECREF(seen);
+    return NULL;
+}
+
+static PyObject *TensorPath_see(TensorPath *self, PyObject *args, PyObject *kwds) {
+    static char *kw[] = {"t", "reuse", NULL};
+    PyObject *t;
+    int reuse = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|p", kw, &t, &reuse)) return NULL;
+    if (!ready(self)) return NULL;
+    return (PyObject *)see(self, t, reuse);
+}
+
+static int extend_slots(Seen *seen, Call *call, PyObject *slot, PyObject *path) {
+    PyObject *g = seen->grad_slots;
+    if (PyList_Append(g, (PyObject *)call) < 0 || PyList_Append(g, slot) < 0 ||
+        PyList_Append(g, path) < 0)
+        return -1;
+    return 0;
+}
+
+/* TensorObserver.input: a tensor the call receives */
+static int input(TensorPath *o, Call *call, PyObject *path, PyObject *t, PyObject *module,
+                 PyObject *args) {
+    Seen *seen = see(o, t, 1);
+    if (seen == NULL) return -1;
+    int rc = -1;
+    if (extend_slots(seen, call, G.grad_input, path) < 0) goto done;
+    if (o->keeping &&
+        keep(o, call, G.fwd, G.input, path, t, seen->summary, seen->version) < 0)
+        goto done;
+    if (!seen->finite || o->defer_checks) {
+        PyObject *a[5] = {(PyObject *)call, path, (PyObject *)seen, module, args};
+        if (call_void((PyObject *)o, s__check_input, a, 5) < 0) goto done;
+    }
+    rc = 0;
+done:
+    Py_DECREF(seen);
+    return rc;
+}
+
+/* TensorObserver.output: a tensor the call returns */
+static int output(TensorPath *o, Call *call, PyObject *path, PyObject *t, PyObject *module,
+                  PyObject *args, PyObject *result) {
+    Seen *seen = see(o, t, 0);
+    if (seen == NULL) return -1;
+    int rc = -1;
+    if (seen->producer == Py_None) {
+        Py_INCREF(call);
+        Py_SETREF(seen->producer, (PyObject *)call);
+    }
+    if (extend_slots(seen, call, G.grad_output, path) < 0) goto done;
+    if (o->keeping &&
+        keep(o, call, G.fwd, G.output, path, t, seen->summary, seen->version) < 0)
+        goto done;
+    if (!seen->finite || o->defer_checks) {
+        PyObject *a[6] = {(PyObject *)call, path, (PyObject *)seen, module, args, result};
+        if (call_void((PyObject *)o, s__check_output, a, 6) < 0) goto done;
+    }
+    rc = 0;
+done:
+    Py_DECREF(seen);
+    return rc;
+}
+
+static inline int is_scalar_or_none(PyObject *v) {
+    return v == Py_None || PyLong_Check(v) || PyFloat_Check(v) || PyUnicode_Check(v);
+}
+
+/* ``fn(call, path, t, ...)`` for every tensor iter_tensors finds in ``value`` */
+typedef int (*each_fn)(TensorPath *, Call *, PyObject *, PyObject *, PyObject *, PyObject *,
+                       PyObject *);
+
+static int for_each_tensor(TensorPath *o, Call *call, PyObject *value, PyObject *path,
+                           PyObject *depth, int is_output, PyObject *module, PyObject *args,
+                           PyObject *result) {
+    PyObject *it_args[3] = {value, path, depth};
+    PyObject *gen = PyObject_Vectorcall(G.iter_tensors, it_args, depth ? 3 : (path ? 2 : 1), NULL);
+    if (gen == NULL) return -1;
+    PyObject *item;
+    while ((item = PyIter_Next(gen)) != NULL) {
+        int rc;
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+            PyErr_SetString(PyExc_TypeError, "iter_tensors gives (path, tensor)");
+            rc = -1;
+        } else if (is_output) {
+            rc = output(o, call, PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 1), module,
+                        args, result);
+        } else {
+            rc = input(o, call, PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 1), module,
+                       args);
+        }
+        Py_DECREF(item);
+        if (rc < 0) {
+            Py_DECREF(gen);
+            return -1;
+        }
+    }
+    Py_DECREF(gen);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* TensorObserver.inputs: positional inputs, before forward runs */
+static int inputs(TensorPath *o, Call *call, PyObject *module, PyObject *args) {
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *arg = PyTuple_GET_ITEM(args, i);
+        PyObject *path = i < 64 ? Py_NewRef(PyTuple_GET_ITEM(G.index, i)) : PyUnicode_FromFormat("%zd", i);
+        if (path == NULL) return -1;
+        int rc = 0, tensor = is_tensor(arg);
+        if (tensor < 0) {
+            rc = -1;
+        } else if (tensor) {
+            rc = input(o, call, path, arg, module, args);
+        } else if (!is_scalar_or_none(arg)) {
+            PyObject *one = PyLong_FromLong(1);
+            rc = one == NULL ? -1 : for_each_tensor(o, call, arg, path, one, 0, module, args, NULL);
+            Py_XDECREF(one);
+        }
+        Py_DECREF(path);
+        if (rc < 0) return -1;
+    }
+    return 0;
+}
+
+static PyObject *TensorPath_inputs(TensorPath *self, PyObject *const *args, Py_ssize_t n) {
+    if (n != 3 || !PyObject_TypeCheck(args[0], &CallType) || !PyTuple_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "inputs(call, module, args)");
+        return NULL;
+    }
+    if (!ready(self) || inputs(self, (Call *)args[0], args[1], args[2]) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* TensorObserver.outputs: keyword inputs (only the forward hook gets them), outputs */
+static int outputs(TensorPath *o, Call *call, PyObject *module, PyObject *args,
+                   PyObject *kwargs, PyObject *result) {
+    if (kwargs != NULL && PyDict_Check(kwargs) && PyDict_GET_SIZE(kwargs) > 0) {
+        PyObject *items = PyDict_Items(kwargs); /* a copy: the hooks never change it */
+        if (items == NULL) return -1;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+            PyObject *kv = PyList_GET_ITEM(items, i);
+            PyObject *key = PyTuple_GET_ITEM(kv, 0), *value = PyTuple_GET_ITEM(kv, 1);
+            int rc = 0, tensor = is_tensor(value);
+            if (tensor < 0)
+                rc = -1;
+            else if (tensor)
+                rc = input(o, call, key, value, module, args);
+            else if (!is_scalar_or_none(value))
+                rc = for_each_tensor(o, call, value, key, NULL, 0, module, args, NULL);
+            if (rc < 0) {
+                Py_DECREF(items);
+                return -1;
+            }
+        }
+        Py_DECREF(items);
+    }
+    int tensor = is_tensor(result);
+    if (tensor < 0) return -1;
+    if (tensor) {
+        PyObject *empty = PyUnicode_FromStringAndSize("", 0);
+        if (empty == NULL) return -1;
+        int rc = output(o, call, empty, result, module, args, result);
+        Py_DECREF(empty);
+        return rc;
+    }
+    if (result != Py_None)
+        return for_each_tensor(o, call, result, NULL, NULL, 1, module, args, result);
+    return 0;
+}
+
+static PyObject *TensorPath_outputs(TensorPath *self, PyObject *const *args, Py_ssize_t n) {
+    if (n != 5 || !PyObject_TypeCheck(args[0], &CallType)) {
+        PyErr_SetString(PyExc_TypeError, "outputs(call, module, args, kwargs, result)");
+        return NULL;
+    }
+    if (!ready(self) || outputs(self, (Call *)args[0], args[1], args[2], args[3], args[4]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* -- gradients ------------------------------------------------------------------------- */
+
+/* GradientObserver.grad: a gradient w.r.t. the tensor ``seen`` stands for arrived */
+static int grad_body(TensorPath *o, double t0, Seen *seen, PyObject *grad) {
+    PyObject *state = o->state, *summary = NULL, *r, *task_obj;
+    long long sid, task;
+    int rc = -1;
+    if (get_ll(state, s_id, &sid) < 0) return -1;
+    if (seen->segment != sid) return 0;
+    if ((r = call_method0(o->steps, s_backward_ran)) == NULL) return -1;
+    Py_DECREF(r);
+    PyObject *seg = PyObject_GetAttr(state, s_seg);
+    if (seg == NULL) return -1;
+    int bad = PyObject_SetAttr(seg, s_training, Py_True);
+    Py_DECREF(seg);
+    if (bad < 0) return -1;
+    double v = t0 - ((Guard *)o->guard)->ovh;
+    if ((task_obj = PyObject_CallNoArgs(G.graph_task_id)) == NULL) return -1;
+    task = PyLong_AsLongLong(task_obj);
+    Py_DECREF(task_obj);
+    if (task == -1 && PyErr_Occurred()) return -1;
+    if (o->summary != Py_None) {
+        if ((summary = summarise(o, grad)) == NULL) return -1;
+    } else {
+        summary = Py_NewRef(Py_None);
+    }
+    int timing_only = seen->timing_only;
+    int keeping = o->keeping && !timing_only;
+    long long version = 0;
+    if (o->flight != NULL && o->flight != Py_None && tensor_version(grad, &version) < 0)
+        goto done;
+    PyObject *slots = seen->grad_slots;
+    Py_INCREF(slots);
+    for (Py_ssize_t i = 0; i + 2 < PyList_GET_SIZE(slots); i += 3) {
+        Call *call = (Call *)PyList_GET_ITEM(slots, i);
+        PyObject *slot = PyList_GET_ITEM(slots, i + 1), *path = PyList_GET_ITEM(slots, i + 2);
+        if (!PyObject_TypeCheck(call, &CallType)) {
+            PyErr_SetString(PyExc_TypeError, "a gradient slot's call is not a Call");
+            Py_DECREF(slots);
+            goto done;
+        }
+        if (call->bwd_task == -1) call->bwd_task = task;
+        if (call->bwd_task == task || call->recomputed) { /* not a later backward pass */
+            if (PyLong_AsLong(slot) == G.GRAD_OUTPUT) {
+                if (!call->has_bwd_start || v < call->bwd_start) {
+                    call->bwd_start = v;
+                    call->has_bwd_start = 1;
+                }
+            } else if (v > call->bwd_end) {
+                call->bwd_end = v;
+            }
+        }
+        if (keeping) {
+            Py_INCREF(call);
+            Py_INCREF(slot);
+            Py_INCREF(path);
+            int k = keep(o, call, G.bwd, slot, path, grad, summary, version);
+            Py_DECREF(call);
+            Py_DECREF(slot);
+            Py_DECREF(path);
+            if (k < 0) {
+                Py_DECREF(slots);
+                goto done;
+            }
+        }
+    }
+    Py_DECREF(slots);
+    if (!timing_only && o->check_nan && summary != Py_None) {
+        int finite = is_pending(summary) ? 0 : summary_finite(summary);
+        if (finite < 0) goto done;
+        if (!finite) {
+            PyObject *a[3] = {(PyObject *)seen, summary, grad};
+            if (call_void(o->gradients, s__check_grad, a, 3) < 0) goto done;
+        }
+    }
+    rc = 0;
+done:
+    Py_XDECREF(summary);
+    return rc;
+}
+
+/* Called by autograd: with the node's output gradients (a tuple) before the node runs,
+ * or, hooked on a leaf tensor, with its gradient. */
+static PyObject *Seen_call(Seen *self, PyObject *args, PyObject *kwds) {
+    PyObject *grads;
+    if (!PyArg_UnpackTuple(args, "Seen", 1, 1, &grads)) return NULL;
+    TensorPath *o = (TensorPath *)self->owner;
+    if (o == NULL || !ready(o)) {
+        PyErr_SetString(PyExc_RuntimeError, "this Seen is no tensor path's gradient hook");
+        return NULL;
+    }
+    int c = is_compiling();
+    if (c != 0) return c < 0 ? NULL : Py_NewRef(Py_None);
+    Guard *g = (Guard *)o->guard;
+    double t0;
+    Py_INCREF(o);
+    Py_INCREF(self);
+    int e = envelope_enter(g, &t0);
+    PyObject *result;
+    if (e != 0) {
+        result = e < 0 ? NULL : Py_NewRef(Py_None);
+    } else {
+        PyObject *grad = grads;
+        if (PyTuple_Check(grads)) {
+            grad = self->nr < PyTuple_GET_SIZE(grads) ? PyTuple_GET_ITEM(grads, self->nr) : Py_None;
+        }
+        int failed = grad != Py_None && grad_body(o, t0, self, grad) < 0;
+        result = envelope_leave(g, t0, failed);
+    }
+    Py_DECREF(self);
+    Py_DECREF(o);
+    return result;
+}
+
+/* -- ParamHook ------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *tensors;   /* TensorPath */
+    PyObject *gradients; /* GradientObserver */
+    PyObject *info;      /* the owning module's ModuleInfo */
+    PyObject *name;      /* the parameter's name in it */
+} ParamHook;
+
+static PyTypeObject ParamHookType;
+
+static PyObject *ParamHook_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *tensors, *gradients, *info, *name;
+    if (!PyArg_ParseTuple(args, "O!OOU", &TensorPathType, &tensors, &gradients, &info, &name))
+        return NULL;
+    ParamHook *self = (ParamHook *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->tensors = Py_NewRef(tensors);
+    self->gradients = Py_NewRef(gradients);
+    self->info = Py_NewRef(info);
+    self->name = Py_NewRef(name);
+    return (PyObject *)self;
+}
+
+static int ParamHook_traverse(ParamHook *self, visitproc visit, void *arg) {
+    Py_VISIT(self->tensors);
+    Py_VISIT(self->gradients);
+    Py_VISIT(self->info);
+    Py_VISIT(self->name);
+    return 0;
+}
+
+static int ParamHook_clear(ParamHook *self) {
+    Py_CLEAR(self->tensors);
+    Py_CLEAR(self->gradients);
+    Py_CLEAR(self->info);
+    Py_CLEAR(self->name);
+    return 0;
+}
+
+static void ParamHook_dealloc(ParamHook *self) {
+    PyObject_GC_UnTrack(self);
+    ParamHook_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* GradientObserver._param_grad: a parameter's gradient was accumulated */
+static int param_body(ParamHook *h, double t0, PyObject *param) {
+    TensorPath *o = (TensorPath *)h->tensors;
+    PyObject *state = o->state, *grad = NULL, *calls = NULL, *info_id = NULL, *summary = NULL;
+    PyObject *module_calls = NULL, *enclosing = NULL;
+    Call *owner = NULL;
+    int rc = -1;
+    if ((grad = PyObject_GetAttr(param, s_grad)) == NULL) return -1;
+    if (grad == Py_None) {
+        Py_DECREF(grad);
+        return 0;
+    }
+    double v = t0 - ((Guard *)o->guard)->ovh;
+    PyObject *task_obj = PyObject_CallNoArgs(G.graph_task_id);
+    if (task_obj == NULL) goto done;
+    long long task = PyLong_AsLongLong(task_obj);
+    Py_DECREF(task_obj);
+    if (task == -1 && PyErr_Occurred()) goto done;
+    if ((info_id = PyObject_GetAttr(h->info, s_id)) == NULL) goto done;
+    if ((module_calls = PyObject_GetAttr(state, s_module_calls)) == NULL) goto done;
+    calls = PyDict_GetItemWithError(module_calls, info_id);
+    if (calls == NULL && PyErr_Occurred()) goto done;
+    if (calls != NULL && !PyList_Check(calls)) {
+        PyErr_SetString(PyExc_TypeError, "module_calls holds lists of calls");
+        goto done;
+    }
+    Py_XINCREF(calls);
+    Py_ssize_t ncalls = calls == NULL ? 0 : PyList_GET_SIZE(calls);
+    for (Py_ssize_t i = 0; i < ncalls; i++) {
+        Call *call = (Call *)PyList_GET_ITEM(calls, i);
+        if (call->bwd_task == task || call->recomputed) {
+            if (v > call->param_end) call->param_end = v;
+            owner = call;
+        }
+    }
+    if (ncalls == 0) { /* not called itself (inside a compiled model): time the caller */
+        if ((enclosing = call_method1(h->gradients, s__enclosing_calls, h->info)) == NULL)
+            goto done;
+        if (!PyList_Check(enclosing)) {
+            PyErr_SetString(PyExc_TypeError, "_enclosing_calls gives a list");
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(enclosing); i++) {
+            Call *call = (Call *)PyList_GET_ITEM(enclosing, i);
+            if (call->bwd_task == task && v > call->param_end) call->param_end = v;
+        }
+    }
+    if (o->summary != Py_None) {
+        if ((summary = summarise(o, grad)) == NULL) goto done;
+    } else {
+        summary = Py_NewRef(Py_None);
+    }
+    if (o->keeping) {
+        long long version = 0;
+        if (o->flight != NULL && o->flight != Py_None && tensor_version(grad, &version) < 0)
+            goto done;
+        if (ncalls > 0) {
+            Call *to = owner != NULL ? owner : (Call *)PyList_GET_ITEM(calls, ncalls - 1);
+            if (keep(o, to, G.bwd, G.param_grad, h->name, grad, summary, version) < 0) goto done;
+        } else if (o->emit_tensors) {
+            PyObject *step = PyObject_GetAttr(state, s_step), *sid = PyObject_GetAttr(state, s_id);
+            PyObject *none = PyLong_FromLong(-1), *row = NULL, *into = NULL;
+            if (step != NULL && sid != NULL && none != NULL)
+                row = PyTuple_Pack(8, none, step, sid, info_id, G.bwd, G.param_grad, h->name,
+                                   summary);
+            if (row != NULL) into = PyObject_GetAttr(o->rows, s_tensors);
+            int bad = into == NULL || PyList_Append(into, row) < 0;
+            Py_XDECREF(step);
+            Py_XDECREF(sid);
+            Py_XDECREF(none);
+            Py_XDECREF(row);
+            Py_XDECREF(into);
+            if (bad) goto done;
+        }
+    }
+    if (summary == Py_None || !o->check_nan) {
+        rc = 0;
+        goto done;
+    }
+    int finite = 0;
+    if (!o->defer_checks && (finite = summary_finite(summary)) < 0) goto done;
+    if (finite) {
+        PyObject *gf = PyObject_GetAttr(state, s_grad_finite), *key = PyLong_FromVoidPtr(param);
+        int bad = gf == NULL || key == NULL || PyObject_SetItem(gf, key, Py_True) < 0;
+        Py_XDECREF(gf);
+        Py_XDECREF(key);
+        if (bad) goto done;
+    } else {
+        PyObject *list = calls != NULL ? PySequence_List(calls) : PyList_New(0);
+        if (list == NULL) goto done;
+        PyObject *a[6] = {h->info, list, h->name, summary, param, grad};
+        int bad = call_void(h->gradients, s__check_param_grad, a, 6) < 0;
+        Py_DECREF(list);
+        if (bad) goto done;
+    }
+    rc = 0;
+done:
+    Py_XDECREF(grad);
+    Py_XDECREF(calls);
+    Py_XDECREF(info_id);
+    Py_XDECREF(summary);
+    Py_XDECREF(module_calls);
+    Py_XDECREF(enclosing);
+    return rc;
+}
+
+/* Every parameter's hook runs on every backward pass: in a step that is not recorded it
+ * returns before the envelope. */
+static PyObject *ParamHook_call(ParamHook *self, PyObject *args, PyObject *kwds) {
+    PyObject *param;
+    if (!PyArg_UnpackTuple(args, "ParamHook", 1, 1, &param)) return NULL;
+    TensorPath *o = (TensorPath *)self->tensors;
+    if (!ready(o)) return NULL;
+    int c = is_compiling();
+    if (c != 0) return c < 0 ? NULL : Py_NewRef(Py_None);
+    int recording = get_bool(o->state, s_recording);
+    if (recording <= 0) return recording < 0 ? NULL : Py_NewRef(Py_None);
+    Guard *g = (Guard *)o->guard;
+    double t0;
+    Py_INCREF(self);
+    int e = envelope_enter(g, &t0);
+    PyObject *result;
+    if (e != 0)
+        result = e < 0 ? NULL : Py_NewRef(Py_None);
+    else
+        result = envelope_leave(g, t0, param_body(self, t0, param) < 0);
+    Py_DECREF(self);
+    return result;
+}
+
+static PyMemberDef ParamHook_members[] = {
+    {"info", T_OBJECT_EX, offsetof(ParamHook, info), READONLY, NULL},
+    {"name", T_OBJECT_EX, offsetof(ParamHook, name), READONLY, NULL},
+    {NULL},
+};
+
+static PyTypeObject ParamHookType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hookdbg.recorder._hot.ParamHook",
+    .tp_basicsize = sizeof(ParamHook),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "ParamHook(tensors, gradients, info, name): a parameter's post-accumulate-grad "
+              "hook (see hookdbg/recorder/gradients.py).",
+    .tp_new = ParamHook_new,
+    .tp_traverse = (traverseproc)ParamHook_traverse,
+    .tp_clear = (inquiry)ParamHook_clear,
+    .tp_dealloc = (destructor)ParamHook_dealloc,
+    .tp_call = (ternaryfunc)ParamHook_call,
+    .tp_members = ParamHook_members,
+};
+
+/* -- TensorPath's type -------------------------------------------------------------------- */
+
+static PyMethodDef TensorPath_methods[] = {
+    {"see", (PyCFunction)(void (*)(void))TensorPath_see, METH_VARARGS | METH_KEYWORDS,
+     "The segment's record of tensor t at its current version, summarised once."},
+    {"inputs", (PyCFunction)(void (*)(void))TensorPath_inputs, METH_FASTCALL,
+     "Positional inputs, before forward runs."},
+    {"outputs", (PyCFunction)(void (*)(void))TensorPath_outputs, METH_FASTCALL,
+     "Keyword inputs and the outputs."},
+    {"keep", (PyCFunction)(void (*)(void))TensorPath_keep, METH_FASTCALL,
+     "The row, the capture and the flight-recorder entry of one tensor of one call."},
+    {"summarise", (PyCFunction)TensorPath_summarise, METH_O,
+     "The summary of t at this level."},
+    {"fast_watch", (PyCFunction)(void (*)(void))TensorPath_fast_watch, METH_FASTCALL,
+     "Hear of t's gradient through seen."},
+    {NULL},
+};
+
+static PyMemberDef TensorPath_members[] = {
+    {"guard", T_OBJECT, offsetof(TensorPath, guard), 0, NULL},
+    {"rows", T_OBJECT, offsetof(TensorPath, rows), 0, NULL},
+    {"steps", T_OBJECT, offsetof(TensorPath, steps), 0, NULL},
+    {"flight", T_OBJECT, offsetof(TensorPath, flight), 0, NULL},
+    {"summary", T_OBJECT, offsetof(TensorPath, summary), 0, NULL},
+    {"state", T_OBJECT, offsetof(TensorPath, state), 0, NULL},
+    {"gradients", T_OBJECT, offsetof(TensorPath, gradients), 0, NULL},
+    {"emit_tensors", T_BOOL, offsetof(TensorPath, emit_tensors), 0, NULL},
+    {"check_nan", T_BOOL, offsetof(TensorPath, check_nan), 0, NULL},
+    {"defer_all", T_BOOL, offsetof(TensorPath, defer_all), 0, NULL},
+    {"capturing", T_BOOL, offsetof(TensorPath, capturing), 0, NULL},
+    {"keeping", T_BOOL, offsetof(TensorPath, keeping), 0, NULL},
+    {"defer_checks", T_BOOL, offsetof(TensorPath, defer_checks), 0, NULL},
+    {NULL},
+};
+
+static PyGetSetDef TensorPath_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL},
+};
+
+static PyTypeObject TensorPathType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hookdbg.recorder._hot.TensorPath",
+    .tp_basicsize = sizeof(TensorPath),
+    .tp_dictoffset = offsetof(TensorPath, dict),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The tensor observer's per-tensor path (see hookdbg/recorder/observe.py).",
+    .tp_new = PyType_GenericNew,
+    .tp_traverse = (traverseproc)TensorPath_traverse,
+    .tp_clear = (inquiry)TensorPath_clear,
+    .tp_dealloc = (destructor)TensorPath_dealloc,
+    .tp_methods = TensorPath_methods,
+    .tp_members = TensorPath_members,
+    .tp_getset = TensorPath_getset,
+};
+
+/* -- CallPath: the module hooks' per-call path ----------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *dict;
+    PyObject *guard;    /* Guard */
+    PyObject *registry; /* naming.ModuleRegistry */
+    PyObject *by_id;    /* its dict: id(module) -> ModuleInfo */
+    PyObject *observer; /* TensorPath */
+    PyObject *segments; /* segments.Segments */
+    PyObject *rows;     /* store.rows.Rows */
+    PyObject *handoff;  /* handoff.Handoff */
+    PyObject *call_ids; /* call ids, shared with the optimizer's calls */
+    PyObject *state;    /* the current segment's StepState */
+    PyObject *stack;    /* Call, ModuleInfo (not recorded), Recompute or MUTED */
+    PyObject *open;     /* the innermost open Call, or None */
+    long mute;          /* depth inside a call that is not recorded */
+    unsigned long tid;  /* the thread that records */
+    char has_tid;
+    double v0;          /* the recording's start, on its clock */
+    long long calls_recorded;
+} CallPath;
+
+static PyTypeObject CallPathType;
+
+static int CallPath_traverse(CallPath *self, visitproc visit, void *arg) {
+    Py_VISIT(self->dict);
+    Py_VISIT(self->guard);
+    Py_VISIT(self->registry);
+    Py_VISIT(self->by_id);
+    Py_VISIT(self->observer);
+    Py_VISIT(self->segments);
+    Py_VISIT(self->rows);
+    Py_VISIT(self->handoff);
+    Py_VISIT(self->call_ids);
+    Py_VISIT(self->state);
+    Py_VISIT(self->stack);
+    Py_VISIT(self->open);
+    return 0;
+}
+
+static int CallPath_clear(CallPath *self) {
+    Py_CLEAR(self->dict);
+    Py_CLEAR(self->guard);
+    Py_CLEAR(self->registry);
+    Py_CLEAR(self->by_id);
+    Py_CLEAR(self->observer);
+    Py_CLEAR(self->segments);
+    Py_CLEAR(self->rows);
+    Py_CLEAR(self->handoff);
+    Py_CLEAR(self->call_ids);
+    Py_CLEAR(self->state);
+    Py_CLEAR(self->stack);
+    Py_CLEAR(self->open);
+    return 0;
+}
+
+static void CallPath_dealloc(CallPath *self) {
+    PyObject_GC_UnTrack(self);
+    CallPath_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int call_ready(CallPath *p) {
+    if (p->guard == NULL || !PyObject_TypeCheck(p->guard, &GuardType) || p->by_id == NULL ||
+        !PyDict_Check(p->by_id) || p->observer == NULL ||
+        !PyObject_TypeCheck(p->observer, &TensorPathType) || p->stack == NULL ||
+        !PyList_Check(p->stack) || p->state == NULL || p->open == NULL || p->rows == NULL ||
+        p->handoff == NULL || p->call_ids == NULL || p->registry == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the module hooks are not set up");
+        return 0;
+    }
+    return ready((TensorPath *)p->observer);
+}
+
+/* ModuleHooks._pre_recorded's body */
+static int pre_body(CallPath *p, double t0, PyObject *module, PyObject *args) {
+    if (!p->has_tid || PyThread_get_thread_ident() != p->tid) return 0;
+    Guard *g = (Guard *)p->guard;
+    PyObject *stack = p->stack, *pinfo = Py_None, *info = NULL, *key = NULL;
+    PyObject *state = NULL, *module_calls = NULL, *calls = NULL, *mid = NULL, *id = NULL;
+    Call *call = NULL;
+    int rc = -1;
+    Py_ssize_t depth = PyList_GET_SIZE(stack);
+    if (depth) {
+        PyObject *top = PyList_GET_ITEM(stack, depth - 1);
+        if ((PyObject *)Py_TYPE(top) == G.Recompute) {
+            PyObject *a[3] = {top, module, args};
+            return call_void((PyObject *)p, s__recompute_inner, a, 3);
+        }
+        pinfo = Py_IS_TYPE(top, &CallType) ? ((Call *)top)->info : top;
+    }
+    Py_INCREF(pinfo);
+    if ((key = PyLong_FromVoidPtr(module)) == NULL) goto done;
+    info = PyDict_GetItemWithError(p->by_id, key);
+    if (info == NULL && PyErr_Occurred()) goto done;
+    if (info != NULL) {
+        Py_INCREF(info);
+        PyObject *ref = PyObject_GetAttr(info, s_ref), *obj = NULL;
+        if (ref == NULL) goto done;
+        obj = PyObject_CallNoArgs(ref);
+        Py_DECREF(ref);
+        if (obj == NULL) goto done;
+        Py_DECREF(obj);
+        if (obj != module) Py_CLEAR(info);
+    }
+    if (info == NULL) {
+        PyObject *a[3] = {p->registry, module, pinfo};
+        info = PyObject_VectorcallMethod(s_lookup, a, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (info == NULL) goto done;
+    }
+    if (pinfo == Py_None) { /* a root call: maybe a new segment (Python decides) */
+        PyObject *vv = PyFloat_FromDouble(t0 - g->ovh);
+        if (vv == NULL) goto done;
+        PyObject *a[5] = {(PyObject *)p, info, module, args, vv};
+        PyObject *r = PyObject_VectorcallMethod(s__root, a, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_DECREF(vv);
+        if (r == NULL) goto done;
+        int go_on = r == Py_True;
+        Py_DECREF(r);
+        if (!go_on) {
+            rc = 0;
+            goto done;
+        }
+    }
+    int transparent = get_bool(info, s_transparent);
+    if (transparent < 0) goto done;
+    int selected = transparent ? 0 : get_bool(info, s_selected);
+    if (selected < 0) goto done;
+    if (transparent || !selected) {
+        rc = PyList_Append(stack, info);
+        goto done;
+    }
+    state = Py_NewRef(p->state);
+    if ((module_calls = PyObject_GetAttr(state, s_module_calls)) == NULL) goto done;
+    if ((mid = PyObject_GetAttr(info, s_id)) == NULL) goto done;
+    calls = PyDict_GetItemWithError(module_calls, mid); /* the module's calls so far */
+    if (calls == NULL && PyErr_Occurred()) goto done;
+    Py_XINCREF(calls);
+    if (calls != NULL && !PyList_Check(calls)) {
+        PyErr_SetString(PyExc_TypeError, "module_calls holds lists of calls");
+        goto done;
+    }
+    if ((id = PyIter_Next(p->call_ids)) == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "call ids ran out");
+        goto done;
+    }
+    long long cid = PyLong_AsLongLong(id);
+    if (cid == -1 && PyErr_Occurred()) goto done;
+    int index = calls == NULL ? 0 : (int)PyList_GET_SIZE(calls);
+    if ((call = new_call(cid, info, index, p->open, t0 - g->ovh)) == NULL) goto done;
+    PyObject *on = PyObject_CallNoArgs(G.grad_enabled);
+    if (on == NULL) goto done;
+    call->grad_on = on == Py_True;
+    Py_DECREF(on);
+    PyObject *all = PyObject_GetAttr(state, s_calls);
+    if (all == NULL) goto done;
+    int bad = PyList_Append(all, (PyObject *)call);
+    Py_DECREF(all);
+    if (bad < 0) goto done;
+    if (calls == NULL) {
+        PyObject *one = PyList_New(1);
+        if (one == NULL) goto done;
+        Py_INCREF(call);
+        PyList_SET_ITEM(one, 0, (PyObject *)call);
+        bad = PyDict_SetItem(module_calls, mid, one);
+        Py_DECREF(one);
+        if (bad < 0) goto done;
+    } else if (PyList_Append(calls, (PyObject *)call) < 0) {
+        goto done;
+    }
+    if (PyList_Append(stack, (PyObject *)call) < 0) goto done;
+    Py_INCREF(call);
+    Py_SETREF(p->open, (PyObject *)call);
+    if (PyTuple_GET_SIZE(args) && inputs((TensorPath *)p->observer, call, module, args) < 0)
+        goto done;
+    rc = 0;
+done:
+    Py_XDECREF(pinfo);
+    Py_XDECREF(info);
+    Py_XDECREF(key);
+    Py_XDECREF(state);
+    Py_XDECREF(module_calls);
+    Py_XDECREF(calls);
+    Py_XDECREF(mid);
+    Py_XDECREF(id);
+    Py_XDECREF(call);
+    return rc;
+}
+
+/* ModuleHooks.pre after its torch.compile check: inside a call that is not recorded (a
+ * step --every skips, an eval batch left out) a nested call only counts its depth. */
+static PyObject *CallPath_fast_pre(CallPath *self, PyObject *const *args, Py_ssize_t n) {
+    if (n != 2 || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "fast_pre(module, args)");
+        return NULL;
+    }
+    if (self->mute && self->has_tid && PyThread_get_thread_ident() == self->tid) {
+        self->mute++;
+        Py_RETURN_NONE;
+    }
+    if (!call_ready(self)) return NULL;
+    Guard *g = (Guard *)self->guard;
+    double t0;
+    int e = envelope_enter(g, &t0);
+    if (e != 0) return e < 0 ? NULL : Py_NewRef(Py_None);
+    Py_INCREF(self);
+    PyObject *r = envelope_leave(g, t0, pre_body(self, t0, args[0], args[1]) < 0);
+    Py_DECREF(self);
+    return r;
+
+}
+
+static PyObject *row_number(long long v) { return PyLong_FromLongLong(v); }
+
+/* ModuleHooks._post_recorded's body */
+static int post_body(CallPath *p, double t0, PyObject *module, PyObject *args, PyObject *kwargs,
+                     PyObject *result) {
+    if (!p->has_tid || PyThread_get_thread_ident() != p->tid) return 0;
+    PyObject *stack = p->stack;
+    Py_ssize_t depth = PyList_GET_SIZE(stack);
+    if (depth == 0) return 0;
+    PyObject *frame = PyList_GET_ITEM(stack, depth - 1);
+    Py_INCREF(frame);
+    if (PyList_SetSlice(stack, depth - 1, depth, NULL) < 0) {
+        Py_DECREF(frame);
+        return -1;
+    }
+    if (!Py_IS_TYPE(frame, &CallType)) { /* muted, not recorded, run again: Python's */
+        PyObject *a[3] = {(PyObject *)p, frame, result};
+        PyObject *r = PyObject_VectorcallMethod(s__leave_other, a, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_DECREF(frame);
+        if (r == NULL) return -1;
+        Py_DECREF(r);
+        return 0;
+    }
+    Call *call = (Call *)frame;
+    Guard *g = (Guard *)p->guard;
+    TensorPath *o = (TensorPath *)p->observer;
+    PyObject *state = NULL, *batch = NULL, *row = NULL, *into = NULL, *mid = NULL;
+    PyObject *step = NULL, *sid = NULL;
+    int rc = -1;
+    double total = call->total = t0 - g->ovh - call->vstart;
+    PyObject *parent = call->parent;
+    Py_INCREF(parent);
+    Py_SETREF(p->open, Py_NewRef(parent));
+    if (parent != Py_None) ((Call *)parent)->child_time += total;
+    if (result != G.RAISED && outputs(o, call, module, args, kwargs, result) < 0) goto done;
+    state = Py_NewRef(p->state);
+    if ((batch = PyObject_GetAttr(state, s_batch)) == NULL) goto done;
+    if (batch != Py_None) {
+        PyObject *taint = PyObject_GetAttr((PyObject *)o, s_taint_parent);
+        if (taint == NULL) goto done;
+        PyObject *a[2] = {taint, (PyObject *)call};
+        int bad = call_void((PyObject *)o, s_check, a, 2);
+        Py_DECREF(taint);
+        if (bad < 0) goto done;
+    } else if (call->tainted && parent != Py_None) {
+        ((Call *)parent)->tainted = 1;
+    }
+    if ((step = PyObject_GetAttr(state, s_step)) == NULL ||
+        (sid = PyObject_GetAttr(state, s_id)) == NULL ||
+        (mid = PyObject_GetAttr(call->info, s_id)) == NULL)
+        goto done;
+    row = PyTuple_New(11);
+    if (row == NULL) goto done;
+    PyObject *cells[11] = {
+        row_number(call->id),
+        Py_NewRef(G.fwd),
+        Py_NewRef(step),
+        Py_NewRef(sid),
+        Py_NewRef(mid),
+        PyLong_FromLong(call->index),
+        row_number(parent == Py_None ? -1 : ((Call *)parent)->id),
+        PyLong_FromLong(call->depth),
+        PyFloat_FromDouble(call->vstart - p->v0),
+        PyFloat_FromDouble(total),
+        PyFloat_FromDouble(total - call->child_time),
+    };
+    int bad = 0;
+    for (int i = 0; i < 11; i++) {
+        if (cells[i] == NULL) bad = 1;
+        PyTuple_SET_ITEM(row, i, cells[i] ? cells[i] : Py_NewRef(Py_None));
+    }
+    if (bad) goto done;
+    if ((into = PyObject_GetAttr(p->rows, s_calls)) == NULL || PyList_Append(into, row) < 0)
+        goto done;
+    p->calls_recorded++;
+    {
+        PyObject *last = PyObject_GetAttr(p->handoff, s_last);
+        PyObject *every = last ? PyObject_GetAttr(p->handoff, s_every) : NULL;
+        double l = last ? PyFloat_AsDouble(last) : -1.0, e = every ? PyFloat_AsDouble(every) : -1.0;
+        Py_XDECREF(last);
+        Py_XDECREF(every);
+        if (last == NULL || every == NULL || PyErr_Occurred()) goto done;
+        if (t0 - l > e) {
+            PyObject *r = PyObject_CallNoArgs(p->handoff);
+            if (r == NULL) goto done;
+            Py_DECREF(r);
+        }
+    }
+    rc = 0;
+done:
+    Py_DECREF(frame);
+    Py_DECREF(parent);
+    Py_XDECREF(state);
+    Py_XDECREF(batch);
+    Py_XDECREF(row);
+    Py_XDECREF(into);
+    Py_XDECREF(mid);
+    Py_XDECREF(step);
+    Py_XDECREF(sid);
+    return rc;
+}
+
+static PyObject *CallPath_fast_post(CallPath *self, PyObject *const *args, Py_ssize_t n) {
+    if (n < 3 || n > 4) {
+        PyErr_SetString(PyExc_TypeError, "fast_post(module, args, kwargs[, result])");
+        return NULL;
+    }
+    if (self->mute > 1 && self->has_tid && PyThread_get_thread_ident() == self->tid) {
+        self->mute--;
+        Py_RETURN_NONE;
+    }
+    if (!call_ready(self)) return NULL;
+    PyObject *result = n == 4 ? args[3] : G.RAISED;
+    Guard *g = (Guard *)self->guard;
+    double t0;
+    int e = envelope_enter(g, &t0);
+    if (e != 0) return e < 0 ? NULL : Py_NewRef(Py_None);
+    Py_INCREF(self);
+    PyObject *r =
+        envelope_leave(g, t0, post_body(self, t0, args[0], args[1], args[2], result) < 0);
+    Py_DECREF(self);
+    return r;
+}
+
+static PyObject *CallPath_get_tid(CallPath *self, void *unused) {
+    if (!self->has_tid) Py_RETURN_NONE;
+    return PyLong_FromUnsignedLong(self->tid);
+}
+
+static int CallPath_set_tid(CallPath *self, PyObject *value, void *unused) {
+    if (value == NULL || value == Py_None) {
+        self->has_tid = 0;
+        return 0;
+    }
+    unsigned long tid = PyLong_AsUnsignedLong(value);
+    if (tid == (unsigned long)-1 && PyErr_Occurred()) return -1;
+    self->tid = tid;
+    self->has_tid = 1;
+    return 0;
+}
+
+static PyObject *CallPath_get_open(CallPath *self, void *unused) {
+    return Py_NewRef(self->open ? self->open : Py_None);
+}
+
+static int CallPath_set_open(CallPath *self, PyObject *value, void *unused) {
+    if (value == NULL || (value != Py_None && !PyObject_TypeCheck(value, &CallType))) {
+        PyErr_SetString(PyExc_TypeError, "the open call is a Call or None");
+        return -1;
+    }
+    Py_INCREF(value);
+    Py_XSETREF(self->open, value);
+    return 0;
+}
+
+static PyGetSetDef CallPath_getset[] = {
+    {"_tid", (getter)CallPath_get_tid, (setter)CallPath_set_tid, "the thread that records", NULL},
+    {"_open", (getter)CallPath_get_open, (setter)CallPath_set_open, "the innermost open call", NULL},
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL},
+};
+
+static PyMemberDef CallPath_members[] = {
+    {"guard", T_OBJECT, offsetof(CallPath, guard), 0, NULL},
+    {"registry", T_OBJECT, offsetof(CallPath, registry), 0, NULL},
+    {"_by_id", T_OBJECT, offsetof(CallPath, by_id), 0, NULL},
+    {"observer", T_OBJECT, offsetof(CallPath, observer), 0, NULL},
+    {"segments", T_OBJECT, offsetof(CallPath, segments), 0, NULL},
+    {"rows", T_OBJECT, offsetof(CallPath, rows), 0, NULL},
+    {"handoff", T_OBJECT, offsetof(CallPath, handoff), 0, NULL},
+    {"_call_ids", T_OBJECT, offsetof(CallPath, call_ids), 0, NULL},
+    {"state", T_OBJECT, offsetof(CallPath, state), 0, NULL},
+    {"stack", T_OBJECT, offsetof(CallPath, stack), 0, NULL},
+    {"_mute", T_LONG, offsetof(CallPath, mute), 0, NULL},
+    {"_v0", T_DOUBLE, offsetof(CallPath, v0), 0, NULL},
+    {"calls_recorded", T_LONGLONG, offsetof(CallPath, calls_recorded), 0, NULL},
+    {NULL},
+};
+
+static PyMethodDef CallPath_methods[] = {
+    {"fast_pre", (PyCFunction)(void (*)(void))CallPath_fast_pre, METH_FASTCALL,
+     "The forward pre-hook's work, once torch.compile is known not to be tracing."},
+    {"fast_post", (PyCFunction)(void (*)(void))CallPath_fast_post, METH_FASTCALL,
+     "The forward hook's work, once torch.compile is known not to be tracing."},
+    {NULL},
+};
+
+static PyTypeObject CallPathType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hookdbg.recorder._hot.CallPath",
+    .tp_basicsize = sizeof(CallPath),
+    .tp_dictoffset = offsetof(CallPath, dict),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The module hooks' per-call path (see hookdbg/recorder/modulehooks.py).",
+    .tp_new = PyType_GenericNew,
+    .tp_traverse = (traverseproc)CallPath_traverse,
+    .tp_clear = (inquiry)CallPath_clear,
+    .tp_dealloc = (destructor)CallPath_dealloc,
+    .tp_methods = CallPath_methods,
+    .tp_members = CallPath_members,
+    .tp_getset = CallPath_getset,
+};
+
+/* -- backward rows ---------------------------------------------------------------------- */
+
+static const double LATER = 1.0 / 0.0;
+
+/* timing.backward_rows: the backward span of each call of a segment (see its docstring
+ * for the rules), children before parents; what timing.py keeps in two dicts by call id
+ * is kept on the calls themselves. */
+static PyObject *backward_rows(PyObject *module, PyObject *const *args, Py_ssize_t n) {
+    if (n != 4 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "backward_rows(calls, step, segment, origin)");
+        return NULL;
+    }
+    PyObject *calls = args[0], *step = args[1], *segment = args[2];
+    double origin = PyFloat_AsDouble(args[3]);
+    if (origin == -1.0 && PyErr_Occurred()) return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(calls);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *c = PyList_GET_ITEM(calls, i);
+        if (!PyObject_TypeCheck(c, &CallType)) {
+            PyErr_SetString(PyExc_TypeError, "backward_rows takes a list of Calls");
+            return NULL;
+        }
+        ((Call *)c)->has_child_end = 0;
+        ((Call *)c)->child_total = 0.0;
+    }
+    PyObject *rows = PyList_New(0);
+    if (rows == NULL) return NULL;
+    Py_INCREF(calls);
+    for (Py_ssize_t i = PyList_GET_SIZE(calls) - 1; i >= 0; i--) {
+        Call *call = (Call *)PyList_GET_ITEM(calls, i);
+        double start = call->bwd_start, param_end = call->param_end, end;
+        if (call->has_child_end) {
+            end = call->child_end > param_end ? call->child_end : param_end;
+        } else if (!call->has_bwd_start) {
+            end = NEVER;
+        } else { /* the earliest own end event after its start */
+            double input_end = call->bwd_end;
+            end = input_end > start ? input_end : LATER;
+            if (start < param_end && param_end < end) end = param_end;
+            if (end == LATER) end = NEVER;
+        }
+        Call *parent = call->parent == Py_None ? NULL : (Call *)call->parent;
+        if (parent != NULL && (!parent->has_child_end ? end > NEVER : end > parent->child_end)) {
+            parent->child_end = end;
+            parent->has_child_end = 1;
+        }
+        if (!call->has_bwd_start || end <= start) continue;
+        double total = end - start;
+        if (parent != NULL) parent->child_total += total;
+        double self_time = total - call->child_total;
+        PyObject *mid = PyObject_GetAttr(call->info, s_id);
+        if (mid == NULL) goto fail;
+        PyObject *row = Py_BuildValue("(LOOOOiLiddd)", call->id, G.bwd, step, segment, mid,
+                                      call->index, parent == NULL ? -1LL : parent->id,
+                                      call->depth, start - origin, total,
+                                      self_time > 0.0 ? self_time : 0.0);
+        Py_DECREF(mid);
+        if (row == NULL) goto fail;
+        int bad = PyList_Append(rows, row);
+        Py_DECREF(row);
+        if (bad < 0) goto fail;
+    }
+    Py_DECREF(calls);
+    return rows;
+fail:
+    Py_DECREF(calls);
+    Py_DECREF(rows);
+    return NULL;
+}
+
+/* -- setup ------------------------------------------------------------------------------ */
+
+static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwds) {
+    static char *kw[] = {"Tensor", "strided", "Recompute", "Pending", "MUTED", "RAISED",
+                         "summarise", "one_pass", "shape_only", "c_kinds", "shapes",
+                         "shapes_kept", "half_wide", "iter_tensors", "index", "graph_task_id",
+                         "grad_enabled", "compiler", "perf_counter", "monotonic",
+                         "phases", "slots", NULL};
+    PyObject *compiler, *phases, *slots;
+    if (G.ready) Py_RETURN_NONE; /* once per process */
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kwds, "$OOOOOOOOOO!O!nLOO!OOOOpO!O!", kw, &G.Tensor, &G.strided,
+            &G.Recompute, &G.Pending, &G.MUTED, &G.RAISED, &G.summarise, &G.one_pass,
+            &G.shape_only, &PyDict_Type, &G.c_kinds, &PyDict_Type, &G.shapes, &G.shapes_kept,
+            &G.half_wide, &G.iter_tensors, &PyTuple_Type, &G.index, &G.graph_task_id,
+            &G.grad_enabled, &compiler, &G.perf_counter, &G.monotonic,
+            &PyDict_Type, &phases, &PyDict_Type, &slots))
+        return NULL;
+    if (PyTuple_GET_SIZE(G.index) < 64) {
+        PyErr_SetString(PyExc_ValueError, "index holds the paths of 64 arguments");
+        return NULL;
+    }
+    PyObject **objects[] = {&G.Tensor, &G.strided, &G.Recompute, &G.Pending, &G.MUTED,
+                            &G.RAISED, &G.summarise, &G.one_pass, &G.shape_only, &G.c_kinds,
+                            &G.shapes, &G.iter_tensors, &G.index, &G.graph_task_id,
+                            &G.grad_enabled, &G.perf_counter};
+    for (size_t i = 0; i < sizeof objects / sizeof *objects; i++) Py_INCREF(*objects[i]);
+    G.compiler_dict = PyObject_GetAttrString(compiler, "__dict__");
+    G.is_compiling = PyObject_GetAttrString(compiler, "is_compiling");
+    if (G.compiler_dict == NULL || G.is_compiling == NULL) return NULL;
+    struct { PyObject *from; const char *name; long *value; PyObject **obj; } consts[] = {
+        {phases, "FWD", &G.FWD, &G.fwd},
+        {phases, "BWD", &G.BWD, &G.bwd},
+        {slots, "INPUT", &G.INPUT, &G.input},
+        {slots, "OUTPUT", &G.OUTPUT, &G.output},
+        {slots, "GRAD_OUTPUT", &G.GRAD_OUTPUT, &G.grad_output},
+        {slots, "GRAD_INPUT", &G.GRAD_INPUT, &G.grad_input},
+        {slots, "PARAM_GRAD", &G.PARAM_GRAD, &G.param_grad},
+    };
+    for (size_t i = 0; i < sizeof consts / sizeof *consts; i++) {
+        PyObject *v = PyDict_GetItemString(consts[i].from, consts[i].name);
+        if (v == NULL) {
+            PyErr_Format(PyExc_KeyError, "setup: %s is missing", consts[i].name);
+            return NULL;
+        }
+        *consts[i].value = PyLong_AsLong(v);
+        if (*consts[i].value == -1 && PyErr_Occurred()) return NULL;
+        if ((*consts[i].obj = PyLong_FromLong(*consts[i].value)) == NULL) return NULL;
+    }
+    G.ready = 1;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"backward_rows", (PyCFunction)(void (*)(void))backward_rows, METH_FASTCALL,
+     "backward_rows(calls, step, segment, origin): timing.backward_rows, in C."},
+    {"setup", (PyCFunction)(void (*)(void))setup, METH_VARARGS | METH_KEYWORDS,
+     "Hand over the Python objects the per-call path uses (once, from "
+     "hookdbg/recorder/accelerated.py)."},
+    {NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_hot", "The recorder's per-call path in C.", -1, module_methods,
+};
+
+PyMODINIT_FUNC PyInit__hot(void) {
+    if (intern_names() < 0) return NULL;
+    if ((s_flag_name = PyUnicode_InternFromString("_is_compiling_flag")) == NULL) return NULL;
+    PyTypeObject *types[] = {&LockType,       &GuardType,     &CallType,    &SeenType,
+                             &TensorPathType, &ParamHookType, &CallPathType};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        if (PyType_Ready(types[i]) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL) return NULL;
+    const char *names[] = {"Lock",       "Guard",     "Call",    "Seen",
+                           "TensorPath", "ParamHook", "CallPath"};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        Py_INCREF(types[i]);
+        if (PyModule_AddObject(m, names[i], (PyObject *)types[i]) < 0) {
+            Py_DECREF(types[i]);
+            Py_DECREF(m);
+            return NULL;
+        }
+    }
+    return m;
+}

@@ -1,0 +1,135 @@
+"""The per-call path in C (hookdbg/recorder/_hot.c), put in front of the Python one.
+
+On a host-bound model hookdbg's cost is the Python it runs for every module call, every
+tensor a call sees and every gradient (docs/performance.md). ``_hot.c`` does that work
+in C; the classes here put its methods in front of the Python ones they stand for:
+
+* ``FastModuleHooks``: the module hooks' ``pre`` and ``post`` check for torch.compile in
+  Python (dynamo must see that check, to trace nothing of hookdbg), then go to C;
+* ``FastTensorObserver``: ``see``, ``inputs``, ``outputs``, ``keep`` and ``summarise``;
+* ``FastGradientObserver``: each tensor's gradient hook is its ``Seen`` record itself,
+  each parameter's a ``ParamHook``, both called by autograd without a Python frame;
+* ``_hot.backward_rows``: each segment's backward spans (timing.py), at its end.
+
+What C leaves to Python (a module seen for the first time, the start of a segment, a
+forward run again inside backward, NaN/inf checks, captures, statistics that wait for a
+device) it hands to the same Python methods the pure path calls, so the two cannot
+drift apart there; tests/recorder/test_accelerated.py records models both ways and
+requires the same recordings. ``HOOKDBG_PURE_PYTHON=1`` records with the Python path
+(to rule hookdbg's C out when something looks wrong).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch.compiler import is_compiling
+
+from hookdbg.recorder import stats
+from hookdbg.recorder.deferred import Pending
+from hookdbg.recorder.gradients import GradientObserver
+from hookdbg.recorder.modulehooks import _MUTED, _RAISED, ModuleHooks
+from hookdbg.recorder.naming import ModuleInfo
+from hookdbg.recorder.observe import _INDEX, TensorObserver
+from hookdbg.recorder.recompute import Recompute
+from hookdbg.recorder.tensors import iter_tensors
+from hookdbg.recorder.timing import backward_rows
+from hookdbg.store.schema import Phase, Slot
+
+if TYPE_CHECKING:
+    from hookdbg.recorder.calls import Call, Seen
+
+try:
+    import hookdbg.recorder._hot as _hot
+except ImportError:  # not built: the Python path only
+    _hot = None
+
+PURE_PYTHON = "HOOKDBG_PURE_PYTHON"
+
+
+def enabled() -> bool:
+    """Whether a recording started now takes the C path."""
+    return _hot is not None and os.environ.get(PURE_PYTHON, "") in ("", "0")
+
+
+@dataclass(frozen=True)
+class PerCallPath:
+    """The parts of a recorder that run per module call, tensor or gradient."""
+
+    observer: type[TensorObserver]
+    hooks: type[ModuleHooks]
+    backward_rows: Callable[[list[Call], int, int, float], list[tuple]]
+
+
+def chosen() -> PerCallPath:
+    """What a recording started now is made of: the C path where it is built."""
+    if enabled():
+        return PerCallPath(FastTensorObserver, FastModuleHooks, _hot.backward_rows)
+    return PerCallPath(TensorObserver, ModuleHooks, backward_rows)
+
+
+if _hot is not None:
+    _hot.setup(
+        Tensor=torch.Tensor,
+        strided=torch.strided,
+        Recompute=Recompute,
+        Pending=Pending,
+        MUTED=_MUTED,
+        RAISED=_RAISED,
+        summarise=stats.summarise,
+        one_pass=stats._one_pass,
+        shape_only=stats.shape_only,
+        c_kinds=stats.C_KINDS,
+        shapes=stats._SHAPES,
+        shapes_kept=stats._SHAPES_KEPT,
+        half_wide=stats._HALF_WIDE,
+        iter_tensors=iter_tensors,
+        index=_INDEX,
+        graph_task_id=torch._C._current_graph_task_id,
+        grad_enabled=torch.is_grad_enabled,
+        compiler=torch.compiler,
+        perf_counter=time.perf_counter,
+        monotonic=(
+            time.get_clock_info("perf_counter").implementation == "clock_gettime(CLOCK_MONOTONIC)"
+        ),
+        phases={"FWD": int(Phase.FWD), "BWD": int(Phase.BWD)},
+        slots={
+            name: int(Slot[name])
+            for name in ("INPUT", "OUTPUT", "GRAD_OUTPUT", "GRAD_INPUT", "PARAM_GRAD")
+        },
+    )
+
+    class FastGradientObserver(GradientObserver):
+        """Gradient hooks that autograd calls in C."""
+
+        def watch_tensor(self, t: torch.Tensor, seen: Seen) -> None:
+            self.tensors.fast_watch(t, seen)  # type: ignore[attr-defined]
+
+        def _param_hook(self, info: ModuleInfo, name: str) -> Callable[[torch.Tensor], None]:
+            return _hot.ParamHook(self.tensors, self, info, name)  # type: ignore[no-any-return]
+
+    class FastTensorObserver(_hot.TensorPath, TensorObserver):  # type: ignore[misc]
+        """The tensor observer with its per-tensor path in C."""
+
+        gradient_observer = FastGradientObserver
+        _py_summarise = TensorObserver.summarise  # what C leaves to Python: a device batch
+
+    class FastModuleHooks(_hot.CallPath, ModuleHooks):  # type: ignore[misc]
+        """The module hooks with their per-call path in C."""
+
+        def pre(self, module: torch.nn.Module, args: tuple) -> None:
+            if is_compiling():
+                return
+            self.fast_pre(module, args)
+
+        def post(
+            self, module: torch.nn.Module, args: tuple, kwargs: dict, result: object = _RAISED
+        ) -> None:
+            if is_compiling():
+                return
+            self.fast_post(module, args, kwargs, result)

@@ -1,0 +1,280 @@
+"""The per-call path in C (hookdbg/recorder/_hot.c) against the Python one it stands for.
+
+Each workload below is recorded twice in this process, with HOOKDBG_PURE_PYTHON=1 and
+without, and every table of the two recordings must be the same, row for row and
+column for column, except the columns that hold times.
+"""
+
+import contextlib
+import math
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import hookdbg
+from hookdbg.options import RecordOptions
+from hookdbg.recorder import Recorder, accelerated, calls, envelope
+
+pytestmark = pytest.mark.skipif(
+    accelerated._hot is None, reason="the C extension hookdbg.recorder._hot is not built"
+)
+
+# columns that hold times (they differ between any two runs)
+TIMES = {"calls": {"start", "total", "self"}, "steps": {"start", "end"}, "alerts": {"time"}}
+SKIP = {"info", "end", "progress"}  # wall-clock times, the writer's pace
+
+
+def _record(path, workload, pure: bool, **options) -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(accelerated.PURE_PYTHON, "1" if pure else "")
+        with hookdbg.record(path, quiet=True, **options) as rec:
+            torch.manual_seed(0)
+            with contextlib.suppress(hookdbg.NonFiniteError):
+                workload()
+        expected = accelerated.FastModuleHooks if not pure else accelerated.ModuleHooks
+        assert type(rec._calls) is expected
+
+
+def _columns(path) -> dict[str, dict[str, np.ndarray]]:
+    """Every column of every table, read with h5py alone (a histogram column is 2-D)."""
+    with h5py.File(path, "r", swmr=True) as f:
+        return {
+            name: {column: group[column][()] for column in group}
+            for name, group in f.items()
+            if isinstance(group, h5py.Group)
+        }
+
+
+def assert_same_recordings(a, b) -> None:
+    ta, tb = _columns(a), _columns(b)
+    assert ta.keys() == tb.keys()
+    for name in ta.keys() - SKIP:
+        assert ta[name].keys() == tb[name].keys(), name
+        for column in ta[name].keys() - TIMES.get(name, set()):
+            u, v = ta[name][column], tb[name][column]
+            assert u.shape == v.shape, f"{name}.{column}: {u.shape} against {v.shape}"
+            same = u == v
+            if u.dtype.kind == "f":
+                same |= np.isnan(u) & np.isnan(v)
+            if not np.all(same):
+                row = int(np.argwhere(~same)[0][0])
+                raise AssertionError(f"{name}.{column} differs at row {row}: {u[row]} != {v[row]}")
+
+
+def mlp_with_eval():
+    model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(4):
+        opt.zero_grad()
+        model(torch.randn(5, 6)).pow(2).mean().backward()
+        opt.step()
+        if step % 2:
+            model.eval()
+            with torch.no_grad():
+                model(torch.randn(3, 6))
+            with torch.inference_mode():
+                model(torch.randn(3, 6))
+            model.train()
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        return self.relu(self.bn(self.conv(x)) + x)
+
+
+class ConvNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 3, padding=1)
+        self.act = nn.ReLU(inplace=True)
+        self.block = Block()  # called twice: a shared module
+        self.head = nn.Linear(4 * 8 * 8, 3)
+
+    def forward(self, x):
+        x = self.block(self.block(self.act(self.stem(x))))
+        return self.head(x.flatten(1))
+
+
+def convnet():
+    model = ConvNet()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss()
+    for _ in range(3):
+        opt.zero_grad()
+        loss_fn(model(torch.randn(2, 3, 8, 8)), torch.tensor([0, 2])).backward()
+        opt.step()
+
+
+class LanguageModel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(20, 8)
+        self.lstm = nn.LSTM(8, 8, batch_first=True)
+        self.out = nn.Linear(8, 20)
+
+    def forward(self, tokens, hidden):
+        y, hidden = self.lstm(self.embed(tokens), hidden)
+        return self.out(y), hidden
+
+
+def lstm_by_hand():
+    model = LanguageModel()
+    hidden = (torch.zeros(1, 2, 8), torch.zeros(1, 2, 8))
+    for _ in range(3):
+        tokens = torch.randint(0, 20, (2, 5))
+        logits, hidden = model(tokens, hidden)
+        hidden = tuple(h.detach() for h in hidden)
+        loss = nn.functional.cross_entropy(logits.reshape(-1, 20), tokens.reshape(-1))
+        model.zero_grad()
+        loss.backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(p.grad, alpha=-0.1)
+
+
+def transformer_with_masks():
+    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+    model = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    causal = nn.Transformer.generate_square_subsequent_mask(5)
+    padding = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    for _ in range(2):
+        opt.zero_grad()
+        out = model(torch.randn(2, 5, 8), mask=causal, src_key_padding_mask=padding)
+        out.pow(2).mean().backward()
+        opt.step()
+
+
+def checkpointed():
+    inner = nn.Sequential(nn.Linear(6, 6), nn.Tanh(), nn.Linear(6, 6))
+    outer = nn.Linear(6, 1)
+    opt = torch.optim.SGD([*inner.parameters(), *outer.parameters()], lr=0.1)
+    for reentrant in (True, False, True):
+        opt.zero_grad()
+        x = torch.randn(4, 6, requires_grad=True)
+        outer(checkpoint(inner, x, use_reentrant=reentrant)).sum().backward()
+        opt.step()
+
+
+class Explode(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * math.inf
+
+
+class Blows(nn.Module):
+    def __init__(self, where: str) -> None:
+        super().__init__()
+        self.where = where
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 1)
+
+    def forward(self, x, step: int):
+        h = self.a(x)
+        if step == 2 and self.where == "forward":
+            h = torch.log(h - 100)
+        if step == 2 and self.where == "backward":
+            h = Explode.apply(h)
+        return self.b(h)
+
+
+def nan_in(where: str):
+    def workload():
+        model = Blows(where)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(4):
+            opt.zero_grad()
+            model(torch.randn(3, 4), step).sum().backward()
+            opt.step()
+
+    return workload
+
+
+WORKLOADS = {
+    "mlp_with_eval": mlp_with_eval,
+    "convnet": convnet,
+    "lstm_by_hand": lstm_by_hand,
+    "transformer_with_masks": transformer_with_masks,
+    "checkpointed": checkpointed,
+    "nan_in_forward": nan_in("forward"),
+    "nan_in_backward": nan_in("backward"),
+}
+
+OPTIONS = {
+    "stats": {},
+    "timing": {"level": "timing"},
+    "shapes": {"level": "shapes"},
+    "histograms": {"histograms": 8},
+    "every_2": {"every": 2},
+    "no_flight_recorder": {"flight_recorder_mb": 0},
+    "capture": {"capture": "*", "capture_steps": "1:2"},
+    "some_modules": {"modules": ["*.a", "*.block*", "*.lstm", "*.layers.0*", "*.0"]},
+    "device_path": {},  # statistics through the device batch (defer_cpu)
+}
+
+
+@pytest.mark.parametrize("options", OPTIONS)
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_the_c_path_records_what_the_python_path_records(tmp_path, workload, options):
+    kwargs = dict(OPTIONS[options])
+    if options == "device_path":
+        kwargs["on_nan"] = "warn"
+    pure, fast = tmp_path / "pure.h5", tmp_path / "fast.h5"
+    for path, is_pure in ((pure, True), (fast, False)):
+        if options == "device_path":
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv(accelerated.PURE_PYTHON, "1" if is_pure else "")
+                with Recorder(path, RecordOptions.build(quiet=True, **kwargs), defer_cpu=True):
+                    torch.manual_seed(0)
+                    with contextlib.suppress(hookdbg.NonFiniteError):
+                        WORKLOADS[workload]()
+        else:
+            _record(path, WORKLOADS[workload], is_pure, **kwargs)
+    assert_same_recordings(pure, fast)
+
+
+def _fields(obj) -> dict[str, object]:
+    names = sorted(n for n in dir(obj) if not n.startswith("__") and not callable(getattr(obj, n)))
+    return {n: getattr(obj, n) for n in names if n not in ("ref", "info", "grad_slots")}
+
+
+def test_the_c_records_are_the_python_records():
+    """Call, Seen and Guard in C have the Python classes' attributes, methods and
+    starting values (calls.py and envelope.py keep the Python ones)."""
+    info = object()
+    t = torch.zeros(2)
+    c_call = calls.Call(3, info, 1, None, 0.5)
+    py_call = calls._PyCall(3, info, 1, None, 0.5)
+    assert _fields(c_call) == _fields(py_call)
+    child = calls.Call(4, info, 0, c_call, 1.0)
+    assert child.depth == 1 and child.parent is c_call and child.bwd_start is None
+    child.note_inf_below("birth")
+    child.mark_below_bad()
+    assert c_call.inf_below == "birth" and c_call.below_bad
+
+    c_seen = calls.Seen(t, 7, None, True, 2)
+    py_seen = calls._PySeen(t, 7, None, True, 2)
+    assert _fields(c_seen) == _fields(py_seen) and c_seen.ref() is t
+    c_seen.grad_slots.extend((child, 3, "0"))
+    assert c_seen.slots() == [(child, 3, "0")]
+
+    c_guard = envelope.Guard()
+    py_guard = envelope._PyGuard()
+    assert {"live", "ovh", "alerts"} <= set(_fields(c_guard))
+    assert (c_guard.live, c_guard.ovh, c_guard.alerts) == (py_guard.live, py_guard.ovh, [])
+    with c_guard.lock:
+        assert c_guard.act() is None
