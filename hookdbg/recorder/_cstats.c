@@ -194,12 +194,52 @@ CLONES static void f32_block(Acc *a, const float *p, Py_ssize_t n) {
 
 static PyObject *cpu_name; /* "cpu", the device of every summary made here */
 
-static PyObject *summary(PyObject *self, PyObject *args) {
-    unsigned long long address;
-    Py_ssize_t n;
-    int kind;
-    PyObject *shape, *dtype;
-    if (!PyArg_ParseTuple(args, "KniOO", &address, &n, &kind, &shape, &dtype)) return NULL;
+/* stats.py's summary tuple. It holds no container but the shape (shared, and itself
+ * untracked), so the garbage collector need not track it: summaries live as long as
+ * their step, by the hundreds. */
+static PyObject *summary_tuple(PyObject *shape, PyObject *dtype, Py_ssize_t n, double lo,
+                               double hi, double mean, double std, double norm, long long nan,
+                               long long posinf, long long neginf, double zero_frac) {
+    PyObject *t = PyTuple_New(13);
+    if (t == NULL) return NULL;
+    PyObject *cells[13] = {
+        Py_NewRef(shape),
+        Py_NewRef(dtype),
+        Py_NewRef(cpu_name),
+        PyLong_FromSsize_t(n),
+        PyFloat_FromDouble(lo),
+        PyFloat_FromDouble(hi),
+        PyFloat_FromDouble(mean),
+        PyFloat_FromDouble(std),
+        PyFloat_FromDouble(norm),
+        PyLong_FromLongLong(nan),
+        PyLong_FromLongLong(posinf),
+        PyLong_FromLongLong(neginf),
+        PyFloat_FromDouble(zero_frac),
+    };
+    int bad = 0;
+    for (int i = 0; i < 13; i++) {
+        if (cells[i] == NULL) bad = 1;
+        PyTuple_SET_ITEM(t, i, cells[i] != NULL ? cells[i] : Py_NewRef(Py_None));
+    }
+    if (bad) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    if (!PyObject_GC_IsTracked(shape)) PyObject_GC_UnTrack(t);
+    return t;
+}
+
+static PyObject *summary(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "summary(address, n, kind, shape, dtype)");
+        return NULL;
+    }
+    unsigned long long address = PyLong_AsUnsignedLongLong(args[0]);
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    int kind = (int)PyLong_AsLong(args[2]);
+    PyObject *shape = args[3], *dtype = args[4];
+    if (PyErr_Occurred()) return NULL;
     if (n <= 0 || address == 0) {
         PyErr_SetString(PyExc_ValueError, "summary: no elements");
         return NULL;
@@ -220,8 +260,8 @@ static PyObject *summary(PyObject *self, PyObject *args) {
             default: INT_LOOP(int16_t); break;
         }
         if (released) PyEval_RestoreThread(released);
-        return Py_BuildValue("(OOOndddddLLLd)", shape, dtype, cpu_name, n, ilo, ihi, NAN, NAN,
-                             NAN, 0LL, 0LL, 0LL, (double)zeros / (double)n);
+        return summary_tuple(shape, dtype, n, ilo, ihi, NAN, NAN, NAN, 0, 0, 0,
+                             (double)zeros / (double)n);
     }
     if (kind > BF16) {
         PyErr_SetString(PyExc_ValueError, "summary: unknown element kind");
@@ -255,8 +295,8 @@ static PyObject *summary(PyObject *self, PyObject *args) {
         double sq = acc.s2 + 2.0 * acc.shift * acc.s1 + m * acc.shift * acc.shift;
         norm = sqrt(sq > 0 ? sq : 0.0);
     }
-    return Py_BuildValue("(OOOndddddLLLd)", shape, dtype, cpu_name, n, lo, hi, mean, std, norm,
-                         (long long)acc.nan, (long long)acc.posinf, (long long)acc.neginf,
+    return summary_tuple(shape, dtype, n, lo, hi, mean, std, norm, (long long)acc.nan,
+                         (long long)acc.posinf, (long long)acc.neginf,
                          (double)acc.zeros / (double)n);
 }
 
@@ -326,7 +366,7 @@ static PyObject *histogram(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"summary", summary, METH_VARARGS,
+    {"summary", (PyCFunction)(void (*)(void))summary, METH_FASTCALL,
      "summary(address, n, kind, shape, dtype) -> the summary tuple of hookdbg's stats.py"},
     {"histogram", histogram, METH_VARARGS,
      "histogram(address, n, kind, lo, hi, bins) -> bytes of bins int64 counts"},
