@@ -14,6 +14,9 @@
  * again inside backward, a NaN/inf check, a tensor captured, the device path) is left
  * to the Python methods, called from here by name.
  *
+ * Rows go straight into the store's row buffers (hookdbg/store/rowbuffer.h): a module
+ * call's row and each tensor's row become numpy records as they are made.
+ *
  * Types:
  *   Lock       the guard's reentrant lock, taken here without a Python call
  *   Guard      what every hook reads first (envelope.py): live, lock, ovh, alerts, act
@@ -34,7 +37,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <limits.h>
 #include <time.h>
+
+#include "../store/rowbuffer.h"
 
 #if PY_VERSION_HEX >= 0x030D0000
 static inline PyObject *deref(PyObject *ref) { /* a new reference, or Py_None if dead */
@@ -74,6 +80,7 @@ static struct {
     PyObject *is_compiling;   /* torch.compiler.is_compiling, where that flag is missing */
     PyObject *perf_counter;   /* time.perf_counter, where clock_gettime is not it */
     int monotonic;            /* perf_counter is clock_gettime(CLOCK_MONOTONIC) */
+    RowBufferAPI *rows;       /* the store's row buffers (rowbuffer.h) */
     int ready;
     long FWD, BWD, INPUT, OUTPUT, GRAD_OUTPUT, GRAD_INPUT, PARAM_GRAD;
     PyObject *fwd, *bwd, *input, *output, *grad_input, *grad_output, *param_grad; /* as ints */
@@ -497,6 +504,7 @@ typedef struct {
     double param_end; /* its parameters' gradients were accumulated */
     char has_bwd_start, grad_on, nan_in, tainted, bad_grad, below_bad, recomputed;
     PyObject *info, *parent, *inf_inputs, *inf_below;
+    PyObject *module; /* info.id, read once it is needed (NULL until then) */
     /* backward_rows' scratch: the latest end and the total time of its children */
     char has_child_end;
     double child_end, child_total;
@@ -528,6 +536,7 @@ static Call *new_call(long long id, PyObject *info, int index, PyObject *parent,
     c->inf_inputs = Py_None;
     Py_INCREF(Py_None);
     c->inf_below = Py_None;
+    c->module = NULL;
     PyObject_GC_Track(c);
     return c;
 }
@@ -561,7 +570,14 @@ static int Call_clear(Call *self) {
     Py_CLEAR(self->parent);
     Py_CLEAR(self->inf_inputs);
     Py_CLEAR(self->inf_below);
+    Py_CLEAR(self->module);
     return 0;
+}
+
+/* The call's module id (its ModuleInfo's id, which never changes), borrowed. */
+static PyObject *call_module(Call *c) {
+    if (c->module == NULL) c->module = PyObject_GetAttr(c->info, s_id);
+    return c->module;
 }
 
 static void Call_dealloc(Call *self) {
@@ -823,6 +839,14 @@ typedef struct {
     PyObject *summary;   /* how a tensor is summarised at this level, or None */
     PyObject *state;     /* the current segment's StepState */
     PyObject *gradients; /* gradients.GradientObserver */
+    PyObject *tensor_rows; /* rows.tensors: a RowBuffer */
+    /* what the state says and never changes, read when it is set: state.step, state.id,
+     * state.recording, state.batch is not None */
+    long long step, segment;
+    char recording, deferring;
+    long long heard; /* the segment whose backward pass the steps have heard of */
+    PyObject *flight_entries, *flight_sizes; /* the flight recorder's, for flight_of */
+    long long flight_of; /* the segment they are for (FlightRecorder.new_step made them) */
     char emit_tensors, check_nan, defer_all, capturing, keeping, defer_checks;
 } TensorPath;
 
@@ -837,6 +861,9 @@ static int TensorPath_traverse(TensorPath *self, visitproc visit, void *arg) {
     Py_VISIT(self->summary);
     Py_VISIT(self->state);
     Py_VISIT(self->gradients);
+    Py_VISIT(self->tensor_rows);
+    Py_VISIT(self->flight_entries);
+    Py_VISIT(self->flight_sizes);
     return 0;
 }
 
@@ -849,6 +876,9 @@ static int TensorPath_clear(TensorPath *self) {
     Py_CLEAR(self->summary);
     Py_CLEAR(self->state);
     Py_CLEAR(self->gradients);
+    Py_CLEAR(self->tensor_rows);
+    Py_CLEAR(self->flight_entries);
+    Py_CLEAR(self->flight_sizes);
     return 0;
 }
 
@@ -864,7 +894,7 @@ static int ready(TensorPath *o) {
         return 0;
     }
     if (o->guard == NULL || !PyObject_TypeCheck(o->guard, &GuardType) || o->state == NULL ||
-        o->rows == NULL || o->steps == NULL || o->gradients == NULL) {
+        o->rows == NULL || o->tensor_rows == NULL || o->steps == NULL || o->gradients == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the tensor observer is not set up");
         return 0;
     }
@@ -946,11 +976,7 @@ python:
 
 /* TensorObserver.summarise: computed now, or (a device batch) left to Python */
 static PyObject *summarise(TensorPath *o, PyObject *t) {
-    PyObject *batch = PyObject_GetAttr(o->state, s_batch);
-    if (batch == NULL) return NULL;
-    int deferring = batch != Py_None;
-    Py_DECREF(batch);
-    if (deferring) return call_method1((PyObject *)o, s__py_summarise, t);
+    if (o->deferring) return call_method1((PyObject *)o, s__py_summarise, t);
     PyObject *layout = PyObject_GetAttr(t, s_layout);
     if (layout == NULL) return NULL;
     int strided = layout == G.strided;
@@ -967,10 +993,23 @@ static PyObject *TensorPath_summarise(TensorPath *self, PyObject *t) {
 
 /* FlightRecorder.keep: hold ``t`` for this step; the rare case (the budget is full: the
  * older step's tensors go first) is left to the Python method. */
-static int flight_keep(PyObject *flight, Call *call, PyObject *phase, PyObject *slot,
+static int flight_keep(TensorPath *o, Call *call, PyObject *phase, PyObject *slot,
                        PyObject *path, PyObject *t, long long version) {
-    PyObject *sizes = PyObject_GetAttr(flight, s__sizes);
-    if (sizes == NULL) return -1;
+    PyObject *flight = o->flight;
+    if (o->flight_of != o->segment) { /* FlightRecorder.new_step made them for this one */
+        PyObject *entries = PyObject_GetAttr(flight, s__entries);
+        PyObject *sizes = entries == NULL ? NULL : PyObject_GetAttr(flight, s__sizes);
+        if (sizes == NULL || !PyList_Check(entries) || !PyDict_Check(sizes)) {
+            if (sizes != NULL) PyErr_SetString(PyExc_TypeError, "the flight recorder's step");
+            Py_XDECREF(entries);
+            Py_XDECREF(sizes);
+            return -1;
+        }
+        Py_XSETREF(o->flight_entries, entries);
+        Py_XSETREF(o->flight_sizes, sizes);
+        o->flight_of = o->segment;
+    }
+    PyObject *sizes = Py_NewRef(o->flight_sizes);
     PyObject *key = PyLong_FromVoidPtr(t);
     PyObject *ver = PyLong_FromLongLong(version);
     PyObject *entries = NULL;
@@ -995,7 +1034,7 @@ static int flight_keep(PyObject *flight, Call *call, PyObject *phase, PyObject *
         Py_XDECREF(total);
         if (bad) goto done;
     }
-    if ((entries = PyObject_GetAttr(flight, s__entries)) == NULL) goto done;
+    entries = Py_NewRef(o->flight_entries);
     PyObject *values[6] = {(PyObject *)call, phase, slot, path, ver, t};
     for (int i = 0; i < 6; i++)
         if (PyList_Append(entries, values[i]) < 0) goto done;
@@ -1008,42 +1047,53 @@ done:
     return rc;
 }
 
+/* One row of the tensors table, (call, step, segment, module, phase, slot, path, summary)
+ * as observe.py's tuples hold them: straight into its buffer, or, while its statistics
+ * wait for the device, as a tuple in the step's batch until they are read back. */
+static int tensor_row(TensorPath *o, long long call, PyObject *module, PyObject *phase,
+                      PyObject *slot, PyObject *path, PyObject *summary) {
+    if (is_pending(summary)) {
+        PyObject *cid = PyLong_FromLongLong(call), *step = PyLong_FromLongLong(o->step);
+        PyObject *sid = PyLong_FromLongLong(o->segment), *row = NULL, *into = NULL;
+        PyObject *batch = PyObject_GetAttr(o->state, s_batch);
+        int rc = -1;
+        if (cid != NULL && step != NULL && sid != NULL && batch != NULL &&
+            (row = PyTuple_Pack(8, cid, step, sid, module, phase, slot, path, summary)) != NULL &&
+            (into = PyObject_GetAttr(batch, s_rows)) != NULL)
+            rc = PyList_Append(into, row);
+        Py_XDECREF(cid);
+        Py_XDECREF(step);
+        Py_XDECREF(sid);
+        Py_XDECREF(batch);
+        Py_XDECREF(row);
+        Py_XDECREF(into);
+        return rc;
+    }
+    PyObject *buf = o->tensor_rows;
+    RowBufferAPI *rb = G.rows;
+    Py_ssize_t row = rb->reserve(buf);
+    if (row < 0) return -1;
+    if (rb->put_long(buf, row, 0, call) < 0 || rb->put_long(buf, row, 1, o->step) < 0 ||
+        rb->put_long(buf, row, 2, o->segment) < 0 || rb->put(buf, row, 3, module) < 0 ||
+        rb->put(buf, row, 4, phase) < 0 || rb->put(buf, row, 5, slot) < 0 ||
+        rb->put(buf, row, 6, path) < 0 || rb->put(buf, row, 7, summary) < 0) {
+        rb->unreserve(buf);
+        return -1;
+    }
+    return 0;
+}
+
 /* TensorObserver.keep: the row, the flight-recorder entry and the capture of one tensor
  * of one call (``t`` at ``version``, -1 for an inference tensor). */
 static int keep(TensorPath *o, Call *call, PyObject *phase, PyObject *slot, PyObject *path,
                 PyObject *t, PyObject *summary, long long version) {
     if (o->emit_tensors) {
-        PyObject *state = o->state, *step = NULL, *sid = NULL, *mid = NULL, *cid = NULL;
-        PyObject *row = NULL, *into = NULL;
-        int rc = -1;
-        if ((step = PyObject_GetAttr(state, s_step)) == NULL ||
-            (sid = PyObject_GetAttr(state, s_id)) == NULL ||
-            (mid = PyObject_GetAttr(call->info, s_id)) == NULL ||
-            (cid = PyLong_FromLongLong(call->id)) == NULL)
-            goto row_done;
-        row = PyTuple_Pack(8, cid, step, sid, mid, phase, slot, path, summary);
-        if (row == NULL) goto row_done;
-        if (is_pending(summary)) { /* waits in the batch until read back */
-            PyObject *batch = PyObject_GetAttr(state, s_batch);
-            if (batch == NULL) goto row_done;
-            into = PyObject_GetAttr(batch, s_rows);
-            Py_DECREF(batch);
-        } else {
-            into = PyObject_GetAttr(o->rows, s_tensors);
-        }
-        if (into == NULL) goto row_done;
-        rc = PyList_Append(into, row);
-    row_done:
-        Py_XDECREF(step);
-        Py_XDECREF(sid);
-        Py_XDECREF(mid);
-        Py_XDECREF(cid);
-        Py_XDECREF(row);
-        Py_XDECREF(into);
-        if (rc < 0) return -1;
+        PyObject *mid = call_module(call);
+        if (mid == NULL) return -1;
+        if (tensor_row(o, call->id, mid, phase, slot, path, summary) < 0) return -1;
     }
     if (o->flight != NULL && o->flight != Py_None &&
-        flight_keep(o->flight, call, phase, slot, path, t, version) < 0)
+        flight_keep(o, call, phase, slot, path, t, version) < 0)
         return -1;
     if (o->capturing) {
         int chosen = get_bool(call->info, s_capture);
@@ -1109,7 +1159,7 @@ static PyObject *TensorPath_fast_watch(TensorPath *self, PyObject *const *args, 
 static Seen *see(TensorPath *o, PyObject *t, int reuse) {
     PyObject *state = o->state, *memo = NULL, *key = NULL, *summary = NULL, *base = NULL;
     Seen *seen = NULL;
-    long long version, segment;
+    long long version;
     int inference = tensor_version(t, &version);
     if (inference < 0) return NULL;
     if ((memo = PyObject_GetAttr(state, s_memo)) == NULL) return NULL;
@@ -1188,8 +1238,7 @@ static Seen *see(TensorPath *o, PyObject *t, int reuse) {
     if (o->check_nan && summary != Py_None && !is_pending(summary)) {
         if ((finite = summary_finite(summary)) < 0) goto fail;
     }
-    if (get_ll(state, s_id, &segment) < 0) goto fail;
-    if ((seen = new_seen(t, version, summary, finite, segment)) == NULL) goto fail;
+    if ((seen = new_seen(t, version, summary, finite, o->segment)) == NULL) goto fail;
     if (PyDict_SetItem(memo, key, (PyObject *)seen) < 0) goto fail;
     int needs = get_bool(t, s_requires_grad);
     if (needs < 0 || (needs && watch(o, t, seen) < 0)) goto fail;
@@ -1388,18 +1437,21 @@ static PyObject *TensorPath_outputs(TensorPath *self, PyObject *const *args, Py_
 
 /* GradientObserver.grad: a gradient w.r.t. the tensor ``seen`` stands for arrived */
 static int grad_body(TensorPath *o, double t0, Seen *seen, PyObject *grad) {
-    PyObject *state = o->state, *summary = NULL, *r, *task_obj;
-    long long sid, task;
+    PyObject *summary = NULL, *r, *task_obj;
+    long long task;
     int rc = -1;
-    if (get_ll(state, s_id, &sid) < 0) return -1;
-    if (seen->segment != sid) return 0;
-    if ((r = call_method0(o->steps, s_backward_ran)) == NULL) return -1;
-    Py_DECREF(r);
-    PyObject *seg = PyObject_GetAttr(state, s_seg);
-    if (seg == NULL) return -1;
-    int bad = PyObject_SetAttr(seg, s_training, Py_True);
-    Py_DECREF(seg);
-    if (bad < 0) return -1;
+    if (seen->segment != o->segment) return 0;
+    if (o->heard != o->segment) {
+        /* once per segment: what it sets stays set until the segment ends */
+        if ((r = call_method0(o->steps, s_backward_ran)) == NULL) return -1;
+        Py_DECREF(r);
+        PyObject *seg = PyObject_GetAttr(o->state, s_seg);
+        if (seg == NULL) return -1;
+        int bad = PyObject_SetAttr(seg, s_training, Py_True);
+        Py_DECREF(seg);
+        if (bad < 0) return -1;
+        o->heard = o->segment;
+    }
     double v = t0 - ((Guard *)o->guard)->ovh;
     if ((task_obj = PyObject_CallNoArgs(G.graph_task_id)) == NULL) return -1;
     task = PyLong_AsLongLong(task_obj);
@@ -1604,20 +1656,9 @@ static int param_body(ParamHook *h, double t0, PyObject *param) {
         if (ncalls > 0) {
             Call *to = owner != NULL ? owner : (Call *)PyList_GET_ITEM(calls, ncalls - 1);
             if (keep(o, to, G.bwd, G.param_grad, h->name, grad, summary, version) < 0) goto done;
-        } else if (o->emit_tensors) {
-            PyObject *step = PyObject_GetAttr(state, s_step), *sid = PyObject_GetAttr(state, s_id);
-            PyObject *none = PyLong_FromLong(-1), *row = NULL, *into = NULL;
-            if (step != NULL && sid != NULL && none != NULL)
-                row = PyTuple_Pack(8, none, step, sid, info_id, G.bwd, G.param_grad, h->name,
-                                   summary);
-            if (row != NULL) into = PyObject_GetAttr(o->rows, s_tensors);
-            int bad = into == NULL || PyList_Append(into, row) < 0;
-            Py_XDECREF(step);
-            Py_XDECREF(sid);
-            Py_XDECREF(none);
-            Py_XDECREF(row);
-            Py_XDECREF(into);
-            if (bad) goto done;
+        } else if (o->emit_tensors &&
+                   tensor_row(o, -1, info_id, G.bwd, G.param_grad, h->name, summary) < 0) {
+            goto done;
         }
     }
     if (summary == Py_None || !o->check_nan) {
@@ -1660,8 +1701,7 @@ static PyObject *ParamHook_call(ParamHook *self, PyObject *args, PyObject *kwds)
     if (!ready(o)) return NULL;
     int c = is_compiling();
     if (c != 0) return c < 0 ? NULL : Py_NewRef(Py_None);
-    int recording = get_bool(o->state, s_recording);
-    if (recording <= 0) return recording < 0 ? NULL : Py_NewRef(Py_None);
+    if (!o->recording) Py_RETURN_NONE;
     Guard *g = (Guard *)o->guard;
     double t0;
     Py_INCREF(self);
@@ -1697,6 +1737,67 @@ static PyTypeObject ParamHookType = {
 
 /* -- TensorPath's type -------------------------------------------------------------------- */
 
+/* ``rows.<table>``: the RowBuffer the hooks write that table's rows into. */
+static PyObject *row_buffer(PyObject *rows, PyObject *table) {
+    PyObject *buf = PyObject_GetAttr(rows, table);
+    if (buf != NULL && !PyObject_TypeCheck(buf, G.rows->type)) {
+        PyErr_Format(PyExc_TypeError, "rows.%U is not a RowBuffer (hookdbg/store/_pack.c)", table);
+        Py_CLEAR(buf);
+    }
+    return buf;
+}
+
+/* What a segment's StepState says and never changes: its step and id as rows write
+ * them, whether it is recorded, whether its statistics wait for the device. */
+static int state_numbers(PyObject *state, long long *step, long long *segment, char *recording,
+                         char *deferring) {
+    if (state == NULL) {
+        PyErr_SetString(PyExc_TypeError, "the state cannot be deleted");
+        return -1;
+    }
+    if (get_ll(state, s_step, step) < 0 || get_ll(state, s_id, segment) < 0) return -1;
+    int yes = get_bool(state, s_recording);
+    if (yes < 0) return -1;
+    *recording = (char)yes;
+    PyObject *batch = PyObject_GetAttr(state, s_batch);
+    if (batch == NULL) return -1;
+    *deferring = batch != Py_None;
+    Py_DECREF(batch);
+    return 0;
+}
+
+static PyObject *TensorPath_get_rows(TensorPath *self, void *unused) {
+    return Py_NewRef(self->rows ? self->rows : Py_None);
+}
+
+static int TensorPath_set_rows(TensorPath *self, PyObject *value, void *unused) {
+    if (!G.ready) {
+        PyErr_SetString(PyExc_RuntimeError, "hookdbg.recorder._hot.setup() was not called");
+        return -1;
+    }
+    PyObject *buf = value == NULL ? NULL : row_buffer(value, s_tensors);
+    if (buf == NULL) return -1;
+    Py_INCREF(value);
+    Py_XSETREF(self->rows, value);
+    Py_XSETREF(self->tensor_rows, buf);
+    return 0;
+}
+
+static PyObject *TensorPath_get_state(TensorPath *self, void *unused) {
+    return Py_NewRef(self->state ? self->state : Py_None);
+}
+
+static int TensorPath_set_state(TensorPath *self, PyObject *value, void *unused) {
+    char recording, deferring;
+    if (state_numbers(value, &self->step, &self->segment, &recording, &deferring) < 0)
+        return -1;
+    self->recording = recording;
+    self->deferring = deferring;
+    Py_INCREF(value);
+    Py_XSETREF(self->state, value);
+    return 0;
+}
+
 static PyMethodDef TensorPath_methods[] = {
     {"see", (PyCFunction)(void (*)(void))TensorPath_see, METH_VARARGS | METH_KEYWORDS,
      "The segment's record of tensor t at its current version, summarised once."},
@@ -1715,11 +1816,9 @@ static PyMethodDef TensorPath_methods[] = {
 
 static PyMemberDef TensorPath_members[] = {
     {"guard", T_OBJECT, offsetof(TensorPath, guard), 0, NULL},
-    {"rows", T_OBJECT, offsetof(TensorPath, rows), 0, NULL},
     {"steps", T_OBJECT, offsetof(TensorPath, steps), 0, NULL},
     {"flight", T_OBJECT, offsetof(TensorPath, flight), 0, NULL},
     {"summary", T_OBJECT, offsetof(TensorPath, summary), 0, NULL},
-    {"state", T_OBJECT, offsetof(TensorPath, state), 0, NULL},
     {"gradients", T_OBJECT, offsetof(TensorPath, gradients), 0, NULL},
     {"emit_tensors", T_BOOL, offsetof(TensorPath, emit_tensors), 0, NULL},
     {"check_nan", T_BOOL, offsetof(TensorPath, check_nan), 0, NULL},
@@ -1731,9 +1830,19 @@ static PyMemberDef TensorPath_members[] = {
 };
 
 static PyGetSetDef TensorPath_getset[] = {
+    {"rows", (getter)TensorPath_get_rows, (setter)TensorPath_set_rows,
+     "the rows for the writer (store.rows.Rows)", NULL},
+    {"state", (getter)TensorPath_get_state, (setter)TensorPath_set_state,
+     "the current segment's StepState", NULL},
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
     {NULL},
 };
+
+static PyObject *TensorPath_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    TensorPath *self = (TensorPath *)PyType_GenericNew(type, args, kwds);
+    if (self != NULL) self->heard = self->flight_of = LLONG_MIN; /* no segment yet */
+    return (PyObject *)self;
+}
 
 static PyTypeObject TensorPathType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hookdbg.recorder._hot.TensorPath",
@@ -1741,7 +1850,7 @@ static PyTypeObject TensorPathType = {
     .tp_dictoffset = offsetof(TensorPath, dict),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "The tensor observer's per-tensor path (see hookdbg/recorder/observe.py).",
-    .tp_new = PyType_GenericNew,
+    .tp_new = TensorPath_new,
     .tp_traverse = (traverseproc)TensorPath_traverse,
     .tp_clear = (inquiry)TensorPath_clear,
     .tp_dealloc = (destructor)TensorPath_dealloc,
@@ -1764,6 +1873,9 @@ typedef struct {
     PyObject *handoff;  /* handoff.Handoff */
     PyObject *call_ids; /* call ids, shared with the optimizer's calls */
     PyObject *state;    /* the current segment's StepState */
+    PyObject *call_rows; /* rows.calls: a RowBuffer */
+    long long step, segment; /* state.step, state.id (set with state) */
+    char deferring;          /* state.batch is not None (ditto) */
     PyObject *stack;    /* Call, ModuleInfo (not recorded), Recompute or MUTED */
     PyObject *open;     /* the innermost open Call, or None */
     long mute;          /* depth inside a call that is not recorded */
@@ -1786,6 +1898,7 @@ static int CallPath_traverse(CallPath *self, visitproc visit, void *arg) {
     Py_VISIT(self->handoff);
     Py_VISIT(self->call_ids);
     Py_VISIT(self->state);
+    Py_VISIT(self->call_rows);
     Py_VISIT(self->stack);
     Py_VISIT(self->open);
     return 0;
@@ -1802,6 +1915,7 @@ static int CallPath_clear(CallPath *self) {
     Py_CLEAR(self->handoff);
     Py_CLEAR(self->call_ids);
     Py_CLEAR(self->state);
+    Py_CLEAR(self->call_rows);
     Py_CLEAR(self->stack);
     Py_CLEAR(self->open);
     return 0;
@@ -1817,7 +1931,7 @@ static int call_ready(CallPath *p) {
     if (p->guard == NULL || !PyObject_TypeCheck(p->guard, &GuardType) || p->by_id == NULL ||
         !PyDict_Check(p->by_id) || p->observer == NULL ||
         !PyObject_TypeCheck(p->observer, &TensorPathType) || p->stack == NULL ||
-        !PyList_Check(p->stack) || p->state == NULL || p->open == NULL || p->rows == NULL ||
+        !PyList_Check(p->stack) || p->state == NULL || p->open == NULL || p->call_rows == NULL ||
         p->handoff == NULL || p->call_ids == NULL || p->registry == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the module hooks are not set up");
         return 0;
@@ -1963,7 +2077,26 @@ static PyObject *CallPath_fast_pre(CallPath *self, PyObject *const *args, Py_ssi
 
 }
 
-static PyObject *row_number(long long v) { return PyLong_FromLongLong(v); }
+/* One row of the calls table (modulehooks.py's and timing.py's tuples), into ``buf``. */
+static int call_row(PyObject *buf, Call *call, long phase, long long step, long long segment,
+                    double start, double total, double self_time) {
+    RowBufferAPI *rb = G.rows;
+    PyObject *module = call_module(call);
+    if (module == NULL) return -1;
+    PyObject *parent = call->parent;
+    Py_ssize_t row = rb->reserve(buf);
+    if (row < 0) return -1;
+    if (rb->put_long(buf, row, 0, call->id) < 0 || rb->put_long(buf, row, 1, phase) < 0 ||
+        rb->put_long(buf, row, 2, step) < 0 || rb->put_long(buf, row, 3, segment) < 0 ||
+        rb->put(buf, row, 4, module) < 0 || rb->put_long(buf, row, 5, call->index) < 0 ||
+        rb->put_long(buf, row, 6, parent == Py_None ? -1 : ((Call *)parent)->id) < 0 ||
+        rb->put_long(buf, row, 7, call->depth) < 0 || rb->put_double(buf, row, 8, start) < 0 ||
+        rb->put_double(buf, row, 9, total) < 0 || rb->put_double(buf, row, 10, self_time) < 0) {
+        rb->unreserve(buf);
+        return -1;
+    }
+    return 0;
+}
 
 /* ModuleHooks._post_recorded's body */
 static int post_body(CallPath *p, double t0, PyObject *module, PyObject *args, PyObject *kwargs,
@@ -1989,8 +2122,6 @@ static int post_body(CallPath *p, double t0, PyObject *module, PyObject *args, P
     Call *call = (Call *)frame;
     Guard *g = (Guard *)p->guard;
     TensorPath *o = (TensorPath *)p->observer;
-    PyObject *state = NULL, *batch = NULL, *row = NULL, *into = NULL, *mid = NULL;
-    PyObject *step = NULL, *sid = NULL;
     int rc = -1;
     double total = call->total = t0 - g->ovh - call->vstart;
     PyObject *parent = call->parent;
@@ -1998,9 +2129,7 @@ static int post_body(CallPath *p, double t0, PyObject *module, PyObject *args, P
     Py_SETREF(p->open, Py_NewRef(parent));
     if (parent != Py_None) ((Call *)parent)->child_time += total;
     if (result != G.RAISED && outputs(o, call, module, args, kwargs, result) < 0) goto done;
-    state = Py_NewRef(p->state);
-    if ((batch = PyObject_GetAttr(state, s_batch)) == NULL) goto done;
-    if (batch != Py_None) {
+    if (p->deferring) {
         PyObject *taint = PyObject_GetAttr((PyObject *)o, s_taint_parent);
         if (taint == NULL) goto done;
         PyObject *a[2] = {taint, (PyObject *)call};
@@ -2010,32 +2139,8 @@ static int post_body(CallPath *p, double t0, PyObject *module, PyObject *args, P
     } else if (call->tainted && parent != Py_None) {
         ((Call *)parent)->tainted = 1;
     }
-    if ((step = PyObject_GetAttr(state, s_step)) == NULL ||
-        (sid = PyObject_GetAttr(state, s_id)) == NULL ||
-        (mid = PyObject_GetAttr(call->info, s_id)) == NULL)
-        goto done;
-    row = PyTuple_New(11);
-    if (row == NULL) goto done;
-    PyObject *cells[11] = {
-        row_number(call->id),
-        Py_NewRef(G.fwd),
-        Py_NewRef(step),
-        Py_NewRef(sid),
-        Py_NewRef(mid),
-        PyLong_FromLong(call->index),
-        row_number(parent == Py_None ? -1 : ((Call *)parent)->id),
-        PyLong_FromLong(call->depth),
-        PyFloat_FromDouble(call->vstart - p->v0),
-        PyFloat_FromDouble(total),
-        PyFloat_FromDouble(total - call->child_time),
-    };
-    int bad = 0;
-    for (int i = 0; i < 11; i++) {
-        if (cells[i] == NULL) bad = 1;
-        PyTuple_SET_ITEM(row, i, cells[i] ? cells[i] : Py_NewRef(Py_None));
-    }
-    if (bad) goto done;
-    if ((into = PyObject_GetAttr(p->rows, s_calls)) == NULL || PyList_Append(into, row) < 0)
+    if (call_row(p->call_rows, call, G.FWD, p->step, p->segment, call->vstart - p->v0, total,
+                 total - call->child_time) < 0)
         goto done;
     p->calls_recorded++;
     {
@@ -2055,13 +2160,6 @@ static int post_body(CallPath *p, double t0, PyObject *module, PyObject *args, P
 done:
     Py_DECREF(frame);
     Py_DECREF(parent);
-    Py_XDECREF(state);
-    Py_XDECREF(batch);
-    Py_XDECREF(row);
-    Py_XDECREF(into);
-    Py_XDECREF(mid);
-    Py_XDECREF(step);
-    Py_XDECREF(sid);
     return rc;
 }
 
@@ -2118,7 +2216,41 @@ static int CallPath_set_open(CallPath *self, PyObject *value, void *unused) {
     return 0;
 }
 
+static PyObject *CallPath_get_rows(CallPath *self, void *unused) {
+    return Py_NewRef(self->rows ? self->rows : Py_None);
+}
+
+static int CallPath_set_rows(CallPath *self, PyObject *value, void *unused) {
+    if (!G.ready) {
+        PyErr_SetString(PyExc_RuntimeError, "hookdbg.recorder._hot.setup() was not called");
+        return -1;
+    }
+    PyObject *buf = value == NULL ? NULL : row_buffer(value, s_calls);
+    if (buf == NULL) return -1;
+    Py_INCREF(value);
+    Py_XSETREF(self->rows, value);
+    Py_XSETREF(self->call_rows, buf);
+    return 0;
+}
+
+static PyObject *CallPath_get_state(CallPath *self, void *unused) {
+    return Py_NewRef(self->state ? self->state : Py_None);
+}
+
+static int CallPath_set_state(CallPath *self, PyObject *value, void *unused) {
+    char recording;
+    if (state_numbers(value, &self->step, &self->segment, &recording, &self->deferring) < 0)
+        return -1;
+    Py_INCREF(value);
+    Py_XSETREF(self->state, value);
+    return 0;
+}
+
 static PyGetSetDef CallPath_getset[] = {
+    {"rows", (getter)CallPath_get_rows, (setter)CallPath_set_rows,
+     "the rows for the writer (store.rows.Rows)", NULL},
+    {"state", (getter)CallPath_get_state, (setter)CallPath_set_state,
+     "the current segment's StepState", NULL},
     {"_tid", (getter)CallPath_get_tid, (setter)CallPath_set_tid, "the thread that records", NULL},
     {"_open", (getter)CallPath_get_open, (setter)CallPath_set_open, "the innermost open call", NULL},
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
@@ -2131,10 +2263,8 @@ static PyMemberDef CallPath_members[] = {
     {"_by_id", T_OBJECT, offsetof(CallPath, by_id), 0, NULL},
     {"observer", T_OBJECT, offsetof(CallPath, observer), 0, NULL},
     {"segments", T_OBJECT, offsetof(CallPath, segments), 0, NULL},
-    {"rows", T_OBJECT, offsetof(CallPath, rows), 0, NULL},
     {"handoff", T_OBJECT, offsetof(CallPath, handoff), 0, NULL},
     {"_call_ids", T_OBJECT, offsetof(CallPath, call_ids), 0, NULL},
-    {"state", T_OBJECT, offsetof(CallPath, state), 0, NULL},
     {"stack", T_OBJECT, offsetof(CallPath, stack), 0, NULL},
     {"_mute", T_LONG, offsetof(CallPath, mute), 0, NULL},
     {"_v0", T_DOUBLE, offsetof(CallPath, v0), 0, NULL},
@@ -2170,16 +2300,21 @@ static PyTypeObject CallPathType = {
 static const double LATER = 1.0 / 0.0;
 
 /* timing.backward_rows: the backward span of each call of a segment (see its docstring
- * for the rules), children before parents; what timing.py keeps in two dicts by call id
- * is kept on the calls themselves. */
+ * for the rules), children before parents, into the calls table's buffer; what
+ * timing.py keeps in two dicts by call id is kept on the calls themselves. */
 static PyObject *backward_rows(PyObject *module, PyObject *const *args, Py_ssize_t n) {
-    if (n != 4 || !PyList_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "backward_rows(calls, step, segment, origin)");
+    if (!G.ready) {
+        PyErr_SetString(PyExc_RuntimeError, "hookdbg.recorder._hot.setup() was not called");
         return NULL;
     }
-    PyObject *calls = args[0], *step = args[1], *segment = args[2];
+    if (n != 5 || !PyList_Check(args[0]) || !PyObject_TypeCheck(args[4], G.rows->type)) {
+        PyErr_SetString(PyExc_TypeError, "backward_rows(calls, step, segment, origin, into)");
+        return NULL;
+    }
+    PyObject *calls = args[0], *into = args[4];
+    long long step = PyLong_AsLongLong(args[1]), segment = PyLong_AsLongLong(args[2]);
     double origin = PyFloat_AsDouble(args[3]);
-    if (origin == -1.0 && PyErr_Occurred()) return NULL;
+    if (PyErr_Occurred()) return NULL;
     Py_ssize_t count = PyList_GET_SIZE(calls);
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *c = PyList_GET_ITEM(calls, i);
@@ -2190,8 +2325,6 @@ static PyObject *backward_rows(PyObject *module, PyObject *const *args, Py_ssize
         ((Call *)c)->has_child_end = 0;
         ((Call *)c)->child_total = 0.0;
     }
-    PyObject *rows = PyList_New(0);
-    if (rows == NULL) return NULL;
     Py_INCREF(calls);
     for (Py_ssize_t i = PyList_GET_SIZE(calls) - 1; i >= 0; i--) {
         Call *call = (Call *)PyList_GET_ITEM(calls, i);
@@ -2215,24 +2348,14 @@ static PyObject *backward_rows(PyObject *module, PyObject *const *args, Py_ssize
         double total = end - start;
         if (parent != NULL) parent->child_total += total;
         double self_time = total - call->child_total;
-        PyObject *mid = PyObject_GetAttr(call->info, s_id);
-        if (mid == NULL) goto fail;
-        PyObject *row = Py_BuildValue("(LOOOOiLiddd)", call->id, G.bwd, step, segment, mid,
-                                      call->index, parent == NULL ? -1LL : parent->id,
-                                      call->depth, start - origin, total,
-                                      self_time > 0.0 ? self_time : 0.0);
-        Py_DECREF(mid);
-        if (row == NULL) goto fail;
-        int bad = PyList_Append(rows, row);
-        Py_DECREF(row);
-        if (bad < 0) goto fail;
+        if (call_row(into, call, G.BWD, step, segment, start - origin, total,
+                     self_time > 0.0 ? self_time : 0.0) < 0) {
+            Py_DECREF(calls);
+            return NULL;
+        }
     }
     Py_DECREF(calls);
-    return rows;
-fail:
-    Py_DECREF(calls);
-    Py_DECREF(rows);
-    return NULL;
+    Py_RETURN_NONE;
 }
 
 /* -- setup ------------------------------------------------------------------------------ */
@@ -2262,6 +2385,12 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwds) {
                             &G.shapes, &G.iter_tensors, &G.index, &G.graph_task_id,
                             &G.grad_enabled, &G.perf_counter};
     for (size_t i = 0; i < sizeof objects / sizeof *objects; i++) Py_INCREF(*objects[i]);
+    G.rows = PyCapsule_Import(ROWBUFFER_CAPSULE, 0);
+    if (G.rows == NULL) return NULL;
+    if (G.rows->version != ROWBUFFER_API_VERSION) {
+        PyErr_SetString(PyExc_ImportError, "hookdbg.store._pack is of another build");
+        return NULL;
+    }
     G.compiler_dict = PyObject_GetAttrString(compiler, "__dict__");
     G.is_compiling = PyObject_GetAttrString(compiler, "is_compiling");
     if (G.compiler_dict == NULL || G.is_compiling == NULL) return NULL;
@@ -2290,7 +2419,7 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwds) {
 
 static PyMethodDef module_methods[] = {
     {"backward_rows", (PyCFunction)(void (*)(void))backward_rows, METH_FASTCALL,
-     "backward_rows(calls, step, segment, origin): timing.backward_rows, in C."},
+     "backward_rows(calls, step, segment, origin, into): timing.backward_rows, in C."},
     {"setup", (PyCFunction)(void (*)(void))setup, METH_VARARGS | METH_KEYWORDS,
      "Hand over the Python objects the per-call path uses (once, from "
      "hookdbg/recorder/accelerated.py)."},

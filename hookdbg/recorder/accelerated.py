@@ -11,6 +11,10 @@ in C; the classes here put its methods in front of the Python ones they stand fo
   each parameter's a ``ParamHook``, both called by autograd without a Python frame;
 * ``_hot.backward_rows``: each segment's backward spans (timing.py), at its end.
 
+Rows go straight into the store's row buffers (hookdbg/store/_pack.c), so the path
+needs both extensions: they are built together, and without either the Python path
+records.
+
 What C leaves to Python (a module seen for the first time, the start of a segment, a
 forward run again inside backward, NaN/inf checks, captures, statistics that wait for a
 device) it hands to the same Python methods the pure path calls, so the two cannot
@@ -38,15 +42,18 @@ from hookdbg.recorder.naming import ModuleInfo
 from hookdbg.recorder.observe import _INDEX, TensorObserver
 from hookdbg.recorder.recompute import Recompute
 from hookdbg.recorder.tensors import iter_tensors
-from hookdbg.recorder.timing import backward_rows
+from hookdbg.recorder.timing import BackwardRows, backward_rows
+from hookdbg.store.rows import RowBuffer
 from hookdbg.store.schema import Phase, Slot
 
 if TYPE_CHECKING:
-    from hookdbg.recorder.calls import Call, Seen
+    from hookdbg.recorder.calls import Seen
 
 try:
     import hookdbg.recorder._hot as _hot
 except ImportError:  # not built: the Python path only
+    _hot = None
+if RowBuffer is None:  # the C path writes rows into the store's buffers
     _hot = None
 
 PURE_PYTHON = "HOOKDBG_PURE_PYTHON"
@@ -63,7 +70,7 @@ class PerCallPath:
 
     observer: type[TensorObserver]
     hooks: type[ModuleHooks]
-    backward_rows: Callable[[list[Call], int, int, float], list[tuple]]
+    backward_rows: BackwardRows
 
 
 def chosen() -> PerCallPath:

@@ -60,6 +60,7 @@ from hookdbg.recorder.optimizer import OptimizerObserver
 from hookdbg.recorder.segments import Segments
 from hookdbg.recorder.signals import TerminationSignals
 from hookdbg.recorder.steps import StepTracker
+from hookdbg.store import schema
 from hookdbg.store.rows import Rows
 from hookdbg.store.schema import ModuleKind
 from hookdbg.store.writer import Writer, WriterError
@@ -107,7 +108,7 @@ class Recorder:
             raise RecordError(f"{self.path} already exists; pass --force to overwrite it")
         self._argv = list(sys.argv if argv is None else argv)
         self.guard = guard = Guard()
-        self.rows = rows = Rows()
+        self.rows = rows = Rows(schema.tables(options.histograms))
         self.detector = detector = OriginDetector()
         self._steps = steps = StepTracker()
         self._hooks = HookSet()

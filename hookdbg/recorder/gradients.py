@@ -194,7 +194,7 @@ class GradientObserver:
             if owner is not None or calls:
                 tensors.keep(owner or calls[-1], _BWD, _PARAM_GRAD, name, grad, summary, version)
             elif tensors.emit_tensors:
-                tensors.rows.tensors.append(
+                tensors.tensor_row(
                     (-1, state.step, state.id, info.id, _BWD, _PARAM_GRAD, name, summary)
                 )
         if summary is None or not tensors.check_nan:

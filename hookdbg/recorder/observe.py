@@ -314,15 +314,21 @@ class TensorObserver:
         (``t`` at ``version``, -1 for an inference tensor)."""
         if self.emit_tensors:
             state = self.state
-            row = (call.id, state.step, state.id, call.info.id, phase, slot, path, summary)
-            if type(summary) is Pending:  # waits in the batch until read back
-                state.batch.rows.append(row)  # type: ignore[union-attr]
-            else:
-                self.rows.tensors.append(row)
+            self.tensor_row(
+                (call.id, state.step, state.id, call.info.id, phase, slot, path, summary)
+            )
         if self.flight is not None:
             self.flight.keep(call, phase, slot, path, t, version)
         if self.capturing and call.info.capture:
             self.capture(call, phase, slot, path, t)
+
+    def tensor_row(self, row: tuple) -> None:
+        """A row of the tensors table: to the writer, or, while its statistics wait for
+        the device (its summary is ``Pending``), to the step's batch until read back."""
+        if type(row[-1]) is Pending:
+            self.state.batch.rows.append(row)  # type: ignore[union-attr]
+        else:
+            self.rows.tensors.append(row)
 
     def capture(self, call: Call, phase: int, slot: int, path: str, t: torch.Tensor) -> None:
         """Copy a tensor for --capture, unless the copies already waiting for the writer

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 
 from hookdbg.options import RecordOptions
-from hookdbg.recorder.calls import Call, Segment, StepState
+from hookdbg.recorder.calls import Segment, StepState
 from hookdbg.recorder.capture import FlightRecorder
 from hookdbg.recorder.deferred import StepBatch
 from hookdbg.recorder.gradscaler import Decision, ScalerWatch, step_columns
@@ -32,7 +32,7 @@ from hookdbg.recorder.nonfinite import OriginDetector
 from hookdbg.recorder.observe import TensorObserver
 from hookdbg.recorder.optimizer import OptimizerObserver
 from hookdbg.recorder.steps import RootKind, StepTracker, root_kind
-from hookdbg.recorder.timing import backward_rows
+from hookdbg.recorder.timing import BackwardRows, backward_rows
 from hookdbg.store.rows import Rows
 from hookdbg.store.schema import ModuleKind, StepKind
 
@@ -77,7 +77,7 @@ class Segments:
         self.state = StepState(Segment(-1, 0, None, 0), False, 0.0, None)  # none yet
         observer.begin(self.state)
         # each segment's backward spans, or the same in C (recorder/accelerated.py)
-        self.backward_rows: Callable[[list[Call], int, int, float], list[tuple]] = backward_rows
+        self.backward_rows: BackwardRows = backward_rows
         self.unmatched_globs: list[str] = []  # --modules globs said to match nothing
         self.steps_recorded = 0  # training steps
         self.evals_recorded = 0  # eval batches
@@ -155,7 +155,7 @@ class Segments:
         origin = self.origin
         state.seg.training = training = steps.end(cut)
         if state.recording:
-            self.rows.calls.extend(self.backward_rows(state.calls, state.step, state.id, origin))
+            self.backward_rows(state.calls, state.step, state.id, origin, self.rows.calls)
             if training:
                 self.steps_recorded += 1
             else:

@@ -7,14 +7,20 @@ reconstructed at the end of a step from the moments gradients arrived, see
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hookdbg.recorder.calls import NEVER, Call
+from hookdbg.store.rows import RowSink
 from hookdbg.store.schema import Phase
 
 _BWD = int(Phase.BWD)
 _LATER = float("inf")
 
+# backward_rows here, or the same in C (hookdbg/recorder/_hot.c)
+BackwardRows = Callable[[list[Call], int, int, float, RowSink], None]
 
-def backward_rows(calls: list[Call], step: int, segment: int, origin: float) -> list[tuple]:
+
+def backward_rows(calls: list[Call], step: int, segment: int, origin: float, into: RowSink) -> None:
     """Backward span of each call, from the first gradient at its outputs to its end.
 
     Each call's events are those of the backward pass (autograd graph task) that first
@@ -25,11 +31,12 @@ def backward_rows(calls: list[Call], step: int, segment: int, origin: float) -> 
     w.r.t. an input shared with other modules (a residual path) only completes after
     them, and a shared module's parameters after all its calls. A call with children
     ends with its last child (or its own parameters). Self time excludes recorded
-    children. ``calls`` are in creation order; ``origin`` is the recording's start.
+    children. ``calls`` are in creation order; ``origin`` is the recording's start; the
+    rows go to ``into``.
     """
     ends: dict[int, float] = {}  # call id -> latest end among its children
     totals: dict[int, float] = {}
-    rows = []
+    add = into.append
     bwd = _BWD
     for call in reversed(calls):  # children before parents
         start = call.bwd_start
@@ -56,7 +63,7 @@ def backward_rows(calls: list[Call], step: int, segment: int, origin: float) -> 
         if parent is not None:
             totals[pid] = totals.get(pid, 0.0) + total
         self_time = total - totals.get(call.id, 0.0)
-        rows.append(
+        add(
             (
                 call.id,
                 bwd,
@@ -71,4 +78,3 @@ def backward_rows(calls: list[Call], step: int, segment: int, origin: float) -> 
                 self_time if self_time > 0.0 else 0.0,
             )
         )
-    return rows

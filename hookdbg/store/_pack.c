@@ -1,9 +1,4 @@
-/* Rows of Python numbers into a numpy structured array, without a tuple per row.
- *
- * The writer thread turns the recorder's row tuples into numpy rows. numpy's own
- * conversion of a list of tuples builds and inspects every row again (about 1.3 us per
- * tensor row of 20 columns); this reads each number where it lies and stores it at its
- * column's offset, holding the GIL for a fraction of that time.
+/* Rows of Python values into numpy records, without a tuple per row where it can.
  *
  * pack(rows, out, fields) -> None
  *
@@ -11,18 +6,34 @@
  * records; ``fields`` a tuple of (outer, inner, offset, code): the value is
  * rows[i][outer] (inner < 0) or rows[i][outer][inner], stored at byte ``offset`` of
  * record i as code 0: int64, 1: int32, 2: int16, 3: uint8, 4: float64, 5: float32.
+ * numpy's own conversion of a list of tuples builds and inspects every row again
+ * (about 1.3 us per tensor row of 20 columns); this reads each value where it lies.
  *
  * A text field is (outer, inner, offset, 6, width, cache, make): its value's encoded
  * bytes are ``cache[value]``, or ``make(value)`` the first time (which fills the
  * cache), stored zero-padded in ``width`` bytes as numpy stores a fixed-width bytes
  * field. Texts repeat (a module path, a shape, a dtype), so the encoding happens
  * once per distinct value and each row costs a dictionary lookup and a copy.
+ *
+ * A raw field is (outer, inner, offset, 7, width): a bytes value copied as it is (a
+ * histogram's int64 counts), or zeros where the value is None or missing (a summary
+ * tuple that ends before it).
+ *
+ * RowBuffer(dtype, itemsize, fields): one table's rows, appended one at a time
+ * (``append(row)``, ``extend(rows)``; other extensions write into it through
+ * rowbuffer.h), kept column by column and handed over as one bytes object per field
+ * (``take()``). The recorder's rows wait there for the writer thread: no tuple per row
+ * for the garbage collector to count while they wait, and nothing left for the writer
+ * to convert or gather.
  */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <structmember.h>
+
+#include "rowbuffer.h"
 
 typedef struct {
     Py_ssize_t outer, inner, offset, width;
@@ -30,7 +41,45 @@ typedef struct {
     PyObject *cache, *make; /* text fields only (borrowed from ``fields``) */
 } Field;
 
-enum { TEXT = 6 };
+enum { TEXT = 6, RAW = 7 };
+
+static const Py_ssize_t WIDTH[] = {8, 4, 2, 1, 8, 4};
+
+/* ``spec`` (a tuple of field tuples) as Fields that lie inside ``itemsize`` bytes
+ * (itemsize < 0: not known yet); PyMem_Free the result. */
+static Field *parse_fields(PyObject *spec, Py_ssize_t itemsize) {
+    Py_ssize_t n = PyTuple_GET_SIZE(spec);
+    Field *fields = PyMem_Malloc(sizeof(Field) * (size_t)(n ? n : 1));
+    if (fields == NULL) return (Field *)PyErr_NoMemory();
+    for (Py_ssize_t j = 0; j < n; j++) {
+        Field *f = &fields[j];
+        f->width = 0;
+        f->cache = f->make = NULL;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(spec, j), "nnni|nO!O", &f->outer, &f->inner,
+                              &f->offset, &f->code, &f->width, &PyDict_Type, &f->cache,
+                              &f->make))
+            goto fail;
+        if (f->code == TEXT && (f->cache == NULL || f->make == NULL || f->width <= 0)) {
+            PyErr_SetString(PyExc_ValueError, "pack: a text field needs width, cache, make");
+            goto fail;
+        }
+        if (f->code == RAW && f->width <= 0) {
+            PyErr_SetString(PyExc_ValueError, "pack: a raw field needs its width");
+            goto fail;
+        }
+        int known = f->code >= 0 && f->code <= RAW;
+        Py_ssize_t width = !known ? 0 : f->code >= TEXT ? f->width : WIDTH[f->code];
+        if (!known || f->outer < 0 || f->offset < 0 ||
+            (itemsize >= 0 && f->offset + width > itemsize)) {
+            PyErr_SetString(PyExc_ValueError, "pack: a field lies outside its record");
+            goto fail;
+        }
+    }
+    return fields;
+fail:
+    PyMem_Free(fields);
+    return NULL;
+}
 
 static int store_text(char *at, const Field *f, PyObject *value) {
     PyObject *data = PyDict_GetItemWithError(f->cache, value); /* borrowed */
@@ -53,30 +102,56 @@ static int store_text(char *at, const Field *f, PyObject *value) {
     return 0;
 }
 
-static int store(char *at, int code, PyObject *value) {
-    if (code >= 4) {
-        double d = PyFloat_AsDouble(value);
-        if (d == -1.0 && PyErr_Occurred()) return -1;
-        if (code == 4) {
-            memcpy(at, &d, 8);
-        } else {
-            float f = (float)d;
-            memcpy(at, &f, 4);
-        }
+static int store_raw(char *at, const Field *f, PyObject *value) {
+    if (value == NULL || value == Py_None) {
+        memset(at, 0, (size_t)f->width);
         return 0;
     }
-    long long v = PyLong_AsLongLong(value);
-    if (v == -1 && PyErr_Occurred()) return -1;
+    if (!PyBytes_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "pack: a raw field's value is not bytes");
+        return -1;
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(value);
+    if (n > f->width) n = f->width;
+    memcpy(at, PyBytes_AS_STRING(value), (size_t)n);
+    memset(at + n, 0, (size_t)(f->width - n));
+    return 0;
+}
+
+static void store_long(char *at, int code, long long v) {
     switch (code) {
         case 0: { int64_t x = (int64_t)v; memcpy(at, &x, 8); break; }
         case 1: { int32_t x = (int32_t)v; memcpy(at, &x, 4); break; }
         case 2: { int16_t x = (int16_t)v; memcpy(at, &x, 2); break; }
-        default: { uint8_t x = (uint8_t)v; memcpy(at, &x, 1); break; }
+        case 3: { uint8_t x = (uint8_t)v; memcpy(at, &x, 1); break; }
+        case 4: { double x = (double)v; memcpy(at, &x, 8); break; }
+        default: { float x = (float)v; memcpy(at, &x, 4); break; }
     }
-    return 0;
 }
 
-static const Py_ssize_t WIDTH[] = {8, 4, 2, 1, 8, 4};
+static void store_double(char *at, int code, double d) {
+    if (code == 4) {
+        memcpy(at, &d, 8);
+    } else if (code == 5) {
+        float f = (float)d;
+        memcpy(at, &f, 4);
+    } else {
+        store_long(at, code, (long long)d);
+    }
+}
+
+static int store(char *at, int code, PyObject *value) {
+    if (code >= 4) {
+        double d = PyFloat_AsDouble(value);
+        if (d == -1.0 && PyErr_Occurred()) return -1;
+        store_double(at, code, d);
+        return 0;
+    }
+    long long v = PyLong_AsLongLong(value);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    store_long(at, code, v);
+    return 0;
+}
 
 static PyObject *item(PyObject *seq, Py_ssize_t k) {
     if (PyTuple_Check(seq) && k >= 0 && k < PyTuple_GET_SIZE(seq)) return PyTuple_GET_ITEM(seq, k);
@@ -84,29 +159,30 @@ static PyObject *item(PyObject *seq, Py_ssize_t k) {
     return NULL;
 }
 
+/* One field, at ``at``, from its column's value (the inner one, for inner >= 0). */
+static int store_field(char *at, const Field *f, PyObject *value) {
+    if (f->inner >= 0) {
+        if (f->code == RAW && (value == Py_None ||
+                               (PyTuple_Check(value) && f->inner >= PyTuple_GET_SIZE(value))))
+            return store_raw(at, f, NULL);
+        if ((value = item(value, f->inner)) == NULL) return -1;
+    }
+    switch (f->code) {
+        case TEXT: return store_text(at, f, value);
+        case RAW: return store_raw(at, f, value);
+        default: return store(at, f->code, value);
+    }
+}
+
+static Py_ssize_t field_width(const Field *f) { return f->code >= TEXT ? f->width : WIDTH[f->code]; }
+
 static PyObject *pack(PyObject *self, PyObject *args) {
     PyObject *rows, *out, *spec;
     if (!PyArg_ParseTuple(args, "O!OO!", &PyList_Type, &rows, &out, &PyTuple_Type, &spec))
         return NULL;
     Py_ssize_t nfields = PyTuple_GET_SIZE(spec), nrows = PyList_GET_SIZE(rows);
-    Field *fields = PyMem_Malloc(sizeof(Field) * (size_t)(nfields ? nfields : 1));
-    if (fields == NULL) return PyErr_NoMemory();
-    for (Py_ssize_t j = 0; j < nfields; j++) {
-        Field *f = &fields[j];
-        f->width = 0;
-        f->cache = f->make = NULL;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(spec, j), "nnni|nO!O", &f->outer, &f->inner,
-                              &f->offset, &f->code, &f->width, &PyDict_Type, &f->cache,
-                              &f->make)) {
-            PyMem_Free(fields);
-            return NULL;
-        }
-        if (f->code == TEXT && (f->cache == NULL || f->make == NULL || f->width <= 0)) {
-            PyErr_SetString(PyExc_ValueError, "pack: a text field needs width, cache, make");
-            PyMem_Free(fields);
-            return NULL;
-        }
-    }
+    Field *fields = parse_fields(spec, -1);
+    if (fields == NULL) return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(out, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
         PyMem_Free(fields);
@@ -120,9 +196,7 @@ static PyObject *pack(PyObject *self, PyObject *args) {
     }
     for (Py_ssize_t j = 0; j < nfields && !failed && nrows; j++) {
         Field *f = &fields[j];
-        int known = f->code >= 0 && f->code <= TEXT;
-        Py_ssize_t width = !known ? 0 : f->code == TEXT ? f->width : WIDTH[f->code];
-        if (!known || f->offset < 0 || f->offset + width > stride) {
+        if (f->offset + field_width(f) > stride) {
             PyErr_SetString(PyExc_ValueError, "pack: a field lies outside its record");
             failed = 1;
         }
@@ -131,12 +205,8 @@ static PyObject *pack(PyObject *self, PyObject *args) {
         PyObject *row = PyList_GET_ITEM(rows, i);
         char *record = (char *)view.buf + i * stride;
         for (Py_ssize_t j = 0; j < nfields; j++) {
-            Field *f = &fields[j];
-            PyObject *value = item(row, f->outer);
-            if (value != NULL && f->inner >= 0) value = item(value, f->inner);
-            if (value == NULL ||
-                (f->code == TEXT ? store_text(record + f->offset, f, value)
-                                 : store(record + f->offset, f->code, value)) < 0) {
+            PyObject *value = item(row, fields[j].outer);
+            if (value == NULL || store_field(record + fields[j].offset, &fields[j], value) < 0) {
                 failed = 1;
                 break;
             }
@@ -148,13 +218,390 @@ static PyObject *pack(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* -- RowBuffer ------------------------------------------------------------------------ */
+
+/* Column by column: each field's values lie together, as the file stores them (one
+ * dataset per column), so the writer appends each one as it is, without first
+ * gathering it out of records (which holds the GIL). */
+/* The last encodings of a text field, by the identity of the value (held, so that its
+ * address is not another value's): a module path, a shape, a dtype repeat row after
+ * row, and a pointer compare is cheaper than hashing them for the cache dict. */
+#define TEXT_SLOTS 64
+typedef struct {
+    PyObject *value, *data;
+} TextSlot;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *dtype; /* what take()'s columns are (kept for the caller) */
+    PyObject *spec;  /* the fields tuple: owns the text fields' caches and encoders */
+    Field *fields;
+    Py_ssize_t nfields, ncolumns;
+    Py_ssize_t *first; /* fields sorted by column: column c's are order[first[c]:first[c+1]] */
+    Py_ssize_t *order;
+    char **data;       /* per field: its values, field_width() bytes each, zeros past n */
+    Py_ssize_t n, cap; /* rows held, and room for */
+    TextSlot *slots;   /* TEXT_SLOTS per field (used by text fields) */
+} RowBuffer;
+
+static PyTypeObject RowBufferType;
+
+static int RowBuffer_init(RowBuffer *self, PyObject *args, PyObject *kwds) {
+    static char *kw[] = {"dtype", "itemsize", "fields", NULL};
+    PyObject *dtype, *spec;
+    Py_ssize_t itemsize;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnO!", kw, &dtype, &itemsize, &PyTuple_Type,
+                                     &spec))
+        return -1;
+    if (self->fields != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "RowBuffer: already made");
+        return -1;
+    }
+    if (itemsize <= 0) {
+        PyErr_SetString(PyExc_ValueError, "RowBuffer: a record holds at least one byte");
+        return -1;
+    }
+    Field *fields = parse_fields(spec, itemsize);
+    if (fields == NULL) return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(spec), columns = 0;
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (fields[j].outer + 1 > columns) columns = fields[j].outer + 1;
+    Py_ssize_t *first = PyMem_Calloc((size_t)columns + 1, sizeof(Py_ssize_t));
+    Py_ssize_t *order = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
+    Py_ssize_t *next = PyMem_Calloc((size_t)columns + 1, sizeof(Py_ssize_t));
+    char **data = PyMem_Calloc((size_t)n + 1, sizeof(char *));
+    TextSlot *slots = PyMem_Calloc((size_t)(n + 1) * TEXT_SLOTS, sizeof(TextSlot));
+    if (first == NULL || order == NULL || next == NULL || data == NULL || slots == NULL) {
+        PyMem_Free(fields);
+        PyMem_Free(first);
+        PyMem_Free(order);
+        PyMem_Free(next);
+        PyMem_Free(data);
+        PyMem_Free(slots);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) first[fields[j].outer + 1]++;
+    for (Py_ssize_t c = 0; c < columns; c++) first[c + 1] += first[c];
+    memcpy(next, first, sizeof(Py_ssize_t) * (size_t)columns);
+    for (Py_ssize_t j = 0; j < n; j++) order[next[fields[j].outer]++] = j;
+    PyMem_Free(next);
+    Py_INCREF(dtype);
+    Py_INCREF(spec);
+    self->dtype = dtype;
+    self->spec = spec;
+    self->fields = fields;
+    self->nfields = n;
+    self->ncolumns = columns;
+    self->first = first;
+    self->order = order;
+    self->data = data;
+    self->slots = slots;
+    return 0;
+}
+
+static int RowBuffer_traverse(RowBuffer *self, visitproc visit, void *arg) {
+    Py_VISIT(self->dtype);
+    Py_VISIT(self->spec);
+    for (Py_ssize_t k = 0; self->slots != NULL && k < self->nfields * TEXT_SLOTS; k++) {
+        Py_VISIT(self->slots[k].value);
+        Py_VISIT(self->slots[k].data);
+    }
+    return 0;
+}
+
+static int RowBuffer_clear(RowBuffer *self) {
+    Py_CLEAR(self->dtype);
+    Py_CLEAR(self->spec);
+    for (Py_ssize_t k = 0; self->slots != NULL && k < self->nfields * TEXT_SLOTS; k++) {
+        Py_CLEAR(self->slots[k].value);
+        Py_CLEAR(self->slots[k].data);
+    }
+    return 0;
+}
+
+static void free_columns(RowBuffer *b) {
+    for (Py_ssize_t j = 0; b->data != NULL && j < b->nfields; j++) {
+        PyMem_Free(b->data[j]);
+        b->data[j] = NULL;
+    }
+    b->cap = 0;
+}
+
+static void RowBuffer_dealloc(RowBuffer *self) {
+    PyObject_GC_UnTrack(self);
+    RowBuffer_clear(self);
+    free_columns(self);
+    PyMem_Free(self->data);
+    PyMem_Free(self->slots);
+    PyMem_Free(self->fields);
+    PyMem_Free(self->first);
+    PyMem_Free(self->order);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int made(RowBuffer *b) {
+    if (b->fields != NULL) return 1;
+    PyErr_SetString(PyExc_RuntimeError, "RowBuffer: __init__ was not called");
+    return 0;
+}
+
+/* A new row at the end, its fields zero (every row past n is). */
+static Py_ssize_t rb_reserve(PyObject *buffer) {
+    RowBuffer *b = (RowBuffer *)buffer;
+    if (!made(b)) return -1;
+    if (b->n == b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap * 2 : 256;
+        for (Py_ssize_t j = 0; j < b->nfields; j++) {
+            Py_ssize_t width = field_width(&b->fields[j]);
+            char *column = cap > PY_SSIZE_T_MAX / width
+                               ? NULL
+                               : PyMem_Realloc(b->data[j], (size_t)(cap * width));
+            if (column == NULL) { /* the columns grown so far keep their (zeroed) room */
+                PyErr_NoMemory();
+                return -1;
+            }
+            memset(column + b->cap * width, 0, (size_t)((cap - b->cap) * width));
+            b->data[j] = column;
+        }
+        b->cap = cap;
+    }
+    return b->n++;
+}
+
+/* Zero rows [from, to) of every column. */
+static void zero_rows(RowBuffer *b, Py_ssize_t from, Py_ssize_t to) {
+    for (Py_ssize_t j = 0; to > from && j < b->nfields; j++) {
+        Py_ssize_t width = field_width(&b->fields[j]);
+        memset(b->data[j] + from * width, 0, (size_t)((to - from) * width));
+    }
+}
+
+static void rb_unreserve(PyObject *buffer) {
+    RowBuffer *b = (RowBuffer *)buffer;
+    if (b->n > 0) zero_rows(b, b->n - 1, b->n);
+    if (b->n > 0) b->n--;
+}
+
+/* The encoding of text field ``j``'s ``value`` (borrowed from its slot, see TextSlot),
+ * made the first time by the field's cache or encoder. */
+static PyObject *encoded(RowBuffer *b, Py_ssize_t j, PyObject *value) {
+    const Field *f = &b->fields[j];
+    TextSlot *slot = &b->slots[j * TEXT_SLOTS + (Py_ssize_t)(((uintptr_t)value >> 4) % TEXT_SLOTS)];
+    if (slot->value != value) {
+        PyObject *data = PyDict_GetItemWithError(f->cache, value); /* borrowed */
+        if (data != NULL) {
+            Py_INCREF(data);
+        } else if (PyErr_Occurred() || (data = PyObject_CallOneArg(f->make, value)) == NULL) {
+            return NULL;
+        }
+        if (!PyBytes_Check(data)) {
+            Py_DECREF(data);
+            PyErr_SetString(PyExc_TypeError, "pack: a text field's encoding is not bytes");
+            return NULL;
+        }
+        Py_INCREF(value);
+        Py_XSETREF(slot->value, value);
+        Py_XSETREF(slot->data, data);
+    }
+    return slot->data;
+}
+
+/* store_field for field ``j`` of row ``row`` */
+static int store_cell(RowBuffer *b, Py_ssize_t row, Py_ssize_t j, PyObject *value);
+
+/* Where field ``j`` of row ``row`` lies, or NULL (an error set) if there is no such row. */
+static char *cell(RowBuffer *b, Py_ssize_t row, Py_ssize_t j) {
+    if (row >= 0 && row < b->n) return b->data[j] + row * field_width(&b->fields[j]);
+    PyErr_SetString(PyExc_IndexError, "RowBuffer: no such row");
+    return NULL;
+}
+
+static int store_cell(RowBuffer *b, Py_ssize_t row, Py_ssize_t j, PyObject *value) {
+    const Field *f = &b->fields[j];
+    if (f->code != TEXT) {
+        char *at = cell(b, row, j);
+        return at == NULL ? -1 : store_field(at, f, value);
+    }
+    if (f->inner >= 0 && (value = item(value, f->inner)) == NULL) return -1;
+    PyObject *data = encoded(b, j, value); /* first: it may run Python code */
+    char *at = data == NULL ? NULL : cell(b, row, j);
+    if (at == NULL) return -1;
+    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    if (n > f->width) n = f->width;
+    memcpy(at, PyBytes_AS_STRING(data), (size_t)n);
+    memset(at + n, 0, (size_t)(f->width - n));
+    return 0;
+}
+
+static int column_ok(RowBuffer *b, Py_ssize_t column) {
+    if (column >= 0 && column < b->ncolumns) return 1;
+    PyErr_SetString(PyExc_IndexError, "RowBuffer: no such column");
+    return 0;
+}
+
+static int rb_put(PyObject *buffer, Py_ssize_t row, Py_ssize_t column, PyObject *value) {
+    RowBuffer *b = (RowBuffer *)buffer;
+    if (!column_ok(b, column)) return -1;
+    for (Py_ssize_t k = b->first[column]; k < b->first[column + 1]; k++)
+        if (store_cell(b, row, b->order[k], value) < 0) return -1;
+    return 0;
+}
+
+/* The field of a column of one number: cheaper to fill than with a Python int or float. */
+static Py_ssize_t scalar(RowBuffer *b, Py_ssize_t column) {
+    if (!column_ok(b, column)) return -1;
+    if (b->first[column + 1] - b->first[column] == 1) {
+        Py_ssize_t j = b->order[b->first[column]];
+        if (b->fields[j].inner < 0 && b->fields[j].code < TEXT) return j;
+    }
+    PyErr_SetString(PyExc_TypeError, "RowBuffer: the column is not one number");
+    return -1;
+}
+
+static int rb_put_long(PyObject *buffer, Py_ssize_t row, Py_ssize_t column, long long v) {
+    RowBuffer *b = (RowBuffer *)buffer;
+    Py_ssize_t j = scalar(b, column);
+    char *at = j < 0 ? NULL : cell(b, row, j);
+    if (at == NULL) return -1;
+    store_long(at, b->fields[j].code, v);
+    return 0;
+}
+
+static int rb_put_double(PyObject *buffer, Py_ssize_t row, Py_ssize_t column, double v) {
+    RowBuffer *b = (RowBuffer *)buffer;
+    Py_ssize_t j = scalar(b, column);
+    char *at = j < 0 ? NULL : cell(b, row, j);
+    if (at == NULL) return -1;
+    store_double(at, b->fields[j].code, v);
+    return 0;
+}
+
+static int append_row(RowBuffer *b, PyObject *row) {
+    if (!PyTuple_Check(row)) {
+        PyErr_SetString(PyExc_ValueError, "pack: a row is not a tuple holding its fields");
+        return -1;
+    }
+    Py_ssize_t at = rb_reserve((PyObject *)b);
+    if (at < 0) return -1;
+    for (Py_ssize_t j = 0; j < b->nfields; j++) {
+        PyObject *value = item(row, b->fields[j].outer);
+        if (value == NULL || store_cell(b, at, j, value) < 0) {
+            rb_unreserve((PyObject *)b);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *RowBuffer_append(RowBuffer *self, PyObject *row) {
+    if (append_row(self, row) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *RowBuffer_extend(RowBuffer *self, PyObject *rows) {
+    PyObject *it = PyObject_GetIter(rows), *row;
+    if (it == NULL) return NULL;
+    while ((row = PyIter_Next(it)) != NULL) {
+        int bad = append_row(self, row);
+        Py_DECREF(row);
+        if (bad < 0) {
+            Py_DECREF(it);
+            return NULL;
+        }
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* The rows gathered so far: one bytes object per field, in the fields' order; the
+ * buffer starts afresh. */
+static PyObject *RowBuffer_take(RowBuffer *self, PyObject *unused) {
+    if (!made(self)) return NULL;
+    PyObject *out = PyTuple_New(self->nfields);
+    if (out == NULL) return NULL;
+    Py_ssize_t held = 0;
+    for (Py_ssize_t j = 0; j < self->nfields; j++) {
+        Py_ssize_t width = field_width(&self->fields[j]);
+        PyObject *column = PyBytes_FromStringAndSize(self->data[j], self->n * width);
+        if (column == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, j, column);
+        held += self->cap * width;
+    }
+    if (held > (16 << 20)) {
+        free_columns(self); /* a burst: give its memory back */
+    } else {
+        zero_rows(self, 0, self->n);
+    }
+    self->n = 0;
+    return out;
+}
+
+static Py_ssize_t RowBuffer_len(RowBuffer *self) { return self->n; }
+
+static PyMethodDef RowBuffer_methods[] = {
+    {"append", (PyCFunction)RowBuffer_append, METH_O, "Store one row tuple."},
+    {"extend", (PyCFunction)RowBuffer_extend, METH_O, "Store each row tuple of an iterable."},
+    {"take", (PyCFunction)RowBuffer_take, METH_NOARGS,
+     "The rows gathered so far, one bytes object per field; the buffer starts afresh."},
+    {NULL},
+};
+
+static PyMemberDef RowBuffer_members[] = {
+    {"dtype", T_OBJECT, offsetof(RowBuffer, dtype), READONLY, "what the rows are"},
+    {NULL},
+};
+
+static PySequenceMethods RowBuffer_as_sequence = {.sq_length = (lenfunc)RowBuffer_len};
+
+static PyTypeObject RowBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hookdbg.store._pack.RowBuffer",
+    .tp_basicsize = sizeof(RowBuffer),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "RowBuffer(dtype, itemsize, fields): one table's rows, column by column.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)RowBuffer_init,
+    .tp_traverse = (traverseproc)RowBuffer_traverse,
+    .tp_clear = (inquiry)RowBuffer_clear,
+    .tp_dealloc = (destructor)RowBuffer_dealloc,
+    .tp_methods = RowBuffer_methods,
+    .tp_members = RowBuffer_members,
+    .tp_as_sequence = &RowBuffer_as_sequence,
+};
+
+static RowBufferAPI api = {
+    ROWBUFFER_API_VERSION, &RowBufferType, rb_reserve,  rb_unreserve,
+    rb_put,                rb_put_long,    rb_put_double,
+};
+
 static PyMethodDef methods[] = {
     {"pack", pack, METH_VARARGS, "pack(rows, out, fields) -> None"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_pack", "Row tuples into numpy records.", -1, methods,
+    PyModuleDef_HEAD_INIT, "_pack", "Row tuples into numpy records; row buffers.", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__pack(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__pack(void) {
+    if (PyType_Ready(&RowBufferType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    PyObject *capsule = PyCapsule_New(&api, ROWBUFFER_CAPSULE, NULL);
+    if (capsule == NULL || PyModule_AddObject(m, "_C_API", capsule) < 0) {
+        Py_XDECREF(capsule);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&RowBufferType);
+    if (PyModule_AddObject(m, "RowBuffer", (PyObject *)&RowBufferType) < 0) {
+        Py_DECREF(&RowBufferType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

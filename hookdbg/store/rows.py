@@ -1,54 +1,111 @@
-"""Rows on their way to the file: gathered by the recorder, converted by the writer.
+"""Rows on their way to the file: gathered by the recorder, handed to the writer.
 
-``Rows`` is what the training thread appends to: one list per table, named, so a hook
-appends a plain tuple (in the table's column order, schema.py) with no lookup. The
-writer thread turns those tuples into numpy rows (``CONVERTERS``): the formatting and
-the UTF-8 encoding, truncating text to the schema's fixed widths, happen there, not on
-the training thread.
+``Rows`` is what the training thread appends to, one sink per table, named, so a hook
+appends a row (a tuple in the table's column order, schema.py) with no lookup. The
+tables that grow with every module call, ``calls`` and ``tensors``, are ``RowBuffer``s
+(store/_pack.c) where that extension is built: a row is stored column by column as it
+is appended (the recorder's C path writes it there directly, rowbuffer.h), so no
+tuple per row waits for the writer, for the garbage collector to count, and the
+writer thread appends each column to the file as it is. The other tables are lists of
+tuples, and so are all tables without the extension: the writer thread turns those
+into numpy rows (``CONVERTERS``), encoding text and cutting it to the schema's fixed
+widths.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
-from typing import Any, TypeVar
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from hookdbg.store import schema
 
 try:
-    from hookdbg.store._pack import pack as _pack
+    import hookdbg.store._pack as _packer
 except ImportError:  # not built: numpy's conversion of the row tuples instead
-    _pack = None
+    _packer = None
+_pack = getattr(_packer, "pack", None)
+RowBuffer = getattr(_packer, "RowBuffer", None)  # None: lists of tuples for every table
 
 _Key = TypeVar("_Key", bound=Hashable)
 
 TABLE_NAMES = ("modules", "calls", "tensors", "steps", "alerts", "captures", "info")
 
 
+class RowSink(Protocol):
+    """Where a table's rows go: a list of tuples, or a ``RowBuffer``."""
+
+    def append(self, row: tuple, /) -> None: ...
+
+    def extend(self, rows: Iterable[tuple], /) -> None: ...
+
+    def __len__(self) -> int: ...
+
+
+Columns = dict[str, np.ndarray]  # a table's rows column by column, all of one length
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A ``RowBuffer``'s rows as taken: the bytes of each field of ``dtype``, in order.
+    The writer thread makes them numpy columns (``columns``), not the training thread."""
+
+    dtype: np.dtype
+    fields: tuple[bytes, ...]
+
+    def __len__(self) -> int:
+        first = self.dtype[0]
+        return len(self.fields[0]) // first.itemsize if self.fields else 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(data) for data in self.fields)
+
+    def columns(self) -> Columns:
+        out = {}
+        for name, data in zip(self.dtype.names or (), self.fields, strict=True):
+            field = self.dtype[name]  # a histogram's field holds an array per row
+            out[name] = np.frombuffer(data, dtype=field.base).reshape(-1, *field.shape)
+        return out
+
+
+Taken = list | Packed  # a table's rows as handed over: tuples, or packed already
+
+
 class Rows:
-    """The rows gathered since the last hand-over to the writer, one list per table."""
+    """The rows gathered since the last hand-over to the writer, one sink per table."""
 
     __slots__ = TABLE_NAMES
 
-    def __init__(self) -> None:
-        self.modules: list[tuple] = []
-        self.calls: list[tuple] = []
-        self.tensors: list[tuple] = []
-        self.steps: list[tuple] = []
-        self.alerts: list[tuple] = []
-        self.captures: list[tuple] = []
-        self.info: list[tuple] = []
+    def __init__(self, tables: Mapping[str, tuple[np.dtype, int]] = schema.TABLES) -> None:
+        self.modules: RowSink = []
+        self.calls: RowSink = buffer_for(tables["calls"][0])
+        self.tensors: RowSink = buffer_for(tables["tensors"][0])
+        self.steps: RowSink = []
+        self.alerts: RowSink = []
+        self.captures: RowSink = []
+        self.info: RowSink = []
 
-    def take(self) -> dict[str, list]:
+    def take(self) -> dict[str, Taken]:
         """The rows gathered so far, by table (empty tables left out); starts afresh."""
-        out = {}
+        out: dict[str, Taken] = {}
         for name in TABLE_NAMES:
             rows = getattr(self, name)
-            if rows:
+            if not rows:
+                continue
+            if isinstance(rows, list):
                 out[name] = rows
                 setattr(self, name, [])
+            else:
+                out[name] = Packed(rows.dtype, rows.take())
         return out
+
+
+def rows_in(columns: Columns) -> int:
+    """How many rows ``columns`` hold."""
+    return len(next(iter(columns.values()))) if columns else 0
 
 
 _text_cache: dict[object, bytes] = {}
@@ -83,6 +140,7 @@ def device_text(device: object) -> bytes:
 
 _CODES = {"<i8": 0, "<i4": 1, "<i2": 2, "|u1": 3, "|i1": 3, "<f8": 4, "<f4": 5}
 _TEXT = 6  # pack's code for a text column, stored through a cache of encodings
+_RAW = 7  # pack's code for bytes stored as they are (zeros for None)
 
 
 def _fields(
@@ -99,7 +157,9 @@ def _fields(
         if name not in where:
             continue
         kind, offset = fields[name][:2]
-        if kind.kind == "S":
+        if kind.shape:  # an array per row (a histogram's counts): bytes copied as they are
+            layout.append((*where[name], offset, _RAW, kind.itemsize))
+        elif kind.kind == "S":
             layout.append((*where[name], offset, _TEXT, kind.itemsize, *(texts or {})[name]))
         else:
             layout.append((*where[name], offset, _CODES[kind.str]))
@@ -114,21 +174,41 @@ def _path_text(path: object) -> bytes:
     return out
 
 
-# where each column of a tensor row lies: (call, step, segment, module, phase, slot,
-# path, summary), the summary's fields inside it
-_TENSOR_FIELDS = _fields(
-    schema.TENSORS,
-    {
-        **{name: (i, -1) for i, name in enumerate(schema.WHERE_COLUMNS)},
-        **{name: (7, i) for i, name in enumerate(schema.SUMMARY_COLUMNS)},
-    },
-    texts={
-        "path": (_path_cache, _path_text),
-        "shape": (_text_cache, shape_text),
-        "dtype": (_text_cache, dtype_text),
-        "device": (_text_cache, device_text),
-    },
-)
+def _tensor_fields(dtype: np.dtype) -> tuple:
+    """Where each column of a tensor row lies: (call, step, segment, module, phase, slot,
+    path, summary), the summary's fields inside it (a histogram's counts after them)."""
+    return _fields(
+        dtype,
+        {
+            **{name: (i, -1) for i, name in enumerate(schema.WHERE_COLUMNS)},
+            **{name: (7, i) for i, name in enumerate(schema.SUMMARY_COLUMNS)},
+            schema.HISTOGRAM: (7, len(schema.SUMMARY_COLUMNS)),
+        },
+        texts={
+            "path": (_path_cache, _path_text),
+            "shape": (_text_cache, shape_text),
+            "dtype": (_text_cache, dtype_text),
+            "device": (_text_cache, device_text),
+        },
+    )
+
+
+_TENSOR_FIELDS = _tensor_fields(schema.TENSORS)
+
+
+def _number_fields(dtype: np.dtype) -> tuple:
+    """The layout of a table of numbers only, its rows in schema order."""
+    return _fields(dtype, {name: (i, -1) for i, name in enumerate(dtype.names or ())})
+
+
+def buffer_for(dtype: np.dtype) -> RowSink:
+    """A ``RowBuffer`` for the calls or tensors table of this dtype; a list without the
+    extension."""
+    if RowBuffer is None:
+        return []
+    calls = dtype.names == schema.CALLS.names
+    layout = _number_fields(dtype) if calls else _tensor_fields(dtype)
+    return RowBuffer(dtype, dtype.itemsize, layout)  # type: ignore[no-any-return]
 
 
 def tensor_rows(rows: list) -> np.ndarray:
@@ -176,7 +256,7 @@ def _texts_encoded(dtype: np.dtype) -> Callable[[list], np.ndarray]:
 
 def _numbers(dtype: np.dtype) -> Callable[[list], np.ndarray]:
     """Converter for a table of numbers only, its rows in schema order."""
-    fields = _fields(dtype, {name: (i, -1) for i, name in enumerate(dtype.names or ())})
+    fields = _number_fields(dtype)
 
     def convert(rows: list) -> np.ndarray:
         if _pack is None:

@@ -43,6 +43,7 @@ import h5py
 import numpy as np
 
 from hookdbg.store import schema
+from hookdbg.store.rows import Columns, Packed, Taken, rows_in
 
 
 class WriterError(Exception):
@@ -50,10 +51,10 @@ class WriterError(Exception):
 
 
 Convert = Callable[[list], np.ndarray]
-Batch = dict[str, list]
+Batch = dict[str, Taken]  # per table: row tuples, or packed already (store/rows.py)
 
-# What a row costs in memory while it waits (Python tuples on the training thread's
-# side; measured with sys.getsizeof over a resnet18 recording, rounded up).
+# What a row tuple costs in memory while it waits (measured with sys.getsizeof over a
+# resnet18 recording, rounded up); packed rows cost their bytes.
 ROW_BYTES = {"tensors": 700, "calls": 400, "captures": 400}
 OTHER_ROW_BYTES = 300
 _END_FIELDS: tuple[str, ...] = schema.END.names or ()
@@ -63,6 +64,9 @@ def batch_bytes(batch: Batch, row_bytes: dict[str, int] = ROW_BYTES) -> int:
     """What a batch of rows holds in memory, about: rows plus captured tensors' bytes."""
     total = 0
     for table, rows in batch.items():
+        if isinstance(rows, Packed):
+            total += rows.nbytes
+            continue
         total += len(rows) * row_bytes.get(table, OTHER_ROW_BYTES)
         if table == "captures":
             total += sum(len(row[-1]) for row in rows)
@@ -265,13 +269,12 @@ class Writer:
             self._written_bytes += size
             return
         try:
-            merged: Batch = {}
+            merged: dict[str, list[Taken]] = {}
             for batch, _ in batches:
                 for table, table_rows in batch.items():
-                    merged.setdefault(table, []).extend(table_rows)
-            for table, table_rows in merged.items():
-                if table_rows:
-                    self._append(table, table_rows)
+                    merged.setdefault(table, []).append(table_rows)
+            for table, parts in merged.items():
+                self._append(table, parts)
             self._written_rows += rows
             self._append_raw("progress", [self._progress_row()])
             self._file.flush()  # the rows first, then the lengths that vouch for them
@@ -283,24 +286,47 @@ class Writer:
         finally:
             self._written_bytes += size
 
-    def _append(self, table: str, rows: list) -> None:
+    def _append(self, table: str, parts: list[Taken]) -> None:
+        """One table's rows from several batches, in order, in one append per column."""
+        pieces: list[Columns] = []
+        rows: list = []  # consecutive parts of row tuples convert together
+        for part in [*parts, None]:
+            if isinstance(part, list):
+                rows.extend(part)
+                continue
+            if rows:
+                data = self._convert(table, rows)
+                pieces.append({name: data[name] for name in data.dtype.names or ()})
+                rows = []
+            if part is not None and len(part):
+                pieces.append(part.columns())
+        if not pieces:
+            return
+        columns = pieces[0]
+        if len(pieces) > 1:
+            columns = {name: np.concatenate([p[name] for p in pieces]) for name in columns}
+        self._append_columns(table, columns)
+        if table == "steps":
+            self.steps_written += rows_in(columns)
+
+    def _convert(self, table: str, rows: list) -> np.ndarray:
         if table == "captures":
             rows = self._store_capture_bytes(rows)
         convert = self._converters.get(table)
-        data = convert(rows) if convert else np.array(rows, dtype=self._tables[table][0])
-        self._append_array(table, data)
-        if table == "steps":
-            self.steps_written += len(data)
+        return convert(rows) if convert else np.array(rows, dtype=self._tables[table][0])
 
     def _append_raw(self, table: str, rows: list) -> None:
         self._append_array(table, np.array(rows, dtype=schema.TABLES[table][0]))
 
     def _append_array(self, table: str, data: np.ndarray) -> None:
-        n = self._lengths[table]
+        self._append_columns(table, {name: data[name] for name in data.dtype.names or ()})
+
+    def _append_columns(self, table: str, columns: Columns) -> None:
+        n, count = self._lengths[table], rows_in(columns)
         for field, ds in self._columns[table]:
-            ds.resize(n + len(data), axis=0)
-            ds[n:] = data[field]
-        self._lengths[table] = n + len(data)
+            ds.resize(n + count, axis=0)
+            ds[n:] = columns[field]
+        self._lengths[table] = n + count
 
     def _store_capture_bytes(self, rows: list) -> list:
         """Capture rows arrive as (fields..., payload bytes); append payloads, set offsets."""
