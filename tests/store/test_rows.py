@@ -1,4 +1,5 @@
-"""Tensor rows become numpy records the same way with or without the compiled packer."""
+"""Rows become numpy records the same way with or without the compiled packer, whether
+converted by the writer or gathered in a row buffer."""
 
 import math
 
@@ -67,3 +68,88 @@ def test_call_rows_packed_equal_numpys_conversion():
         (2**33, 1, 7, 8, 9, 2, 5, 3, 9.5, 0.0, 0.0),
     ]
     assert rows.CONVERTERS["calls"](calls).tobytes() == np.array(calls, schema.CALLS).tobytes()
+
+
+buffered = pytest.mark.skipif(rows.RowBuffer is None, reason="the compiled packer is not built")
+
+
+def _taken(buffer) -> dict[str, np.ndarray]:
+    """What the writer gets from a row buffer: its columns."""
+    return rows.Packed(buffer.dtype, buffer.take()).columns()
+
+
+@buffered
+def test_rows_hand_over_the_buffers_packed_and_the_lists_as_they_are():
+    gathered = rows.Rows()
+    gathered.tensors.append(ROWS[0])
+    gathered.steps.append((0, 0, 0, 0.0, 1.0, 3, 1, 1, 1, float("nan"), 0))
+    taken = gathered.take()
+    assert set(taken) == {"tensors", "steps"}  # empty tables are left out
+    assert isinstance(taken["tensors"], rows.Packed) and len(taken["tensors"]) == 1
+    assert taken["tensors"].columns()["call"].tolist() == [7]
+    assert isinstance(taken["steps"], list) and gathered.steps == []
+    assert gathered.take() == {}
+
+
+@buffered
+def test_a_row_buffer_holds_what_numpy_makes_of_the_tuples():
+    buffer = rows.buffer_for(schema.TENSORS)
+    buffer.append(ROWS[0])
+    buffer.extend(ROWS[1:])
+    assert len(buffer) == len(ROWS)
+    got, want = _taken(buffer), rows._tensor_rows_slowly(ROWS)
+    for name in schema.TENSORS.names:
+        assert np.array_equal(got[name], want[name], equal_nan=want[name].dtype.kind == "f"), name
+    assert len(buffer) == 0  # taken: it starts afresh
+    buffer.append(ROWS[2])  # and reuses its room with nothing left of the old rows
+    assert _taken(buffer)["path"].tolist() == [("é" * 32).encode()]
+
+
+@buffered
+def test_a_row_buffer_keeps_histograms_and_zero_fills_rows_without_one():
+    dtype = schema.tensors_dtype(4)
+    buffer = rows.buffer_for(dtype)
+    counts = np.array([1, 2, 3, 4], dtype=np.int64)
+    buffer.append((*ROWS[0][:7], (*ROWS[0][7], counts.tobytes(), None)))  # as histograms.py
+    buffer.append(ROWS[1])  # a summary without one (no statistics)
+    got = _taken(buffer)
+    assert got["histogram"].shape == (2, 4)
+    assert got["histogram"].tolist() == [[1, 2, 3, 4], [0, 0, 0, 0]]
+    assert got["numel"].tolist() == [256, 1]
+
+
+@buffered
+def test_a_row_the_buffer_cannot_read_leaves_nothing_behind():
+    buffer = rows.buffer_for(schema.TENSORS)
+    buffer.append(ROWS[0])
+    with pytest.raises(ValueError, match="not a tuple"):
+        buffer.append((*ROWS[1][:7], None))  # no summary
+    with pytest.raises(TypeError):
+        buffer.append(("x", *ROWS[1][1:]))
+    with pytest.raises(ValueError, match="not a tuple"):
+        buffer.append([1, 2])
+    assert len(buffer) == 1
+    assert _taken(buffer)["call"].tolist() == [7]
+
+
+@buffered
+def test_texts_that_take_turns_are_each_encoded_as_themselves():
+    """The buffer remembers encodings by the identity of the value it holds on to: many
+    distinct values, each seen again later, come out as themselves."""
+    buffer = rows.buffer_for(schema.TENSORS)
+    paths = [f"layer{i}.weight" for i in range(300)]
+    for path in paths * 2:
+        buffer.append((*ROWS[0][:6], path, ROWS[0][7]))
+    assert [p.decode() for p in _taken(buffer)["path"]] == paths * 2
+
+
+@buffered
+def test_call_rows_in_a_buffer_equal_numpys_conversion():
+    calls = [
+        (5, 0, 1, 1, 3, 0, -1, 0, 0.25, 1e-3, 5e-4),
+        (2**33, 1, 7, 8, 9, 2, 5, 3, 9.5, 0.0, 0.0),
+    ]
+    buffer = rows.buffer_for(schema.CALLS)
+    buffer.extend(calls)
+    got, want = _taken(buffer), np.array(calls, schema.CALLS)
+    assert all(np.array_equal(got[name], want[name]) for name in schema.CALLS.names)

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from hookdbg.store import schema
+from hookdbg.store import rows, schema
 from hookdbg.store.writer import Writer, WriterError, batch_bytes
 from tests.helpers import live_recording, tables
 
@@ -172,3 +172,21 @@ def test_steps_finished_before_a_kill_9_are_in_the_file_whatever_the_script_does
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["status"] in ("cut short", "live") and data["steps"] == 5
+
+
+@pytest.mark.skipif(rows.RowBuffer is None, reason="the compiled packer is not built")
+def test_packed_rows_and_row_tuples_are_written_in_the_order_they_came(tmp_path):
+    """A table's rows may come packed (the recorder's row buffers) or as tuples (from
+    elsewhere); the file holds them in the order they were handed over."""
+    call = (0, 0, 0, 0, 3, 0, -1, 0, 0.0, 1.0, 1.0)
+    buffer = rows.buffer_for(schema.CALLS)
+    writer = Writer(tmp_path / "w.h5", {}, flush_interval=60)
+    for first in range(0, 12, 3):
+        batch = [(first + i, *call[1:]) for i in range(3)]
+        if first % 2:
+            buffer.extend(batch)
+            writer.submit({"calls": rows.Packed(buffer.dtype, buffer.take())})
+        else:
+            writer.submit({"calls": batch})
+    writer.close(END)
+    assert tables(tmp_path / "w.h5")["calls"]["call"].tolist() == list(range(12))
