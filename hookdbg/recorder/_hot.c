@@ -2054,13 +2054,16 @@ done:
     return rc;
 }
 
-/* ModuleHooks.pre after its torch.compile check: inside a call that is not recorded (a
- * step --every skips, an eval batch left out) a nested call only counts its depth. */
+/* ModuleHooks.pre once dynamo is known not to trace it: nothing while torch compiles
+ * (its hooks run for real then); inside a call that is not recorded (a step --every
+ * skips, an eval batch left out) a nested call only counts its depth. */
 static PyObject *CallPath_fast_pre(CallPath *self, PyObject *const *args, Py_ssize_t n) {
     if (n != 2 || !PyTuple_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, "fast_pre(module, args)");
         return NULL;
     }
+    int c = is_compiling();
+    if (c != 0) return c < 0 ? NULL : Py_NewRef(Py_None);
     if (self->mute && self->has_tid && PyThread_get_thread_ident() == self->tid) {
         self->mute++;
         Py_RETURN_NONE;
@@ -2168,6 +2171,8 @@ static PyObject *CallPath_fast_post(CallPath *self, PyObject *const *args, Py_ss
         PyErr_SetString(PyExc_TypeError, "fast_post(module, args, kwargs[, result])");
         return NULL;
     }
+    int c = is_compiling();
+    if (c != 0) return c < 0 ? NULL : Py_NewRef(Py_None);
     if (self->mute > 1 && self->has_tid && PyThread_get_thread_ident() == self->tid) {
         self->mute--;
         Py_RETURN_NONE;
@@ -2274,9 +2279,9 @@ static PyMemberDef CallPath_members[] = {
 
 static PyMethodDef CallPath_methods[] = {
     {"fast_pre", (PyCFunction)(void (*)(void))CallPath_fast_pre, METH_FASTCALL,
-     "The forward pre-hook's work, once torch.compile is known not to be tracing."},
+     "The forward pre-hook's work, once dynamo is known not to be tracing it."},
     {"fast_post", (PyCFunction)(void (*)(void))CallPath_fast_post, METH_FASTCALL,
-     "The forward hook's work, once torch.compile is known not to be tracing."},
+     "The forward hook's work, once dynamo is known not to be tracing it."},
     {NULL},
 };
 

@@ -4,8 +4,10 @@ On a host-bound model hookdbg's cost is the Python it runs for every module call
 tensor a call sees and every gradient (docs/performance.md). ``_hot.c`` does that work
 in C; the classes here put its methods in front of the Python ones they stand for:
 
-* ``FastModuleHooks``: the module hooks' ``pre`` and ``post`` check for torch.compile in
-  Python (dynamo must see that check, to trace nothing of hookdbg), then go to C;
+* ``FastModuleHooks``: the module hooks' ``pre`` and ``post`` ask in Python whether
+  dynamo is tracing them (dynamo must see that question, to trace nothing of hookdbg),
+  then go to C, which asks whether torch compiles at all (hooks run for real while it
+  traces with fake tensors);
 * ``FastTensorObserver``: ``see``, ``inputs``, ``outputs``, ``keep`` and ``summarise``;
 * ``FastGradientObserver``: each tensor's gradient hook is its ``Seen`` record itself,
   each parameter's a ``ParamHook``, both called by autograd without a Python frame;
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-from torch.compiler import is_compiling
+import torch.compiler
 
 from hookdbg.recorder import stats
 from hookdbg.recorder.deferred import Pending
@@ -57,6 +59,9 @@ if RowBuffer is None:  # the C path writes rows into the store's buffers
     _hot = None
 
 PURE_PYTHON = "HOOKDBG_PURE_PYTHON"
+# False when called, True where dynamo traces it: one Python call, where is_compiling()
+# is three (it asks torch.jit too); torch before 2.3 has only is_compiling
+_traced = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 
 
 def enabled() -> bool:
@@ -130,13 +135,13 @@ if _hot is not None:
         """The module hooks with their per-call path in C."""
 
         def pre(self, module: torch.nn.Module, args: tuple) -> None:
-            if is_compiling():
+            if _traced():
                 return
             self.fast_pre(module, args)
 
         def post(
             self, module: torch.nn.Module, args: tuple, kwargs: dict, result: object = _RAISED
         ) -> None:
-            if is_compiling():
+            if _traced():
                 return
             self.fast_post(module, args, kwargs, result)
