@@ -38,6 +38,7 @@
 #include <Python.h>
 #include <structmember.h>
 #include <limits.h>
+#include <math.h>
 #include <time.h>
 
 #include "../store/rowbuffer.h"
@@ -66,6 +67,8 @@ static struct {
     PyObject *Pending;        /* deferred.Pending */
     PyObject *MUTED, *RAISED; /* modulehooks' sentinels */
     PyObject *summarise;      /* stats.summarise (inlined below for CPU tensors) */
+    PyObject *norm_summary;   /* stats.norm_summary (inlined below for CPU tensors) */
+    PyObject *cpu, *nan;      /* "cpu", float("nan") */
     PyObject *one_pass;       /* _cstats.summary, or None */
     PyObject *shape_only;     /* stats.shape_only */
     PyObject *c_kinds;        /* stats.C_KINDS: dtype -> (kind, name) */
@@ -82,8 +85,8 @@ static struct {
     int monotonic;            /* perf_counter is clock_gettime(CLOCK_MONOTONIC) */
     RowBufferAPI *rows;       /* the store's row buffers (rowbuffer.h) */
     int ready;
-    long FWD, BWD, INPUT, OUTPUT, GRAD_OUTPUT, GRAD_INPUT, PARAM_GRAD;
-    PyObject *fwd, *bwd, *input, *output, *grad_input, *grad_output, *param_grad; /* as ints */
+    long FWD, BWD, OPT, INPUT, OUTPUT, GRAD_OUTPUT, GRAD_INPUT, PARAM_GRAD;
+    PyObject *fwd, *bwd, *opt, *input, *output, *grad_input, *grad_output, *param_grad; /* as ints */
 } G;
 
 /* attribute and method names, interned once */
@@ -1735,6 +1738,91 @@ static PyTypeObject ParamHookType = {
     .tp_members = ParamHook_members,
 };
 
+/* stats.norm_summary: for a CPU tensor of a kind the C pass reads, without Python */
+static PyObject *norm_summary(PyObject *t, PyObject *norm) {
+    PyObject *dtype = PyObject_GetAttr(t, s_dtype), *spec = NULL;
+    if (dtype == NULL) return NULL;
+    spec = PyDict_GetItemWithError(G.c_kinds, dtype);
+    Py_DECREF(dtype);
+    int cpu = spec == NULL ? 0 : get_bool(t, s_is_cpu);
+    if (cpu < 0 || (spec == NULL && PyErr_Occurred())) return NULL;
+    if (!cpu) {
+        PyObject *a[2] = {t, norm};
+        return PyObject_Vectorcall(G.norm_summary, a, 2, NULL);
+    }
+    PyObject *shape = shape_of(t);
+    if (shape == NULL) return NULL;
+    long long numel = 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
+        long long d = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+        if (d == -1 && PyErr_Occurred()) {
+            Py_DECREF(shape);
+            return NULL;
+        }
+        numel *= d;
+    }
+    PyObject *count = PyLong_FromLongLong(numel), *zero = PyLong_FromLong(0);
+    if (count == NULL || zero == NULL) {
+        Py_DECREF(shape);
+        Py_XDECREF(count);
+        Py_XDECREF(zero);
+        return NULL;
+    }
+    PyObject *out = PyTuple_Pack(13, shape, PyTuple_GET_ITEM(spec, 1), G.cpu, count, G.nan,
+                                 G.nan, G.nan, G.nan, norm, zero, zero, zero, G.nan);
+    Py_DECREF(shape);
+    Py_DECREF(count);
+    Py_DECREF(zero);
+    return out;
+}
+
+/* TensorObserver.norm_rows: parameters' rows after an optimizer step, from their norms */
+static PyObject *TensorPath_norm_rows(TensorPath *self, PyObject *const *args, Py_ssize_t n) {
+    if (n != 7 || !PyList_Check(args[2]) || !PyList_Check(args[3]) || !PyList_Check(args[4]) ||
+        !PyList_Check(args[5]) || PyList_GET_SIZE(args[3]) != PyList_GET_SIZE(args[2]) ||
+        PyList_GET_SIZE(args[4]) != PyList_GET_SIZE(args[2]) ||
+        PyList_GET_SIZE(args[5]) != PyList_GET_SIZE(args[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "norm_rows(call, slot, modules, names, tensors, norms, keep): lists "
+                        "of one length");
+        return NULL;
+    }
+    if (!ready(self)) return NULL;
+    long long call = PyLong_AsLongLong(args[0]);
+    int keep = PyObject_IsTrue(args[6]);
+    if ((call == -1 && PyErr_Occurred()) || keep < 0) return NULL;
+    PyObject *slot = args[1], *modules = args[2], *names = args[3], *tensors = args[4];
+    PyObject *norms = args[5], *bad = PyList_New(0);
+    if (bad == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(norms); i++) {
+        PyObject *norm = PyList_GET_ITEM(norms, i), *t = PyList_GET_ITEM(tensors, i), *summary;
+        double v = PyFloat_AsDouble(norm);
+        if (v == -1.0 && PyErr_Occurred()) goto fail;
+        if (isfinite(v)) {
+            if (!keep) continue;
+            if ((summary = norm_summary(t, norm)) == NULL) goto fail;
+        } else {
+            if ((summary = PyObject_CallOneArg(G.summarise, t)) == NULL) goto fail;
+            PyObject *pair = Py_BuildValue("(nO)", i, summary);
+            if (pair == NULL || PyList_Append(bad, pair) < 0) {
+                Py_XDECREF(pair);
+                Py_DECREF(summary);
+                goto fail;
+            }
+            Py_DECREF(pair);
+        }
+        int rc = keep ? tensor_row(self, call, PyList_GET_ITEM(modules, i), G.opt, slot,
+                                   PyList_GET_ITEM(names, i), summary)
+                      : 0;
+        Py_DECREF(summary);
+        if (rc < 0) goto fail;
+    }
+    return bad;
+fail:
+    Py_DECREF(bad);
+    return NULL;
+}
+
 /* -- TensorPath's type -------------------------------------------------------------------- */
 
 /* ``rows.<table>``: the RowBuffer the hooks write that table's rows into. */
@@ -1811,6 +1899,8 @@ static PyMethodDef TensorPath_methods[] = {
      "The summary of t at this level."},
     {"fast_watch", (PyCFunction)(void (*)(void))TensorPath_fast_watch, METH_FASTCALL,
      "Hear of t's gradient through seen."},
+    {"norm_rows", (PyCFunction)(void (*)(void))TensorPath_norm_rows, METH_FASTCALL,
+     "Parameters' rows after an optimizer step, from their norms."},
     {NULL},
 };
 
@@ -2367,15 +2457,16 @@ static PyObject *backward_rows(PyObject *module, PyObject *const *args, Py_ssize
 
 static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwds) {
     static char *kw[] = {"Tensor", "strided", "Recompute", "Pending", "MUTED", "RAISED",
-                         "summarise", "one_pass", "shape_only", "c_kinds", "shapes",
+                         "summarise", "norm_summary", "one_pass", "shape_only", "c_kinds", "shapes",
                          "shapes_kept", "half_wide", "iter_tensors", "index", "graph_task_id",
                          "grad_enabled", "compiler", "perf_counter", "monotonic",
                          "phases", "slots", NULL};
     PyObject *compiler, *phases, *slots;
     if (G.ready) Py_RETURN_NONE; /* once per process */
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "$OOOOOOOOOO!O!nLOO!OOOOpO!O!", kw, &G.Tensor, &G.strided,
-            &G.Recompute, &G.Pending, &G.MUTED, &G.RAISED, &G.summarise, &G.one_pass,
+            args, kwds, "$OOOOOOOOOOO!O!nLOO!OOOOpO!O!", kw, &G.Tensor, &G.strided,
+            &G.Recompute, &G.Pending, &G.MUTED, &G.RAISED, &G.summarise, &G.norm_summary,
+            &G.one_pass,
             &G.shape_only, &PyDict_Type, &G.c_kinds, &PyDict_Type, &G.shapes, &G.shapes_kept,
             &G.half_wide, &G.iter_tensors, &PyTuple_Type, &G.index, &G.graph_task_id,
             &G.grad_enabled, &compiler, &G.perf_counter, &G.monotonic,
@@ -2386,10 +2477,13 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwds) {
         return NULL;
     }
     PyObject **objects[] = {&G.Tensor, &G.strided, &G.Recompute, &G.Pending, &G.MUTED,
-                            &G.RAISED, &G.summarise, &G.one_pass, &G.shape_only, &G.c_kinds,
+                            &G.RAISED, &G.summarise, &G.norm_summary, &G.one_pass, &G.shape_only, &G.c_kinds,
                             &G.shapes, &G.iter_tensors, &G.index, &G.graph_task_id,
                             &G.grad_enabled, &G.perf_counter};
     for (size_t i = 0; i < sizeof objects / sizeof *objects; i++) Py_INCREF(*objects[i]);
+    if ((G.cpu = PyUnicode_InternFromString("cpu")) == NULL ||
+        (G.nan = PyFloat_FromDouble(Py_NAN)) == NULL)
+        return NULL;
     G.rows = PyCapsule_Import(ROWBUFFER_CAPSULE, 0);
     if (G.rows == NULL) return NULL;
     if (G.rows->version != ROWBUFFER_API_VERSION) {
@@ -2402,6 +2496,7 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwds) {
     struct { PyObject *from; const char *name; long *value; PyObject **obj; } consts[] = {
         {phases, "FWD", &G.FWD, &G.fwd},
         {phases, "BWD", &G.BWD, &G.bwd},
+        {phases, "OPT", &G.OPT, &G.opt},
         {slots, "INPUT", &G.INPUT, &G.input},
         {slots, "OUTPUT", &G.OUTPUT, &G.output},
         {slots, "GRAD_OUTPUT", &G.GRAD_OUTPUT, &G.grad_output},

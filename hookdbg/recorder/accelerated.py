@@ -8,7 +8,8 @@ in C; the classes here put its methods in front of the Python ones they stand fo
   dynamo is tracing them (dynamo must see that question, to trace nothing of hookdbg),
   then go to C, which asks whether torch compiles at all (hooks run for real while it
   traces with fake tensors);
-* ``FastTensorObserver``: ``see``, ``inputs``, ``outputs``, ``keep`` and ``summarise``;
+* ``FastTensorObserver``: ``see``, ``inputs``, ``outputs``, ``keep``, ``summarise`` and
+  ``norm_rows`` (parameters after an optimizer step);
 * ``FastGradientObserver``: each tensor's gradient hook is its ``Seen`` record itself,
   each parameter's a ``ParamHook``, both called by autograd without a Python frame;
 * ``_hot.backward_rows``: each segment's backward spans (timing.py), at its end.
@@ -94,6 +95,7 @@ if _hot is not None:
         MUTED=_MUTED,
         RAISED=_RAISED,
         summarise=stats.summarise,
+        norm_summary=stats.norm_summary,
         one_pass=stats._one_pass,
         shape_only=stats.shape_only,
         c_kinds=stats.C_KINDS,
@@ -109,7 +111,7 @@ if _hot is not None:
         monotonic=(
             time.get_clock_info("perf_counter").implementation == "clock_gettime(CLOCK_MONOTONIC)"
         ),
-        phases={"FWD": int(Phase.FWD), "BWD": int(Phase.BWD)},
+        phases={name: int(Phase[name]) for name in ("FWD", "BWD", "OPT")},
         slots={
             name: int(Slot[name])
             for name in ("INPUT", "OUTPUT", "GRAD_OUTPUT", "GRAD_INPUT", "PARAM_GRAD")

@@ -10,6 +10,7 @@ attributes and builds plain tuples.
 from __future__ import annotations
 
 from collections.abc import Callable
+from math import isfinite
 from time import time
 
 import torch
@@ -34,7 +35,7 @@ from hookdbg.store.schema import Phase, Slot
 
 _INPUT, _OUTPUT = int(Slot.INPUT), int(Slot.OUTPUT)
 _GRAD_OUTPUT, _GRAD_INPUT = int(Slot.GRAD_OUTPUT), int(Slot.GRAD_INPUT)
-_FWD = int(Phase.FWD)
+_FWD, _OPT = int(Phase.FWD), int(Phase.OPT)
 _Tensor = torch.Tensor
 _INDEX = tuple(str(i) for i in range(64))
 
@@ -321,6 +322,35 @@ class TensorObserver:
             self.flight.keep(call, phase, slot, path, t, version)
         if self.capturing and call.info.capture:
             self.capture(call, phase, slot, path, t)
+
+    def norm_rows(
+        self,
+        call: int,
+        slot: int,
+        modules: list[int],
+        names: list[str],
+        tensors: list[torch.Tensor],
+        norms: list[float],
+        keep: bool,
+    ) -> list[tuple[int, Summary]]:
+        """Parameters after an optimizer step: where ``keep``, a row per tensor (of
+        module ``modules[i]``, named ``names[i]``) holding just its norm (from one fused
+        call, ``stats.norms_of``), or its full statistics where the norm is not finite.
+        Returns those: (index, summary), for the caller to check."""
+        state = self.state
+        step, segment, rows = state.step, state.id, self.rows.tensors
+        bad = []
+        for i, norm in enumerate(norms):
+            if isfinite(norm):
+                if not keep:
+                    continue
+                summary = stats.norm_summary(tensors[i], norm)
+            else:
+                summary = stats.summarise(tensors[i])
+                bad.append((i, summary))
+            if keep:
+                rows.append((call, step, segment, modules[i], _OPT, slot, names[i], summary))
+        return bad
 
     def tensor_row(self, row: tuple) -> None:
         """A row of the tensors table: to the writer, or, while its statistics wait for

@@ -125,15 +125,25 @@ class OptimizerObserver:
             return
         observer = self.tensors
         state = observer.state
+        step, segment, column, check_nan = state.step, state.id, int(slot), observer.check_nan
+        keep = observer.level == Level.STATS  # below it the weights are only checked
         if (state.batch is not None and (observer.defer_all or not tensors[0].is_cpu)) or (
             observer.histogram_bins  # histograms asked for: of the weights too
         ):
             summaries: Sequence[Summary | Pending] = [observer.summarise(t) for t in tensors]
-        else:
-            summaries = stats.norms_only(tensors)
+        else:  # norms only, and their rows: only what is not finite comes back, to check
+            modules = [owner.id for _, (owner, _) in owned]
+            names = [name for _, (_, name) in owned]
+            norms = stats.norms_of(tensors)
+            bad = observer.norm_rows(call, column, modules, names, tensors, norms, keep)
+            if check_nan:
+                for i, value in bad:
+                    p, (owner, name) = owned[i]
+                    observer.check(
+                        check, state.seg, owner, name, value, id(p), state.grad_finite, call, opt
+                    )
+            return
         rows = self.rows.tensors if state.batch is None else state.batch.rows
-        step, segment, column, check_nan = state.step, state.id, int(slot), observer.check_nan
-        keep = observer.level == Level.STATS  # below it the weights are only checked
         for (p, (owner, name)), summary in zip(owned, summaries, strict=True):
             row = (call, step, segment, owner.id, _OPT, column, name, summary)
             if type(summary) is Pending:

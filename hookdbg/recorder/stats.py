@@ -356,35 +356,42 @@ def is_finite(summary: Summary) -> bool:
     return summary[NAN] <= 0 and summary[POSINF] <= 0 and summary[NEGINF] <= 0
 
 
-def norms_only(tensors: list[torch.Tensor]) -> list[Summary]:
-    """Summaries holding just the L2 norm, for many tensors in one fused call.
+def norms_of(tensors: list[torch.Tensor]) -> list[float]:
+    """The L2 norms of many tensors, in one fused call and one read.
 
     Used for parameter values after each optimizer step: a full summary of every
     weight every step costs as much as all the activations' summaries together, and
-    the norm is what weight tracking and replica comparison need. A non-finite norm
-    gets the full summary, with its NaN/inf counts.
+    the norm is what weight tracking and replica comparison need.
     """
     if not tensors:
         return []
     with torch.no_grad():
-        norms = torch.stack(torch._foreach_norm(tensors)).tolist()  # one read, not one each
+        return torch.stack(torch._foreach_norm(tensors)).tolist()  # type: ignore[no-any-return]
+
+
+def norm_summary(t: torch.Tensor, norm: float) -> Summary:
+    """A summary holding just ``t``'s (finite) L2 norm."""
+    return (
+        shape_of(t),
+        dtype_name(t.dtype),
+        device_name(t),
+        t.numel(),
+        _NAN,
+        _NAN,
+        _NAN,
+        _NAN,
+        norm,
+        0,
+        0,
+        0,
+        _NAN,
+    )
+
+
+def norms_only(tensors: list[torch.Tensor]) -> list[Summary]:
+    """Summaries holding just the L2 norm (``norms_of``); a non-finite norm gets the
+    full summary, with its NaN/inf counts."""
     return [
-        (
-            shape_of(t),
-            dtype_name(t.dtype),
-            device_name(t),
-            t.numel(),
-            _NAN,
-            _NAN,
-            _NAN,
-            _NAN,
-            norm,
-            0,
-            0,
-            0,
-            _NAN,
-        )
-        if math.isfinite(norm)
-        else summarise(t)
-        for t, norm in zip(tensors, norms, strict=True)
+        norm_summary(t, norm) if math.isfinite(norm) else summarise(t)
+        for t, norm in zip(tensors, norms_of(tensors), strict=True)
     ]
