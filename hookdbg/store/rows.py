@@ -273,5 +273,6 @@ CONVERTERS = {
     "calls": _numbers(schema.CALLS),
     "modules": _texts_encoded(schema.MODULES),
     "alerts": _texts_encoded(schema.ALERTS),
+    "captures": _texts_encoded(schema.CAPTURES),  # a path may be any text: a dict's key
     "info": _texts_encoded(schema.INFO),
 }

@@ -199,3 +199,22 @@ def test_captures_beyond_the_memory_bound_are_dropped_and_counted(tmp_path):
         assert done.dropped_rows == rec.dropped_rows
         kept = sum(c.nbytes for c in done.captured())
     assert 0 < kept <= 2 << 20  # about the bound: one batch over it at most
+
+
+def test_a_captured_tensor_under_a_key_that_is_not_ascii(tmp_path):
+    """Module outputs are named by their keys, which can be any text: the captured
+    tensor is stored under it, UTF-8 encoded, and the recording loses nothing."""
+
+    class Named(nn.Module):
+        def forward(self, x):
+            return {"größe": x * 2, "ok": x}
+
+    model = nn.Sequential(nn.Linear(3, 3), Named())
+    with hookdbg.record(tmp_path / "run.h5", capture=["model.1"], quiet=True), torch.no_grad():
+        out = model(torch.ones(2, 3))
+    with open_recording(tmp_path / "run.h5") as rec:
+        named = rec.modules.resolve("model.1")
+        stored = {c.label: c for c in rec.captured(named.id)}
+        assert set(stored) >= {"output[größe]", "output[ok]"}
+        np.testing.assert_array_equal(rec.tensor(stored["output[größe]"]), out["größe"].numpy())
+        assert rec.dropped_rows == 0 and rec.write_error is None
