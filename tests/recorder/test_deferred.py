@@ -14,8 +14,10 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from hookdbg.options import RecordOptions
+from hookdbg.read import open_recording
 from hookdbg.recorder import NonFiniteStop, Recorder, deferred, stats
 from hookdbg.recorder.deferred import StepBatch
+from hookdbg.store.schema import Slot
 from tests.helpers import SAMPLES, module_names, tables
 
 KEY = ("step", "module", "phase", "slot", "path")
@@ -217,3 +219,35 @@ def test_device_path_launches_at_most_two_kernels_per_tensor(tmp_path):
     per_step = 40  # the step's segmented reductions and its copy to the host
     assert summarised > 6 * 16 * 3  # inputs, outputs and gradients of 16 calls a step
     assert recorded - plain <= 2 * summarised + per_step * 6, (recorded - plain, summarised)
+
+
+@pytest.mark.parametrize("histograms", [0, 8])
+def test_parameters_of_modules_never_called_wait_for_the_device_like_the_rest(tmp_path, histograms):
+    """A transformer layer uses its attention's out_proj weights without calling
+    out_proj: their gradients' rows belong to no call, and on the device path their
+    statistics wait for the step's read-back like every other row (handed to the
+    writer before that, they stopped it)."""
+
+    def train(path, defer: bool) -> list[tuple]:
+        torch.manual_seed(0)
+        layer = nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16)
+        opt = torch.optim.SGD(layer.parameters(), lr=0.01)
+        options = RecordOptions.build(quiet=True, histograms=histograms)
+        with Recorder(path, options, defer_cpu=defer) as recorder:
+            for _ in range(3):
+                opt.zero_grad()
+                layer(torch.randn(5, 2, 8)).pow(2).mean().backward()
+                opt.step()
+        assert recorder.write_error is None and recorder.dropped_rows == 0
+        with open_recording(path) as rec:
+            names = {m.id: m.name for m in rec.modules}
+            rows = rec.tensors(columns=["step", "call", "module", "slot", "path"], kind=None)
+        return sorted(
+            (int(r["step"]), int(r["call"]), names[int(r["module"])], int(r["slot"]), r["path"])
+            for r in rows
+        )
+
+    deferred_run, immediate = train(tmp_path / "d.h5", True), train(tmp_path / "i.h5", False)
+    orphans = [r for r in immediate if r[1] == -1 and r[3] == Slot.PARAM_GRAD]
+    assert any("out_proj" in name for _, _, name, _, _ in orphans)
+    assert deferred_run == immediate
