@@ -236,10 +236,17 @@ static PyObject *summary(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     }
     unsigned long long address = PyLong_AsUnsignedLongLong(args[0]);
+    if (address == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     Py_ssize_t n = PyLong_AsSsize_t(args[1]);
-    int kind = (int)PyLong_AsLong(args[2]);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    long kind_number = PyLong_AsLong(args[2]);
+    if (kind_number == -1 && PyErr_Occurred()) return NULL;
+    if (kind_number < F32 || kind_number > I16) {
+        PyErr_SetString(PyExc_ValueError, "summary: unknown element kind");
+        return NULL;
+    }
+    int kind = (int)kind_number;
     PyObject *shape = args[3], *dtype = args[4];
-    if (PyErr_Occurred()) return NULL;
     if (n <= 0 || address == 0) {
         PyErr_SetString(PyExc_ValueError, "summary: no elements");
         return NULL;

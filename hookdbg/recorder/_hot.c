@@ -1072,18 +1072,11 @@ static int tensor_row(TensorPath *o, long long call, PyObject *module, PyObject 
         Py_XDECREF(into);
         return rc;
     }
-    PyObject *buf = o->tensor_rows;
-    RowBufferAPI *rb = G.rows;
-    Py_ssize_t row = rb->reserve(buf);
-    if (row < 0) return -1;
-    if (rb->put_long(buf, row, 0, call) < 0 || rb->put_long(buf, row, 1, o->step) < 0 ||
-        rb->put_long(buf, row, 2, o->segment) < 0 || rb->put(buf, row, 3, module) < 0 ||
-        rb->put(buf, row, 4, phase) < 0 || rb->put(buf, row, 5, slot) < 0 ||
-        rb->put(buf, row, 6, path) < 0 || rb->put(buf, row, 7, summary) < 0) {
-        rb->unreserve(buf);
-        return -1;
-    }
-    return 0;
+    RowValue row[8] = {
+        ROW_LONG(call),        ROW_LONG(o->step),    ROW_LONG(o->segment), ROW_OBJECT(module),
+        ROW_OBJECT(phase),     ROW_OBJECT(slot),     ROW_OBJECT(path),     ROW_OBJECT(summary),
+    };
+    return G.rows->append(o->tensor_rows, row, 8);
 }
 
 /* TensorObserver.keep: the row, the flight-recorder entry and the capture of one tensor
@@ -1744,35 +1737,38 @@ static PyObject *norm_summary(PyObject *t, PyObject *norm) {
     if (dtype == NULL) return NULL;
     spec = PyDict_GetItemWithError(G.c_kinds, dtype);
     Py_DECREF(dtype);
+    if (spec == NULL && PyErr_Occurred()) return NULL;
+    Py_XINCREF(spec);
     int cpu = spec == NULL ? 0 : get_bool(t, s_is_cpu);
-    if (cpu < 0 || (spec == NULL && PyErr_Occurred())) return NULL;
-    if (!cpu) {
+    if (cpu <= 0) {
+        Py_XDECREF(spec);
+        if (cpu < 0) return NULL;
         PyObject *a[2] = {t, norm};
         return PyObject_Vectorcall(G.norm_summary, a, 2, NULL);
     }
     PyObject *shape = shape_of(t);
-    if (shape == NULL) return NULL;
+    if (shape == NULL) {
+        Py_DECREF(spec);
+        return NULL;
+    }
     long long numel = 1;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
         long long d = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
         if (d == -1 && PyErr_Occurred()) {
             Py_DECREF(shape);
+            Py_DECREF(spec);
             return NULL;
         }
         numel *= d;
     }
-    PyObject *count = PyLong_FromLongLong(numel), *zero = PyLong_FromLong(0);
-    if (count == NULL || zero == NULL) {
-        Py_DECREF(shape);
-        Py_XDECREF(count);
-        Py_XDECREF(zero);
-        return NULL;
-    }
-    PyObject *out = PyTuple_Pack(13, shape, PyTuple_GET_ITEM(spec, 1), G.cpu, count, G.nan,
-                                 G.nan, G.nan, G.nan, norm, zero, zero, zero, G.nan);
+    PyObject *count = PyLong_FromLongLong(numel), *zero = PyLong_FromLong(0), *out = NULL;
+    if (count != NULL && zero != NULL)
+        out = PyTuple_Pack(13, shape, PyTuple_GET_ITEM(spec, 1), G.cpu, count, G.nan, G.nan,
+                           G.nan, G.nan, norm, zero, zero, zero, G.nan);
     Py_DECREF(shape);
-    Py_DECREF(count);
-    Py_DECREF(zero);
+    Py_DECREF(spec);
+    Py_XDECREF(count);
+    Py_XDECREF(zero);
     return out;
 }
 
@@ -1876,13 +1872,20 @@ static PyObject *TensorPath_get_state(TensorPath *self, void *unused) {
 }
 
 static int TensorPath_set_state(TensorPath *self, PyObject *value, void *unused) {
+    long long step, segment;
     char recording, deferring;
-    if (state_numbers(value, &self->step, &self->segment, &recording, &deferring) < 0)
-        return -1;
+    if (state_numbers(value, &step, &segment, &recording, &deferring) < 0) return -1;
+    self->step = step;
+    self->segment = segment;
     self->recording = recording;
     self->deferring = deferring;
     Py_INCREF(value);
     Py_XSETREF(self->state, value);
+    /* the flight recorder's lists are looked up again in the new segment: held here
+     * longer, they would keep an old step's tensors alive through steps not recorded */
+    self->flight_of = LLONG_MIN;
+    Py_CLEAR(self->flight_entries);
+    Py_CLEAR(self->flight_sizes);
     return 0;
 }
 
@@ -2173,22 +2176,23 @@ static PyObject *CallPath_fast_pre(CallPath *self, PyObject *const *args, Py_ssi
 /* One row of the calls table (modulehooks.py's and timing.py's tuples), into ``buf``. */
 static int call_row(PyObject *buf, Call *call, long phase, long long step, long long segment,
                     double start, double total, double self_time) {
-    RowBufferAPI *rb = G.rows;
     PyObject *module = call_module(call);
     if (module == NULL) return -1;
     PyObject *parent = call->parent;
-    Py_ssize_t row = rb->reserve(buf);
-    if (row < 0) return -1;
-    if (rb->put_long(buf, row, 0, call->id) < 0 || rb->put_long(buf, row, 1, phase) < 0 ||
-        rb->put_long(buf, row, 2, step) < 0 || rb->put_long(buf, row, 3, segment) < 0 ||
-        rb->put(buf, row, 4, module) < 0 || rb->put_long(buf, row, 5, call->index) < 0 ||
-        rb->put_long(buf, row, 6, parent == Py_None ? -1 : ((Call *)parent)->id) < 0 ||
-        rb->put_long(buf, row, 7, call->depth) < 0 || rb->put_double(buf, row, 8, start) < 0 ||
-        rb->put_double(buf, row, 9, total) < 0 || rb->put_double(buf, row, 10, self_time) < 0) {
-        rb->unreserve(buf);
-        return -1;
-    }
-    return 0;
+    RowValue row[11] = {
+        ROW_LONG(call->id),
+        ROW_LONG(phase),
+        ROW_LONG(step),
+        ROW_LONG(segment),
+        ROW_OBJECT(module),
+        ROW_LONG(call->index),
+        ROW_LONG(parent == Py_None ? -1 : ((Call *)parent)->id),
+        ROW_LONG(call->depth),
+        ROW_DOUBLE(start),
+        ROW_DOUBLE(total),
+        ROW_DOUBLE(self_time),
+    };
+    return G.rows->append(buf, row, 11);
 }
 
 /* ModuleHooks._post_recorded's body */
@@ -2333,9 +2337,12 @@ static PyObject *CallPath_get_state(CallPath *self, void *unused) {
 }
 
 static int CallPath_set_state(CallPath *self, PyObject *value, void *unused) {
-    char recording;
-    if (state_numbers(value, &self->step, &self->segment, &recording, &self->deferring) < 0)
-        return -1;
+    long long step, segment;
+    char recording, deferring;
+    if (state_numbers(value, &step, &segment, &recording, &deferring) < 0) return -1;
+    self->step = step;
+    self->segment = segment;
+    self->deferring = deferring;
     Py_INCREF(value);
     Py_XSETREF(self->state, value);
     return 0;
@@ -2407,9 +2414,12 @@ static PyObject *backward_rows(PyObject *module, PyObject *const *args, Py_ssize
         return NULL;
     }
     PyObject *calls = args[0], *into = args[4];
-    long long step = PyLong_AsLongLong(args[1]), segment = PyLong_AsLongLong(args[2]);
+    long long step = PyLong_AsLongLong(args[1]);
+    if (step == -1 && PyErr_Occurred()) return NULL;
+    long long segment = PyLong_AsLongLong(args[2]);
+    if (segment == -1 && PyErr_Occurred()) return NULL;
     double origin = PyFloat_AsDouble(args[3]);
-    if (PyErr_Occurred()) return NULL;
+    if (origin == -1.0 && PyErr_Occurred()) return NULL;
     Py_ssize_t count = PyList_GET_SIZE(calls);
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *c = PyList_GET_ITEM(calls, i);

@@ -107,14 +107,11 @@ static int store_raw(char *at, const Field *f, PyObject *value) {
         memset(at, 0, (size_t)f->width);
         return 0;
     }
-    if (!PyBytes_Check(value)) {
-        PyErr_SetString(PyExc_TypeError, "pack: a raw field's value is not bytes");
+    if (!PyBytes_Check(value) || PyBytes_GET_SIZE(value) != f->width) {
+        PyErr_Format(PyExc_ValueError, "pack: a raw field holds %zd bytes", f->width);
         return -1;
     }
-    Py_ssize_t n = PyBytes_GET_SIZE(value);
-    if (n > f->width) n = f->width;
-    memcpy(at, PyBytes_AS_STRING(value), (size_t)n);
-    memset(at + n, 0, (size_t)(f->width - n));
+    memcpy(at, PyBytes_AS_STRING(value), (size_t)f->width);
     return 0;
 }
 
@@ -239,9 +236,11 @@ typedef struct {
     Py_ssize_t nfields, ncolumns;
     Py_ssize_t *first; /* fields sorted by column: column c's are order[first[c]:first[c+1]] */
     Py_ssize_t *order;
-    char **data;       /* per field: its values, field_width() bytes each, zeros past n */
+    char **data;       /* per field: its values, field_width() bytes each */
     Py_ssize_t n, cap; /* rows held, and room for */
     TextSlot *slots;   /* TEXT_SLOTS per field (used by text fields) */
+    Py_ssize_t *at;    /* per field: where it lies in a staged row (see append_values) */
+    Py_ssize_t width;  /* a staged row's bytes: every field's width */
 } RowBuffer;
 
 static PyTypeObject RowBufferType;
@@ -271,13 +270,16 @@ static int RowBuffer_init(RowBuffer *self, PyObject *args, PyObject *kwds) {
     Py_ssize_t *next = PyMem_Calloc((size_t)columns + 1, sizeof(Py_ssize_t));
     char **data = PyMem_Calloc((size_t)n + 1, sizeof(char *));
     TextSlot *slots = PyMem_Calloc((size_t)(n + 1) * TEXT_SLOTS, sizeof(TextSlot));
-    if (first == NULL || order == NULL || next == NULL || data == NULL || slots == NULL) {
+    Py_ssize_t *at = PyMem_Calloc((size_t)n + 1, sizeof(Py_ssize_t));
+    if (first == NULL || order == NULL || next == NULL || data == NULL || slots == NULL ||
+        at == NULL) {
         PyMem_Free(fields);
         PyMem_Free(first);
         PyMem_Free(order);
         PyMem_Free(next);
         PyMem_Free(data);
         PyMem_Free(slots);
+        PyMem_Free(at);
         PyErr_NoMemory();
         return -1;
     }
@@ -297,6 +299,12 @@ static int RowBuffer_init(RowBuffer *self, PyObject *args, PyObject *kwds) {
     self->order = order;
     self->data = data;
     self->slots = slots;
+    self->at = at;
+    self->width = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        at[j] = self->width;
+        self->width += field_width(&fields[j]);
+    }
     return 0;
 }
 
@@ -311,12 +319,14 @@ static int RowBuffer_traverse(RowBuffer *self, visitproc visit, void *arg) {
 }
 
 static int RowBuffer_clear(RowBuffer *self) {
-    Py_CLEAR(self->dtype);
-    Py_CLEAR(self->spec);
     for (Py_ssize_t k = 0; self->slots != NULL && k < self->nfields * TEXT_SLOTS; k++) {
         Py_CLEAR(self->slots[k].value);
         Py_CLEAR(self->slots[k].data);
     }
+    PyMem_Free(self->fields); /* they borrow from spec: the buffer is unusable now */
+    self->fields = NULL;
+    Py_CLEAR(self->dtype);
+    Py_CLEAR(self->spec);
     return 0;
 }
 
@@ -334,6 +344,7 @@ static void RowBuffer_dealloc(RowBuffer *self) {
     free_columns(self);
     PyMem_Free(self->data);
     PyMem_Free(self->slots);
+    PyMem_Free(self->at);
     PyMem_Free(self->fields);
     PyMem_Free(self->first);
     PyMem_Free(self->order);
@@ -346,41 +357,22 @@ static int made(RowBuffer *b) {
     return 0;
 }
 
-/* A new row at the end, its fields zero (every row past n is). */
-static Py_ssize_t rb_reserve(PyObject *buffer) {
-    RowBuffer *b = (RowBuffer *)buffer;
-    if (!made(b)) return -1;
-    if (b->n == b->cap) {
-        Py_ssize_t cap = b->cap ? b->cap * 2 : 256;
-        for (Py_ssize_t j = 0; j < b->nfields; j++) {
-            Py_ssize_t width = field_width(&b->fields[j]);
-            char *column = cap > PY_SSIZE_T_MAX / width
-                               ? NULL
-                               : PyMem_Realloc(b->data[j], (size_t)(cap * width));
-            if (column == NULL) { /* the columns grown so far keep their (zeroed) room */
-                PyErr_NoMemory();
-                return -1;
-            }
-            memset(column + b->cap * width, 0, (size_t)((cap - b->cap) * width));
-            b->data[j] = column;
-        }
-        b->cap = cap;
-    }
-    return b->n++;
-}
-
-/* Zero rows [from, to) of every column. */
-static void zero_rows(RowBuffer *b, Py_ssize_t from, Py_ssize_t to) {
-    for (Py_ssize_t j = 0; to > from && j < b->nfields; j++) {
+/* Room for one more row (n stays as it is). */
+static int grow(RowBuffer *b) {
+    if (b->n < b->cap) return 0;
+    Py_ssize_t cap = b->cap ? b->cap * 2 : 256;
+    for (Py_ssize_t j = 0; j < b->nfields; j++) {
         Py_ssize_t width = field_width(&b->fields[j]);
-        memset(b->data[j] + from * width, 0, (size_t)((to - from) * width));
+        char *column =
+            cap > PY_SSIZE_T_MAX / width ? NULL : PyMem_Realloc(b->data[j], (size_t)(cap * width));
+        if (column == NULL) { /* the columns grown so far keep their new room */
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->data[j] = column;
     }
-}
-
-static void rb_unreserve(PyObject *buffer) {
-    RowBuffer *b = (RowBuffer *)buffer;
-    if (b->n > 0) zero_rows(b, b->n - 1, b->n);
-    if (b->n > 0) b->n--;
+    b->cap = cap;
+    return 0;
 }
 
 /* The encoding of text field ``j``'s ``value`` (borrowed from its slot, see TextSlot),
@@ -400,33 +392,38 @@ static PyObject *encoded(RowBuffer *b, Py_ssize_t j, PyObject *value) {
             PyErr_SetString(PyExc_TypeError, "pack: a text field's encoding is not bytes");
             return NULL;
         }
-        Py_INCREF(value);
-        Py_XSETREF(slot->value, value);
-        Py_XSETREF(slot->data, data);
+        PyObject *old_value = slot->value, *old_data = slot->data; /* both replaced first */
+        slot->value = Py_NewRef(value);
+        slot->data = data;
+        Py_XDECREF(old_value);
+        Py_XDECREF(old_data);
     }
     return slot->data;
 }
 
-/* store_field for field ``j`` of row ``row`` */
-static int store_cell(RowBuffer *b, Py_ssize_t row, Py_ssize_t j, PyObject *value);
-
-/* Where field ``j`` of row ``row`` lies, or NULL (an error set) if there is no such row. */
-static char *cell(RowBuffer *b, Py_ssize_t row, Py_ssize_t j) {
-    if (row >= 0 && row < b->n) return b->data[j] + row * field_width(&b->fields[j]);
-    PyErr_SetString(PyExc_IndexError, "RowBuffer: no such row");
-    return NULL;
-}
-
-static int store_cell(RowBuffer *b, Py_ssize_t row, Py_ssize_t j, PyObject *value) {
+/* Field ``j`` of a row, from its column's value, at ``at`` (a staged row). */
+static int stage_field(RowBuffer *b, Py_ssize_t j, char *at, const RowValue *value) {
     const Field *f = &b->fields[j];
-    if (f->code != TEXT) {
-        char *at = cell(b, row, j);
-        return at == NULL ? -1 : store_field(at, f, value);
+    if (value->kind == 'L' || value->kind == 'D') {
+        if (f->inner >= 0 || f->code >= TEXT) {
+            PyErr_SetString(PyExc_TypeError, "RowBuffer: the column is not one number");
+            return -1;
+        }
+        if (value->kind == 'L')
+            store_long(at, f->code, value->long_);
+        else
+            store_double(at, f->code, value->double_);
+        return 0;
     }
-    if (f->inner >= 0 && (value = item(value, f->inner)) == NULL) return -1;
-    PyObject *data = encoded(b, j, value); /* first: it may run Python code */
-    char *at = data == NULL ? NULL : cell(b, row, j);
-    if (at == NULL) return -1;
+    PyObject *v = value->object;
+    if (value->kind != 'O' || v == NULL) {
+        PyErr_SetString(PyExc_TypeError, "RowBuffer: a value is an object, a long or a double");
+        return -1;
+    }
+    if (f->code != TEXT) return store_field(at, f, v);
+    if (f->inner >= 0 && (v = item(v, f->inner)) == NULL) return -1;
+    PyObject *data = encoded(b, j, v);
+    if (data == NULL) return -1;
     Py_ssize_t n = PyBytes_GET_SIZE(data);
     if (n > f->width) n = f->width;
     memcpy(at, PyBytes_AS_STRING(data), (size_t)n);
@@ -434,64 +431,61 @@ static int store_cell(RowBuffer *b, Py_ssize_t row, Py_ssize_t j, PyObject *valu
     return 0;
 }
 
-static int column_ok(RowBuffer *b, Py_ssize_t column) {
-    if (column >= 0 && column < b->ncolumns) return 1;
-    PyErr_SetString(PyExc_IndexError, "RowBuffer: no such column");
-    return 0;
-}
-
-static int rb_put(PyObject *buffer, Py_ssize_t row, Py_ssize_t column, PyObject *value) {
-    RowBuffer *b = (RowBuffer *)buffer;
-    if (!column_ok(b, column)) return -1;
-    for (Py_ssize_t k = b->first[column]; k < b->first[column + 1]; k++)
-        if (store_cell(b, row, b->order[k], value) < 0) return -1;
-    return 0;
-}
-
-/* The field of a column of one number: cheaper to fill than with a Python int or float. */
-static Py_ssize_t scalar(RowBuffer *b, Py_ssize_t column) {
-    if (!column_ok(b, column)) return -1;
-    if (b->first[column + 1] - b->first[column] == 1) {
-        Py_ssize_t j = b->order[b->first[column]];
-        if (b->fields[j].inner < 0 && b->fields[j].code < TEXT) return j;
+/* One row, a value per column: every field is converted into a staged row first (that
+ * may run Python code, which may append to or take this buffer), then the row is added
+ * with no Python code in between. A row goes in whole or not at all. */
+static int append_values(RowBuffer *b, const RowValue *row, Py_ssize_t columns) {
+    if (!made(b)) return -1;
+    if (columns != b->ncolumns) {
+        PyErr_Format(PyExc_ValueError, "RowBuffer: a row of %zd columns, not %zd", columns,
+                     b->ncolumns);
+        return -1;
     }
-    PyErr_SetString(PyExc_TypeError, "RowBuffer: the column is not one number");
-    return -1;
+    char small[1024], *staged = b->width <= (Py_ssize_t)sizeof small ? small : PyMem_Malloc((size_t)b->width);
+    if (staged == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int rc = -1;
+    for (Py_ssize_t j = 0; j < b->nfields; j++)
+        if (stage_field(b, j, staged + b->at[j], &row[b->fields[j].outer]) < 0) goto done;
+    if (!made(b) || grow(b) < 0) goto done; /* made(): Python code may have cleared it */
+    for (Py_ssize_t j = 0; j < b->nfields; j++) {
+        Py_ssize_t width = field_width(&b->fields[j]);
+        memcpy(b->data[j] + b->n * width, staged + b->at[j], (size_t)width);
+    }
+    b->n++;
+    rc = 0;
+done:
+    if (staged != small) PyMem_Free(staged);
+    return rc;
 }
 
-static int rb_put_long(PyObject *buffer, Py_ssize_t row, Py_ssize_t column, long long v) {
-    RowBuffer *b = (RowBuffer *)buffer;
-    Py_ssize_t j = scalar(b, column);
-    char *at = j < 0 ? NULL : cell(b, row, j);
-    if (at == NULL) return -1;
-    store_long(at, b->fields[j].code, v);
-    return 0;
-}
-
-static int rb_put_double(PyObject *buffer, Py_ssize_t row, Py_ssize_t column, double v) {
-    RowBuffer *b = (RowBuffer *)buffer;
-    Py_ssize_t j = scalar(b, column);
-    char *at = j < 0 ? NULL : cell(b, row, j);
-    if (at == NULL) return -1;
-    store_double(at, b->fields[j].code, v);
-    return 0;
+static int rb_append(PyObject *buffer, const RowValue *row, Py_ssize_t columns) {
+    if (!PyObject_TypeCheck(buffer, &RowBufferType)) {
+        PyErr_SetString(PyExc_TypeError, "not a RowBuffer");
+        return -1;
+    }
+    return append_values((RowBuffer *)buffer, row, columns);
 }
 
 static int append_row(RowBuffer *b, PyObject *row) {
-    if (!PyTuple_Check(row)) {
+    if (!made(b)) return -1;
+    if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) < b->ncolumns) {
         PyErr_SetString(PyExc_ValueError, "pack: a row is not a tuple holding its fields");
         return -1;
     }
-    Py_ssize_t at = rb_reserve((PyObject *)b);
-    if (at < 0) return -1;
-    for (Py_ssize_t j = 0; j < b->nfields; j++) {
-        PyObject *value = item(row, b->fields[j].outer);
-        if (value == NULL || store_cell(b, at, j, value) < 0) {
-            rb_unreserve((PyObject *)b);
-            return -1;
-        }
+    RowValue small[32], *values = b->ncolumns <= 32 ? small : PyMem_Calloc((size_t)b->ncolumns, sizeof(RowValue));
+    if (values == NULL) {
+        PyErr_NoMemory();
+        return -1;
     }
-    return 0;
+    for (Py_ssize_t c = 0; c < b->ncolumns; c++) values[c] = ROW_OBJECT(PyTuple_GET_ITEM(row, c));
+    Py_INCREF(row); /* its items stay alive while Python code runs */
+    int rc = append_values(b, values, b->ncolumns);
+    Py_DECREF(row);
+    if (values != small) PyMem_Free(values);
+    return rc;
 }
 
 static PyObject *RowBuffer_append(RowBuffer *self, PyObject *row) {
@@ -532,12 +526,8 @@ static PyObject *RowBuffer_take(RowBuffer *self, PyObject *unused) {
         PyTuple_SET_ITEM(out, j, column);
         held += self->cap * width;
     }
-    if (held > (16 << 20)) {
-        free_columns(self); /* a burst: give its memory back */
-    } else {
-        zero_rows(self, 0, self->n);
-    }
     self->n = 0;
+    if (held > (16 << 20)) free_columns(self); /* a burst: give its memory back */
     return out;
 }
 
@@ -573,10 +563,7 @@ static PyTypeObject RowBufferType = {
     .tp_as_sequence = &RowBuffer_as_sequence,
 };
 
-static RowBufferAPI api = {
-    ROWBUFFER_API_VERSION, &RowBufferType, rb_reserve,  rb_unreserve,
-    rb_put,                rb_put_long,    rb_put_double,
-};
+static RowBufferAPI api = {ROWBUFFER_API_VERSION, &RowBufferType, rb_append};
 
 static PyMethodDef methods[] = {
     {"pack", pack, METH_VARARGS, "pack(rows, out, fields) -> None"},

@@ -3,17 +3,18 @@
  * A RowBuffer holds one table's rows column by column, as the file stores them,
  * appended one at a time: the recorder's per-call path (hookdbg/recorder/_hot.c)
  * writes each row straight into it, with no tuple per row for the garbage collector
- * to count and for the writer thread to convert. Its Python methods (append, extend, take) serve
- * everyone else; these functions serve C, through the capsule ROWBUFFER_CAPSULE:
+ * to count and for the writer thread to convert. Its Python methods (append, extend,
+ * take) serve everyone else; ``append`` serves C, through the capsule
+ * ROWBUFFER_CAPSULE:
  *
  *     RowBufferAPI *api = PyCapsule_Import(ROWBUFFER_CAPSULE, 0);
- *     Py_ssize_t row = api->reserve(buffer);        (a zeroed record at the end, or -1)
- *     api->put_long(buffer, row, 0, call_id)        (column 0 of the row tuple)
- *     api->put(buffer, row, 7, summary)             (a tuple fills its inner fields)
- *     ...; on an error: api->unreserve(buffer)      (the half-written record goes)
+ *     RowValue row[11] = {ROW_LONG(call_id), ROW_OBJECT(phase), ROW_DOUBLE(start), ...};
+ *     api->append(buffer, row, 11);
  *
- * Columns are numbered as in the table's row tuples (hookdbg/store/rows.py). Rows are
- * named by their index, which stays valid until the buffer's next take.
+ * One value per column, numbered as in the table's row tuples (hookdbg/store/rows.py):
+ * a number given as a C number makes no Python object; a tuple (a summary) fills the
+ * fields inside it. A row goes in whole or not at all: every value is converted first
+ * (which may run Python code: a text's first encoding), then the row is added.
  */
 
 #ifndef HOOKDBG_ROWBUFFER_H
@@ -22,16 +23,23 @@
 #include <Python.h>
 
 #define ROWBUFFER_CAPSULE "hookdbg.store._pack._C_API"
-#define ROWBUFFER_API_VERSION 1
+#define ROWBUFFER_API_VERSION 2
+
+typedef struct {
+    char kind; /* 'O': object, 'L': long_, 'D': double_ */
+    PyObject *object;
+    long long long_;
+    double double_;
+} RowValue;
+
+#define ROW_OBJECT(o) ((RowValue){.kind = 'O', .object = (o)})
+#define ROW_LONG(v) ((RowValue){.kind = 'L', .long_ = (v)})
+#define ROW_DOUBLE(v) ((RowValue){.kind = 'D', .double_ = (v)})
 
 typedef struct {
     int version;        /* ROWBUFFER_API_VERSION */
     PyTypeObject *type; /* RowBuffer */
-    Py_ssize_t (*reserve)(PyObject *buffer);
-    void (*unreserve)(PyObject *buffer);
-    int (*put)(PyObject *buffer, Py_ssize_t row, Py_ssize_t column, PyObject *value);
-    int (*put_long)(PyObject *buffer, Py_ssize_t row, Py_ssize_t column, long long value);
-    int (*put_double)(PyObject *buffer, Py_ssize_t row, Py_ssize_t column, double value);
+    int (*append)(PyObject *buffer, const RowValue *row, Py_ssize_t columns);
 } RowBufferAPI;
 
 #endif

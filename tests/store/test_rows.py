@@ -153,3 +153,70 @@ def test_call_rows_in_a_buffer_equal_numpys_conversion():
     buffer.extend(calls)
     got, want = _taken(buffer), np.array(calls, schema.CALLS)
     assert all(np.array_equal(got[name], want[name]) for name in schema.CALLS.names)
+
+
+def _buffer_with_encoder(make) -> object:
+    """A tensors row buffer whose path encoder is ``make`` (it fills no cache: it runs
+    for every value it has not just seen)."""
+    layout = tuple(
+        (*f[:5], {}, make) if f[3] == rows._TEXT and f[0] == 6 else f
+        for f in rows._tensor_fields(schema.TENSORS)
+    )
+    return rows.RowBuffer(schema.TENSORS, schema.TENSORS.itemsize, layout)
+
+
+@buffered
+def test_a_row_goes_in_whole_while_python_code_takes_the_buffer():
+    """A text's first encoding runs Python code, which may hand the buffer over (a
+    signal handler closing the recording): it hands over whole rows only, and the row
+    being added goes in afterwards."""
+    taken = []
+
+    def make(path):
+        if path == "mid":
+            taken.append(rows.Packed(buffer.dtype, buffer.take()))
+        return path.encode()
+
+    buffer = _buffer_with_encoder(make)
+    buffer.append((1, *ROWS[0][1:6], "first", ROWS[0][7]))
+    buffer.append((2, *ROWS[0][1:6], "mid", ROWS[0][7]))
+    assert taken[0].columns()["call"].tolist() == [1]
+    rest = _taken(buffer)
+    assert rest["call"].tolist() == [2] and rest["path"].tolist() == [b"mid"]
+
+
+@buffered
+def test_a_row_that_fails_leaves_the_rows_added_meanwhile():
+    def make(path):
+        if path == "outer":
+            buffer.append((7, *ROWS[0][1:6], "inner", ROWS[0][7]))
+            raise RuntimeError("cannot encode")
+        return path.encode()
+
+    buffer = _buffer_with_encoder(make)
+    with pytest.raises(RuntimeError, match="cannot encode"):
+        buffer.append((9, *ROWS[0][1:6], "outer", ROWS[0][7]))
+    assert _taken(buffer)["call"].tolist() == [7]
+
+
+@buffered
+def test_numbers_that_run_python_code_cannot_write_into_moved_memory():
+    class Sneaky:
+        """An int whose conversion appends many rows (the buffer's memory moves)."""
+
+        def __index__(self):
+            buffer.extend([ROWS[0]] * 5000)
+            return 123456789
+
+    buffer = rows.buffer_for(schema.TENSORS)
+    buffer.append((Sneaky(), *ROWS[0][1:]))
+    calls = _taken(buffer)["call"]
+    assert len(calls) == 5001 and calls[-1] == 123456789
+
+
+@buffered
+def test_a_histogram_of_the_wrong_size_is_refused():
+    buffer = rows.buffer_for(schema.tensors_dtype(4))
+    with pytest.raises(ValueError, match="raw field"):
+        buffer.append((*ROWS[0][:7], (*ROWS[0][7], b"\0" * 16)))  # 2 counts, not 4
+    assert len(buffer) == 0
