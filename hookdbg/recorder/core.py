@@ -249,26 +249,41 @@ class Recorder:
                 _active = None
             if self._froze:
                 gc.unfreeze()
-            with guard.lock:
-                now = perf_counter() - guard.ovh
-                segments = self._segments
-                if segments.state.id >= 0:
-                    segments.end(now, cut=status != "complete")
-                segments.read_batches(wait=True)
-                if guard.alerts:
-                    self.actions.act(actions=False)  # the script is over: nothing to stop
-                self._handoff()
-            end = {
-                "time": time.time(),
-                "status": status,
-                "exit_code": exit_code,
-                "steps": self.steps_recorded,
-                "calls": self.calls_recorded,
-                "alerts": self.detector.alerts,
-                "message": message,
-            }
-            if self._writer is not None:  # not under the lock: the writer may want it
-                self._writer.close(end)
+            try:
+                with guard.lock:
+                    self._finish_segments(status)
+                    try:
+                        self._handoff()
+                    except Exception:
+                        guard.broken()
+            finally:  # the file gets its end row whatever failed above
+                end = {
+                    "time": time.time(),
+                    "status": status,
+                    "exit_code": exit_code,
+                    "steps": self.steps_recorded,
+                    "calls": self.calls_recorded,
+                    "alerts": self.detector.alerts,
+                    "message": message,
+                }
+                if self._writer is not None:  # not under the lock: the writer may want it
+                    self._writer.close(end)
+
+    def _finish_segments(self, status: str) -> None:
+        """End the last segment, read what is left on the device, act on the last
+        alerts. A bug here says so and stops there: the file still gets what was
+        gathered, and its end row."""
+        guard = self.guard
+        try:
+            now = perf_counter() - guard.ovh
+            segments = self._segments
+            if segments.state.id >= 0:
+                segments.end(now, cut=status != "complete")
+            segments.read_batches(wait=True)
+            if guard.alerts:
+                self.actions.act(actions=False)  # the script is over: nothing to stop
+        except Exception:
+            guard.broken()
 
     def _terminated(self, signum: signal.Signals) -> None:
         """SIGTERM or SIGHUP that would end the process: close the recording first."""

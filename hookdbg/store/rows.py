@@ -112,8 +112,10 @@ _text_cache: dict[object, bytes] = {}
 
 
 def _text(value: object, width: int) -> bytes:
-    """Encoded and cut to ``width`` bytes without splitting a UTF-8 character."""
-    data = str(value).encode("utf-8")
+    """Encoded and cut to ``width`` bytes without splitting a UTF-8 character; what
+    UTF-8 cannot hold (a lone surrogate from a file name decoded with surrogateescape)
+    as a backslash escape."""
+    data = str(value).encode("utf-8", "backslashreplace")
     if len(data) > width:
         data = data[:width].decode("utf-8", "ignore").encode("utf-8")
     return data

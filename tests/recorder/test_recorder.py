@@ -297,3 +297,38 @@ def test_lazy_modules_are_recorded_and_their_parameters_watched_once_made(tmp_pa
     lazy = module_id(t, "model.0")
     grads = t["tensors"][(t["tensors"]["module"] == lazy) & (t["tensors"]["slot"] == 5)]
     assert {(int(r["step"]), r["path"]) for r in grads} >= {(2, b"weight"), (2, b"bias")}
+
+
+def test_a_name_utf8_cannot_hold_is_stored_escaped(tmp_path):
+    """A dict key decoded from a file name with surrogateescape holds a lone surrogate,
+    which UTF-8 cannot encode: the row keeps it as a backslash escape, and nothing is
+    lost (it used to stop the writer, and with it the recording)."""
+
+    class Keyed(nn.Module):
+        def forward(self, x):
+            return {"\udcff": x * 2}
+
+    model = nn.Sequential(nn.Linear(2, 2), Keyed())
+    with hookdbg.record(tmp_path / "run.h5", quiet=True) as recorder:
+        model(torch.ones(1, 2)).popitem()[1].sum().backward()
+    assert recorder.write_error is None and recorder.dropped_rows == 0
+    t = tables(tmp_path / "run.h5")
+    keyed = t["tensors"][t["tensors"]["module"] == module_id(t, "model.1")]
+    assert b"\\udcff" in set(keyed["path"]) and t["end"]["status"][0] == b"complete"
+
+
+def test_a_failure_while_closing_still_finishes_the_file(tmp_path, monkeypatch, capsys):
+    """A bug met while closing (here: reading the last device statistics) is reported,
+    and the file still gets what was gathered and its end row."""
+    from hookdbg.recorder.segments import Segments
+
+    def broken(self, wait):
+        raise RuntimeError("a bug in hookdbg")
+
+    model = nn.Linear(2, 2)
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        model(torch.ones(1, 2)).sum().backward()
+        monkeypatch.setattr(Segments, "read_batches", broken)
+    assert "internal error" in capsys.readouterr().err
+    t = tables(tmp_path / "run.h5")
+    assert t["end"]["status"][0] == b"complete" and len(t["calls"]) >= 1
