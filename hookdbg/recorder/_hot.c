@@ -1821,14 +1821,27 @@ fail:
 
 /* -- TensorPath's type -------------------------------------------------------------------- */
 
-/* ``rows.<table>``: the RowBuffer the hooks write that table's rows into. */
-static PyObject *row_buffer(PyObject *rows, PyObject *table) {
-    PyObject *buf = PyObject_GetAttr(rows, table);
-    if (buf != NULL && !PyObject_TypeCheck(buf, G.rows->type)) {
-        PyErr_Format(PyExc_TypeError, "rows.%U is not a RowBuffer (hookdbg/store/_pack.c)", table);
-        Py_CLEAR(buf);
+/* A ``rows`` setter: ``rows`` (store.rows.Rows) and its ``table``, the RowBuffer the
+ * hooks write that table's rows into, set together in ``*rows_at`` and ``*buffer_at``. */
+static int set_rows(PyObject **rows_at, PyObject **buffer_at, PyObject *rows, PyObject *table) {
+    if (!G.ready) {
+        PyErr_SetString(PyExc_RuntimeError, "hookdbg.recorder._hot.setup() was not called");
+        return -1;
     }
-    return buf;
+    PyObject *buf = rows == NULL ? NULL : PyObject_GetAttr(rows, table);
+    if (buf == NULL) {
+        if (rows == NULL) PyErr_SetString(PyExc_TypeError, "the rows cannot be deleted");
+        return -1;
+    }
+    if (!PyObject_TypeCheck(buf, G.rows->type)) {
+        PyErr_Format(PyExc_TypeError, "rows.%U is not a RowBuffer (hookdbg/store/_pack.c)", table);
+        Py_DECREF(buf);
+        return -1;
+    }
+    Py_INCREF(rows);
+    Py_XSETREF(*rows_at, rows);
+    Py_XSETREF(*buffer_at, buf);
+    return 0;
 }
 
 /* What a segment's StepState says and never changes: its step and id as rows write
@@ -1855,16 +1868,7 @@ static PyObject *TensorPath_get_rows(TensorPath *self, void *unused) {
 }
 
 static int TensorPath_set_rows(TensorPath *self, PyObject *value, void *unused) {
-    if (!G.ready) {
-        PyErr_SetString(PyExc_RuntimeError, "hookdbg.recorder._hot.setup() was not called");
-        return -1;
-    }
-    PyObject *buf = value == NULL ? NULL : row_buffer(value, s_tensors);
-    if (buf == NULL) return -1;
-    Py_INCREF(value);
-    Py_XSETREF(self->rows, value);
-    Py_XSETREF(self->tensor_rows, buf);
-    return 0;
+    return set_rows(&self->rows, &self->tensor_rows, value, s_tensors);
 }
 
 static PyObject *TensorPath_get_state(TensorPath *self, void *unused) {
@@ -2320,16 +2324,7 @@ static PyObject *CallPath_get_rows(CallPath *self, void *unused) {
 }
 
 static int CallPath_set_rows(CallPath *self, PyObject *value, void *unused) {
-    if (!G.ready) {
-        PyErr_SetString(PyExc_RuntimeError, "hookdbg.recorder._hot.setup() was not called");
-        return -1;
-    }
-    PyObject *buf = value == NULL ? NULL : row_buffer(value, s_calls);
-    if (buf == NULL) return -1;
-    Py_INCREF(value);
-    Py_XSETREF(self->rows, value);
-    Py_XSETREF(self->call_rows, buf);
-    return 0;
+    return set_rows(&self->rows, &self->call_rows, value, s_calls);
 }
 
 static PyObject *CallPath_get_state(CallPath *self, void *unused) {
