@@ -79,6 +79,8 @@ static struct {
     PyObject *index;          /* ("0", "1", ... "63"): positional argument paths */
     PyObject *graph_task_id;  /* torch._C._current_graph_task_id */
     PyObject *grad_enabled;   /* torch.is_grad_enabled */
+    PyObject *GradHooks;      /* gradients.GradHooks */
+    PyObject *hook_key;       /* gradients.HOOK_KEY */
     PyObject *compiler_dict;  /* torch.compiler.__dict__ (_is_compiling_flag) */
     PyObject *is_compiling;   /* torch.compiler.is_compiling, where that flag is missing */
     PyObject *perf_counter;   /* time.perf_counter, where clock_gettime is not it */
@@ -99,7 +101,7 @@ static struct {
     X(is_cpu) X(is_contiguous) X(data_ptr) X(layout) X(_py_summarise) X(_check_input)      \
     X(_check_output) X(keep) X(held) X(budget) X(_sizes) X(_entries) X(nbytes)             \
     X(backward_ran) X(_check_grad) X(grad) X(_check_param_grad) X(_enclosing_calls)        \
-    X(grad_finite)
+    X(grad_finite) X(_backward_hooks) X(_register_hook_dict)
 #define DECLARE(n) static PyObject *s_##n;
 NAMES(DECLARE)
 #undef DECLARE
@@ -1117,28 +1119,49 @@ static PyObject *TensorPath_keep(TensorPath *self, PyObject *const *args, Py_ssi
 
 /* GradientObserver.watch_tensor: hear of ``t``'s gradient through ``seen`` itself, a
  * pre-hook on the node that made it or, for a leaf, a hook on the tensor. */
+/* GradientObserver.watch_tensor's hook on a node: in a GradHooks dict as the tensor's hooks,
+ * registered with the node; or, for a tensor with hooks already or of a subclass, a
+ * pre-hook on the node */
+static int hook_node(PyObject *node, PyObject *t, Seen *seen) {
+    if (Py_IS_TYPE(t, (PyTypeObject *)G.Tensor)) {
+        PyObject *had = PyObject_GetAttr(t, s__backward_hooks);
+        if (had == NULL) return -1;
+        Py_DECREF(had);
+        if (had == Py_None) {
+            PyObject *hooks = PyObject_CallNoArgs(G.GradHooks);
+            if (hooks == NULL) return -1;
+            int rc = -1;
+            if (PyDict_SetItem(hooks, G.hook_key, (PyObject *)seen) == 0 &&
+                PyObject_SetAttr(t, s__backward_hooks, hooks) == 0) {
+                rc = call_void(node, s__register_hook_dict, &t, 1);
+                if (rc < 0) { /* not left where the script's hooks would go unheard */
+                    PyObject *type, *value, *tb;
+                    PyErr_Fetch(&type, &value, &tb);
+                    if (PyObject_SetAttr(t, s__backward_hooks, Py_None) < 0) PyErr_Clear();
+                    PyErr_Restore(type, value, tb);
+                }
+            }
+            Py_DECREF(hooks);
+            return rc;
+        }
+    }
+    long long nr;
+    if (get_ll(t, s_output_nr, &nr) < 0) return -1;
+    seen->nr = (int)nr;
+    return call_void(node, s_register_prehook, (PyObject *const *)&seen, 1);
+}
+
+/* GradientObserver.watch_tensor: the Seen record itself is the hook */
 static int watch(TensorPath *o, PyObject *t, Seen *seen) {
     seen->hooked = 1;
     Py_INCREF(o);
     Py_XSETREF(seen->owner, (PyObject *)o);
     PyObject *node = PyObject_GetAttr(t, s_grad_fn);
     if (node == NULL) return -1;
-    PyObject *handle;
-    if (node == Py_None) {
-        handle = call_method1(t, s_register_hook, (PyObject *)seen);
-    } else {
-        long long nr;
-        if (get_ll(t, s_output_nr, &nr) < 0) {
-            Py_DECREF(node);
-            return -1;
-        }
-        seen->nr = (int)nr;
-        handle = call_method1(node, s_register_prehook, (PyObject *)seen);
-    }
+    int rc = node == Py_None ? call_void(t, s_register_hook, (PyObject *const *)&seen, 1)
+                             : hook_node(node, t, seen);
     Py_DECREF(node);
-    if (handle == NULL) return -1;
-    Py_DECREF(handle);
-    return 0;
+    return rc;
 }
 
 static PyObject *TensorPath_fast_watch(TensorPath *self, PyObject *const *args, Py_ssize_t n) {
@@ -1513,8 +1536,8 @@ done:
     return rc;
 }
 
-/* Called by autograd: with the node's output gradients (a tuple) before the node runs,
- * or, hooked on a leaf tensor, with its gradient. */
+/* Called by autograd: as a tensor's hook, with its gradient (None if undefined); as a
+ * node's pre-hook, with the node's output gradients (a tuple). */
 static PyObject *Seen_call(Seen *self, PyObject *args, PyObject *kwds) {
     PyObject *grads;
     if (!PyArg_UnpackTuple(args, "Seen", 1, 1, &grads)) return NULL;
@@ -2464,17 +2487,18 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwds) {
     static char *kw[] = {"Tensor", "strided", "Recompute", "Pending", "MUTED", "RAISED",
                          "summarise", "norm_summary", "one_pass", "shape_only", "c_kinds", "shapes",
                          "shapes_kept", "half_wide", "iter_tensors", "index", "graph_task_id",
-                         "grad_enabled", "compiler", "perf_counter", "monotonic",
-                         "phases", "slots", NULL};
+                         "grad_enabled", "GradHooks", "hook_key", "compiler", "perf_counter",
+                         "monotonic", "phases", "slots", NULL};
     PyObject *compiler, *phases, *slots;
     if (G.ready) Py_RETURN_NONE; /* once per process */
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "$OOOOOOOOOOO!O!nLOO!OOOOpO!O!", kw, &G.Tensor, &G.strided,
+            args, kwds, "$OOOOOOOOOOO!O!nLOO!OOO!UOOpO!O!", kw, &G.Tensor, &G.strided,
             &G.Recompute, &G.Pending, &G.MUTED, &G.RAISED, &G.summarise, &G.norm_summary,
             &G.one_pass,
             &G.shape_only, &PyDict_Type, &G.c_kinds, &PyDict_Type, &G.shapes, &G.shapes_kept,
             &G.half_wide, &G.iter_tensors, &PyTuple_Type, &G.index, &G.graph_task_id,
-            &G.grad_enabled, &compiler, &G.perf_counter, &G.monotonic,
+            &G.grad_enabled, &PyType_Type, &G.GradHooks, &G.hook_key, &compiler,
+            &G.perf_counter, &G.monotonic,
             &PyDict_Type, &phases, &PyDict_Type, &slots))
         return NULL;
     if (PyTuple_GET_SIZE(G.index) < 64) {
@@ -2484,7 +2508,7 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwds) {
     PyObject **objects[] = {&G.Tensor, &G.strided, &G.Recompute, &G.Pending, &G.MUTED,
                             &G.RAISED, &G.summarise, &G.norm_summary, &G.one_pass, &G.shape_only, &G.c_kinds,
                             &G.shapes, &G.iter_tensors, &G.index, &G.graph_task_id,
-                            &G.grad_enabled, &G.perf_counter};
+                            &G.grad_enabled, &G.GradHooks, &G.hook_key, &G.perf_counter};
     for (size_t i = 0; i < sizeof objects / sizeof *objects; i++) Py_INCREF(*objects[i]);
     if ((G.cpu = PyUnicode_InternFromString("cpu")) == NULL ||
         (G.nan = PyFloat_FromDouble(Py_NAN)) == NULL)
@@ -2542,6 +2566,10 @@ PyMODINIT_FUNC PyInit__hot(void) {
                              &TensorPathType, &ParamHookType, &CallPathType};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++)
         if (PyType_Ready(types[i]) < 0) return NULL;
+    /* a Seen is a tensor's hook: torch.save need not warn that it is not saved with it */
+    if (PyDict_SetItemString(SeenType.tp_dict, "__torch_unserializable__", Py_True) < 0)
+        return NULL;
+    PyType_Modified(&SeenType);
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     const char *names[] = {"Lock",       "Guard",     "Call",    "Seen",

@@ -39,7 +39,7 @@ import torch.compiler
 
 from hookdbg.recorder import stats
 from hookdbg.recorder.deferred import Pending
-from hookdbg.recorder.gradients import GradientObserver
+from hookdbg.recorder.gradients import HOOK_KEY, GradHooks, GradientObserver
 from hookdbg.recorder.modulehooks import _MUTED, _RAISED, ModuleHooks
 from hookdbg.recorder.naming import ModuleInfo
 from hookdbg.recorder.observe import _INDEX, TensorObserver
@@ -106,6 +106,8 @@ if _hot is not None:
         index=_INDEX,
         graph_task_id=torch._C._current_graph_task_id,
         grad_enabled=torch.is_grad_enabled,
+        GradHooks=GradHooks,
+        hook_key=HOOK_KEY,
         compiler=torch.compiler,
         perf_counter=time.perf_counter,
         monotonic=(

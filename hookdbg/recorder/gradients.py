@@ -1,14 +1,19 @@
 """Gradients: of the tensors module calls saw, and of parameters; timed, summarised,
 checked for NaN/inf.
 
-Gradients come from one hook per tensor on the autograd node that made it (a node
-pre-hook: it receives the gradient w.r.t. the node's outputs before the node runs),
-which is cheaper than a tensor hook and keeps the gradient of the value the module saw
-even if the tensor is changed in place afterwards (an in-place ReLU). That one gradient
-is the grad_output of the calls that produced the tensor and the grad_input of those
-that consumed it. Leaf tensors that need a gradient have no node: a tensor hook there.
-Parameter gradients come from a post-accumulate-grad hook on each parameter of a
-recorded module.
+Gradients come from one hook per tensor, put on the autograd node that made it the way
+``Tensor.register_hook`` puts one there (a dict of hooks as the tensor's
+``_backward_hooks``, registered with the node) but without that method's Python wrapper
+and handle, which cost more than everything else hookdbg does to hook a tensor. The hook
+stays on that node, so it keeps the gradient of the value the module saw even if the
+tensor is changed in place afterwards (an in-place ReLU). That one gradient is the
+grad_output of the calls that produced the tensor and the grad_input of those that
+consumed it. hookdbg's entry stays last in the dict (``GradHooks``): hooks the script
+adds to the tensor later run first, so hookdbg sees the gradient the node is given. A
+tensor that has hooks already, or is a subclass, gets a pre-hook on the node instead
+(it runs after all of them); a leaf tensor that needs a gradient has no node: a hook on
+the tensor itself. Parameter gradients come from a post-accumulate-grad hook on each
+parameter of a recorded module.
 
 The tensor observer (observe.py) owns this part: it asks for a tensor's gradient hook
 when it first sees a tensor that needs one, and lends the segment's state, summaries,
@@ -49,6 +54,26 @@ def _version(t: torch.Tensor) -> int:
     return -1 if t.is_inference() else t._version
 
 
+HOOK_KEY = "hookdbg"  # hookdbg's entry in a tensor's GradHooks
+
+
+class GradHooks(dict):
+    """A tensor's gradient hooks (its ``_backward_hooks``) with hookdbg's entry kept last.
+
+    Autograd calls a tensor's hooks in the dict's order (torch reads a subclass's entries
+    as a plain dict's). ``Tensor.register_hook`` adds the script's hooks to this dict once
+    hookdbg has put it there; each goes before hookdbg's, which then sees the gradient as
+    the script's hooks leave it.
+    """
+
+    __slots__ = ("__weakref__",)  # the script's hooks' handles hold it weakly
+
+    def __setitem__(self, key: object, value: object) -> None:
+        super().__setitem__(key, value)
+        if key != HOOK_KEY and HOOK_KEY in self:
+            super().__setitem__(HOOK_KEY, self.pop(HOOK_KEY))
+
+
 class GradientObserver:
     """The gradient hooks of a ``TensorObserver``'s tensors and of the parameters of
     recorded modules; see the module docstring."""
@@ -65,15 +90,26 @@ class GradientObserver:
     # -- tensors ------------------------------------------------------------------------
 
     def watch_tensor(self, t: torch.Tensor, seen: Seen) -> None:
-        """Hear of ``t``'s gradient: a pre-hook on the node that made it, or, for a leaf,
-        a hook on the tensor itself."""
+        """Hear of ``t``'s gradient (see the module docstring for how)."""
         seen.hooked = True
         node = t.grad_fn
         if node is None:
-            t.register_hook(partial(self._on_leaf_grad, seen))
+            t.register_hook(self._tensor_hook(seen))
+        elif type(t) is torch.Tensor and t._backward_hooks is None:
+            t._backward_hooks = GradHooks({HOOK_KEY: self._tensor_hook(seen)})
+            try:
+                node._register_hook_dict(t)
+            except BaseException:
+                t._backward_hooks = None  # not left where the script's hooks would go unheard
+                raise
         else:
             seen.nr = t.output_nr
             node.register_prehook(partial(self._on_grad, seen))
+
+    def _tensor_hook(self, seen: Seen) -> Callable[[torch.Tensor], None]:
+        on_grad = partial(self._on_tensor_grad, seen)
+        on_grad.__torch_unserializable__ = True  # type: ignore[attr-defined]
+        return on_grad
 
     @hook
     def _on_grad(self, t0: float, seen: Seen, grads: tuple) -> None:
@@ -82,8 +118,9 @@ class GradientObserver:
             self.grad(t0, seen, grad)
 
     @hook
-    def _on_leaf_grad(self, t0: float, seen: Seen, grad: torch.Tensor) -> None:
-        self.grad(t0, seen, grad)
+    def _on_tensor_grad(self, t0: float, seen: Seen, grad: torch.Tensor | None) -> None:
+        if grad is not None:  # undefined: no gradient flowed to this output
+            self.grad(t0, seen, grad)
 
     def grad(self, t0: float, seen: Seen, grad: torch.Tensor) -> None:
         tensors = self.tensors

@@ -1,0 +1,115 @@
+"""Gradient hooks on the tensors module calls make (hookdbg/recorder/gradients.py), on
+both per-call paths: where they sit among the script's own hooks, and what they leave
+on the tensors."""
+
+import io
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import hookdbg
+from hookdbg.recorder import accelerated
+from hookdbg.store.schema import Phase, Slot
+from tests.helpers import module_id, tables
+
+PATHS = [
+    pytest.param(True, id="python"),
+    pytest.param(
+        False,
+        id="c",
+        marks=pytest.mark.skipif(accelerated._hot is None, reason="hookdbg.recorder._hot not built"),
+    ),
+]
+
+
+class TriplesItsGradient(nn.Module):
+    """Adds a hook to its own output inside forward: before hookdbg sees the tensor."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.tanh(x)
+        y.register_hook(lambda g: g * 3)
+        return y
+
+
+def _triple_its_gradient(module: nn.Module, args: tuple, y: torch.Tensor) -> None:
+    """A forward hook: runs after hookdbg's global one."""
+    y.register_hook(lambda g: g * 3)
+
+
+def _grad_output_norm(path, name: str) -> float:
+    t = tables(path)
+    rows = t["tensors"]
+    mine = rows[
+        (rows["module"] == module_id(t, name))
+        & (rows["phase"] == Phase.BWD)
+        & (rows["slot"] == Slot.GRAD_OUTPUT)
+    ]
+    assert len(mine) == 1
+    return float(mine[0]["norm"])
+
+
+def _node_sees(out: torch.Tensor) -> list[torch.Tensor]:
+    """What the node that made ``out`` is given: a node pre-hook runs after all of the
+    tensor's hooks."""
+    got: list[torch.Tensor] = []
+    out.grad_fn.register_prehook(lambda grads: got.append(grads[out.output_nr].clone()))
+    return got
+
+
+@pytest.mark.parametrize("pure", PATHS)
+@pytest.mark.parametrize("when", ["after", "before"])
+def test_hookdbg_records_the_gradient_as_the_scripts_hooks_leave_it(tmp_path, monkeypatch, pure, when):
+    """A hook the script puts on a module's output (in a forward hook, after hookdbg's;
+    or in forward itself, before) changes the gradient the node gets: hookdbg records
+    that one, and the script's hook runs once."""
+    monkeypatch.setenv(accelerated.PURE_PYTHON, "1" if pure else "")
+    torch.manual_seed(0)
+    if when == "after":
+        model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2))
+        model[1].register_forward_hook(_triple_its_gradient)
+    else:
+        model = nn.Sequential(nn.Linear(4, 4), TriplesItsGradient(), nn.Linear(4, 2))
+    hidden: list[torch.Tensor] = []
+    model[1].register_forward_hook(lambda m, a, y: hidden.append(y))
+    x = torch.randn(5, 4)
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        out = model(x)
+        seen = _node_sees(hidden[0])
+        out.pow(2).sum().backward()
+    assert len(seen) == 1  # the script's hook ran once, hookdbg's with it
+    assert _grad_output_norm(tmp_path / "run.h5", "model.1") == pytest.approx(
+        seen[0].norm().item(), rel=1e-6
+    )
+
+
+@pytest.mark.parametrize("pure", PATHS)
+def test_the_scripts_hooks_on_a_recorded_tensor_all_run_in_order(tmp_path, monkeypatch, pure):
+    monkeypatch.setenv(accelerated.PURE_PYTHON, "1" if pure else "")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+    order: list[str] = []
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        out = model(torch.randn(2, 3))
+        first = out.register_hook(lambda g: order.append("first"))
+        out.register_hook(lambda g: order.append("second"))
+        first.remove()
+        out.register_hook(lambda g: order.append("third"))
+        out.sum().backward()
+    assert order == ["second", "third"]
+    assert _grad_output_norm(tmp_path / "run.h5", "model") == pytest.approx(6**0.5)
+
+
+@pytest.mark.parametrize("pure", PATHS)
+def test_saving_a_recorded_output_warns_of_no_hook(tmp_path, monkeypatch, pure):
+    """torch.save warns of hooks it cannot save with a tensor; hookdbg's need not be."""
+    monkeypatch.setenv(accelerated.PURE_PYTHON, "1" if pure else "")
+    model = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        out = model(torch.randn(2, 3))
+        assert out._backward_hooks  # hookdbg's hook is there
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            torch.save(out, io.BytesIO())
+        out.sum().backward()
