@@ -184,8 +184,20 @@ static inline int get_ll(PyObject *obj, PyObject *name, long long *out) {
 
 static inline int is_tensor(PyObject *obj) { return PyObject_IsInstance(obj, G.Tensor); }
 
-/* t's version counter; -1 for an inference tensor, which has none */
-static int tensor_version(PyObject *t, long long *out) {
+/* t's version counter; -1 for an inference tensor, which has none. ``likely``: t is
+ * surely not one (made with gradients on, or a gradient), so its version is asked for
+ * first, and is_inference() (a slower call) only if that fails. */
+static int tensor_version(PyObject *t, int likely, long long *out) {
+    if (likely) {
+        PyObject *v = PyObject_GetAttr(t, s__version);
+        if (v != NULL) {
+            *out = PyLong_AsLongLong(v);
+            Py_DECREF(v);
+            return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+        }
+        if (!PyErr_ExceptionMatches(PyExc_RuntimeError)) return -1;
+        PyErr_Clear();
+    }
     PyObject *inf = call_method0(t, s_is_inference);
     if (inf == NULL) return -1;
     int inference = inf == Py_True;
@@ -1174,12 +1186,12 @@ static PyObject *TensorPath_fast_watch(TensorPath *self, PyObject *const *args, 
 }
 
 /* TensorObserver.see: the segment's record of ``t`` at its current version, summarised
- * once. Returns a new reference. */
-static Seen *see(TensorPath *o, PyObject *t, int reuse) {
+ * once (``likely``: see tensor_version). Returns a new reference. */
+static Seen *see(TensorPath *o, PyObject *t, int reuse, int likely) {
     PyObject *state = o->state, *memo = NULL, *key = NULL, *summary = NULL, *base = NULL;
     Seen *seen = NULL;
     long long version;
-    int inference = tensor_version(t, &version);
+    int inference = tensor_version(t, likely, &version);
     if (inference < 0) return NULL;
     if ((memo = PyObject_GetAttr(state, s_memo)) == NULL) return NULL;
     if ((key = PyLong_FromVoidPtr(t)) == NULL) goto fail;
@@ -1281,7 +1293,7 @@ static PyObject *TensorPath_see(TensorPath *self, PyObject *args, PyObject *kwds
     int reuse = 1;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|p", kw, &t, &reuse)) return NULL;
     if (!ready(self)) return NULL;
-    return (PyObject *)see(self, t, reuse);
+    return (PyObject *)see(self, t, reuse, 0);
 }
 
 static int extend_slots(Seen *seen, Call *call, PyObject *slot, PyObject *path) {
@@ -1295,7 +1307,7 @@ static int extend_slots(Seen *seen, Call *call, PyObject *slot, PyObject *path) 
 /* TensorObserver.input: a tensor the call receives */
 static int input(TensorPath *o, Call *call, PyObject *path, PyObject *t, PyObject *module,
                  PyObject *args) {
-    Seen *seen = see(o, t, 1);
+    Seen *seen = see(o, t, 1, call->grad_on);
     if (seen == NULL) return -1;
     int rc = -1;
     if (extend_slots(seen, call, G.grad_input, path) < 0) goto done;
@@ -1315,7 +1327,7 @@ done:
 /* TensorObserver.output: a tensor the call returns */
 static int output(TensorPath *o, Call *call, PyObject *path, PyObject *t, PyObject *module,
                   PyObject *args, PyObject *result) {
-    Seen *seen = see(o, t, 0);
+    Seen *seen = see(o, t, 0, call->grad_on);
     if (seen == NULL) return -1;
     int rc = -1;
     if (seen->producer == Py_None) {
@@ -1484,7 +1496,7 @@ static int grad_body(TensorPath *o, double t0, Seen *seen, PyObject *grad) {
     int timing_only = seen->timing_only;
     int keeping = o->keeping && !timing_only;
     long long version = 0;
-    if (o->flight != NULL && o->flight != Py_None && tensor_version(grad, &version) < 0)
+    if (o->flight != NULL && o->flight != Py_None && tensor_version(grad, 1, &version) < 0)
         goto done;
     PyObject *slots = seen->grad_slots;
     Py_INCREF(slots);
@@ -1670,7 +1682,7 @@ static int param_body(ParamHook *h, double t0, PyObject *param) {
     }
     if (o->keeping) {
         long long version = 0;
-        if (o->flight != NULL && o->flight != Py_None && tensor_version(grad, &version) < 0)
+        if (o->flight != NULL && o->flight != Py_None && tensor_version(grad, 1, &version) < 0)
             goto done;
         if (ncalls > 0) {
             Call *to = owner != NULL ? owner : (Call *)PyList_GET_ITEM(calls, ncalls - 1);

@@ -81,6 +81,25 @@ def mlp_with_eval():
             model.train()
 
 
+class Scale(nn.Module):
+    def forward(self, x):
+        return x * 2.0
+
+
+def inference_input():
+    """Batches made under inference_mode (as a data pipeline may) and trained on: the
+    first call's input is an inference tensor, which has no version counter, seen
+    with gradients on."""
+    model = nn.Sequential(Scale(), nn.Linear(4, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        with torch.inference_mode():
+            x = torch.randn(5, 4)
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+
+
 class Block(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -206,6 +225,7 @@ def nan_in(where: str):
 
 WORKLOADS = {
     "mlp_with_eval": mlp_with_eval,
+    "inference_input": inference_input,
     "convnet": convnet,
     "lstm_by_hand": lstm_by_hand,
     "transformer_with_masks": transformer_with_masks,
