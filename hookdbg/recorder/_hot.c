@@ -861,6 +861,7 @@ typedef struct {
      * state.recording, state.batch is not None */
     long long step, segment;
     char recording, deferring;
+    PyObject *module_calls; /* state.module_calls (ditto) */
     long long heard; /* the segment whose backward pass the steps have heard of */
     PyObject *flight_entries, *flight_sizes; /* the flight recorder's, for flight_of */
     long long flight_of; /* the segment they are for (FlightRecorder.new_step made them) */
@@ -881,6 +882,7 @@ static int TensorPath_traverse(TensorPath *self, visitproc visit, void *arg) {
     Py_VISIT(self->tensor_rows);
     Py_VISIT(self->flight_entries);
     Py_VISIT(self->flight_sizes);
+    Py_VISIT(self->module_calls);
     return 0;
 }
 
@@ -896,6 +898,7 @@ static int TensorPath_clear(TensorPath *self) {
     Py_CLEAR(self->tensor_rows);
     Py_CLEAR(self->flight_entries);
     Py_CLEAR(self->flight_sizes);
+    Py_CLEAR(self->module_calls);
     return 0;
 }
 
@@ -911,7 +914,8 @@ static int ready(TensorPath *o) {
         return 0;
     }
     if (o->guard == NULL || !PyObject_TypeCheck(o->guard, &GuardType) || o->state == NULL ||
-        o->rows == NULL || o->tensor_rows == NULL || o->steps == NULL || o->gradients == NULL) {
+        o->rows == NULL || o->tensor_rows == NULL || o->steps == NULL || o->gradients == NULL ||
+        o->module_calls == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the tensor observer is not set up");
         return 0;
     }
@@ -1588,6 +1592,7 @@ typedef struct {
     PyObject *tensors;   /* TensorPath */
     PyObject *gradients; /* GradientObserver */
     PyObject *info;      /* the owning module's ModuleInfo */
+    PyObject *info_id;   /* its id */
     PyObject *name;      /* the parameter's name in it */
 } ParamHook;
 
@@ -1603,6 +1608,10 @@ static PyObject *ParamHook_new(PyTypeObject *type, PyObject *args, PyObject *kwd
     self->gradients = Py_NewRef(gradients);
     self->info = Py_NewRef(info);
     self->name = Py_NewRef(name);
+    if ((self->info_id = PyObject_GetAttr(info, s_id)) == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
     return (PyObject *)self;
 }
 
@@ -1610,6 +1619,7 @@ static int ParamHook_traverse(ParamHook *self, visitproc visit, void *arg) {
     Py_VISIT(self->tensors);
     Py_VISIT(self->gradients);
     Py_VISIT(self->info);
+    Py_VISIT(self->info_id);
     Py_VISIT(self->name);
     return 0;
 }
@@ -1618,6 +1628,7 @@ static int ParamHook_clear(ParamHook *self) {
     Py_CLEAR(self->tensors);
     Py_CLEAR(self->gradients);
     Py_CLEAR(self->info);
+    Py_CLEAR(self->info_id);
     Py_CLEAR(self->name);
     return 0;
 }
@@ -1646,8 +1657,8 @@ static int param_body(ParamHook *h, double t0, PyObject *param) {
     long long task = PyLong_AsLongLong(task_obj);
     Py_DECREF(task_obj);
     if (task == -1 && PyErr_Occurred()) goto done;
-    if ((info_id = PyObject_GetAttr(h->info, s_id)) == NULL) goto done;
-    if ((module_calls = PyObject_GetAttr(state, s_module_calls)) == NULL) goto done;
+    info_id = Py_NewRef(h->info_id);
+    module_calls = Py_NewRef(o->module_calls);
     calls = PyDict_GetItemWithError(module_calls, info_id);
     if (calls == NULL && PyErr_Occurred()) goto done;
     if (calls != NULL && !PyList_Check(calls)) {
@@ -1881,8 +1892,10 @@ static int set_rows(PyObject **rows_at, PyObject **buffer_at, PyObject *rows, Py
 
 /* What a segment's StepState says and never changes: its step and id as rows write
  * them, whether it is recorded, whether its statistics wait for the device. */
+/* What a segment's state says and never changes, read once when it is set: numbers, and
+ * its lists of calls (new references in *calls, *module_calls) */
 static int state_numbers(PyObject *state, long long *step, long long *segment, char *recording,
-                         char *deferring) {
+                         char *deferring, PyObject **calls, PyObject **module_calls) {
     if (state == NULL) {
         PyErr_SetString(PyExc_TypeError, "the state cannot be deleted");
         return -1;
@@ -1895,6 +1908,15 @@ static int state_numbers(PyObject *state, long long *step, long long *segment, c
     if (batch == NULL) return -1;
     *deferring = batch != Py_None;
     Py_DECREF(batch);
+    if ((*calls = PyObject_GetAttr(state, s_calls)) == NULL) return -1;
+    if ((*module_calls = PyObject_GetAttr(state, s_module_calls)) == NULL ||
+        !PyList_Check(*calls) || !PyDict_Check(*module_calls)) {
+        if (*module_calls != NULL)
+            PyErr_SetString(PyExc_TypeError, "a state's calls are a list, module_calls a dict");
+        Py_CLEAR(*calls);
+        Py_CLEAR(*module_calls);
+        return -1;
+    }
     return 0;
 }
 
@@ -1913,7 +1935,11 @@ static PyObject *TensorPath_get_state(TensorPath *self, void *unused) {
 static int TensorPath_set_state(TensorPath *self, PyObject *value, void *unused) {
     long long step, segment;
     char recording, deferring;
-    if (state_numbers(value, &step, &segment, &recording, &deferring) < 0) return -1;
+    PyObject *calls, *module_calls;
+    if (state_numbers(value, &step, &segment, &recording, &deferring, &calls, &module_calls) < 0)
+        return -1;
+    Py_DECREF(calls);
+    Py_XSETREF(self->module_calls, module_calls);
     self->step = step;
     self->segment = segment;
     self->recording = recording;
@@ -2008,6 +2034,7 @@ typedef struct {
     PyObject *call_rows; /* rows.calls: a RowBuffer */
     long long step, segment; /* state.step, state.id (set with state) */
     char deferring;          /* state.batch is not None (ditto) */
+    PyObject *calls, *module_calls; /* state.calls, state.module_calls (ditto) */
     PyObject *stack;    /* Call, ModuleInfo (not recorded), Recompute or MUTED */
     PyObject *open;     /* the innermost open Call, or None */
     long mute;          /* depth inside a call that is not recorded */
@@ -2033,6 +2060,8 @@ static int CallPath_traverse(CallPath *self, visitproc visit, void *arg) {
     Py_VISIT(self->call_rows);
     Py_VISIT(self->stack);
     Py_VISIT(self->open);
+    Py_VISIT(self->calls);
+    Py_VISIT(self->module_calls);
     return 0;
 }
 
@@ -2050,6 +2079,8 @@ static int CallPath_clear(CallPath *self) {
     Py_CLEAR(self->call_rows);
     Py_CLEAR(self->stack);
     Py_CLEAR(self->open);
+    Py_CLEAR(self->calls);
+    Py_CLEAR(self->module_calls);
     return 0;
 }
 
@@ -2063,7 +2094,8 @@ static int call_ready(CallPath *p) {
     if (p->guard == NULL || !PyObject_TypeCheck(p->guard, &GuardType) || p->by_id == NULL ||
         !PyDict_Check(p->by_id) || p->observer == NULL ||
         !PyObject_TypeCheck(p->observer, &TensorPathType) || p->stack == NULL ||
-        !PyList_Check(p->stack) || p->state == NULL || p->open == NULL || p->call_rows == NULL ||
+        !PyList_Check(p->stack) || p->state == NULL || p->calls == NULL ||
+        p->module_calls == NULL || p->open == NULL || p->call_rows == NULL ||
         p->handoff == NULL || p->call_ids == NULL || p->registry == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the module hooks are not set up");
         return 0;
@@ -2076,7 +2108,7 @@ static int pre_body(CallPath *p, double t0, PyObject *module, PyObject *args) {
     if (!p->has_tid || PyThread_get_thread_ident() != p->tid) return 0;
     Guard *g = (Guard *)p->guard;
     PyObject *stack = p->stack, *pinfo = Py_None, *info = NULL, *key = NULL;
-    PyObject *state = NULL, *module_calls = NULL, *calls = NULL, *mid = NULL, *id = NULL;
+    PyObject *module_calls = NULL, *calls = NULL, *mid = NULL, *id = NULL;
     Call *call = NULL;
     int rc = -1;
     Py_ssize_t depth = PyList_GET_SIZE(stack);
@@ -2129,8 +2161,7 @@ static int pre_body(CallPath *p, double t0, PyObject *module, PyObject *args) {
         rc = PyList_Append(stack, info);
         goto done;
     }
-    state = Py_NewRef(p->state);
-    if ((module_calls = PyObject_GetAttr(state, s_module_calls)) == NULL) goto done;
+    module_calls = Py_NewRef(p->module_calls);
     if ((mid = PyObject_GetAttr(info, s_id)) == NULL) goto done;
     calls = PyDict_GetItemWithError(module_calls, mid); /* the module's calls so far */
     if (calls == NULL && PyErr_Occurred()) goto done;
@@ -2151,10 +2182,7 @@ static int pre_body(CallPath *p, double t0, PyObject *module, PyObject *args) {
     if (on == NULL) goto done;
     call->grad_on = on == Py_True;
     Py_DECREF(on);
-    PyObject *all = PyObject_GetAttr(state, s_calls);
-    if (all == NULL) goto done;
-    int bad = PyList_Append(all, (PyObject *)call);
-    Py_DECREF(all);
+    int bad = PyList_Append(p->calls, (PyObject *)call);
     if (bad < 0) goto done;
     if (calls == NULL) {
         PyObject *one = PyList_New(1);
@@ -2177,7 +2205,6 @@ done:
     Py_XDECREF(pinfo);
     Py_XDECREF(info);
     Py_XDECREF(key);
-    Py_XDECREF(state);
     Py_XDECREF(module_calls);
     Py_XDECREF(calls);
     Py_XDECREF(mid);
@@ -2369,7 +2396,11 @@ static PyObject *CallPath_get_state(CallPath *self, void *unused) {
 static int CallPath_set_state(CallPath *self, PyObject *value, void *unused) {
     long long step, segment;
     char recording, deferring;
-    if (state_numbers(value, &step, &segment, &recording, &deferring) < 0) return -1;
+    PyObject *calls, *module_calls;
+    if (state_numbers(value, &step, &segment, &recording, &deferring, &calls, &module_calls) < 0)
+        return -1;
+    Py_XSETREF(self->calls, calls);
+    Py_XSETREF(self->module_calls, module_calls);
     self->step = step;
     self->segment = segment;
     self->deferring = deferring;
