@@ -1223,8 +1223,10 @@ static Seen *see(TensorPath *o, PyObject *t, int reuse, int likely) {
         goto fail;
     }
     seen = NULL;
-    if ((base = PyObject_GetAttr(t, s__base)) == NULL) goto fail;
-    if (base != Py_None) { /* a view (flatten, transpose) of a tensor seen: same numbers */
+    /* a view (flatten, transpose) of a tensor seen: same numbers, its summary reshaped
+     * (at --level timing there are no summaries to share) */
+    if (o->summary != Py_None && (base = PyObject_GetAttr(t, s__base)) == NULL) goto fail;
+    if (base != NULL && base != Py_None) {
         PyObject *bkey = PyLong_FromVoidPtr(base);
         if (bkey == NULL) goto fail;
         Seen *of = (Seen *)PyDict_GetItemWithError(memo, bkey);
@@ -1280,7 +1282,7 @@ static Seen *see(TensorPath *o, PyObject *t, int reuse, int likely) {
     Py_DECREF(memo);
     Py_DECREF(key);
     Py_DECREF(summary);
-    Py_DECREF(base);
+    Py_XDECREF(base);
     return seen;
 fail:
     Py_XDECREF(memo);
