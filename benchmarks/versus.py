@@ -58,6 +58,8 @@ def package_at(revision: str, into: Path) -> ModuleType:
         text = source.read_text()
         text = re.sub(r"\b(from|import) hookdbg\b", rf"\1 {THEN}", text)
         source.write_text(text.replace('"hookdbg.', f'"{THEN}.'))
+    for source in [*package.rglob("*.c"), *package.rglob("*.h")]:  # the capsule's module path
+        source.write_text(source.read_text().replace('"hookdbg.', f'"{THEN}.'))
     _build_extensions(into)
     sys.path.insert(0, str(into))
     import hookdbg_then  # type: ignore[import-not-found]
