@@ -7,6 +7,9 @@ and only its steady loop (a few steps after the recording started; the count is 
 before the loop and taken after it through callgrind's client requests, which a tiny C
 library compiled here issues). The table gives instructions per module call above the
 unrecorded run. The writer thread is not counted: it runs beside the training thread.
+``floor`` is overhead.py's minimal forward and backward timing hooks, in Python: what
+timing each call costs with PyTorch's hooks and nothing else, the floor under
+``--level timing``.
 
     python benchmarks/instructions.py                      # every configuration
     python benchmarks/instructions.py --only timing,stats  # a few
@@ -29,6 +32,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+FLOOR = "floor"  # overhead.py's minimal forward and backward timing hooks: under --level timing
 CONTROL = r"""
 #include <valgrind/callgrind.h>
 void hookdbg_zero(void) { CALLGRIND_ZERO_STATS; }
@@ -39,7 +43,7 @@ void hookdbg_dump(void) { CALLGRIND_DUMP_STATS_AT("loop"); }
 def child(config: str, steps: int, control: str) -> None:
     """Run inside callgrind: warm up, count ``steps`` steps of the MLP, dump."""
     import torch
-    from overhead import mlp
+    from overhead import fwd_bwd_timing_hooks, mlp
     from versus import CONFIGS
 
     import hookdbg
@@ -48,11 +52,11 @@ def child(config: str, steps: int, control: str) -> None:
     torch.set_num_threads(1)
     step, _ = mlp()
     with tempfile.TemporaryDirectory() as tmp:
-        recording = (
-            hookdbg.record(Path(tmp) / "run.h5", quiet=True, force=True, **CONFIGS[config])
-            if config != "none"
-            else contextlib.nullcontext()
-        )
+        recording: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+        if config == FLOOR:
+            recording = fwd_bwd_timing_hooks(Path(tmp))
+        elif config != "none":
+            recording = hookdbg.record(Path(tmp) / "run.h5", quiet=True, force=True, **CONFIGS[config])
         with recording:
             for _ in range(5):
                 step()
@@ -97,7 +101,8 @@ def main() -> None:
     from versus import CONFIGS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default=",".join(CONFIGS), help="configurations, comma-separated")
+    choices = [FLOOR, *CONFIGS]
+    parser.add_argument("--only", default=",".join(choices), help="configurations, comma-separated")
     parser.add_argument("--steps", type=int, default=30, help="steps counted per configuration")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--control", help=argparse.SUPPRESS)
@@ -106,9 +111,9 @@ def main() -> None:
         child(args.child, args.steps, args.control)
         return
     names = args.only.split(",")
-    unknown = [n for n in names if n not in CONFIGS]
+    unknown = [n for n in names if n not in choices]
     if unknown:
-        parser.error(f"unknown configuration {unknown[0]!r}; choose from {', '.join(CONFIGS)}")
+        parser.error(f"unknown configuration {unknown[0]!r}; choose from {', '.join(choices)}")
     for tool in ("valgrind", "cc"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is needed (not found on PATH)")

@@ -124,6 +124,36 @@ def timing_hooks(_: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def fwd_bwd_timing_hooks(_: Path) -> Iterator[None]:
+    """The least a forward and backward module timer does with PyTorch's hooks, the
+    floor under ``--level timing``: hooks that ask dynamo first (as hookdbg's must), a
+    clock in each, and one hook on the gradient of each output, put there the cheapest
+    way (as hookdbg does: a hooks dict registered with the node), that reads the clock."""
+    starts: list[float] = []
+    spans: list[float] = []
+    clock = time.perf_counter
+    traced = torch.compiler.is_dynamo_compiling
+
+    def on_grad(grad: torch.Tensor) -> None:
+        spans.append(clock())
+
+    def pre(m: nn.Module, args: object) -> None:
+        if traced():
+            return
+        starts.append(clock())
+
+    def post(m: nn.Module, args: object, out: object) -> None:
+        if traced():
+            return
+        spans.append(clock() - starts.pop())
+        if type(out) is torch.Tensor and out.grad_fn is not None and out._backward_hooks is None:
+            out._backward_hooks = {0: on_grad}
+            out.grad_fn._register_hook_dict(out)
+
+    yield from _hook_pair(pre, post)
+
+
+@contextlib.contextmanager
 def naive_stats(_: Path) -> Iterator[None]:
     """What a hand-written forward-only statistics hook does: min, max, sum and norm of
     each output, read back at once."""
@@ -176,6 +206,7 @@ def hookdbg_histograms(workdir: Path) -> Iterator[None]:
 CONFIGS: dict[str, Context] = {
     "empty hook pair": empty_hooks,
     "minimal timing hooks": timing_hooks,
+    "minimal fwd+bwd timing hooks": fwd_bwd_timing_hooks,
     "naive fwd-only stats hooks": naive_stats,
     "torch.profiler(with_modules)": profiler,
     "detect_anomaly": anomaly,
