@@ -520,6 +520,7 @@ typedef struct {
     double bwd_end;   /* last gradient w.r.t. an input arrived */
     double param_end; /* its parameters' gradients were accumulated */
     char has_bwd_start, grad_on, nan_in, tainted, bad_grad, below_bad, recomputed;
+    char bwd_sure; /* bwd_task ran its backward (calls.py) */
     PyObject *info, *parent, *inf_inputs, *inf_below;
     PyObject *module; /* info.id, read once it is needed (NULL until then) */
     /* backward_rows' scratch: the latest end and the total time of its children */
@@ -542,7 +543,7 @@ static Call *new_call(long long id, PyObject *info, int index, PyObject *parent,
     c->bwd_end = c->param_end = NEVER;
     c->has_bwd_start = 0;
     c->grad_on = 1;
-    c->nan_in = c->tainted = c->bad_grad = c->below_bad = c->recomputed = 0;
+    c->nan_in = c->tainted = c->bad_grad = c->below_bad = c->recomputed = c->bwd_sure = 0;
     c->has_child_end = 0;
     c->child_end = c->child_total = 0.0;
     Py_INCREF(info);
@@ -651,6 +652,7 @@ static PyMemberDef Call_members[] = {
     {"child_time", T_DOUBLE, offsetof(Call, child_time), 0, NULL},
     {"grad_on", T_BOOL, offsetof(Call, grad_on), 0, NULL},
     {"bwd_task", T_LONGLONG, offsetof(Call, bwd_task), 0, NULL},
+    {"bwd_sure", T_BOOL, offsetof(Call, bwd_sure), 0, NULL},
     {"bwd_end", T_DOUBLE, offsetof(Call, bwd_end), 0, NULL},
     {"param_end", T_DOUBLE, offsetof(Call, param_end), 0, NULL},
     {"nan_in", T_BOOL, offsetof(Call, nan_in), 0, NULL},
@@ -673,6 +675,21 @@ static PyObject *Call_note_inf_below(Call *self, PyObject *birth) {
     Py_RETURN_NONE;
 }
 
+/* Call.backward_ran */
+static void backward_ran(Call *call) {
+    long long task = call->bwd_task;
+    PyObject *c = (PyObject *)call;
+    while (c != Py_None && !((Call *)c)->bwd_sure && ((Call *)c)->bwd_task == task) {
+        ((Call *)c)->bwd_sure = 1;
+        c = ((Call *)c)->parent;
+    }
+}
+
+static PyObject *Call_backward_ran(Call *self, PyObject *unused) {
+    backward_ran(self);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Call_mark_below_bad(Call *self, PyObject *unused) {
     PyObject *p = self->parent;
     while (p != Py_None && !((Call *)p)->below_bad) {
@@ -685,6 +702,8 @@ static PyObject *Call_mark_below_bad(Call *self, PyObject *unused) {
 static PyMethodDef Call_methods[] = {
     {"note_inf_below", (PyCFunction)Call_note_inf_below, METH_O,
      "Tell the enclosing calls where an inf made inside them was born."},
+    {"backward_ran", (PyCFunction)Call_backward_ran, METH_NOARGS,
+     "Its backward pass is sure, and so its callers' in that pass."},
     {"mark_below_bad", (PyCFunction)Call_mark_below_bad, METH_NOARGS,
      "Tell every enclosing call that a gradient went non-finite inside it."},
     {NULL},
@@ -1514,15 +1533,23 @@ static int grad_body(TensorPath *o, double t0, Seen *seen, PyObject *grad) {
             Py_DECREF(slots);
             goto done;
         }
-        if (call->bwd_task == -1) call->bwd_task = task;
+        int of_output = PyLong_AsLong(slot) == G.GRAD_OUTPUT;
+        if (call->bwd_task == -1) {
+            call->bwd_task = task;
+        } else if (of_output && call->bwd_task != task && !call->bwd_sure &&
+                   !call->recomputed) { /* gradients._taken_over */
+            call->bwd_task = task;
+            call->has_bwd_start = 0;
+        }
         if (call->bwd_task == task || call->recomputed) { /* not a later backward pass */
-            if (PyLong_AsLong(slot) == G.GRAD_OUTPUT) {
+            if (of_output) {
                 if (!call->has_bwd_start || v < call->bwd_start) {
                     call->bwd_start = v;
                     call->has_bwd_start = 1;
                 }
-            } else if (v > call->bwd_end) {
-                call->bwd_end = v;
+            } else {
+                if (v > call->bwd_end) call->bwd_end = v;
+                if (!call->bwd_sure) backward_ran(call);
             }
         }
         if (keeping) {
@@ -1673,6 +1700,7 @@ static int param_body(ParamHook *h, double t0, PyObject *param) {
         Call *call = (Call *)PyList_GET_ITEM(calls, i);
         if (call->bwd_task == task || call->recomputed) {
             if (v > call->param_end) call->param_end = v;
+            if (call->bwd_task == task && !call->bwd_sure) backward_ran(call);
             owner = call;
         }
     }
@@ -1685,7 +1713,10 @@ static int param_body(ParamHook *h, double t0, PyObject *param) {
         }
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(enclosing); i++) {
             Call *call = (Call *)PyList_GET_ITEM(enclosing, i);
-            if (call->bwd_task == task && v > call->param_end) call->param_end = v;
+            if (call->bwd_task == task) {
+                if (v > call->param_end) call->param_end = v;
+                if (!call->bwd_sure) backward_ran(call);
+            }
         }
     }
     if (o->summary != Py_None) {

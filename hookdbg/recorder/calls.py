@@ -99,6 +99,7 @@ class Call:
         "below_bad",
         "bwd_end",
         "bwd_start",
+        "bwd_sure",
         "bwd_task",
         "child_time",
         "depth",
@@ -131,6 +132,9 @@ class Call:
         self.grad_on = True  # gradients were enabled for its forward
         self.bwd_start: float | None = None  # first gradient w.r.t. an output arrived
         self.bwd_task = -1  # the backward pass (autograd graph task) that reached it
+        # that pass ran its backward (not only asked for its outputs' gradient): a
+        # gradient w.r.t. an input or a parameter of it, or of a call inside it, came
+        self.bwd_sure = False
         self.bwd_end = NEVER  # last gradient w.r.t. an input arrived
         self.param_end = NEVER  # its parameters' gradients were accumulated
         self.nan_in = False  # a NaN reached it as an input
@@ -147,6 +151,14 @@ class Call:
         while parent is not None and parent.inf_below is None:
             parent.inf_below = birth
             parent = parent.parent
+
+    def backward_ran(self) -> None:
+        """Its backward pass is sure (see ``bwd_sure``), and so its callers' in that pass."""
+        task = self.bwd_task
+        call: Call | None = self
+        while call is not None and not call.bwd_sure and call.bwd_task == task:
+            call.bwd_sure = True
+            call = call.parent
 
     def mark_below_bad(self) -> None:
         """Tell every enclosing call that a gradient went non-finite inside it: their

@@ -74,6 +74,16 @@ class GradHooks(dict):
             super().__setitem__(HOOK_KEY, self.pop(HOOK_KEY))
 
 
+def _taken_over(call: Call, slot: int, task: int) -> bool:
+    """Whether the gradient of an output of ``call`` in backward pass ``task`` makes that
+    the call's backward pass, in place of the pass that reached it first: that one only
+    asked for the gradient of its output (``torch.autograd.grad`` with the output as an
+    input, where the node that made it does not run) and never ran its backward."""
+    return (
+        slot == _GRAD_OUTPUT and call.bwd_task != task and not call.bwd_sure and not call.recomputed
+    )
+
+
 class GradientObserver:
     """The gradient hooks of a ``TensorObserver``'s tensors and of the parameters of
     recorded modules; see the module docstring."""
@@ -140,12 +150,17 @@ class GradientObserver:
             call, slot, path = slots[i], slots[i + 1], slots[i + 2]
             if call.bwd_task == -1:
                 call.bwd_task = task
+            elif _taken_over(call, slot, task):
+                call.bwd_task, call.bwd_start = task, None
             if call.bwd_task == task or call.recomputed:  # not a later backward pass
                 if slot == _GRAD_OUTPUT:
                     if call.bwd_start is None or v < call.bwd_start:
                         call.bwd_start = v
-                elif v > call.bwd_end:
-                    call.bwd_end = v
+                else:
+                    if v > call.bwd_end:
+                        call.bwd_end = v
+                    if not call.bwd_sure:
+                        call.backward_ran()
             if keeping:
                 tensors.keep(call, _BWD, slot, path, grad, summary, version)
         if (
@@ -220,11 +235,16 @@ class GradientObserver:
             if call.bwd_task == task or call.recomputed:
                 if v > call.param_end:
                     call.param_end = v
+                if call.bwd_task == task and not call.bwd_sure:
+                    call.backward_ran()
                 owner = call
         if not calls:  # not called itself (inside a compiled model): time the caller
             for call in self._enclosing_calls(info):
-                if call.bwd_task == task and v > call.param_end:
-                    call.param_end = v
+                if call.bwd_task == task:
+                    if v > call.param_end:
+                        call.param_end = v
+                    if not call.bwd_sure:
+                        call.backward_ran()
         summary = tensors.summarise(grad) if tensors.summary is not None else None
         if tensors.keeping:
             version = _version(grad) if tensors.flight is not None else 0

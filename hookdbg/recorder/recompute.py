@@ -81,7 +81,7 @@ class RecomputeIndex:
             return None
         if not call.recomputed:  # its backward is the inner pass's: forget earlier events
             call.recomputed = True
-            call.bwd_start, call.bwd_task = None, -1
+            call.bwd_start, call.bwd_task, call.bwd_sure = None, -1, False
             call.bwd_end = call.param_end = -math.inf  # calls.NEVER
         return Recompute(call, False, self.children(call), parent.boundary)
 

@@ -12,14 +12,16 @@ from torch import nn
 import hookdbg
 from hookdbg.recorder import accelerated
 from hookdbg.store.schema import Phase, Slot
-from tests.helpers import module_id, tables
+from tests.helpers import module_id, module_names, tables
 
 PATHS = [
     pytest.param(True, id="python"),
     pytest.param(
         False,
         id="c",
-        marks=pytest.mark.skipif(accelerated._hot is None, reason="hookdbg.recorder._hot not built"),
+        marks=pytest.mark.skipif(
+            accelerated._hot is None, reason="hookdbg.recorder._hot not built"
+        ),
     ),
 ]
 
@@ -60,7 +62,7 @@ def _node_sees(out: torch.Tensor) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("pure", PATHS)
 @pytest.mark.parametrize("when", ["after", "before"])
-def test_hookdbg_records_the_gradient_as_the_scripts_hooks_leave_it(tmp_path, monkeypatch, pure, when):
+def test_the_gradient_is_recorded_as_the_scripts_hooks_leave_it(tmp_path, monkeypatch, pure, when):
     """A hook the script puts on a module's output (in a forward hook, after hookdbg's;
     or in forward itself, before) changes the gradient the node gets: hookdbg records
     that one, and the script's hook runs once."""
@@ -113,3 +115,41 @@ def test_saving_a_recorded_output_warns_of_no_hook(tmp_path, monkeypatch, pure):
             warnings.simplefilter("error")
             torch.save(out, io.BytesIO())
         out.sum().backward()
+
+
+def _backward_spans_and_param_calls(path, ask_first: bool) -> tuple[list[str], set[int]]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Sequential(nn.Linear(4, 4), nn.Tanh()), nn.Linear(4, 2))
+    hidden: list[torch.Tensor] = []
+    model[0].register_forward_hook(lambda m, a, y: hidden.append(y))
+    with hookdbg.record(path, quiet=True):
+        loss = model(torch.randn(5, 4)).pow(2).sum()
+        if ask_first:
+            torch.autograd.grad(loss, hidden[0], retain_graph=True)
+        loss.backward()
+    t = tables(path)
+    names = module_names(t)
+    calls = t["calls"]
+    spans = sorted(names[int(m)] for m in calls[calls["phase"] == Phase.BWD]["module"])
+    rows = t["tensors"]
+    first = module_id(t, "model.0.0")
+    params = rows[(rows["module"] == first) & (rows["slot"] == Slot.PARAM_GRAD)]
+    own = calls[(calls["module"] == first) & (calls["phase"] == Phase.FWD)]["call"]
+    assert len(params) == 2 and len(own) == 1
+    return spans, {int(c) - int(own[0]) for c in params["call"]}
+
+
+@pytest.mark.parametrize("pure", PATHS)
+def test_a_module_output_asked_for_its_gradient_first_keeps_its_backward(
+    tmp_path, monkeypatch, pure
+):
+    """torch.autograd.grad with a module's output as an input runs that output's hooks
+    but not the node that made it, nor any of the module's backward; the backward()
+    after it does. The module's backward span and its parameters' gradients belong to
+    that pass, as when nothing asked first."""
+    monkeypatch.setenv(accelerated.PURE_PYTHON, "1" if pure else "")
+    plain = _backward_spans_and_param_calls(tmp_path / "plain.h5", ask_first=False)
+    asked = _backward_spans_and_param_calls(tmp_path / "asked.h5", ask_first=True)
+    assert plain[0] == ["model", "model.0", "model.0.0", "model.0.1", "model.1"]
+    assert asked == plain
+    assert asked[1] == {0}  # the parameters' gradients are their own call's
