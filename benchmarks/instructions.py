@@ -56,7 +56,9 @@ def child(config: str, steps: int, control: str) -> None:
         if config == FLOOR:
             recording = fwd_bwd_timing_hooks(Path(tmp))
         elif config != "none":
-            recording = hookdbg.record(Path(tmp) / "run.h5", quiet=True, force=True, **CONFIGS[config])
+            recording = hookdbg.record(
+                Path(tmp) / "run.h5", quiet=True, force=True, **CONFIGS[config]
+            )
         with recording:
             for _ in range(5):
                 step()
