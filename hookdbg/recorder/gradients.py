@@ -117,6 +117,8 @@ class GradientObserver:
             node.register_prehook(partial(self._on_grad, seen))
 
     def _tensor_hook(self, seen: Seen) -> Callable[[torch.Tensor], None]:
+        """A hook on the tensor's gradient, marked for torch.save, which warns of a hook
+        it cannot save with a tensor unless the hook says it need not be."""
         on_grad = partial(self._on_tensor_grad, seen)
         on_grad.__torch_unserializable__ = True  # type: ignore[attr-defined]
         return on_grad
