@@ -1152,8 +1152,6 @@ static PyObject *TensorPath_keep(TensorPath *self, PyObject *const *args, Py_ssi
     Py_RETURN_NONE;
 }
 
-/* GradientObserver.watch_tensor: hear of ``t``'s gradient through ``seen`` itself, a
- * pre-hook on the node that made it or, for a leaf, a hook on the tensor. */
 /* GradientObserver.watch_tensor's hook on a node: in a GradHooks dict as the tensor's hooks,
  * registered with the node; or, for a tensor with hooks already or of a subclass, a
  * pre-hook on the node */
@@ -1923,8 +1921,6 @@ static int set_rows(PyObject **rows_at, PyObject **buffer_at, PyObject *rows, Py
     return 0;
 }
 
-/* What a segment's StepState says and never changes: its step and id as rows write
- * them, whether it is recorded, whether its statistics wait for the device. */
 /* What a segment's state says and never changes, read once when it is set: numbers, and
  * its lists of calls (new references in *calls, *module_calls) */
 static int state_numbers(PyObject *state, long long *step, long long *segment, char *recording,
@@ -2211,6 +2207,7 @@ static int pre_body(CallPath *p, double t0, PyObject *module, PyObject *args) {
     if (cid == -1 && PyErr_Occurred()) goto done;
     int index = calls == NULL ? 0 : (int)PyList_GET_SIZE(calls);
     if ((call = new_call(cid, info, index, p->open, t0 - g->ovh)) == NULL) goto done;
+    call->module = Py_NewRef(mid); /* its module id (call_module), read above */
     PyObject *on = PyObject_CallNoArgs(G.grad_enabled);
     if (on == NULL) goto done;
     call->grad_on = on == Py_True;
