@@ -863,6 +863,67 @@ static PyTypeObject SeenType = {
     .tp_call = (ternaryfunc)Seen_call,
 };
 
+/* -- SegmentView: what the current segment's state says -------------------------------- */
+
+/* What a segment's state (a StepState) says and never changes, read once when it is set:
+ * the tensor path and the call path each keep one. */
+typedef struct {
+    PyObject *state;                /* the StepState */
+    PyObject *calls, *module_calls; /* state.calls, state.module_calls */
+    long long step, id;             /* state.step, state.id */
+    char recording, deferring;      /* state.recording, state.batch is not None */
+} SegmentView;
+
+/* A ``state`` setter's body: all of ``state`` read first, then what ``v`` held replaced */
+static int view_segment(SegmentView *v, PyObject *state) {
+    if (state == NULL) {
+        PyErr_SetString(PyExc_TypeError, "the state cannot be deleted");
+        return -1;
+    }
+    SegmentView next = {.state = state};
+    if (get_ll(state, s_step, &next.step) < 0 || get_ll(state, s_id, &next.id) < 0) return -1;
+    int recording = get_bool(state, s_recording);
+    if (recording < 0) return -1;
+    next.recording = (char)recording;
+    PyObject *batch = PyObject_GetAttr(state, s_batch);
+    if (batch == NULL) return -1;
+    next.deferring = batch != Py_None;
+    Py_DECREF(batch);
+    if ((next.calls = PyObject_GetAttr(state, s_calls)) == NULL) return -1;
+    if ((next.module_calls = PyObject_GetAttr(state, s_module_calls)) == NULL ||
+        !PyList_Check(next.calls) || !PyDict_Check(next.module_calls)) {
+        if (next.module_calls != NULL)
+            PyErr_SetString(PyExc_TypeError, "a state's calls are a list, module_calls a dict");
+        Py_DECREF(next.calls);
+        Py_XDECREF(next.module_calls);
+        return -1;
+    }
+    Py_INCREF(state);
+    SegmentView old = *v;
+    *v = next;
+    Py_XDECREF(old.state);
+    Py_XDECREF(old.calls);
+    Py_XDECREF(old.module_calls);
+    return 0;
+}
+
+static PyObject *segment_state(SegmentView *v) {
+    return Py_NewRef(v->state ? v->state : Py_None);
+}
+
+static int visit_segment(SegmentView *v, visitproc visit, void *arg) {
+    Py_VISIT(v->state);
+    Py_VISIT(v->calls);
+    Py_VISIT(v->module_calls);
+    return 0;
+}
+
+static void clear_segment(SegmentView *v) {
+    Py_CLEAR(v->state);
+    Py_CLEAR(v->calls);
+    Py_CLEAR(v->module_calls);
+}
+
 /* -- TensorPath: the tensor observer's per-tensor path --------------------------------- */
 
 typedef struct {
@@ -873,14 +934,9 @@ typedef struct {
     PyObject *steps;     /* steps.StepTracker */
     PyObject *flight;    /* capture.FlightRecorder or None */
     PyObject *summary;   /* how a tensor is summarised at this level, or None */
-    PyObject *state;     /* the current segment's StepState */
+    SegmentView segment; /* the current segment's state */
     PyObject *gradients; /* gradients.GradientObserver */
     PyObject *tensor_rows; /* rows.tensors: a RowBuffer */
-    /* what the state says and never changes, read when it is set: state.step, state.id,
-     * state.recording, state.batch is not None */
-    long long step, segment;
-    char recording, deferring;
-    PyObject *module_calls; /* state.module_calls (ditto) */
     long long heard; /* the segment whose backward pass the steps have heard of */
     PyObject *flight_entries, *flight_sizes; /* the flight recorder's, for flight_of */
     long long flight_of; /* the segment they are for (FlightRecorder.new_step made them) */
@@ -896,12 +952,12 @@ static int TensorPath_traverse(TensorPath *self, visitproc visit, void *arg) {
     Py_VISIT(self->steps);
     Py_VISIT(self->flight);
     Py_VISIT(self->summary);
-    Py_VISIT(self->state);
+    int r = visit_segment(&self->segment, visit, arg);
+    if (r) return r;
     Py_VISIT(self->gradients);
     Py_VISIT(self->tensor_rows);
     Py_VISIT(self->flight_entries);
     Py_VISIT(self->flight_sizes);
-    Py_VISIT(self->module_calls);
     return 0;
 }
 
@@ -912,12 +968,11 @@ static int TensorPath_clear(TensorPath *self) {
     Py_CLEAR(self->steps);
     Py_CLEAR(self->flight);
     Py_CLEAR(self->summary);
-    Py_CLEAR(self->state);
+    clear_segment(&self->segment);
     Py_CLEAR(self->gradients);
     Py_CLEAR(self->tensor_rows);
     Py_CLEAR(self->flight_entries);
     Py_CLEAR(self->flight_sizes);
-    Py_CLEAR(self->module_calls);
     return 0;
 }
 
@@ -932,9 +987,8 @@ static int ready(TensorPath *o) {
         PyErr_SetString(PyExc_RuntimeError, "hookdbg.recorder._hot.setup() was not called");
         return 0;
     }
-    if (o->guard == NULL || !PyObject_TypeCheck(o->guard, &GuardType) || o->state == NULL ||
-        o->rows == NULL || o->tensor_rows == NULL || o->steps == NULL || o->gradients == NULL ||
-        o->module_calls == NULL) {
+    if (o->guard == NULL || !PyObject_TypeCheck(o->guard, &GuardType) || o->segment.state == NULL ||
+        o->rows == NULL || o->tensor_rows == NULL || o->steps == NULL || o->gradients == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the tensor observer is not set up");
         return 0;
     }
@@ -1016,7 +1070,7 @@ python:
 
 /* TensorObserver.summarise: computed now, or (a device batch) left to Python */
 static PyObject *summarise(TensorPath *o, PyObject *t) {
-    if (o->deferring) return call_method1((PyObject *)o, s__py_summarise, t);
+    if (o->segment.deferring) return call_method1((PyObject *)o, s__py_summarise, t);
     PyObject *layout = PyObject_GetAttr(t, s_layout);
     if (layout == NULL) return NULL;
     int strided = layout == G.strided;
@@ -1036,7 +1090,7 @@ static PyObject *TensorPath_summarise(TensorPath *self, PyObject *t) {
 static int flight_keep(TensorPath *o, Call *call, PyObject *phase, PyObject *slot,
                        PyObject *path, PyObject *t, long long version) {
     PyObject *flight = o->flight;
-    if (o->flight_of != o->segment) { /* FlightRecorder.new_step made them for this one */
+    if (o->flight_of != o->segment.id) { /* FlightRecorder.new_step made them for this one */
         PyObject *entries = PyObject_GetAttr(flight, s__entries);
         PyObject *sizes = entries == NULL ? NULL : PyObject_GetAttr(flight, s__sizes);
         if (sizes == NULL || !PyList_Check(entries) || !PyDict_Check(sizes)) {
@@ -1047,7 +1101,7 @@ static int flight_keep(TensorPath *o, Call *call, PyObject *phase, PyObject *slo
         }
         Py_XSETREF(o->flight_entries, entries);
         Py_XSETREF(o->flight_sizes, sizes);
-        o->flight_of = o->segment;
+        o->flight_of = o->segment.id;
     }
     PyObject *sizes = Py_NewRef(o->flight_sizes);
     PyObject *key = PyLong_FromVoidPtr(t);
@@ -1093,9 +1147,9 @@ done:
 static int tensor_row(TensorPath *o, long long call, PyObject *module, PyObject *phase,
                       PyObject *slot, PyObject *path, PyObject *summary) {
     if (is_pending(summary)) {
-        PyObject *cid = PyLong_FromLongLong(call), *step = PyLong_FromLongLong(o->step);
-        PyObject *sid = PyLong_FromLongLong(o->segment), *row = NULL, *into = NULL;
-        PyObject *batch = PyObject_GetAttr(o->state, s_batch);
+        PyObject *cid = PyLong_FromLongLong(call), *step = PyLong_FromLongLong(o->segment.step);
+        PyObject *sid = PyLong_FromLongLong(o->segment.id), *row = NULL, *into = NULL;
+        PyObject *batch = PyObject_GetAttr(o->segment.state, s_batch);
         int rc = -1;
         if (cid != NULL && step != NULL && sid != NULL && batch != NULL &&
             (row = PyTuple_Pack(8, cid, step, sid, module, phase, slot, path, summary)) != NULL &&
@@ -1110,7 +1164,7 @@ static int tensor_row(TensorPath *o, long long call, PyObject *module, PyObject 
         return rc;
     }
     RowValue row[8] = {
-        ROW_LONG(call),        ROW_LONG(o->step),    ROW_LONG(o->segment), ROW_OBJECT(module),
+        ROW_LONG(call),        ROW_LONG(o->segment.step),    ROW_LONG(o->segment.id), ROW_OBJECT(module),
         ROW_OBJECT(phase),     ROW_OBJECT(slot),     ROW_OBJECT(path),     ROW_OBJECT(summary),
     };
     return G.rows->append(o->tensor_rows, row, 8);
@@ -1209,7 +1263,7 @@ static PyObject *TensorPath_fast_watch(TensorPath *self, PyObject *const *args, 
 /* TensorObserver.see: the segment's record of ``t`` at its current version, summarised
  * once (``likely``: see tensor_version). Returns a new reference. */
 static Seen *see(TensorPath *o, PyObject *t, int reuse, int likely) {
-    PyObject *state = o->state, *memo = NULL, *key = NULL, *summary = NULL, *base = NULL;
+    PyObject *state = o->segment.state, *memo = NULL, *key = NULL, *summary = NULL, *base = NULL;
     Seen *seen = NULL;
     long long version;
     int inference = tensor_version(t, likely, &version);
@@ -1292,7 +1346,7 @@ static Seen *see(TensorPath *o, PyObject *t, int reuse, int likely) {
     if (o->check_nan && summary != Py_None && !is_pending(summary)) {
         if ((finite = summary_finite(summary)) < 0) goto fail;
     }
-    if ((seen = new_seen(t, version, summary, finite, o->segment)) == NULL) goto fail;
+    if ((seen = new_seen(t, version, summary, finite, o->segment.id)) == NULL) goto fail;
     if (PyDict_SetItem(memo, key, (PyObject *)seen) < 0) goto fail;
     int needs = get_bool(t, s_requires_grad);
     if (needs < 0 || (needs && watch(o, t, seen) < 0)) goto fail;
@@ -1494,17 +1548,17 @@ static int grad_body(TensorPath *o, double t0, Seen *seen, PyObject *grad) {
     PyObject *summary = NULL, *r, *task_obj;
     long long task;
     int rc = -1;
-    if (seen->segment != o->segment) return 0;
-    if (o->heard != o->segment) {
+    if (seen->segment != o->segment.id) return 0;
+    if (o->heard != o->segment.id) {
         /* once per segment: what it sets stays set until the segment ends */
         if ((r = call_method0(o->steps, s_backward_ran)) == NULL) return -1;
         Py_DECREF(r);
-        PyObject *seg = PyObject_GetAttr(o->state, s_seg);
+        PyObject *seg = PyObject_GetAttr(o->segment.state, s_seg);
         if (seg == NULL) return -1;
         int bad = PyObject_SetAttr(seg, s_training, Py_True);
         Py_DECREF(seg);
         if (bad < 0) return -1;
-        o->heard = o->segment;
+        o->heard = o->segment.id;
     }
     double v = t0 - ((Guard *)o->guard)->ovh;
     if ((task_obj = PyObject_CallNoArgs(G.graph_task_id)) == NULL) return -1;
@@ -1669,7 +1723,7 @@ static void ParamHook_dealloc(ParamHook *self) {
 /* GradientObserver._param_grad: a parameter's gradient was accumulated */
 static int param_body(ParamHook *h, double t0, PyObject *param) {
     TensorPath *o = (TensorPath *)h->tensors;
-    PyObject *state = o->state, *grad = NULL, *calls = NULL, *info_id = NULL, *summary = NULL;
+    PyObject *state = o->segment.state, *grad = NULL, *calls = NULL, *info_id = NULL, *summary = NULL;
     PyObject *module_calls = NULL, *enclosing = NULL;
     Call *owner = NULL;
     int rc = -1;
@@ -1685,7 +1739,7 @@ static int param_body(ParamHook *h, double t0, PyObject *param) {
     Py_DECREF(task_obj);
     if (task == -1 && PyErr_Occurred()) goto done;
     info_id = Py_NewRef(h->info_id);
-    module_calls = Py_NewRef(o->module_calls);
+    module_calls = Py_NewRef(o->segment.module_calls);
     calls = PyDict_GetItemWithError(module_calls, info_id);
     if (calls == NULL && PyErr_Occurred()) goto done;
     if (calls != NULL && !PyList_Check(calls)) {
@@ -1774,7 +1828,7 @@ static PyObject *ParamHook_call(ParamHook *self, PyObject *args, PyObject *kwds)
     if (!ready(o)) return NULL;
     int c = is_compiling();
     if (c != 0) return c < 0 ? NULL : Py_NewRef(Py_None);
-    if (!o->recording) Py_RETURN_NONE;
+    if (!o->segment.recording) Py_RETURN_NONE;
     Guard *g = (Guard *)o->guard;
     double t0;
     Py_INCREF(self);
@@ -1921,34 +1975,6 @@ static int set_rows(PyObject **rows_at, PyObject **buffer_at, PyObject *rows, Py
     return 0;
 }
 
-/* What a segment's state says and never changes, read once when it is set: numbers, and
- * its lists of calls (new references in *calls, *module_calls) */
-static int state_numbers(PyObject *state, long long *step, long long *segment, char *recording,
-                         char *deferring, PyObject **calls, PyObject **module_calls) {
-    if (state == NULL) {
-        PyErr_SetString(PyExc_TypeError, "the state cannot be deleted");
-        return -1;
-    }
-    if (get_ll(state, s_step, step) < 0 || get_ll(state, s_id, segment) < 0) return -1;
-    int yes = get_bool(state, s_recording);
-    if (yes < 0) return -1;
-    *recording = (char)yes;
-    PyObject *batch = PyObject_GetAttr(state, s_batch);
-    if (batch == NULL) return -1;
-    *deferring = batch != Py_None;
-    Py_DECREF(batch);
-    if ((*calls = PyObject_GetAttr(state, s_calls)) == NULL) return -1;
-    if ((*module_calls = PyObject_GetAttr(state, s_module_calls)) == NULL ||
-        !PyList_Check(*calls) || !PyDict_Check(*module_calls)) {
-        if (*module_calls != NULL)
-            PyErr_SetString(PyExc_TypeError, "a state's calls are a list, module_calls a dict");
-        Py_CLEAR(*calls);
-        Py_CLEAR(*module_calls);
-        return -1;
-    }
-    return 0;
-}
-
 static PyObject *TensorPath_get_rows(TensorPath *self, void *unused) {
     return Py_NewRef(self->rows ? self->rows : Py_None);
 }
@@ -1958,23 +1984,11 @@ static int TensorPath_set_rows(TensorPath *self, PyObject *value, void *unused) 
 }
 
 static PyObject *TensorPath_get_state(TensorPath *self, void *unused) {
-    return Py_NewRef(self->state ? self->state : Py_None);
+    return segment_state(&self->segment);
 }
 
 static int TensorPath_set_state(TensorPath *self, PyObject *value, void *unused) {
-    long long step, segment;
-    char recording, deferring;
-    PyObject *calls, *module_calls;
-    if (state_numbers(value, &step, &segment, &recording, &deferring, &calls, &module_calls) < 0)
-        return -1;
-    Py_DECREF(calls);
-    Py_XSETREF(self->module_calls, module_calls);
-    self->step = step;
-    self->segment = segment;
-    self->recording = recording;
-    self->deferring = deferring;
-    Py_INCREF(value);
-    Py_XSETREF(self->state, value);
+    if (view_segment(&self->segment, value) < 0) return -1;
     /* the flight recorder's lists are looked up again in the new segment: held here
      * longer, they would keep an old step's tensors alive through steps not recorded */
     self->flight_of = LLONG_MIN;
@@ -2059,11 +2073,8 @@ typedef struct {
     PyObject *rows;     /* store.rows.Rows */
     PyObject *handoff;  /* handoff.Handoff */
     PyObject *call_ids; /* call ids, shared with the optimizer's calls */
-    PyObject *state;    /* the current segment's StepState */
+    SegmentView segment; /* the current segment's state */
     PyObject *call_rows; /* rows.calls: a RowBuffer */
-    long long step, segment; /* state.step, state.id (set with state) */
-    char deferring;          /* state.batch is not None (ditto) */
-    PyObject *calls, *module_calls; /* state.calls, state.module_calls (ditto) */
     PyObject *stack;    /* Call, ModuleInfo (not recorded), Recompute or MUTED */
     PyObject *open;     /* the innermost open Call, or None */
     long mute;          /* depth inside a call that is not recorded */
@@ -2085,12 +2096,11 @@ static int CallPath_traverse(CallPath *self, visitproc visit, void *arg) {
     Py_VISIT(self->rows);
     Py_VISIT(self->handoff);
     Py_VISIT(self->call_ids);
-    Py_VISIT(self->state);
+    int r = visit_segment(&self->segment, visit, arg);
+    if (r) return r;
     Py_VISIT(self->call_rows);
     Py_VISIT(self->stack);
     Py_VISIT(self->open);
-    Py_VISIT(self->calls);
-    Py_VISIT(self->module_calls);
     return 0;
 }
 
@@ -2104,12 +2114,10 @@ static int CallPath_clear(CallPath *self) {
     Py_CLEAR(self->rows);
     Py_CLEAR(self->handoff);
     Py_CLEAR(self->call_ids);
-    Py_CLEAR(self->state);
+    clear_segment(&self->segment);
     Py_CLEAR(self->call_rows);
     Py_CLEAR(self->stack);
     Py_CLEAR(self->open);
-    Py_CLEAR(self->calls);
-    Py_CLEAR(self->module_calls);
     return 0;
 }
 
@@ -2123,8 +2131,7 @@ static int call_ready(CallPath *p) {
     if (p->guard == NULL || !PyObject_TypeCheck(p->guard, &GuardType) || p->by_id == NULL ||
         !PyDict_Check(p->by_id) || p->observer == NULL ||
         !PyObject_TypeCheck(p->observer, &TensorPathType) || p->stack == NULL ||
-        !PyList_Check(p->stack) || p->state == NULL || p->calls == NULL ||
-        p->module_calls == NULL || p->open == NULL || p->call_rows == NULL ||
+        !PyList_Check(p->stack) || p->segment.state == NULL || p->open == NULL || p->call_rows == NULL ||
         p->handoff == NULL || p->call_ids == NULL || p->registry == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the module hooks are not set up");
         return 0;
@@ -2190,7 +2197,7 @@ static int pre_body(CallPath *p, double t0, PyObject *module, PyObject *args) {
         rc = PyList_Append(stack, info);
         goto done;
     }
-    module_calls = Py_NewRef(p->module_calls);
+    module_calls = Py_NewRef(p->segment.module_calls);
     if ((mid = PyObject_GetAttr(info, s_id)) == NULL) goto done;
     calls = PyDict_GetItemWithError(module_calls, mid); /* the module's calls so far */
     if (calls == NULL && PyErr_Occurred()) goto done;
@@ -2212,7 +2219,7 @@ static int pre_body(CallPath *p, double t0, PyObject *module, PyObject *args) {
     if (on == NULL) goto done;
     call->grad_on = on == Py_True;
     Py_DECREF(on);
-    int bad = PyList_Append(p->calls, (PyObject *)call);
+    int bad = PyList_Append(p->segment.calls, (PyObject *)call);
     if (bad < 0) goto done;
     if (calls == NULL) {
         PyObject *one = PyList_New(1);
@@ -2322,7 +2329,7 @@ static int post_body(CallPath *p, double t0, PyObject *module, PyObject *args, P
     Py_SETREF(p->open, Py_NewRef(parent));
     if (parent != Py_None) ((Call *)parent)->child_time += total;
     if (result != G.RAISED && outputs(o, call, module, args, kwargs, result) < 0) goto done;
-    if (p->deferring) {
+    if (p->segment.deferring) {
         PyObject *taint = PyObject_GetAttr((PyObject *)o, s_taint_parent);
         if (taint == NULL) goto done;
         PyObject *a[2] = {taint, (PyObject *)call};
@@ -2332,7 +2339,7 @@ static int post_body(CallPath *p, double t0, PyObject *module, PyObject *args, P
     } else if (call->tainted && parent != Py_None) {
         ((Call *)parent)->tainted = 1;
     }
-    if (call_row(p->call_rows, call, G.FWD, p->step, p->segment, call->vstart - p->v0, total,
+    if (call_row(p->call_rows, call, G.FWD, p->segment.step, p->segment.id, call->vstart - p->v0, total,
                  total - call->child_time) < 0)
         goto done;
     p->calls_recorded++;
@@ -2420,23 +2427,11 @@ static int CallPath_set_rows(CallPath *self, PyObject *value, void *unused) {
 }
 
 static PyObject *CallPath_get_state(CallPath *self, void *unused) {
-    return Py_NewRef(self->state ? self->state : Py_None);
+    return segment_state(&self->segment);
 }
 
 static int CallPath_set_state(CallPath *self, PyObject *value, void *unused) {
-    long long step, segment;
-    char recording, deferring;
-    PyObject *calls, *module_calls;
-    if (state_numbers(value, &step, &segment, &recording, &deferring, &calls, &module_calls) < 0)
-        return -1;
-    Py_XSETREF(self->calls, calls);
-    Py_XSETREF(self->module_calls, module_calls);
-    self->step = step;
-    self->segment = segment;
-    self->deferring = deferring;
-    Py_INCREF(value);
-    Py_XSETREF(self->state, value);
-    return 0;
+    return view_segment(&self->segment, value);
 }
 
 static PyGetSetDef CallPath_getset[] = {
