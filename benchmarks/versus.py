@@ -9,6 +9,8 @@ median over the rounds and the interquartile range.
 
     python benchmarks/versus.py 45ec9d6                      # tiny MLP, microseconds per call
     python benchmarks/versus.py 45ec9d6 --workload resnet18 --only timing,shapes,stats
+    git archive -o then.tar 45ec9d6 hookdbg                  # for a machine without the repo
+    python benchmarks/versus.py then.tar --device cuda       # wall time there
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import time
 from pathlib import Path
 from types import ModuleType
 
+import overhead
 import torch
 from overhead import mlp, resnet18
 
@@ -44,12 +47,16 @@ WORKLOADS = {"mlp": (mlp, 200), "resnet18": (resnet18, 6)}
 
 
 def package_at(revision: str, into: Path) -> ModuleType:
-    """hookdbg as it was at ``revision``, importable as ``hookdbg_then``."""
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", "--format=tar", revision, "hookdbg"],
-        check=True,
-        capture_output=True,
-    ).stdout
+    """hookdbg as it was at ``revision`` (or in a ``git archive`` tar of it), importable as
+    ``hookdbg_then``."""
+    if Path(revision).is_file():
+        archive = Path(revision).read_bytes()
+    else:
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", "--format=tar", revision, "hookdbg"],
+            check=True,
+            capture_output=True,
+        ).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
     package = into / THEN
@@ -88,16 +95,21 @@ def _build_extensions(where: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("revision", help="the git revision to compare the working tree with")
+    parser.add_argument(
+        "revision", help="the git revision (or a git archive tar of it) to compare with"
+    )
     parser.add_argument("--workload", choices=list(WORKLOADS), default="mlp")
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--only", default=",".join(CONFIGS), help="configurations, comma-separated")
+    parser.add_argument("--device", default="cpu", help="where the model runs (cpu, cuda)")
     args = parser.parse_args()
     names = args.only.split(",")
     unknown = [n for n in names if n not in CONFIGS]
     if unknown:
         parser.error(f"unknown configuration {unknown[0]!r}; choose from {', '.join(CONFIGS)}")
     torch.set_num_threads(1)
+    overhead.DEVICE = torch.device(args.device)
+    clock = time.perf_counter if overhead.DEVICE.type == "cuda" else time.process_time
     then = package_at(args.revision, Path(tempfile.mkdtemp(prefix="hookdbg-versus-")))
     if importlib.import_module(f"{THEN}.recorder.stats")._one_pass is None:  # not a fair match
         sys.exit(f"hookdbg at {args.revision}: its C extensions did not load")
@@ -106,10 +118,10 @@ def main() -> None:
     per_call = args.workload == "mlp"  # microseconds per module call; else a step ratio
 
     def run() -> float:
-        t0 = time.process_time()
+        t0 = clock()
         for _ in range(steps):
             step()
-        return (time.process_time() - t0) / steps
+        return (clock() - t0) / steps
 
     for _ in range(3):
         step()
@@ -128,7 +140,8 @@ def main() -> None:
                     figures.setdefault((name, label), []).append(value)
             print(f"  round {r + 1}/{args.rounds}", file=sys.stderr)
     unit = "us per module call above unrecorded" if per_call else "step time / unrecorded"
-    print(f"{args.workload}, {unit}: median over {args.rounds} rounds (interquartile range)")
+    unit += ", wall time" if clock is time.perf_counter else ", CPU time"
+    print(f"{args.workload} on {args.device}, {unit}: median over {args.rounds} rounds (IQR)")
     for name in names:
         cells = []
         for label, _ in versions:
