@@ -124,20 +124,24 @@ class Actions:
         guard = self.guard
         alerts, guard.alerts = guard.alerts, []
         new_origin = None
-        for alert in alerts:
-            new = self.detector.is_new_origin(alert)
-            with guard.lock:
-                self.rows.alerts.append(alert.row())
-            if new:
-                new_origin = new_origin or alert
-                self.warn(alert.message())
-                with guard.lock:
-                    self._fly(alert)
         action = self.on_nan
+        try:
+            for alert in alerts:
+                new = self.detector.is_new_origin(alert)
+                with guard.lock:
+                    self.rows.alerts.append(alert.row())
+                if new:
+                    new_origin = new_origin or alert
+                    self.warn(alert.message())
+                    with guard.lock:
+                        self._fly(alert)
+            if action != "warn" and actions:
+                with guard.lock:
+                    self.handoff()  # what led here is on its way to disk before anything else
+        except Exception:  # a bug in hookdbg: the recording stops, not the training
+            guard.broken()  # nor the action asked for
         if action == "warn" or not actions:
             return
-        with guard.lock:
-            self.handoff()  # what led here is on its way to disk before anything else
         if action == "raise":
             raise NonFiniteError(alerts[0])
         if action == "break" and new_origin is not None:

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 import hookdbg
+from hookdbg.recorder.capture import FlightRecorder
 from tests.helpers import SAMPLES, tables
 from tests.helpers import hookdbg as run_hookdbg
 
@@ -180,3 +181,25 @@ def test_nan_check_switches(tmp_path):
     with pytest.raises(ValueError, match=r"module globs must be strings like 'layer3\.\*', not 5"):
         hookdbg.record(tmp_path / "x.h5", modules=5)  # type: ignore[arg-type]
     assert hookdbg.record(tmp_path / "x.h5", modules="0").options.modules.include == ("0",)
+
+
+@pytest.mark.parametrize("on_nan", ["warn", "raise"])
+def test_a_failure_acting_on_an_alert_stops_the_recording_not_the_action(
+    tmp_path, monkeypatch, capfd, on_nan
+):
+    def broken_dump(self, origin, seg):
+        raise RuntimeError("a bug in the flight recorder")
+
+    monkeypatch.setattr(FlightRecorder, "dump", broken_dump)
+    model = nn.Sequential(nn.Tanh(), Log())  # tanh(-5) < 0: always NaN
+    caught = []
+    with hookdbg.record(tmp_path / "run.h5", on_nan=on_nan, quiet=True), torch.no_grad():
+        for step in range(3):
+            try:
+                model(torch.tensor([[-5.0, -5.0]]))
+            except hookdbg.NonFiniteError as error:
+                caught.append((step, error.module))
+    err = capfd.readouterr().err
+    assert "internal error, recording stopped" in err and "a bug in the flight recorder" in err
+    assert caught == ([(0, "model.1")] if on_nan == "raise" else [])
+    assert len(tables(tmp_path / "run.h5")["alerts"]) == 1  # written before the failure
