@@ -1068,9 +1068,7 @@ python:
     return PyObject_CallOneArg(G.summarise, t);
 }
 
-/* TensorObserver.summarise: computed now, or (a device batch) left to Python */
-static PyObject *summarise(TensorPath *o, PyObject *t) {
-    if (o->segment.deferring) return call_method1((PyObject *)o, s__py_summarise, t);
+static PyObject *summarise_now(TensorPath *o, PyObject *t) {
     PyObject *layout = PyObject_GetAttr(t, s_layout);
     if (layout == NULL) return NULL;
     int strided = layout == G.strided;
@@ -1078,6 +1076,19 @@ static PyObject *summarise(TensorPath *o, PyObject *t) {
     if (!strided) return PyObject_CallOneArg(G.shape_only, t);
     if (o->summary == G.summarise) return summarise_host(t);
     return PyObject_CallOneArg(o->summary, t);
+}
+
+/* TensorObserver.summarise: computed now, or (a device batch) left to Python. A tensor
+ * whose values cannot be read here (a torch.func wrapper has no storage of its own) is
+ * left to Python too, which unwraps it or raises the error again. */
+static PyObject *summarise(TensorPath *o, PyObject *t) {
+    if (o->segment.deferring) return call_method1((PyObject *)o, s__py_summarise, t);
+    PyObject *summary = summarise_now(o, t);
+    if (summary == NULL && PyErr_ExceptionMatches(PyExc_RuntimeError)) {
+        PyErr_Clear();
+        summary = call_method1((PyObject *)o, s__py_summarise, t);
+    }
+    return summary;
 }
 
 static PyObject *TensorPath_summarise(TensorPath *self, PyObject *t) {

@@ -26,6 +26,7 @@ from typing import cast
 import torch
 
 from hookdbg.options import RecordOptions
+from hookdbg.recorder import stats
 from hookdbg.recorder.calls import Call, Segment
 from hookdbg.store.schema import CaptureReason, slot_label
 from hookdbg.text import human_bytes
@@ -37,15 +38,19 @@ for _name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnu
 
 
 def payload(t: torch.Tensor) -> tuple[str, str, bytes]:
-    """(dtype, shape, bytes) of a tensor's values, as numpy would write them."""
-    t = t.detach()
-    if t.dtype in _NUMPY_LACKS:
-        t = t.float()
-    array = t.cpu().contiguous().numpy()
+    """(dtype, shape, bytes) of a tensor's values, as numpy would write them (under
+    torch.func's transforms, those of the tensor under the wrappers: ``stats.physical``)."""
+    with stats.outside_transforms():
+        t = stats.physical(t).detach()
+        if t.dtype in _NUMPY_LACKS:
+            t = t.float()
+        array = t.cpu().contiguous().numpy()
     return array.dtype.name, ",".join(map(str, array.shape)), array.tobytes()
 
 
 def nbytes(t: torch.Tensor) -> int:
+    """What ``payload`` will hold of ``t``."""
+    t = stats.physical(t)
     return t.numel() * t.element_size()
 
 

@@ -259,7 +259,12 @@ class StepBatch:
         self._partials = None
 
     def launch(self) -> None:
-        """Start copying the step's statistics to the host, without waiting."""
+        """Start copying the step's statistics to the host, without waiting (from the
+        next step's first hook, which may run inside torch.func's transforms)."""
+        with stats.outside_transforms():
+            self._launch()
+
+    def _launch(self) -> None:
         self._reduce_arena()
         self._combine_partials()
         groups = [g for g in self._groups if g is not None]
@@ -284,6 +289,10 @@ class StepBatch:
 
     def read(self) -> None:
         """Fill in every Pending summary (waits for the copy if it is not done)."""
+        with stats.outside_transforms():
+            self._read()
+
+    def _read(self) -> None:
         if self._event is not None:
             self._event.synchronize()
         if self._host is not None:

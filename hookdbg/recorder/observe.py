@@ -14,6 +14,7 @@ from math import isfinite
 from time import time
 
 import torch
+from torch._C import _functorch
 
 from hookdbg.options import Level, RecordOptions
 from hookdbg.recorder import histograms, stats
@@ -151,7 +152,8 @@ class TensorObserver:
 
     def summarise(self, t: torch.Tensor) -> Summary | Pending:
         """The summary of ``t`` at this level: computed now (one C pass on CPU), or,
-        deferring, copied to the step's device buffer to be read with the rest."""
+        deferring, copied to the step's device buffer to be read with the rest. Inside
+        torch.func's transforms, that of the tensor under the wrappers (``physical``)."""
         batch = self.state.batch
         if (
             batch is not None
@@ -160,12 +162,21 @@ class TensorObserver:
             and t.layout is torch.strided
             and stats.has_stats(t)
         ):
-            return batch.add(t.detach())
-        if t.layout is not torch.strided:
-            return stats.shape_only(t)
+            if _functorch.peek_interpreter_stack() is None:
+                return batch.add(t.detach())
+            with stats.outside_transforms():  # there, t.detach() would be a wrapper
+                return batch.add(stats.physical(t).detach())
         summary = self.summary
         assert summary is not None
-        return summary(t)  # records no autograd graph, whatever the grad mode
+        try:
+            if t.layout is not torch.strided:
+                return stats.shape_only(t)
+            return summary(t)  # records no autograd graph, whatever the grad mode
+        except RuntimeError:  # inside torch.func's transforms: a wrapper, or an op made one
+            if _functorch.peek_interpreter_stack() is None:
+                raise
+            with stats.outside_transforms():
+                return summary(stats.physical(t))
 
     def value(self, t: torch.Tensor) -> Summary | Pending:
         """The full statistics of a tensor the recorder itself needs to know (what a

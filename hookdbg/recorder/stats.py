@@ -23,11 +23,14 @@ are copied into a per-step device buffer and summarised together at the step's e
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
+from torch._C import _functorch
 
 from hookdbg.store.schema import SUMMARY_COLUMNS
 
@@ -83,6 +86,26 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 def device_name(t: torch.Tensor) -> str:
     return "cpu" if t.is_cpu else str(t.device)
+
+
+def physical(t: torch.Tensor) -> torch.Tensor:
+    """The tensor that holds ``t``'s values. Inside torch.func's transforms (``grad``,
+    ``vmap``, ``jacrev``...) modules see wrappers with no storage of their own; the values
+    are in the tensor under every wrapper (under ``vmap``, every sample at once, with the
+    batch dimension). Read it ``outside_transforms()``: there, an op on it would make a
+    wrapper again."""
+    while _functorch.is_functorch_wrapped_tensor(t):
+        t = _functorch.get_unwrapped(t)
+    return t
+
+
+outside_transforms: Callable[[], contextlib.AbstractContextManager[object]]
+try:
+    from torch._functorch.pyfunctorch import temporarily_clear_interpreter_stack
+
+    outside_transforms = temporarily_clear_interpreter_stack
+except ImportError:  # a torch without it: reading a wrapped tensor fails as before
+    outside_transforms = contextlib.nullcontext
 
 
 def has_stats(t: torch.Tensor) -> bool:

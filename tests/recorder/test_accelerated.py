@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from torch.func import functional_call, grad, vmap
 from torch.utils.checkpoint import checkpoint
 
 import hookdbg
@@ -185,6 +186,22 @@ def checkpointed():
         opt.step()
 
 
+def torch_func():
+    """torch.func's transforms: modules see wrappers with no storage of their own."""
+    model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 1))
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    x, y = torch.randn(5, 6), torch.randn(5, 1)
+
+    def loss(p, xb, yb):
+        return (functional_call(model, p, (xb,)) - yb).pow(2).mean()
+
+    for _ in range(2):
+        g = grad(loss)(params, x, y)
+        params = {k: v - 0.1 * g[k] for k, v in params.items()}
+    vmap(grad(loss), in_dims=(None, 0, 0))(params, x[:, None], y[:, None])
+    grad(lambda p: functional_call(model, p, (x,)).log().sum())(params)  # NaN, outside it
+
+
 class Explode(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -230,6 +247,7 @@ WORKLOADS = {
     "lstm_by_hand": lstm_by_hand,
     "transformer_with_masks": transformer_with_masks,
     "checkpointed": checkpointed,
+    "torch_func": torch_func,
     "nan_in_forward": nan_in("forward"),
     "nan_in_backward": nan_in("backward"),
 }

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torchvision
 from torch import nn
+from torch.func import functional_call, grad, vmap
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from hookdbg.options import RecordOptions
@@ -95,6 +96,34 @@ def test_deferred_resnet18_matches_and_changes_no_gradient(tmp_path):
     # float32 tensors: the host's SIMD float sums agree with float64 to ~1e-6 of the spread
     assert (np.abs(a["mean"] - b["mean"]) <= 1e-5 * a["std"] + 1e-7).all()
     np.testing.assert_allclose(np.sort(a["std"]), np.sort(b["std"]), rtol=1e-5, atol=1e-7)
+
+
+def test_deferred_torch_func_transforms_match(tmp_path):
+    """Under grad and vmap modules see wrappers: the device path reads the tensors
+    under them, as the immediate path does."""
+
+    def record(path, defer):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 1))
+        params = {k: v.detach() for k, v in model.named_parameters()}
+        x, y = torch.randn(5, 6), torch.randn(5, 1)
+
+        def loss(p, xb, yb):
+            return (functional_call(model, p, (xb,)) - yb).pow(2).mean()
+
+        with Recorder(path, RecordOptions.build(quiet=True), defer_cpu=defer):
+            grad(loss)(params, x, y)
+            vmap(grad(loss), in_dims=(None, 0, 0))(params, x[:, None], y[:, None])
+        return tables(path)["tensors"]
+
+    now, later = record(tmp_path / "now.h5", False), record(tmp_path / "later.h5", True)
+    assert len(now) == len(later) >= 20 and {b"5,1,6", b"5,1,8"} <= set(now["shape"])
+    a, b = by_key(now), by_key(later)
+    assert a.keys() == b.keys()
+    for key, x in a.items():
+        assert x["shape"] == b[key]["shape"], key
+        for stat in ("min", "max", "mean", "std"):
+            assert b[key][stat] == pytest.approx(x[stat], rel=1e-5, abs=1e-7), (key, stat)
 
 
 def test_stop_when_deferring_stops_at_the_next_step(tmp_path):

@@ -1,12 +1,17 @@
 """Training frameworks run the loop themselves: steps must still be the trainer's steps
-and validation its eval batches, under the unmodified ``hookdbg record``."""
+and validation its eval batches, under the unmodified ``hookdbg record``. torch.func's
+transforms hand modules wrappers without storage: their values must still be read."""
 
 import json
+import subprocess
+import sys
 import textwrap
 
 import pytest
+import torch
+from torch import nn
 
-from tests.helpers import hookdbg
+from tests.helpers import hookdbg, module_id, tables
 
 LIGHTNING = """
 import torch, torch.nn as nn, torch.nn.functional as F
@@ -108,3 +113,65 @@ def test_hugging_face_trainer_steps_are_its_global_steps(tmp_path, accum):
     data = summary(tmp_path / "run.h5")
     assert (data["steps"], data["eval_batches"]) == (4, 4)  # evaluation at steps 2 and 4
     assert data["alerts"] == 0  # padded attention masks are no alert
+
+
+TORCH_FUNC = """
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+class Sqrt(nn.Module):
+    def forward(self, h):
+        return h.sqrt()
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+params = {k: v.detach() for k, v in model.named_parameters()}
+x, y = torch.randn(32, 8), torch.randn(32, 1)
+
+def loss_fn(p, xb, yb):
+    return ((functional_call(model, p, (xb,)) - yb) ** 2).mean()
+
+for step in range(3):
+    g = grad(loss_fn)(params, x, y)
+    params = {k: v - 0.1 * g[k] for k, v in params.items()}
+per_sample = vmap(grad(loss_fn), in_dims=(None, 0, 0))(params, x[:4, None], y[:4, None])
+root = Sqrt()  # of a negative number: NaN, in the forward pass of a grad transform
+bad = grad(lambda p: root(functional_call(model, p, (x,))).sum())(params)
+print([round(float(v.double().sum()), 9) for v in params.values()])
+print(per_sample["0.weight"].shape, bad["2.bias"])
+"""
+
+
+def test_torch_func_grad_and_vmap_are_recorded_with_their_values(tmp_path):
+    script = tmp_path / "func.py"
+    script.write_text(TORCH_FUNC)
+    plain = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0, plain.stderr
+    out = hookdbg("record", "-o", tmp_path / "run.h5", "--capture", "model.0", script)
+    assert out.returncode == 0, out.stderr
+    assert "internal error" not in out.stderr
+    assert out.stdout == plain.stdout  # the training is what it was
+
+    t = tables(tmp_path / "run.h5")
+    first = module_id(t, "model.0")
+    rows = t["tensors"][t["tensors"]["module"] == first]
+    step0 = rows[(rows["step"] == 0) & (rows["slot"] == 1)][0]  # the first pass's output
+    torch.manual_seed(0)
+    linear = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))[0]
+    with torch.no_grad():
+        expected = linear(torch.randn(32, 8)).double()
+    assert step0["shape"].decode() == "32,16"
+    assert step0["min"] == pytest.approx(expected.min().item(), abs=1e-6)
+    assert step0["max"] == pytest.approx(expected.max().item(), abs=1e-6)
+    assert step0["mean"] == pytest.approx(expected.mean().item(), abs=1e-6)
+    grads = rows[rows["slot"] == 2]  # grad_output, as grad() computed it
+    assert len(grads) >= 4 and (grads["std"] > 0).all()
+    # under vmap: every sample at once, with the batch dimension
+    assert "4,1,8" in {s.decode() for s in rows[rows["slot"] == 0]["shape"]}
+    captured = t["captures"][t["captures"]["module"] == first]
+    assert len(captured) >= 6  # the full tensors too
+
+    (alert,) = t["alerts"]
+    assert alert["module"] == module_id(t, "root") and alert["phase"] == 0
+    assert alert["slot"] == 1 and alert["step"] == 4  # 3 grad steps, vmap's, then this one
