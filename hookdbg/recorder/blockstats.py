@@ -132,8 +132,10 @@ class Partials:
         programs, per_program = split(flat.numel())
         kernel = _kernel()
         assert kernel is not None and self.used + programs <= self.rows.shape[0]
-        # Triton launches on the current device
-        on_device = torch.cuda.device(flat.device) if flat.is_cuda else contextlib.nullcontext()
+        # Triton launches on the current device (asking costs less than switching)
+        index = flat.get_device()
+        switch = index >= 0 and flat.is_cuda and index != torch.cuda.current_device()
+        on_device = torch.cuda.device(index) if switch else contextlib.nullcontext()
         try:
             with on_device:
                 kernel[(programs,)](

@@ -218,7 +218,10 @@ class StepBatch:
             arena = self._arena = torch.empty(ARENA, dtype=torch.float64, device=t.device)
             self._arena_group = self._new_group()
         pending.group, pending.index = self._arena_group, len(self._lengths)
-        arena[self._used : self._used + n].view(t.shape).copy_(t)
+        if t.is_contiguous():  # one view op instead of a slice and a view
+            arena.as_strided(t.shape, t.stride(), self._used).copy_(t)
+        else:
+            arena[self._used : self._used + n].view(t.shape).copy_(t)
         self._used += n
         self._lengths.append(n)
 
