@@ -109,6 +109,8 @@ def rows_in(columns: Columns) -> int:
 
 
 _text_cache: dict[object, bytes] = {}
+TEXTS_KEPT = 1 << 16  # encodings remembered per cache; past that, texts that never repeat
+#                       (a dict output keyed by sample ids, say): the cache starts over
 
 
 def _text(value: object, width: int) -> bytes:
@@ -124,8 +126,15 @@ def _text(value: object, width: int) -> bytes:
 def _cached(value: _Key, make: Callable[[_Key], bytes]) -> bytes:
     out = _text_cache.get(value)
     if out is None:
-        out = _text_cache[value] = make(value)
+        out = _remember(_text_cache, value, make(value))
     return out
+
+
+def _remember(cache: dict[object, bytes], value: object, text: bytes) -> bytes:
+    if len(cache) >= TEXTS_KEPT:
+        cache.clear()
+    cache[value] = text
+    return text
 
 
 def shape_text(shape: tuple[int, ...]) -> bytes:
@@ -172,8 +181,7 @@ _path_cache: dict[object, bytes] = {}
 
 
 def _path_text(path: object) -> bytes:
-    out = _path_cache[path] = _text(path, schema.PATH_BYTES)
-    return out
+    return _remember(_path_cache, path, _text(path, schema.PATH_BYTES))
 
 
 def _tensor_fields(dtype: np.dtype) -> tuple:

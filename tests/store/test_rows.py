@@ -220,3 +220,15 @@ def test_a_histogram_of_the_wrong_size_is_refused():
     with pytest.raises(ValueError, match="raw field"):
         buffer.append((*ROWS[0][:7], (*ROWS[0][7], b"\0" * 16)))  # 2 counts, not 4
     assert len(buffer) == 0
+
+
+def test_texts_that_never_repeat_do_not_grow_the_caches_without_end(monkeypatch):
+    monkeypatch.setattr(rows, "TEXTS_KEPT", 100)
+    paths = [f"output.sample{i}" for i in range(250)]  # a dict output keyed by sample ids
+    shapes = [(i, 3) for i in range(250)]  # sequence lengths that vary
+    out = rows.tensor_rows(
+        [(*ROWS[0][:6], p, summary(s, 0.0, 1.0)) for p, s in zip(paths, shapes, strict=True)]
+    )
+    assert [p.decode() for p in out["path"]] == paths
+    assert [s.decode() for s in out["shape"]] == [f"{i},3" for i in range(250)]
+    assert len(rows._path_cache) <= 100 and len(rows._text_cache) <= 100
