@@ -125,7 +125,8 @@ def main() -> None:
 
     for _ in range(3):
         step()
-    versions = [(args.revision, then), ("now", hookdbg)]
+    label = Path(args.revision).name if Path(args.revision).is_file() else args.revision
+    versions = [(label, then), ("now", hookdbg)]
     figures: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as workdir:
         for r in range(args.rounds):
