@@ -210,6 +210,8 @@ static int tensor_version(PyObject *t, int likely, long long *out) {
 }
 
 /* stats.is_finite: no NaN, +inf or -inf counted (shape-only summaries count as finite) */
+#define SUMMARY_NUMEL 3 /* where a summary tuple holds its element count (stats.NUMEL) */
+
 static int summary_finite(PyObject *summary) {
     if (!PyTuple_Check(summary) || PyTuple_GET_SIZE(summary) < 12) {
         PyErr_SetString(PyExc_TypeError, "not a summary tuple");
@@ -1046,6 +1048,11 @@ static PyObject *summarise_host(PyObject *t) {
     if (!contiguous) goto python;
     PyObject *address = call_method0(t, s_data_ptr);
     if (address == NULL) return NULL;
+    if (!PyObject_IsTrue(address)) { /* a torch.func wrapper (functionalize's): left to Python */
+        Py_DECREF(address);
+        PyErr_SetString(PyExc_RuntimeError, "the tensor's values are not in its storage");
+        return NULL;
+    }
     PyObject *shape = shape_of(t);
     if (shape == NULL) {
         Py_DECREF(address);
@@ -1320,10 +1327,11 @@ static Seen *see(TensorPath *o, PyObject *t, int reuse, int likely) {
             if (obj == NULL) goto fail;
             Py_DECREF(obj);
             int same = obj == base;
-            if (same) {
-                PyObject *a = call_method0(base, s_numel), *b = call_method0(t, s_numel);
-                same = a != NULL && b != NULL && PyObject_RichCompareBool(a, b, Py_EQ) == 1;
-                Py_XDECREF(a);
+            if (same) { /* as many elements as the summary (not so for a view under vmap) */
+                PyObject *b = call_method0(t, s_numel);
+                same = b != NULL && PyTuple_GET_SIZE(of->summary) > SUMMARY_NUMEL &&
+                       PyObject_RichCompareBool(PyTuple_GET_ITEM(of->summary, SUMMARY_NUMEL),
+                                                b, Py_EQ) == 1;
                 Py_XDECREF(b);
                 if (PyErr_Occurred()) goto fail;
             }

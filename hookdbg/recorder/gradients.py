@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch.compiler import is_compiling
-from torch.nn.parameter import UninitializedParameter
+from torch.nn.parameter import Parameter, UninitializedParameter
 
 from hookdbg.recorder import stats
 from hookdbg.recorder.alert import Alert, checked
@@ -194,16 +194,22 @@ class GradientObserver:
 
     def watch_params(self, info: ModuleInfo, module: object, hooks: Callable[..., object]) -> None:
         """A post-accumulate hook on each parameter a module owns (shared ones once). A
-        lazy module's parameters get theirs once its first call has made them."""
+        lazy module's parameters get theirs once its first call has made them; a module
+        first seen inside ``torch.func.functional_call``, which puts the tensors it is
+        given in place of the parameters for the call, once it holds its own again (at
+        a later step or optimizer step)."""
+        waits = False
         for name, p in module._parameters.items():  # type: ignore[attr-defined]
             if p is None or id(p) in self.param_owner:
                 continue
-            if isinstance(p, UninitializedParameter):
-                self.lazy.append((info, module, hooks))
+            if isinstance(p, UninitializedParameter) or not isinstance(p, Parameter):
+                waits = True
                 continue
             self.param_owner[id(p)] = (info, name)
             if p.requires_grad:
                 hooks(p.register_post_accumulate_grad_hook, self._param_hook(info, name))
+        if waits:
+            self.lazy.append((info, module, hooks))
 
     def _param_hook(self, info: ModuleInfo, name: str) -> Callable[[torch.Tensor], None]:
         """The post-accumulate-grad hook of parameter ``name`` of module ``info``."""

@@ -132,7 +132,7 @@ class TensorObserver:
                 and of.ref() is base
                 and of.version == version
                 and type(of.summary) is not Pending
-                and base.numel() == t.numel()
+                and of.summary[stats.NUMEL] == t.numel()  # not so for a view under vmap
                 and base.dtype == t.dtype
             ):
                 summary = stats.reshaped(of.summary, t)
@@ -158,6 +158,7 @@ class TensorObserver:
         if (
             batch is not None
             and (self.defer_all or not t.is_cpu)
+            and not t.is_meta
             and self.level == Level.STATS
             and t.layout is torch.strided
             and stats.has_stats(t)

@@ -51,6 +51,9 @@ class OptimizerObserver:
     @hook
     def pre(self, t0: float, opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         self.steps.optimizer_begin()
+        gradients = self.tensors.gradients
+        if gradients.lazy:  # modules met only inside functional_call hold their own now
+            gradients.watch_lazy()
         self._started[id(opt)] = t0 - self.guard.ovh
         state = self.tensors.state
         if self.distributed and state.recording and self.tensors.level == Level.STATS:

@@ -90,12 +90,19 @@ def device_name(t: torch.Tensor) -> str:
 
 def physical(t: torch.Tensor) -> torch.Tensor:
     """The tensor that holds ``t``'s values. Inside torch.func's transforms (``grad``,
-    ``vmap``, ``jacrev``...) modules see wrappers with no storage of their own; the values
-    are in the tensor under every wrapper (under ``vmap``, every sample at once, with the
-    batch dimension). Read it ``outside_transforms()``: there, an op on it would make a
-    wrapper again."""
+    ``vmap``, ``functionalize``...) modules see wrappers with no storage of their own;
+    the values are in the tensor under every wrapper. Under ``vmap`` that tensor holds
+    every sample at once: its batch dimensions are moved to the front (outermost
+    ``vmap`` first), so that its shape reads as the batch's, then the sample's."""
+    bdims = []
     while _functorch.is_functorch_wrapped_tensor(t):
+        bdims.append(_functorch.maybe_get_bdim(t) if _functorch.is_batchedtensor(t) else -1)
         t = _functorch.get_unwrapped(t)
+    bdims = [b for b in reversed(bdims) if b >= 0]
+    if bdims:
+        with outside_transforms():  # there, movedim would make a wrapper again
+            for moved, bdim in enumerate(bdims):
+                t = t.movedim(moved + bdim, moved)
     return t
 
 
@@ -114,7 +121,11 @@ def has_stats(t: torch.Tensor) -> bool:
 
 
 def shape_only(t: torch.Tensor) -> Summary:
-    """Summary of a tensor whose values are not looked at (``--level shapes``, ints, bools)."""
+    """Summary of a tensor whose values are not looked at (``--level shapes``, ints, bools).
+    Inside torch.func's transforms, that of the tensor under the wrappers, as at
+    ``--level stats`` (``physical``)."""
+    if _functorch.peek_interpreter_stack() is not None:
+        t = physical(t)
     stats = _EMPTY_FLOAT_STATS if t.dtype in _FLOATS and t.numel() == 0 else _NO_STATS
     return (shape_of(t), dtype_name(t.dtype), device_name(t), t.numel(), *stats)
 
@@ -146,11 +157,16 @@ def summarise(t: torch.Tensor) -> Summary:
             v = t if t.is_contiguous() else t.detach().contiguous()
             if kind in (2, 3) and n > _HALF_WIDE:
                 v, kind = v.detach().float(), 0
-            return _one_pass(v.data_ptr(), n, kind, shape_of(t), name)  # type: ignore[no-any-return]
+            address = v.data_ptr()
+            if not address:  # a torch.func wrapper (functionalize's): values elsewhere
+                raise RuntimeError("hookdbg: the tensor's values are not in its storage")
+            return _one_pass(address, n, kind, shape_of(t), name)  # type: ignore[no-any-return]
     return _torch_summary(t)
 
 
 def _torch_summary(t: torch.Tensor) -> Summary:
+    if t.is_meta:  # no values at all (torch.func.linearize traces on them)
+        return shape_only(t)
     t = t.detach()
     dtype = t.dtype
     n = t.numel()

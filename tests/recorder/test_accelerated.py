@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
-from torch.func import functional_call, grad, vmap
+from torch.func import functional_call, functionalize, grad, vmap
 from torch.utils.checkpoint import checkpoint
 
 import hookdbg
@@ -199,6 +199,9 @@ def torch_func():
         g = grad(loss)(params, x, y)
         params = {k: v - 0.1 * g[k] for k, v in params.items()}
     vmap(grad(loss), in_dims=(None, 0, 0))(params, x[:, None], y[:, None])
+    vmap(nn.Sequential(nn.Flatten(0), model), in_dims=1)(x.view(2, 5, 3))  # views, batch on 1
+    with torch.no_grad():
+        functionalize(model)(x)  # wrappers whose data_ptr is 0
     grad(lambda p: functional_call(model, p, (x,)).log().sum())(params)  # NaN, outside it
 
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -175,3 +176,69 @@ def test_torch_func_grad_and_vmap_are_recorded_with_their_values(tmp_path):
     (alert,) = t["alerts"]
     assert alert["module"] == module_id(t, "root") and alert["phase"] == 0
     assert alert["slot"] == 1 and alert["step"] == 4  # 3 grad steps, vmap's, then this one
+
+
+TORCH_FUNC_MORE = """
+import torch
+from torch import nn
+from torch.func import functional_call, functionalize, grad, linearize, vmap
+
+torch.manual_seed(0)
+conv = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(16, 2))
+x = torch.randn(5, 1, 1, 4, 4)  # 5 samples of (1, 4, 4): vmap over dimension 0
+per_sample = vmap(conv)(x)
+transposed = vmap(conv[3], in_dims=1)(torch.randn(16, 6))  # 6 samples, batch on dim 1
+with torch.no_grad():
+    functional = functionalize(lambda v: conv[3](v).add_(1.0))(torch.randn(3, 16))
+out, jvp_fn = linearize(conv[3], torch.randn(2, 16))  # traced on meta tensors
+tangent = jvp_fn(torch.ones(2, 16))
+
+net = nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1))  # only functional_call
+opt = torch.optim.SGD(net.parameters(), lr=0.01)
+for _ in range(3):
+    opt.zero_grad()
+    p = dict(net.named_parameters())
+    g = grad(lambda q: functional_call(net, q, (torch.ones(4, 1),)).pow(2).sum())(p)
+    p = {k: v - 0.1 * g[k] for k, v in p.items()}
+    functional_call(net, p, (torch.ones(4, 1),)).pow(2).sum().backward()
+    opt.step()
+print(per_sample.shape, transposed.shape, functional.sum().item(), tangent.shape)
+print(sum(float(v.double().sum()) for v in net.parameters()))
+"""
+
+
+def test_torch_func_shapes_are_the_batchs_then_the_samples_at_every_level(tmp_path):
+    script = tmp_path / "more.py"
+    script.write_text(TORCH_FUNC_MORE)
+    plain = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0, plain.stderr
+    shapes = {}
+    for level in ("stats", "shapes"):
+        path = tmp_path / f"{level}.h5"
+        out = hookdbg("record", "-o", path, "--level", level, script)
+        assert out.returncode == 0, out.stderr
+        assert "internal error" not in out.stderr and out.stdout == plain.stdout
+        t = tables(path)
+        shapes[level] = {
+            (r["step"], r["call"], r["module"], r["phase"], r["slot"], r["path"]): r["shape"]
+            for r in t["tensors"]
+        }
+        if level == "stats":
+            rows = t["tensors"]
+    # the same tensors, with the same shapes, whether their values are read or not
+    assert shapes["shapes"].items() <= shapes["stats"].items() and len(shapes["shapes"]) > 80
+
+    def shapes_of(name, slot):
+        r = rows[(rows["module"] == module_id(t, name)) & (rows["slot"] == slot)]
+        return [s.decode() for s in r["shape"]]
+
+    # under vmap: the batch first, then the sample; a view's elements are its base's
+    assert shapes_of("conv.2", 1)[0] == "5,1,16" and shapes_of("conv.0", 0)[0] == "5,1,1,4,4"
+    assert "6,16" in shapes_of("conv.3", 0)  # in_dims=1: the batch still comes first
+    assert "3,2" in shapes_of("conv.3", 1)  # functionalize: its values, read
+    sizes = [int(np.prod([int(d) for d in s.split(b",") if d])) for s in rows["shape"]]
+    assert (rows["numel"] == sizes).all()  # every shape holds what was counted
+    # parameters met only inside functional_call are watched once the optimizer steps them
+    net_grads = rows[(rows["slot"] == 4) & (rows["module"] == module_id(t, "net.0"))]
+    last = int(rows["step"].max())
+    assert sorted(set(net_grads["step"].tolist())) == [last - 1, last]  # not the first
