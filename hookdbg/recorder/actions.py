@@ -142,8 +142,7 @@ class Actions:
             guard.broken()  # nor the action asked for
         if action == "warn" or not actions:
             return
-        if action == "raise":
-            raise NonFiniteError(alerts[0])
+        stop_at = alerts[0] if action in ("raise", "stop") else None
         if action == "break" and new_origin is not None:
             if interactive():
                 nan_breakpoint(new_origin)
@@ -151,9 +150,15 @@ class Actions:
             self.warn(
                 "--on-nan break needs a terminal to type into (stdin is not one); stopping instead"
             )
-            raise NonFiniteStop(new_origin)
-        if action == "stop":
-            raise NonFiniteStop(alerts[0])
+            stop_at = new_origin
+        if stop_at is None:
+            return
+        # the script is cut short in this segment: a training forward there is the
+        # training step its alert named, not an eval batch, whatever the script does next
+        stop_at.segment.interrupted = True
+        if action == "raise":
+            raise NonFiniteError(stop_at)
+        raise NonFiniteStop(stop_at)
 
     def _fly(self, alert: Alert) -> None:
         """Write the flight recorder's tensors around a new origin."""

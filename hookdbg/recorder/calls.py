@@ -35,13 +35,16 @@ class Segment:
     """One training step or eval batch (hookdbg/recorder/steps.py). ``training`` and
     ``eval`` are settled when it ends; checks replayed later read the settled values."""
 
-    __slots__ = ("eval", "held", "id", "step", "training")
+    __slots__ = ("eval", "held", "id", "interrupted", "step", "training")
 
     def __init__(self, id: int, step: int, training: bool | None, eval: int) -> None:
         self.id = id
         self.step = step  # training steps completed before it (its number, if training)
         self.training = training  # None: not known yet
         self.eval = eval  # its number among eval batches (meaningful if not training)
+        # --on-nan raise or stop raised into the script in it: a training forward cut
+        # short there is a training step (the one its alert named), not an eval batch
+        self.interrupted = False
         # a GradScaler scaled its loss: its gradients' alerts, held until the scaler
         # decides (recorder/gradscaler.py); None: not scaled
         self.held: list[tuple[Alert, dict[str, object]]] | None = None

@@ -203,3 +203,25 @@ def test_a_failure_acting_on_an_alert_stops_the_recording_not_the_action(
     assert "internal error, recording stopped" in err and "a bug in the flight recorder" in err
     assert caught == ([(0, "model.1")] if on_nan == "raise" else [])
     assert len(tables(tmp_path / "run.h5")["alerts"]) == 1  # written before the failure
+
+
+@pytest.mark.parametrize("on_nan", ["raise", "stop"])
+def test_the_step_an_alert_cut_short_is_the_training_step_it_names(tmp_path, on_nan):
+    model = nn.Sequential(Log(), nn.Linear(2, 2))  # by-hand SGD, no optimizer
+    with hookdbg.record(tmp_path / "run.h5", on_nan=on_nan, quiet=True):
+        for step in range(5):
+            x = torch.full((3, 2), -1.0 if step == 3 else 1.0)  # log of a negative
+            try:
+                loss = model(x).abs().sum()
+            except (hookdbg.NonFiniteError, hookdbg.NonFiniteStop):
+                break  # the script handles it, and the recording ends normally
+            loss.backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.001 * p.grad
+                    p.grad = None
+    t = tables(tmp_path / "run.h5")
+    (alert,) = t["alerts"]
+    assert alert["step"] == 3
+    steps = t["steps"]
+    assert steps["step"].tolist() == [0, 1, 2, 3] and (steps["kind"] == 0).all()  # training
