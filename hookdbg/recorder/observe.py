@@ -14,7 +14,6 @@ from math import isfinite
 from time import time
 
 import torch
-from torch._C import _functorch
 
 from hookdbg.options import Level, RecordOptions
 from hookdbg.recorder import histograms, stats
@@ -163,7 +162,7 @@ class TensorObserver:
             and t.layout is torch.strided
             and stats.has_stats(t)
         ):
-            if _functorch.peek_interpreter_stack() is None:
+            if not stats.transforms_active():
                 return batch.add(t.detach())
             with stats.outside_transforms():  # there, t.detach() would be a wrapper
                 return batch.add(stats.physical(t).detach())
@@ -174,7 +173,7 @@ class TensorObserver:
                 return stats.shape_only(t)
             return summary(t)  # records no autograd graph, whatever the grad mode
         except RuntimeError:  # inside torch.func's transforms: a wrapper, or an op made one
-            if _functorch.peek_interpreter_stack() is None:
+            if not stats.transforms_active():
                 raise
             with stats.outside_transforms():
                 return summary(stats.physical(t))

@@ -106,6 +106,14 @@ def physical(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def _peek() -> bool:
+    return _functorch.peek_interpreter_stack() is not None
+
+
+# Whether a torch.func transform is running: a plain C function, asked of every tensor
+# at --level shapes (pybind's peek_interpreter_stack added 5K instructions a module call)
+transforms_active: Callable[[], bool] = getattr(torch._C, "_are_functorch_transforms_active", _peek)
+
 outside_transforms: Callable[[], contextlib.AbstractContextManager[object]]
 try:
     from torch._functorch.pyfunctorch import temporarily_clear_interpreter_stack
@@ -124,7 +132,7 @@ def shape_only(t: torch.Tensor) -> Summary:
     """Summary of a tensor whose values are not looked at (``--level shapes``, ints, bools).
     Inside torch.func's transforms, that of the tensor under the wrappers, as at
     ``--level stats`` (``physical``)."""
-    if _functorch.peek_interpreter_stack() is not None:
+    if transforms_active():
         t = physical(t)
     stats = _EMPTY_FLOAT_STATS if t.dtype in _FLOATS and t.numel() == 0 else _NO_STATS
     return (shape_of(t), dtype_name(t.dtype), device_name(t), t.numel(), *stats)
