@@ -39,6 +39,16 @@ _MUTED = object()  # a call in a muted subtree (step not recorded, or inside bac
 _GRAD_OUTPUT, _GRAD_INPUT = int(Slot.GRAD_OUTPUT), int(Slot.GRAD_INPUT)
 _FWD = int(Phase.FWD)
 _graph_task_id = torch._C._current_graph_task_id
+
+
+_PROXY = getattr(getattr(torch._C, "_TorchDispatchModeKey", None), "PROXY", None)
+
+
+def _tracing() -> bool:
+    """Whether make_fx traces the calls (torch.func.linearize does, running the function
+    a second time to build its graph): a trace, not a run, and any torch op hookdbg ran
+    would land in the graph."""
+    return _PROXY is not None and torch._C._get_dispatch_mode(_PROXY) is not None
 _grad_enabled = torch.is_grad_enabled
 _get_ident = threading.get_ident
 
@@ -140,6 +150,10 @@ class ModuleHooks:
         recorded."""
         if _graph_task_id() != -1:  # a forward run again inside backward
             self._recompute_outer(info, module, args)
+            return False
+        if _tracing():
+            self._mute = 1
+            self.stack.append(_MUTED)
             return False
         self.state = self.segments.root_call(info, module, now)
         if not self.state.recording:

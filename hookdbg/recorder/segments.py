@@ -153,7 +153,7 @@ class Segments:
         state = self.state
         steps = self.steps
         origin = self.origin
-        state.seg.training = training = steps.end(cut or state.seg.interrupted)
+        state.seg.training = training = steps.end(cut, state.seg.interrupted)
         if state.recording:
             self.backward_rows(state.calls, state.step, state.id, origin, self.rows.calls)
             if training:

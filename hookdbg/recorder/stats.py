@@ -96,6 +96,8 @@ def physical(t: torch.Tensor) -> torch.Tensor:
     ``vmap`` first), so that its shape reads as the batch's, then the sample's."""
     bdims = []
     while _functorch.is_functorch_wrapped_tensor(t):
+        if torch._is_functional_tensor(t):  # functionalize: in-place changes of its base
+            torch._sync(t)  # are replayed on it only when asked
         bdims.append(_functorch.maybe_get_bdim(t) if _functorch.is_batchedtensor(t) else -1)
         t = _functorch.get_unwrapped(t)
     bdims = [b for b in reversed(bdims) if b >= 0]
@@ -366,7 +368,7 @@ def _nonfinite_summary(t: torch.Tensor, v: torch.Tensor) -> Summary:
 def check_finite(t: torch.Tensor) -> Summary:
     """Shape, dtype, min and max, and NaN/inf counts when there are any: the cheap NaN
     check of ``--nan-check`` below ``--level stats`` (one pass instead of three)."""
-    if t.dtype not in _FLOATS or t.numel() == 0:
+    if t.dtype not in _FLOATS or t.numel() == 0 or t.is_meta:
         return shape_only(t)
     v = t.detach().reshape(-1)
     if v.dtype not in _NATIVE:

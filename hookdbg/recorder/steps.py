@@ -183,11 +183,19 @@ class StepTracker:
             self._trained = True
             self._train_roots.add(module)
 
-    def end(self, cut: bool = False) -> bool:
+    def end(self, cut: bool = False, interrupted: bool = False) -> bool:
         """End the current segment; True if it was a training step. ``cut``: the run
         stopped in the middle of it (an exception, --on-nan stop): a training forward
-        made it a training step even though its backward never came."""
-        training = self.saw_backward or bool(self._stepped) or (cut and self._trained)
+        made it a training step even though its backward never came. ``interrupted``:
+        hookdbg raised into the script there (--on-nan raise or stop), which may go on:
+        likewise, once the run is known to train (an optimizer, or a backward so far;
+        before that a forward with gradients on is an inference batch, rule 4)."""
+        trains = self._known or self._any_backward
+        training = (
+            self.saw_backward
+            or bool(self._stepped)
+            or ((cut or (interrupted and trains)) and self._trained)
+        )
         if training:
             self._eval_since_training = 0
             # a backward without the optimizer step its iteration waits for is part of a

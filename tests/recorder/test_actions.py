@@ -1,5 +1,6 @@
 """--on-nan warn | raise | stop | break, as the script and the user experience them."""
 
+import contextlib
 import os
 import pty
 import select
@@ -225,3 +226,16 @@ def test_the_step_an_alert_cut_short_is_the_training_step_it_names(tmp_path, on_
     assert alert["step"] == 3
     steps = t["steps"]
     assert steps["step"].tolist() == [0, 1, 2, 3] and (steps["kind"] == 0).all()  # training
+
+
+def test_an_inference_batch_cut_short_stays_an_eval_batch(tmp_path):
+    """Inference with gradients on (no optimizer, no backward) that skips the batches
+    --on-nan raise stops: every batch is an eval batch, the one cut short too."""
+    model = nn.Sequential(nn.Linear(2, 2), Log()).eval()
+    with hookdbg.record(tmp_path / "run.h5", on_nan="raise", quiet=True):
+        for step in range(4):
+            x = torch.full((3, 2), -9.0 if step == 2 else 1.0)
+            with contextlib.suppress(hookdbg.NonFiniteError):
+                model(x)
+    steps = tables(tmp_path / "run.h5")["steps"]
+    assert len(steps) == 4 and (steps["kind"] == 1).all()

@@ -2,6 +2,7 @@
 ``defer_cpu=True`` sends CPU tensors down the path CUDA tensors take, so a recording
 made that way must say what an immediate one says."""
 
+import contextlib
 import math
 import runpy
 import sys
@@ -11,7 +12,7 @@ import pytest
 import torch
 import torchvision
 from torch import nn
-from torch.func import functional_call, grad, vmap
+from torch.func import functional_call, grad, linearize, vmap
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from hookdbg.options import RecordOptions
@@ -280,3 +281,27 @@ def test_parameters_of_modules_never_called_wait_for_the_device_like_the_rest(tm
     orphans = [r for r in immediate if r[1] == -1 and r[3] == Slot.PARAM_GRAD]
     assert any("out_proj" in name for _, _, name, _, _ in orphans)
     assert deferred_run == immediate
+
+
+@pytest.mark.parametrize("defer", [False, True])
+def test_what_linearize_traces_holds_nothing_of_hookdbg(tmp_path, defer):
+    """linearize runs the model a second time under make_fx to build its graph: a trace,
+    not a step, where any op hookdbg ran (the device path's copies) would be traced in
+    and run again at every call of the function it returns."""
+
+    def ops_of_jvp(recording):
+        torch.manual_seed(0)
+        linear = nn.Linear(16, 2)
+        options = RecordOptions.build(quiet=True)
+        with (
+            Recorder(tmp_path / f"{defer}.h5", options, defer_cpu=defer)
+            if recording
+            else (contextlib.nullcontext())
+        ):
+            _, jvp = linearize(linear, torch.randn(2, 16))
+        with KernelCounter() as counter:
+            jvp(torch.ones(2, 16))
+        return counter.count
+
+    assert ops_of_jvp(True) == ops_of_jvp(False)
+    assert len(tables(tmp_path / f"{defer}.h5")["tensors"]) > 0  # the run itself recorded

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from torch.func import functionalize
 
+import hookdbg as hookdbg_api
 from tests.helpers import hookdbg, module_id, tables
 
 LIGHTNING = """
@@ -242,3 +244,28 @@ def test_torch_func_shapes_are_the_batchs_then_the_samples_at_every_level(tmp_pa
     net_grads = rows[(rows["slot"] == 4) & (rows["module"] == module_id(t, "net.0"))]
     last = int(rows["step"].max())
     assert sorted(set(net_grads["step"].tolist())) == [last - 1, last]  # not the first
+
+
+def test_functionalize_reads_a_view_after_its_base_changed_in_place(tmp_path):
+    """functionalize replays an in-place change of a base on its views only when asked:
+    a view read without that would show the values from before."""
+
+    class Twice(nn.Module):
+        def forward(self, h):
+            return h * 2.0
+
+    linear, twice = nn.Linear(4, 4), Twice()
+
+    def run(x):
+        a = linear(x)
+        view = a.view(-1)
+        a.fill_(float("nan"))  # the view holds NaN from here on
+        return twice(view)
+
+    with hookdbg_api.record(tmp_path / "run.h5", quiet=True), torch.no_grad():
+        functionalize(run)(torch.randn(2, 4))
+    t = tables(tmp_path / "run.h5")
+    rows = t["tensors"][t["tensors"]["module"] == module_id(t, "twice")]
+    assert (rows["nan"] == 8).all() and len(rows) == 2  # its input and its output
+    (alert,) = t["alerts"]
+    assert alert["module"] == module_id(t, "twice") and alert["slot"] == 0  # the input
