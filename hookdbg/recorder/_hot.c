@@ -209,9 +209,9 @@ static int tensor_version(PyObject *t, int likely, long long *out) {
     return get_ll(t, s__version, out) < 0 ? -1 : 0;
 }
 
-/* stats.is_finite: no NaN, +inf or -inf counted (shape-only summaries count as finite) */
 #define SUMMARY_NUMEL 3 /* where a summary tuple holds its element count (stats.NUMEL) */
 
+/* stats.is_finite: no NaN, +inf or -inf counted (shape-only summaries count as finite) */
 static int summary_finite(PyObject *summary) {
     if (!PyTuple_Check(summary) || PyTuple_GET_SIZE(summary) < 12) {
         PyErr_SetString(PyExc_TypeError, "not a summary tuple");

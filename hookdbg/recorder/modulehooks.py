@@ -39,8 +39,8 @@ _MUTED = object()  # a call in a muted subtree (step not recorded, or inside bac
 _GRAD_OUTPUT, _GRAD_INPUT = int(Slot.GRAD_OUTPUT), int(Slot.GRAD_INPUT)
 _FWD = int(Phase.FWD)
 _graph_task_id = torch._C._current_graph_task_id
-
-
+_grad_enabled = torch.is_grad_enabled
+_get_ident = threading.get_ident
 _PROXY = getattr(getattr(torch._C, "_TorchDispatchModeKey", None), "PROXY", None)
 
 
@@ -49,8 +49,6 @@ def _tracing() -> bool:
     a second time to build its graph): a trace, not a run, and any torch op hookdbg ran
     would land in the graph."""
     return _PROXY is not None and torch._C._get_dispatch_mode(_PROXY) is not None
-_grad_enabled = torch.is_grad_enabled
-_get_ident = threading.get_ident
 
 
 class ModuleHooks:
