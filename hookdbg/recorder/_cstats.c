@@ -17,6 +17,15 @@
  * ``dtype`` are passed through. Integer kinds give min, max and the zero fraction;
  * their other statistics are NaN and their non-finite counts 0.
  *
+ * norms(tensors, kinds) -> a list: each tensor's L2 norm, or None
+ *
+ * The norms of a model's parameters after each optimizer step, for every parameter
+ * that is a contiguous CPU tensor of a floating kind (``kinds`` maps its dtype to
+ * (kind, name), as stats.C_KINDS does): its squares summed in double, so that no
+ * float16 norm overflows and NaN and inf come through as they are. None for any other
+ * tensor (the caller asks torch for those). torch._foreach_norm costs about 1 us per
+ * small tensor on the CPU, its dispatch most of it; this costs the attribute reads.
+ *
  * histogram(address, n, kind, lo, hi, bins) -> bytes of ``bins`` int64 counts
  *
  * The finite values of a floating tensor in ``bins`` equal bins from ``lo`` to ``hi``
@@ -308,6 +317,123 @@ static PyObject *summary(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 }
 
 
+/* The sum of squares of ``n`` float32 values, in double: eight independent lanes the
+ * compiler vectorises (the AVX2 clone: four doubles a vector, twice). */
+CLONES static double f32_squares(const float *p, Py_ssize_t n) {
+    double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) s[j] += (double)p[i + j] * (double)p[i + j];
+    double total = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    for (; i < n; i++) total += (double)p[i] * (double)p[i];
+    return total;
+}
+
+#define SQUARES_LOOP(TYPE, CONVERT)                                \
+    do {                                                           \
+        const TYPE *p = (const TYPE *)data;                        \
+        for (Py_ssize_t i = 0; i < n; i++) {                       \
+            double x = CONVERT(p[i]);                              \
+            total += x * x;                                        \
+        }                                                          \
+    } while (0)
+
+static double squares(const void *data, Py_ssize_t n, int kind) {
+    double total = 0.0;
+    switch (kind) {
+        case F32: return f32_squares((const float *)data, n);
+        case F64: SQUARES_LOOP(double, AS_DOUBLE); break;
+        case F16: SQUARES_LOOP(uint16_t, from_f16); break;
+        default: SQUARES_LOOP(uint16_t, from_bf16); break;
+    }
+    return total;
+}
+
+static PyObject *s_dtype, *s_is_cpu, *s_is_contiguous, *s_data_ptr, *s_shape;
+
+/* Where ``t``'s values lie, if norms() reads them itself: 1 with *data, *n and *kind
+ * set; 0 to leave the tensor to the caller; -1 on an error. */
+static int readable(PyObject *t, PyObject *kinds, const void **data, Py_ssize_t *n, int *kind) {
+    PyObject *v = PyObject_GetAttr(t, s_dtype);
+    if (v == NULL) return -1;
+    PyObject *spec = PyDict_GetItemWithError(kinds, v); /* borrowed */
+    Py_DECREF(v);
+    if (spec == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) < 1) {
+        PyErr_SetString(PyExc_TypeError, "norms: kinds maps a dtype to (kind, name)");
+        return -1;
+    }
+    long k = PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
+    if (k == -1 && PyErr_Occurred()) return -1;
+    if (k < F32 || k > BF16) return 0;
+    if ((v = PyObject_GetAttr(t, s_is_cpu)) == NULL) return -1;
+    int cpu = v == Py_True;
+    Py_DECREF(v);
+    if (!cpu) return 0;
+    if ((v = PyObject_CallMethodNoArgs(t, s_is_contiguous)) == NULL) return -1;
+    int contiguous = v == Py_True;
+    Py_DECREF(v);
+    if (!contiguous) return 0;
+    if ((v = PyObject_GetAttr(t, s_shape)) == NULL) return -1;
+    if (!PyTuple_Check(v)) { /* torch.Size is a tuple */
+        Py_DECREF(v);
+        return 0;
+    }
+    Py_ssize_t count = 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v) && count > 0; i++) {
+        Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(v, i));
+        if (size == -1 && PyErr_Occurred()) {
+            Py_DECREF(v);
+            return -1;
+        }
+        count *= size;
+    }
+    Py_DECREF(v);
+    if (count <= 0) return 0;
+    if ((v = PyObject_CallMethodNoArgs(t, s_data_ptr)) == NULL) return -1;
+    void *address = PyLong_AsVoidPtr(v);
+    Py_DECREF(v);
+    if (address == NULL) return PyErr_Occurred() ? -1 : 0; /* a wrapper: values elsewhere */
+    *data = address;
+    *n = count;
+    *kind = (int)k;
+    return 1;
+}
+
+static PyObject *norms(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "norms(tensors: list, kinds: dict)");
+        return NULL;
+    }
+    PyObject *tensors = args[0], *kinds = args[1];
+    Py_ssize_t count = PyList_GET_SIZE(tensors);
+    PyObject *out = PyList_New(count);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *t = PyList_GET_ITEM(tensors, i); /* the list holds it while it is read */
+        Py_INCREF(t);
+        const void *data = NULL;
+        Py_ssize_t n = 0;
+        int kind = 0, ok = readable(t, kinds, &data, &n, &kind);
+        PyObject *norm = NULL;
+        if (ok > 0) {
+            PyThreadState *released = n >= 32768 ? PyEval_SaveThread() : NULL;
+            double total = squares(data, n, kind);
+            if (released) PyEval_RestoreThread(released);
+            norm = PyFloat_FromDouble(sqrt(total));
+        } else if (ok == 0) {
+            norm = Py_NewRef(Py_None);
+        }
+        Py_DECREF(t);
+        if (norm == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, norm);
+    }
+    return out;
+}
+
 /* The bin of ``x`` (lo <= x <= hi), as numpy finds it: an estimate, then moved across
  * at most an edge or two so that edges[i] <= x < edges[i + 1] (the last bin closed). */
 static inline Py_ssize_t bin_of(double x, double lo, double scale, Py_ssize_t bins,
@@ -375,6 +501,8 @@ static PyObject *histogram(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"summary", (PyCFunction)(void (*)(void))summary, METH_FASTCALL,
      "summary(address, n, kind, shape, dtype) -> the summary tuple of hookdbg's stats.py"},
+    {"norms", (PyCFunction)(void (*)(void))norms, METH_FASTCALL,
+     "norms(tensors, kinds) -> each tensor's L2 norm, or None where torch must compute it"},
     {"histogram", histogram, METH_VARARGS,
      "histogram(address, n, kind, lo, hi, bins) -> bytes of bins int64 counts"},
     {NULL, NULL, 0, NULL},
@@ -386,6 +514,13 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__cstats(void) {
     cpu_name = PyUnicode_InternFromString("cpu");
-    if (cpu_name == NULL) return NULL;
+    s_dtype = PyUnicode_InternFromString("dtype");
+    s_is_cpu = PyUnicode_InternFromString("is_cpu");
+    s_is_contiguous = PyUnicode_InternFromString("is_contiguous");
+    s_data_ptr = PyUnicode_InternFromString("data_ptr");
+    s_shape = PyUnicode_InternFromString("shape");
+    if (cpu_name == NULL || s_dtype == NULL || s_is_cpu == NULL || s_is_contiguous == NULL ||
+        s_data_ptr == NULL || s_shape == NULL)
+        return NULL;
     return PyModule_Create(&module);
 }

@@ -345,8 +345,8 @@ class TensorObserver:
         keep: bool,
     ) -> list[tuple[int, Summary]]:
         """Parameters after an optimizer step: where ``keep``, a row per tensor (of
-        module ``modules[i]``, named ``names[i]``) holding just its norm (from one fused
-        call, ``stats.norms_of``), or its full statistics where the norm is not finite.
+        module ``modules[i]``, named ``names[i]``) holding just its norm (from
+        ``stats.norms_of``), or its full statistics where the norm is not finite.
         Returns those: (index, summary), for the caller to check."""
         state = self.state
         step, segment, rows = state.step, state.id, self.rows.tensors

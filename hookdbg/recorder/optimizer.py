@@ -121,7 +121,7 @@ class OptimizerObserver:
         check: Callable[..., None],
         opt: torch.optim.Optimizer,
     ) -> None:
-        """Rows and NaN/inf checks for one tensor per parameter: norms in one fused call,
+        """Rows and NaN/inf checks for one tensor per parameter: norms (``stats.norms_of``),
         or, deferring, full statistics left on their device (a norm read back would wait
         for it)."""
         if not owned:

@@ -35,9 +35,10 @@ from torch._C import _functorch
 from hookdbg.store.schema import SUMMARY_COLUMNS
 
 try:
+    from hookdbg.recorder._cstats import norms as _norms
     from hookdbg.recorder._cstats import summary as _one_pass
 except ImportError:  # not built: torch's reductions instead
-    _one_pass = None
+    _one_pass = _norms = None
 
 # The order of values in a summary tuple: that of the tensors table's summary columns.
 FIELDS = SUMMARY_COLUMNS
@@ -406,7 +407,8 @@ def is_finite(summary: Summary) -> bool:
 
 
 def norms_of(tensors: list[torch.Tensor]) -> list[float]:
-    """The L2 norms of many tensors, in one fused call and one read.
+    """The L2 norms of many tensors: contiguous CPU ones by the C pass (in double), the
+    rest in one fused torch call and one read.
 
     Used for parameter values after each optimizer step: a full summary of every
     weight every step costs as much as all the activations' summaries together, and
@@ -414,8 +416,16 @@ def norms_of(tensors: list[torch.Tensor]) -> list[float]:
     """
     if not tensors:
         return []
-    with torch.no_grad():
-        return torch.stack(torch._foreach_norm(tensors)).tolist()  # type: ignore[no-any-return]
+    norms: list[float | None] = (
+        [None] * len(tensors) if _norms is None else _norms(tensors, C_KINDS)
+    )
+    rest = [i for i, norm in enumerate(norms) if norm is None]
+    if rest:
+        with torch.no_grad():
+            fused = torch.stack(torch._foreach_norm([tensors[i] for i in rest])).tolist()
+        for i, norm in zip(rest, fused, strict=True):
+            norms[i] = norm
+    return norms  # type: ignore[return-value]
 
 
 def norm_summary(t: torch.Tensor, norm: float) -> Summary:

@@ -102,6 +102,35 @@ def test_norms_only_fuses_and_falls_back_on_nonfinite():
     assert second[10] == 1 and not stats.is_finite(second)
 
 
+@pytest.mark.skipif(stats._norms is None, reason="the C statistics pass is not built")
+def test_norms_of_cpu_parameters_in_c_and_the_rest_by_torch():
+    g = torch.Generator().manual_seed(3)
+    weights = {
+        "float32": torch.randn(33, 17, generator=g),
+        "large float32": torch.randn(40_000, generator=g),  # released the GIL
+        "float64": torch.randn(9, dtype=torch.float64, generator=g),
+        "bfloat16": torch.randn(12, generator=g).bfloat16(),
+        "float16 whose norm float16 cannot hold": torch.full((4,), 60_000.0).half(),
+        "a parameter": torch.nn.Parameter(torch.randn(5, generator=g)),
+        "transposed": torch.randn(4, 6, generator=g).t(),  # not contiguous: torch's
+        "empty": torch.zeros(0),
+    }
+    tensors = list(weights.values())
+    read_in_c = stats._norms(tensors, stats.C_KINDS)
+    assert [norm is None for norm in read_in_c] == [False] * 6 + [True, True]
+    got = stats.norms_of(tensors)
+    for (name, t), norm in zip(weights.items(), got, strict=True):
+        want = np.linalg.norm(t.detach().double().numpy().ravel())
+        assert norm == pytest.approx(want, rel=1e-6), name
+    assert got[4] == pytest.approx(120_000.0)  # torch._foreach_norm says inf here
+
+
+def test_norms_of_non_finite_weights_are_not_finite():
+    nan, inf = float("nan"), float("inf")
+    got = stats.norms_of([torch.tensor([1.0, nan]), torch.tensor([inf, 1.0]).half()])
+    assert math.isnan(got[0]) and got[1] == inf
+
+
 @pytest.mark.parametrize("n", [2, 100, stats.NUMPY_MAX, stats.NUMPY_MAX + 1])
 def test_numpy_and_torch_paths_agree(n):
     t = torch.randn(n, generator=torch.Generator().manual_seed(6))
