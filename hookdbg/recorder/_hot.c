@@ -70,7 +70,10 @@ static struct {
     PyObject *norm_summary;   /* stats.norm_summary (inlined below for CPU tensors) */
     PyObject *cpu, *nan;      /* "cpu", float("nan") */
     PyObject *one_pass;       /* _cstats.summary, or None */
-    PyObject *shape_only;     /* stats.shape_only */
+    PyObject *shape_only;     /* stats.shape_only (inlined below for CPU tensors) */
+    PyObject *no_stats;       /* stats._NO_STATS: a shape-only summary's statistics */
+    PyObject *empty_float_stats; /* stats._EMPTY_FLOAT_STATS: an empty float tensor's */
+    PyObject *transforms_active; /* stats.transforms_active */
     PyObject *c_kinds;        /* stats.C_KINDS: dtype -> (kind, name) */
     PyObject *shapes;         /* stats._SHAPES: one tuple per distinct shape */
     Py_ssize_t shapes_kept;   /* stats._SHAPES_KEPT */
@@ -181,6 +184,69 @@ static inline int get_ll(PyObject *obj, PyObject *name, long long *out) {
     Py_DECREF(v);
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
+
+/* An attribute of one of hookdbg's own classes with __slots__ (ModuleInfo, StepState,
+ * Handoff) read the way CPython's member descriptor reads it, by its offset in the
+ * object, without the lookup in the type that getattr makes on every call. Found once,
+ * at setup, from the class's descriptor; an object of another type (a subclass), an
+ * unset slot or a slot not found there go through getattr as before. */
+typedef struct {
+    PyTypeObject *type; /* NULL: not found, always getattr */
+    Py_ssize_t offset;
+    PyObject *name;
+} SlotRef;
+
+static int find_slot(SlotRef *s, PyObject *type, PyObject *name) {
+    s->type = NULL;
+    s->name = name;
+    if (!PyType_Check(type)) return 0;
+    PyObject *d = PyObject_GetAttr(type, name);
+    if (d == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type == T_OBJECT_EX && !(m->flags & READONLY) &&
+            ((PyMemberDescrObject *)d)->d_common.d_type == (PyTypeObject *)type) {
+            s->type = (PyTypeObject *)type;
+            s->offset = m->offset;
+        }
+    }
+    Py_DECREF(d);
+    return 0;
+}
+
+static inline PyObject *slot_get(const SlotRef *s, PyObject *obj) { /* a new reference */
+    if (Py_IS_TYPE(obj, s->type)) {
+        PyObject *v = *(PyObject **)((char *)obj + s->offset);
+        if (v != NULL) return Py_NewRef(v);
+    }
+    return PyObject_GetAttr(obj, s->name);
+}
+
+static inline int slot_bool(const SlotRef *s, PyObject *obj) {
+    if (Py_IS_TYPE(obj, s->type)) {
+        PyObject *v = *(PyObject **)((char *)obj + s->offset);
+        if (v == Py_True) return 1;
+        if (v == Py_False) return 0;
+    }
+    return get_bool(obj, s->name);
+}
+
+static inline int slot_double(const SlotRef *s, PyObject *obj, double *out) {
+    PyObject *v = slot_get(s, obj);
+    if (v == NULL) return -1;
+    *out = PyFloat_AsDouble(v);
+    Py_DECREF(v);
+    return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static struct {
+    SlotRef ref, transparent, selected, id, capture; /* naming.ModuleInfo */
+    SlotRef memo, seg, grad_finite;                  /* calls.StepState */
+    SlotRef last, every;                             /* handoff.Handoff */
+} SLOTS;
 
 static inline int is_tensor(PyObject *obj) { return PyObject_IsInstance(obj, G.Tensor); }
 
@@ -596,7 +662,7 @@ static int Call_clear(Call *self) {
 
 /* The call's module id (its ModuleInfo's id, which never changes), borrowed. */
 static PyObject *call_module(Call *c) {
-    if (c->module == NULL) c->module = PyObject_GetAttr(c->info, s_id);
+    if (c->module == NULL) c->module = slot_get(&SLOTS.id, c->info);
     return c->module;
 }
 
@@ -1035,27 +1101,40 @@ static PyObject *summarise_host(PyObject *t) {
     int cpu = get_bool(t, s_is_cpu);
     if (cpu < 0) return NULL;
     if (!cpu) goto python;
-    long long n;
-    if ((v = call_method0(t, s_numel)) == NULL) return NULL;
-    n = PyLong_AsLongLong(v);
-    Py_CLEAR(v);
-    if (n == -1 && PyErr_Occurred()) return NULL;
+    PyObject *shape = shape_of(t);
+    if (shape == NULL) return NULL;
+    long long n = 1; /* numel(), without the method call */
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape) && n > 0; i++) {
+        long long d = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+        if (d == -1 && PyErr_Occurred()) {
+            Py_DECREF(shape);
+            return NULL;
+        }
+        n *= d;
+    }
     long kind = PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
-    if (n == 0 || ((kind == 2 || kind == 3) && n > G.half_wide)) goto python;
-    if ((v = call_method0(t, s_is_contiguous)) == NULL) return NULL;
-    int contiguous = v == Py_True;
-    Py_CLEAR(v);
-    if (!contiguous) goto python;
+    int contiguous = 0;
+    if (n > 0 && !((kind == 2 || kind == 3) && n > G.half_wide)) {
+        if ((v = call_method0(t, s_is_contiguous)) == NULL) {
+            Py_DECREF(shape);
+            return NULL;
+        }
+        contiguous = v == Py_True;
+        Py_CLEAR(v);
+    }
+    if (!contiguous) {
+        Py_DECREF(shape);
+        goto python;
+    }
     PyObject *address = call_method0(t, s_data_ptr);
-    if (address == NULL) return NULL;
-    if (!PyObject_IsTrue(address)) { /* a torch.func wrapper (functionalize's): left to Python */
-        Py_DECREF(address);
-        PyErr_SetString(PyExc_RuntimeError, "the tensor's values are not in its storage");
+    if (address == NULL) {
+        Py_DECREF(shape);
         return NULL;
     }
-    PyObject *shape = shape_of(t);
-    if (shape == NULL) {
+    if (!PyObject_IsTrue(address)) { /* a torch.func wrapper (functionalize's): left to Python */
         Py_DECREF(address);
+        Py_DECREF(shape);
+        PyErr_SetString(PyExc_RuntimeError, "the tensor's values are not in its storage");
         return NULL;
     }
     PyObject *count = PyLong_FromLongLong(n);
@@ -1075,12 +1154,63 @@ python:
     return PyObject_CallOneArg(G.summarise, t);
 }
 
+/* stats.shape_only for a CPU tensor of a dtype C_KINDS names, outside torch.func's
+ * transforms; anything else: stats.shape_only. */
+static PyObject *shape_only(PyObject *t) {
+    PyObject *v = PyObject_CallNoArgs(G.transforms_active);
+    if (v == NULL) return NULL;
+    int plain = v == Py_False;
+    Py_DECREF(v);
+    if (!plain) goto python;
+    if ((v = PyObject_GetAttr(t, s_dtype)) == NULL) return NULL;
+    PyObject *spec = PyDict_GetItemWithError(G.c_kinds, v); /* borrowed */
+    Py_DECREF(v);
+    if (spec == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        goto python;
+    }
+    int cpu = get_bool(t, s_is_cpu);
+    if (cpu < 0) return NULL;
+    if (!cpu) goto python;
+    PyObject *shape = shape_of(t);
+    if (shape == NULL) return NULL;
+    long long n = 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
+        long long d = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+        if (d == -1 && PyErr_Occurred()) {
+            Py_DECREF(shape);
+            return NULL;
+        }
+        n *= d;
+    }
+    long kind = PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
+    PyObject *rest = kind <= 3 && n == 0 ? G.empty_float_stats : G.no_stats; /* 3: bfloat16 */
+    Py_ssize_t k = PyTuple_GET_SIZE(rest);
+    PyObject *summary = PyTuple_New(4 + k), *count = PyLong_FromLongLong(n);
+    if (summary == NULL || count == NULL) {
+        Py_XDECREF(summary);
+        Py_XDECREF(count);
+        Py_DECREF(shape);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(summary, 0, shape);
+    PyTuple_SET_ITEM(summary, 1, Py_NewRef(PyTuple_GET_ITEM(spec, 1)));
+    PyTuple_SET_ITEM(summary, 2, Py_NewRef(G.cpu));
+    PyTuple_SET_ITEM(summary, 3, count);
+    for (Py_ssize_t i = 0; i < k; i++)
+        PyTuple_SET_ITEM(summary, 4 + i, Py_NewRef(PyTuple_GET_ITEM(rest, i)));
+    if (!PyObject_GC_IsTracked(shape)) PyObject_GC_UnTrack(summary); /* as _cstats' */
+    return summary;
+python:
+    return PyObject_CallOneArg(G.shape_only, t);
+}
+
 static PyObject *summarise_now(TensorPath *o, PyObject *t) {
     PyObject *layout = PyObject_GetAttr(t, s_layout);
     if (layout == NULL) return NULL;
     int strided = layout == G.strided;
     Py_DECREF(layout);
-    if (!strided) return PyObject_CallOneArg(G.shape_only, t);
+    if (!strided || o->summary == G.shape_only) return shape_only(t);
     if (o->summary == G.summarise) return summarise_host(t);
     return PyObject_CallOneArg(o->summary, t);
 }
@@ -1201,7 +1331,7 @@ static int keep(TensorPath *o, Call *call, PyObject *phase, PyObject *slot, PyOb
         flight_keep(o, call, phase, slot, path, t, version) < 0)
         return -1;
     if (o->capturing) {
-        int chosen = get_bool(call->info, s_capture);
+        int chosen = slot_bool(&SLOTS.capture, call->info);
         if (chosen < 0) return -1;
         if (chosen) {
             PyObject *args[5] = {(PyObject *)call, phase, slot, path, t};
@@ -1286,7 +1416,7 @@ static Seen *see(TensorPath *o, PyObject *t, int reuse, int likely) {
     long long version;
     int inference = tensor_version(t, likely, &version);
     if (inference < 0) return NULL;
-    if ((memo = PyObject_GetAttr(state, s_memo)) == NULL) return NULL;
+    if ((memo = slot_get(&SLOTS.memo, state)) == NULL) return NULL;
     if ((key = PyLong_FromVoidPtr(t)) == NULL) goto fail;
     seen = (Seen *)PyDict_GetItemWithError(memo, key); /* borrowed */
     if (seen != NULL && Py_IS_TYPE(seen, &SeenType) && seen->version == version &&
@@ -1572,7 +1702,7 @@ static int grad_body(TensorPath *o, double t0, Seen *seen, PyObject *grad) {
         /* once per segment: what it sets stays set until the segment ends */
         if ((r = call_method0(o->steps, s_backward_ran)) == NULL) return -1;
         Py_DECREF(r);
-        PyObject *seg = PyObject_GetAttr(o->segment.state, s_seg);
+        PyObject *seg = slot_get(&SLOTS.seg, o->segment.state);
         if (seg == NULL) return -1;
         int bad = PyObject_SetAttr(seg, s_training, Py_True);
         Py_DECREF(seg);
@@ -1814,7 +1944,7 @@ static int param_body(ParamHook *h, double t0, PyObject *param) {
     int finite = 0;
     if (!o->defer_checks && (finite = summary_finite(summary)) < 0) goto done;
     if (finite) {
-        PyObject *gf = PyObject_GetAttr(state, s_grad_finite), *key = PyLong_FromVoidPtr(param);
+        PyObject *gf = slot_get(&SLOTS.grad_finite, state), *key = PyLong_FromVoidPtr(param);
         int bad = gf == NULL || key == NULL || PyObject_SetItem(gf, key, Py_True) < 0;
         Py_XDECREF(gf);
         Py_XDECREF(key);
@@ -2181,7 +2311,7 @@ static int pre_body(CallPath *p, double t0, PyObject *module, PyObject *args) {
     if (info == NULL && PyErr_Occurred()) goto done;
     if (info != NULL) {
         Py_INCREF(info);
-        PyObject *ref = PyObject_GetAttr(info, s_ref), *obj = NULL;
+        PyObject *ref = slot_get(&SLOTS.ref, info), *obj = NULL;
         if (ref == NULL) goto done;
         obj = PyObject_CallNoArgs(ref);
         Py_DECREF(ref);
@@ -2208,16 +2338,16 @@ static int pre_body(CallPath *p, double t0, PyObject *module, PyObject *args) {
             goto done;
         }
     }
-    int transparent = get_bool(info, s_transparent);
+    int transparent = slot_bool(&SLOTS.transparent, info);
     if (transparent < 0) goto done;
-    int selected = transparent ? 0 : get_bool(info, s_selected);
+    int selected = transparent ? 0 : slot_bool(&SLOTS.selected, info);
     if (selected < 0) goto done;
     if (transparent || !selected) {
         rc = PyList_Append(stack, info);
         goto done;
     }
     module_calls = Py_NewRef(p->segment.module_calls);
-    if ((mid = PyObject_GetAttr(info, s_id)) == NULL) goto done;
+    if ((mid = slot_get(&SLOTS.id, info)) == NULL) goto done;
     calls = PyDict_GetItemWithError(module_calls, mid); /* the module's calls so far */
     if (calls == NULL && PyErr_Occurred()) goto done;
     Py_XINCREF(calls);
@@ -2363,12 +2493,10 @@ static int post_body(CallPath *p, double t0, PyObject *module, PyObject *args, P
         goto done;
     p->calls_recorded++;
     {
-        PyObject *last = PyObject_GetAttr(p->handoff, s_last);
-        PyObject *every = last ? PyObject_GetAttr(p->handoff, s_every) : NULL;
-        double l = last ? PyFloat_AsDouble(last) : -1.0, e = every ? PyFloat_AsDouble(every) : -1.0;
-        Py_XDECREF(last);
-        Py_XDECREF(every);
-        if (last == NULL || every == NULL || PyErr_Occurred()) goto done;
+        double l, e;
+        if (slot_double(&SLOTS.last, p->handoff, &l) < 0 ||
+            slot_double(&SLOTS.every, p->handoff, &e) < 0)
+            goto done;
         if (t0 - l > e) {
             PyObject *r = PyObject_CallNoArgs(p->handoff);
             if (r == NULL) goto done;
@@ -2575,19 +2703,31 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwds) {
                          "summarise", "norm_summary", "one_pass", "shape_only", "c_kinds", "shapes",
                          "shapes_kept", "half_wide", "iter_tensors", "index", "graph_task_id",
                          "grad_enabled", "GradHooks", "hook_key", "compiler", "perf_counter",
-                         "monotonic", "phases", "slots", NULL};
-    PyObject *compiler, *phases, *slots;
+                         "monotonic", "phases", "slots", "ModuleInfo", "StepState", "Handoff",
+                         "no_stats", "empty_float_stats", "transforms_active", NULL};
+    PyObject *compiler, *phases, *slots, *module_info, *step_state, *handoff;
     if (G.ready) Py_RETURN_NONE; /* once per process */
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "$OOOOOOOOOOO!O!nLOO!OOO!UOOpO!O!", kw, &G.Tensor, &G.strided,
+            args, kwds, "$OOOOOOOOOOO!O!nLOO!OOO!UOOpO!O!OOOO!O!O", kw, &G.Tensor, &G.strided,
             &G.Recompute, &G.Pending, &G.MUTED, &G.RAISED, &G.summarise, &G.norm_summary,
             &G.one_pass,
             &G.shape_only, &PyDict_Type, &G.c_kinds, &PyDict_Type, &G.shapes, &G.shapes_kept,
             &G.half_wide, &G.iter_tensors, &PyTuple_Type, &G.index, &G.graph_task_id,
             &G.grad_enabled, &PyType_Type, &G.GradHooks, &G.hook_key, &compiler,
             &G.perf_counter, &G.monotonic,
-            &PyDict_Type, &phases, &PyDict_Type, &slots))
+            &PyDict_Type, &phases, &PyDict_Type, &slots, &module_info, &step_state, &handoff,
+            &PyTuple_Type, &G.no_stats, &PyTuple_Type, &G.empty_float_stats,
+            &G.transforms_active))
         return NULL;
+    struct { SlotRef *ref; PyObject *type; PyObject *name; } found[] = {
+        {&SLOTS.ref, module_info, s_ref},           {&SLOTS.transparent, module_info, s_transparent},
+        {&SLOTS.selected, module_info, s_selected}, {&SLOTS.id, module_info, s_id},
+        {&SLOTS.capture, module_info, s_capture},   {&SLOTS.memo, step_state, s_memo},
+        {&SLOTS.seg, step_state, s_seg},            {&SLOTS.grad_finite, step_state, s_grad_finite},
+        {&SLOTS.last, handoff, s_last},             {&SLOTS.every, handoff, s_every},
+    };
+    for (size_t i = 0; i < sizeof found / sizeof *found; i++)
+        find_slot(found[i].ref, found[i].type, found[i].name);
     if (PyTuple_GET_SIZE(G.index) < 64) {
         PyErr_SetString(PyExc_ValueError, "index holds the paths of 64 arguments");
         return NULL;
@@ -2595,7 +2735,8 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwds) {
     PyObject **objects[] = {&G.Tensor, &G.strided, &G.Recompute, &G.Pending, &G.MUTED,
                             &G.RAISED, &G.summarise, &G.norm_summary, &G.one_pass, &G.shape_only, &G.c_kinds,
                             &G.shapes, &G.iter_tensors, &G.index, &G.graph_task_id,
-                            &G.grad_enabled, &G.GradHooks, &G.hook_key, &G.perf_counter};
+                            &G.grad_enabled, &G.GradHooks, &G.hook_key, &G.perf_counter,
+                            &G.no_stats, &G.empty_float_stats, &G.transforms_active};
     for (size_t i = 0; i < sizeof objects / sizeof *objects; i++) Py_INCREF(*objects[i]);
     if ((G.cpu = PyUnicode_InternFromString("cpu")) == NULL ||
         (G.nan = PyFloat_FromDouble(Py_NAN)) == NULL)

@@ -38,8 +38,10 @@ import torch
 import torch.compiler
 
 from hookdbg.recorder import stats
+from hookdbg.recorder.calls import StepState
 from hookdbg.recorder.deferred import Pending
 from hookdbg.recorder.gradients import HOOK_KEY, GradHooks, GradientObserver
+from hookdbg.recorder.handoff import Handoff
 from hookdbg.recorder.modulehooks import _MUTED, _RAISED, ModuleHooks
 from hookdbg.recorder.naming import ModuleInfo
 from hookdbg.recorder.observe import _INDEX, TensorObserver
@@ -98,6 +100,9 @@ if _hot is not None:
         norm_summary=stats.norm_summary,
         one_pass=stats._one_pass,
         shape_only=stats.shape_only,
+        no_stats=stats._NO_STATS,
+        empty_float_stats=stats._EMPTY_FLOAT_STATS,
+        transforms_active=stats.transforms_active,
         c_kinds=stats.C_KINDS,
         shapes=stats._SHAPES,
         shapes_kept=stats._SHAPES_KEPT,
@@ -118,6 +123,10 @@ if _hot is not None:
             name: int(Slot[name])
             for name in ("INPUT", "OUTPUT", "GRAD_OUTPUT", "GRAD_INPUT", "PARAM_GRAD")
         },
+        # classes with __slots__ whose attributes C reads by offset (SlotRef)
+        ModuleInfo=ModuleInfo,
+        StepState=StepState,
+        Handoff=Handoff,
     )
 
     class FastGradientObserver(GradientObserver):

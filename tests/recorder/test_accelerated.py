@@ -101,6 +101,37 @@ def inference_input():
         opt.step()
 
 
+class Passes(nn.Module):
+    """Returns what it is given, as a module that only passes tensors along does."""
+
+    def forward(self, *tensors):
+        return tensors
+
+
+def odd_tensors():
+    """Tensors of every kind a summary treats apart: empty, half and bfloat16, integer,
+    bool, complex, transposed (not contiguous), sparse and a 0-d scalar."""
+    model = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    passes = Passes()
+    for _ in range(2):
+        opt.zero_grad()
+        out = model(torch.randn(4, 3))
+        passes(
+            torch.zeros(0, 3),
+            out.detach().half(),
+            out.detach().bfloat16(),
+            torch.arange(6, dtype=torch.int8),
+            out > 0,
+            torch.randn(2, 2, dtype=torch.complex64),
+            out.t(),
+            torch.eye(3).to_sparse(),
+            out.sum(),
+        )
+        out.pow(2).mean().backward()
+        opt.step()
+
+
 class Block(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -246,6 +277,7 @@ def nan_in(where: str):
 WORKLOADS = {
     "mlp_with_eval": mlp_with_eval,
     "inference_input": inference_input,
+    "odd_tensors": odd_tensors,
     "convnet": convnet,
     "lstm_by_hand": lstm_by_hand,
     "transformer_with_masks": transformer_with_masks,
