@@ -38,6 +38,7 @@
 typedef struct {
     Py_ssize_t outer, inner, offset, width;
     int code;
+    Py_ssize_t bytes;       /* what one value takes in its column */
     PyObject *cache, *make; /* text fields only (borrowed from ``fields``) */
 } Field;
 
@@ -69,6 +70,7 @@ static Field *parse_fields(PyObject *spec, Py_ssize_t itemsize) {
         }
         int known = f->code >= 0 && f->code <= RAW;
         Py_ssize_t width = !known ? 0 : f->code >= TEXT ? f->width : WIDTH[f->code];
+        f->bytes = width;
         if (!known || f->outer < 0 || f->offset < 0 ||
             (itemsize >= 0 && f->offset + width > itemsize)) {
             PyErr_SetString(PyExc_ValueError, "pack: a field lies outside its record");
@@ -431,9 +433,66 @@ static int stage_field(RowBuffer *b, Py_ssize_t j, char *at, const RowValue *val
     return 0;
 }
 
-/* One row, a value per column: every field is converted into a staged row first (that
- * may run Python code, which may append to or take this buffer), then the row is added
- * with no Python code in between. A row goes in whole or not at all. */
+/* One row straight into the columns, when each value is what the hooks give: a C
+ * number, an exact int or float, bytes, or a text whose encoding the field's slot holds
+ * (the same object as the last time). Nothing here runs Python code, so nothing can
+ * take or change the buffer meanwhile, and the row counts only once every field is
+ * written. 1: added; 0: not added, a value needs the staged way below; -1: an error
+ * (an int too large for its field), nothing added. */
+static int append_direct(RowBuffer *b, const RowValue *row) {
+    if (grow(b) < 0) return -1;
+    const Py_ssize_t n = b->n;
+    for (Py_ssize_t j = 0; j < b->nfields; j++) {
+        const Field *f = &b->fields[j];
+        const RowValue *value = &row[f->outer];
+        char *at = b->data[j] + n * f->bytes;
+        if (value->kind == 'L' || value->kind == 'D') {
+            if (f->inner >= 0 || f->code >= TEXT) return 0;
+            if (value->kind == 'L')
+                store_long(at, f->code, value->long_);
+            else
+                store_double(at, f->code, value->double_);
+            continue;
+        }
+        PyObject *v = value->object;
+        if (value->kind != 'O' || v == NULL) return 0;
+        if (f->inner >= 0) {
+            if (!PyTuple_Check(v)) return 0;
+            if (f->inner >= PyTuple_GET_SIZE(v)) {
+                if (f->code != RAW) return 0;
+                memset(at, 0, (size_t)f->bytes); /* a summary without its histogram */
+                continue;
+            }
+            v = PyTuple_GET_ITEM(v, f->inner);
+        }
+        if (f->code == TEXT) {
+            const TextSlot *slot =
+                &b->slots[j * TEXT_SLOTS + (Py_ssize_t)(((uintptr_t)v >> 4) % TEXT_SLOTS)];
+            if (slot->value != v) return 0; /* its encoding is looked up the staged way */
+            Py_ssize_t size = PyBytes_GET_SIZE(slot->data);
+            if (size > f->width) size = f->width;
+            memcpy(at, PyBytes_AS_STRING(slot->data), (size_t)size);
+            memset(at + size, 0, (size_t)(f->width - size));
+        } else if (f->code == RAW) {
+            if (v != Py_None && !(PyBytes_Check(v) && PyBytes_GET_SIZE(v) == f->width)) return 0;
+            if (store_raw(at, f, v) < 0) return -1;
+        } else if (PyFloat_CheckExact(v)) {
+            store_double(at, f->code, PyFloat_AS_DOUBLE(v));
+        } else if (PyLong_CheckExact(v)) {
+            if (store(at, f->code, v) < 0) return -1;
+        } else {
+            return 0; /* converting it may run Python code */
+        }
+    }
+    b->n++;
+    return 1;
+}
+
+/* One row, a value per column. What the hooks give goes straight into the columns
+ * (append_direct); anything else is converted into a staged row first (that may run
+ * Python code, which may append to or take this buffer: a text's first encoding, a
+ * number of another type), then added with no Python code in between. Either way a
+ * row goes in whole or not at all. */
 static int append_values(RowBuffer *b, const RowValue *row, Py_ssize_t columns) {
     if (!made(b)) return -1;
     if (columns != b->ncolumns) {
@@ -441,6 +500,8 @@ static int append_values(RowBuffer *b, const RowValue *row, Py_ssize_t columns) 
                      b->ncolumns);
         return -1;
     }
+    int direct = append_direct(b, row);
+    if (direct != 0) return direct < 0 ? -1 : 0;
     char small[1024], *staged = b->width <= (Py_ssize_t)sizeof small ? small : PyMem_Malloc((size_t)b->width);
     if (staged == NULL) {
         PyErr_NoMemory();

@@ -13,8 +13,9 @@
  *
  * One value per column, numbered as in the table's row tuples (hookdbg/store/rows.py):
  * a number given as a C number makes no Python object; a tuple (a summary) fills the
- * fields inside it. A row goes in whole or not at all: every value is converted first
- * (which may run Python code: a text's first encoding), then the row is added.
+ * fields inside it. A row goes in whole or not at all: C numbers, exact ints and floats
+ * and texts the buffer has just encoded go straight into the columns; anything else is
+ * converted first (which may run Python code: a text's first encoding), then added.
  */
 
 #ifndef HOOKDBG_ROWBUFFER_H

@@ -133,6 +133,21 @@ def test_a_row_the_buffer_cannot_read_leaves_nothing_behind():
 
 
 @buffered
+def test_rows_whose_texts_the_buffer_knows_go_straight_in_whole():
+    """The second time a row's text values come (the same objects, as the hooks pass
+    them), the row is written into the columns directly: the same records as numpy's;
+    one whose number does not fit its field leaves nothing behind."""
+    buffer = rows.buffer_for(schema.TENSORS)
+    for row in ROWS * 3:
+        buffer.append(row)
+        with pytest.raises(OverflowError):
+            buffer.append((2**70, *row[1:]))  # the call column holds 64 bits
+    got, want = _taken(buffer), rows._tensor_rows_slowly(ROWS * 3)
+    for name in schema.TENSORS.names:
+        assert np.array_equal(got[name], want[name], equal_nan=want[name].dtype.kind == "f"), name
+
+
+@buffered
 def test_texts_that_take_turns_are_each_encoded_as_themselves():
     """The buffer remembers encodings by the identity of the value it holds on to: many
     distinct values, each seen again later, come out as themselves."""
