@@ -246,7 +246,20 @@ static struct {
     SlotRef ref, transparent, selected, id, capture; /* naming.ModuleInfo */
     SlotRef memo, seg, grad_finite;                  /* calls.StepState */
     SlotRef last, every;                             /* handoff.Handoff */
+    SlotRef held, budget, entries, sizes;            /* capture.FlightRecorder */
 } SLOTS;
+
+/* obj.<slot> = value, as slot_get reads it (setattr where slot_get would getattr) */
+static inline int slot_set(const SlotRef *s, PyObject *obj, PyObject *value) {
+    if (Py_IS_TYPE(obj, s->type)) {
+        PyObject **at = (PyObject **)((char *)obj + s->offset);
+        PyObject *old = *at;
+        *at = Py_NewRef(value);
+        Py_XDECREF(old);
+        return 0;
+    }
+    return PyObject_SetAttr(obj, s->name, value);
+}
 
 static inline int is_tensor(PyObject *obj) { return PyObject_IsInstance(obj, G.Tensor); }
 
@@ -1008,6 +1021,7 @@ typedef struct {
     long long heard; /* the segment whose backward pass the steps have heard of */
     PyObject *flight_entries, *flight_sizes; /* the flight recorder's, for flight_of */
     long long flight_of; /* the segment they are for (FlightRecorder.new_step made them) */
+    PyObject *flight_last; /* the tensor last kept there (borrowed: the entries hold it) */
     char emit_tensors, check_nan, defer_all, capturing, keeping, defer_checks;
 } TensorPath;
 
@@ -1239,8 +1253,8 @@ static int flight_keep(TensorPath *o, Call *call, PyObject *phase, PyObject *slo
                        PyObject *path, PyObject *t, long long version) {
     PyObject *flight = o->flight;
     if (o->flight_of != o->segment.id) { /* FlightRecorder.new_step made them for this one */
-        PyObject *entries = PyObject_GetAttr(flight, s__entries);
-        PyObject *sizes = entries == NULL ? NULL : PyObject_GetAttr(flight, s__sizes);
+        PyObject *entries = slot_get(&SLOTS.entries, flight);
+        PyObject *sizes = entries == NULL ? NULL : slot_get(&SLOTS.sizes, flight);
         if (sizes == NULL || !PyList_Check(entries) || !PyDict_Check(sizes)) {
             if (sizes != NULL) PyErr_SetString(PyExc_TypeError, "the flight recorder's step");
             Py_XDECREF(entries);
@@ -1250,36 +1264,49 @@ static int flight_keep(TensorPath *o, Call *call, PyObject *phase, PyObject *slo
         Py_XSETREF(o->flight_entries, entries);
         Py_XSETREF(o->flight_sizes, sizes);
         o->flight_of = o->segment.id;
+        o->flight_last = NULL;
     }
+    PyObject *ver = PyLong_FromLongLong(version), *key = NULL, *entries = NULL;
     PyObject *sizes = Py_NewRef(o->flight_sizes);
-    PyObject *key = PyLong_FromVoidPtr(t);
-    PyObject *ver = PyLong_FromLongLong(version);
-    PyObject *entries = NULL;
     int rc = -1;
-    if (key == NULL || ver == NULL) goto done;
-    int known = PyDict_Contains(sizes, key);
-    if (known < 0) goto done;
-    if (!known) {
-        long long size, held, budget;
-        if (get_ll(t, s_nbytes, &size) < 0 || get_ll(flight, s_held, &held) < 0 ||
-            get_ll(flight, s_budget, &budget) < 0)
-            goto done;
-        if (held + size > budget) {
-            PyObject *args[6] = {(PyObject *)call, phase, slot, path, t, ver};
-            rc = call_void(flight, s_keep, args, 6);
-            goto done;
+    if (ver == NULL) goto done;
+    /* the tensor kept just before (a call's input is the output before it; a gradient
+     * is kept once per slot, one after the other) is counted already */
+    if (t != o->flight_last) {
+        if ((key = PyLong_FromVoidPtr(t)) == NULL) goto done;
+        int known = PyDict_Contains(sizes, key);
+        if (known < 0) goto done;
+        if (!known) {
+            long long size, held, budget;
+            PyObject *v;
+            if (get_ll(t, s_nbytes, &size) < 0 || (v = slot_get(&SLOTS.held, flight)) == NULL)
+                goto done;
+            held = PyLong_AsLongLong(v);
+            Py_DECREF(v);
+            if ((held == -1 && PyErr_Occurred()) || (v = slot_get(&SLOTS.budget, flight)) == NULL)
+                goto done;
+            budget = PyLong_AsLongLong(v);
+            Py_DECREF(v);
+            if (budget == -1 && PyErr_Occurred()) goto done;
+            if (held + size > budget) { /* the older step goes first, or this one is full */
+                o->flight_last = NULL;
+                PyObject *args[6] = {(PyObject *)call, phase, slot, path, t, ver};
+                rc = call_void(flight, s_keep, args, 6);
+                goto done;
+            }
+            PyObject *bytes = PyLong_FromLongLong(size), *total = PyLong_FromLongLong(held + size);
+            int bad = bytes == NULL || total == NULL || PyDict_SetItem(sizes, key, bytes) < 0 ||
+                      slot_set(&SLOTS.held, flight, total) < 0;
+            Py_XDECREF(bytes);
+            Py_XDECREF(total);
+            if (bad) goto done;
         }
-        PyObject *bytes = PyLong_FromLongLong(size), *total = PyLong_FromLongLong(held + size);
-        int bad = bytes == NULL || total == NULL || PyDict_SetItem(sizes, key, bytes) < 0 ||
-                  PyObject_SetAttr(flight, s_held, total) < 0;
-        Py_XDECREF(bytes);
-        Py_XDECREF(total);
-        if (bad) goto done;
     }
     entries = Py_NewRef(o->flight_entries);
     PyObject *values[6] = {(PyObject *)call, phase, slot, path, ver, t};
     for (int i = 0; i < 6; i++)
         if (PyList_Append(entries, values[i]) < 0) goto done;
+    o->flight_last = t;
     rc = 0;
 done:
     Py_DECREF(sizes);
@@ -2141,6 +2168,7 @@ static int TensorPath_set_state(TensorPath *self, PyObject *value, void *unused)
     /* the flight recorder's lists are looked up again in the new segment: held here
      * longer, they would keep an old step's tensors alive through steps not recorded */
     self->flight_of = LLONG_MIN;
+    self->flight_last = NULL;
     Py_CLEAR(self->flight_entries);
     Py_CLEAR(self->flight_sizes);
     return 0;
@@ -2704,11 +2732,12 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwds) {
                          "shapes_kept", "half_wide", "iter_tensors", "index", "graph_task_id",
                          "grad_enabled", "GradHooks", "hook_key", "compiler", "perf_counter",
                          "monotonic", "phases", "slots", "ModuleInfo", "StepState", "Handoff",
-                         "no_stats", "empty_float_stats", "transforms_active", NULL};
-    PyObject *compiler, *phases, *slots, *module_info, *step_state, *handoff;
+                         "no_stats", "empty_float_stats", "transforms_active", "FlightRecorder",
+                         NULL};
+    PyObject *compiler, *phases, *slots, *module_info, *step_state, *handoff, *flight;
     if (G.ready) Py_RETURN_NONE; /* once per process */
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "$OOOOOOOOOOO!O!nLOO!OOO!UOOpO!O!OOOO!O!O", kw, &G.Tensor, &G.strided,
+            args, kwds, "$OOOOOOOOOOO!O!nLOO!OOO!UOOpO!O!OOOO!O!OO", kw, &G.Tensor, &G.strided,
             &G.Recompute, &G.Pending, &G.MUTED, &G.RAISED, &G.summarise, &G.norm_summary,
             &G.one_pass,
             &G.shape_only, &PyDict_Type, &G.c_kinds, &PyDict_Type, &G.shapes, &G.shapes_kept,
@@ -2717,7 +2746,7 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwds) {
             &G.perf_counter, &G.monotonic,
             &PyDict_Type, &phases, &PyDict_Type, &slots, &module_info, &step_state, &handoff,
             &PyTuple_Type, &G.no_stats, &PyTuple_Type, &G.empty_float_stats,
-            &G.transforms_active))
+            &G.transforms_active, &flight))
         return NULL;
     struct { SlotRef *ref; PyObject *type; PyObject *name; } found[] = {
         {&SLOTS.ref, module_info, s_ref},           {&SLOTS.transparent, module_info, s_transparent},
@@ -2725,6 +2754,8 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwds) {
         {&SLOTS.capture, module_info, s_capture},   {&SLOTS.memo, step_state, s_memo},
         {&SLOTS.seg, step_state, s_seg},            {&SLOTS.grad_finite, step_state, s_grad_finite},
         {&SLOTS.last, handoff, s_last},             {&SLOTS.every, handoff, s_every},
+        {&SLOTS.held, flight, s_held},              {&SLOTS.budget, flight, s_budget},
+        {&SLOTS.entries, flight, s__entries},       {&SLOTS.sizes, flight, s__sizes},
     };
     for (size_t i = 0; i < sizeof found / sizeof *found; i++)
         find_slot(found[i].ref, found[i].type, found[i].name);

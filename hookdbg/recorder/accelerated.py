@@ -39,6 +39,7 @@ import torch.compiler
 
 from hookdbg.recorder import stats
 from hookdbg.recorder.calls import StepState
+from hookdbg.recorder.capture import FlightRecorder
 from hookdbg.recorder.deferred import Pending
 from hookdbg.recorder.gradients import HOOK_KEY, GradHooks, GradientObserver
 from hookdbg.recorder.handoff import Handoff
@@ -127,6 +128,7 @@ if _hot is not None:
         ModuleInfo=ModuleInfo,
         StepState=StepState,
         Handoff=Handoff,
+        FlightRecorder=FlightRecorder,
     )
 
     class FastGradientObserver(GradientObserver):

@@ -131,7 +131,10 @@ class FlightRecorder:
     """References to the last two steps' tensors, within a memory budget: when the two
     hold more, the older step's go first; a step that alone fills the budget keeps its
     first tensors. Each distinct tensor counts once per step, however many calls keep it.
+    Its attributes are slots: the recorder's C path (_hot.c) reads and writes them.
     """
+
+    __slots__ = ("_entries", "_sizes", "_steps", "budget", "held")
 
     def __init__(self, budget: int) -> None:
         self.budget = budget

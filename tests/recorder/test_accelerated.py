@@ -294,6 +294,7 @@ OPTIONS = {
     "histograms": {"histograms": 8},
     "every_2": {"every": 2},
     "no_flight_recorder": {"flight_recorder_mb": 0},
+    "small_flight_recorder": {"flight_recorder_mb": 0.0003},  # 300 bytes: a few tensors
     "capture": {"capture": "*", "capture_steps": "1:2"},
     "some_modules": {"modules": ["*.a", "*.block*", "*.lstm", "*.layers.0*", "*.0"]},
     "device_path": {},  # statistics through the device batch (defer_cpu)
