@@ -21,10 +21,11 @@
  *
  * RowBuffer(dtype, itemsize, fields): one table's rows, appended one at a time
  * (``append(row)``, ``extend(rows)``; other extensions write into it through
- * rowbuffer.h), kept column by column and handed over as one bytes object per field
- * (``take()``). The recorder's rows wait there for the writer thread: no tuple per row
- * for the garbage collector to count while they wait, and nothing left for the writer
- * to convert or gather.
+ * rowbuffer.h), kept column by column and handed over, one Column per field, in the
+ * memory they were gathered in (``take()``: read as bytes are, not copied). The
+ * recorder's rows wait there for the writer thread: no tuple per row for the garbage
+ * collector to count while they wait, and nothing left for the writer to convert or
+ * gather.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -240,6 +241,7 @@ typedef struct {
     Py_ssize_t *order;
     char **data;       /* per field: its values, field_width() bytes each */
     Py_ssize_t n, cap; /* rows held, and room for */
+    Py_ssize_t hint;   /* rows the last take() handed over: the room to start with */
     TextSlot *slots;   /* TEXT_SLOTS per field (used by text fields) */
     Py_ssize_t *at;    /* per field: where it lies in a staged row (see append_values) */
     Py_ssize_t width;  /* a staged row's bytes: every field's width */
@@ -362,7 +364,7 @@ static int made(RowBuffer *b) {
 /* Room for one more row (n stays as it is). */
 static int grow(RowBuffer *b) {
     if (b->n < b->cap) return 0;
-    Py_ssize_t cap = b->cap ? b->cap * 2 : 256;
+    Py_ssize_t cap = b->cap ? b->cap * 2 : (b->hint > 256 ? b->hint : 256);
     for (Py_ssize_t j = 0; j < b->nfields; j++) {
         Py_ssize_t width = field_width(&b->fields[j]);
         char *column =
@@ -570,25 +572,85 @@ static PyObject *RowBuffer_extend(RowBuffer *self, PyObject *rows) {
     Py_RETURN_NONE;
 }
 
-/* The rows gathered so far: one bytes object per field, in the fields' order; the
- * buffer starts afresh. */
+/* -- Column: a field's values as taken, in the memory they were gathered in ---------- */
+
+/* take() hands each field's memory over as it is, instead of copying it into a bytes
+ * object: the rows of a hand-over (megabytes at --level stats) are not copied on the
+ * training thread. A Column reads as bytes do (the buffer protocol, len) and frees the
+ * memory when the writer is done with it. */
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    Py_ssize_t size;
+} Column;
+
+static int Column_getbuffer(Column *self, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->data, self->size, 1, flags);
+}
+
+static void Column_dealloc(Column *self) {
+    PyMem_Free(self->data); /* a view holds a reference to it: none is left */
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t Column_len(Column *self) { return self->size; }
+
+static PyObject *Column_bytes(Column *self, PyObject *unused) {
+    return PyBytes_FromStringAndSize(self->data, self->size);
+}
+
+static PyBufferProcs Column_as_buffer = {(getbufferproc)Column_getbuffer, NULL};
+static PySequenceMethods Column_as_sequence = {.sq_length = (lenfunc)Column_len};
+static PyMethodDef Column_methods[] = {
+    {"__bytes__", (PyCFunction)Column_bytes, METH_NOARGS, "A copy, as bytes."},
+    {NULL},
+};
+
+static PyTypeObject ColumnType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hookdbg.store._pack.Column",
+    .tp_basicsize = sizeof(Column),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One field's values as RowBuffer.take() hands them over (read as bytes are).",
+    .tp_dealloc = (destructor)Column_dealloc,
+    .tp_as_buffer = &Column_as_buffer,
+    .tp_as_sequence = &Column_as_sequence,
+    .tp_methods = Column_methods,
+};
+
+/* The rows gathered so far: one Column per field, in the fields' order, holding the
+ * memory they were gathered in; the buffer starts afresh, with room for as many rows
+ * as it handed over (within reason), so that a steady run allocates each field once
+ * per hand-over and never grows it. */
 static PyObject *RowBuffer_take(RowBuffer *self, PyObject *unused) {
     if (!made(self)) return NULL;
     PyObject *out = PyTuple_New(self->nfields);
     if (out == NULL) return NULL;
-    Py_ssize_t held = 0;
-    for (Py_ssize_t j = 0; j < self->nfields; j++) {
-        Py_ssize_t width = field_width(&self->fields[j]);
-        PyObject *column = PyBytes_FromStringAndSize(self->data[j], self->n * width);
-        if (column == NULL) {
+    Column **columns = PyMem_Calloc((size_t)self->nfields + 1, sizeof(Column *));
+    if (columns == NULL) {
+        Py_DECREF(out);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t j = 0; j < self->nfields; j++) { /* all made before any memory moves */
+        if ((columns[j] = PyObject_New(Column, &ColumnType)) == NULL) {
+            for (Py_ssize_t k = 0; k < j; k++) PyObject_Free(columns[k]);
+            PyMem_Free(columns);
             Py_DECREF(out);
             return NULL;
         }
-        PyTuple_SET_ITEM(out, j, column);
-        held += self->cap * width;
+    }
+    for (Py_ssize_t j = 0; j < self->nfields; j++) {
+        Column *c = columns[j];
+        c->size = self->n * self->fields[j].bytes;
+        c->data = self->n ? self->data[j] : NULL;
+        if (self->n) self->data[j] = NULL;
+        PyTuple_SET_ITEM(out, j, (PyObject *)c);
+    }
+    PyMem_Free(columns);
+    if (self->n) {
+        self->hint = self->n < 65536 ? self->n : 65536;
+        self->cap = 0;
     }
     self->n = 0;
-    if (held > (16 << 20)) free_columns(self); /* a burst: give its memory back */
     return out;
 }
 
@@ -598,7 +660,8 @@ static PyMethodDef RowBuffer_methods[] = {
     {"append", (PyCFunction)RowBuffer_append, METH_O, "Store one row tuple."},
     {"extend", (PyCFunction)RowBuffer_extend, METH_O, "Store each row tuple of an iterable."},
     {"take", (PyCFunction)RowBuffer_take, METH_NOARGS,
-     "The rows gathered so far, one bytes object per field; the buffer starts afresh."},
+     "The rows gathered so far, one Column (read as bytes) per field; the buffer starts "
+     "afresh."},
     {NULL},
 };
 
@@ -636,7 +699,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__pack(void) {
-    if (PyType_Ready(&RowBufferType) < 0) return NULL;
+    if (PyType_Ready(&RowBufferType) < 0 || PyType_Ready(&ColumnType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     PyObject *capsule = PyCapsule_New(&api, ROWBUFFER_CAPSULE, NULL);

@@ -45,15 +45,17 @@ class RowSink(Protocol):
 
 
 Columns = dict[str, np.ndarray]  # a table's rows column by column, all of one length
+Buffer = Any  # bytes, or a _pack.Column (untyped): read through the buffer protocol
 
 
 @dataclass(frozen=True)
 class Packed:
-    """A ``RowBuffer``'s rows as taken: the bytes of each field of ``dtype``, in order.
-    The writer thread makes them numpy columns (``columns``), not the training thread."""
+    """A ``RowBuffer``'s rows as taken: the bytes of each field of ``dtype``, in order
+    (bytes-like ``Column``s, in the memory the rows were gathered in). The writer
+    thread makes them numpy columns (``columns``), not the training thread."""
 
     dtype: np.dtype
-    fields: tuple[bytes, ...]
+    fields: tuple[Buffer, ...]
 
     def __len__(self) -> int:
         first = self.dtype[0]

@@ -148,6 +148,24 @@ def test_rows_whose_texts_the_buffer_knows_go_straight_in_whole():
 
 
 @buffered
+def test_taken_rows_keep_their_memory_while_the_buffer_gathers_more():
+    """take() hands over the memory the rows were gathered in, not a copy: what was
+    taken stays as it was while the buffer fills again, and reads as bytes do."""
+    buffer = rows.buffer_for(schema.CALLS)
+    first = [(i, 0, 1, 1, 3, 0, -1, 0, 0.5 * i, 1e-3, 5e-4) for i in range(1000)]
+    buffer.extend(first)
+    taken = rows.Packed(buffer.dtype, buffer.take())
+    assert len(taken) == 1000 and taken.nbytes == 1000 * schema.CALLS.itemsize
+    buffer.extend([(7, 1, 9, 9, 9, 9, 9, 9, 9.0, 9.0, 9.0)] * 5000)  # new memory, reused room
+    assert taken.columns()["call"].tolist() == list(range(1000))
+    assert taken.columns()["start"].tolist() == [0.5 * i for i in range(1000)]
+    assert bytes(taken.fields[0]) == np.arange(1000, dtype="<i8").tobytes()
+    assert _taken(buffer)["call"].tolist() == [7] * 5000
+    empty = buffer.take()
+    assert [len(column) for column in empty] == [0] * len(empty)
+
+
+@buffered
 def test_texts_that_take_turns_are_each_encoded_as_themselves():
     """The buffer remembers encodings by the identity of the value it holds on to: many
     distinct values, each seen again later, come out as themselves."""
