@@ -4,7 +4,8 @@ On a shared machine two runs of overhead.py minutes apart can differ by more tha
 change does. This imports the older package under another name (``hookdbg_then``,
 extracted from git, its imports renamed, its C extensions built), then, round after
 round, records each configuration with the old and the new code in turn, each paired
-with an unrecorded run just before it, the order swapped every round. It prints the
+with an unrecorded run just before it, the order swapped every round; a recorded run is
+timed up to and including the recorder's close, as overhead.py times it. It prints the
 median over the rounds and the interquartile range.
 
     python benchmarks/versus.py 45ec9d6                      # tiny MLP, microseconds per call
@@ -136,7 +137,13 @@ def main() -> None:
                     path = Path(workdir) / f"{name}.h5"
                     with package.record(path, quiet=True, force=True, **CONFIGS[name]):
                         step()
-                        recorded = run()
+                        t0 = clock()
+                        for _ in range(steps):
+                            step()
+                    # the close included, as in overhead.py: the writer writes every half
+                    # second, so a shorter round's rows are written there (left out, the
+                    # writer's work would not count at all)
+                    recorded = (clock() - t0) / steps
                     value = (recorded - base) / calls * 1e6 if per_call else recorded / base
                     figures.setdefault((name, label), []).append(value)
             print(f"  round {r + 1}/{args.rounds}", file=sys.stderr)
