@@ -1,16 +1,10 @@
 """The hand-over of gathered rows from the training thread to the writer thread.
 
-The hooks append rows to ``Rows`` (hookdbg/store/rows.py); a ``Handoff`` passes what
-they gathered to the writer (``Writer.submit``, a deque append: the training thread
-never waits). It happens every half flush interval (at most 0.5 s: from the module
-hooks, at a segment's end, and when the writer thread asks on its own timer), at a
-segment's end once ``MOST_ROWS`` rows are gathered, when an alert is acted on, and
-after large captured tensors.
-
-Not at every segment's end: the writer writes only every half flush interval, so a
-step's rows handed over at once would only wait in its queue instead (the most a
-crash loses is the same), while each hand-over costs the training thread a copy of
-the row buffers and the writer thread one more piece of every column to join.
+The hooks append plain tuples to ``Rows`` (hookdbg/store/rows.py); a ``Handoff`` passes
+what they gathered to the writer (``Writer.submit``, a deque append: the training
+thread never waits). It happens at the end of each segment, from the module hooks
+every half flush interval (at most 0.5 s), when an alert is acted on, after large
+captured tensors, and when the writer thread asks on its own timer.
 """
 
 from __future__ import annotations
@@ -31,10 +25,6 @@ class Handoff:
 
     __slots__ = ("every", "last", "pending_capture", "rows", "writer")
 
-    MOST_ROWS = 16384  # rows of the calls and tensors tables gathered before a segment's
-    #                    end hands them over anyway (about 5 MB: memory the writer's
-    #                    bound does not see yet)
-
     def __init__(self, rows: Rows, every: float) -> None:
         self.rows = rows
         self.writer: Writer | None = None  # set when the recording starts
@@ -52,10 +42,6 @@ class Handoff:
 
     def when_due(self) -> None:
         """Hand over only if the last hand-over is ``every`` seconds old (the writer
-        also asks on its own timer), or if the rows gathered since are many."""
-        rows = self.rows
-        if (
-            perf_counter() - self.last > self.every
-            or len(rows.tensors) + len(rows.calls) >= self.MOST_ROWS
-        ):
+        also asks on its own timer): for rows that can wait that long."""
+        if perf_counter() - self.last > self.every:
             self()

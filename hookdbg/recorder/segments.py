@@ -179,7 +179,10 @@ class Segments:
         if state.batch is not None:
             state.batch.launch()
             self.inflight.append(state.batch)
-        self.handoff.when_due()  # at most ``every`` away (hookdbg/recorder/handoff.py)
+        if state.recording:
+            self.handoff()  # a finished step is on its way to disk at once
+        else:  # its steps row only: with the next hand-over, at most ``every`` away
+            self.handoff.when_due()
         if state.id == 0:
             self._check_globs()
 

@@ -1,7 +1,9 @@
 """The recorder on real models: what it writes, and that it changes nothing it records."""
 
 import contextlib
+import subprocess
 import sys
+import time
 from collections import Counter
 
 import numpy as np
@@ -332,3 +334,38 @@ def test_a_failure_while_closing_still_finishes_the_file(tmp_path, monkeypatch, 
     assert "internal error" in capsys.readouterr().err
     t = tables(tmp_path / "run.h5")
     assert t["end"]["status"][0] == b"complete" and len(t["calls"]) >= 1
+
+
+READ_COMMITTED = """
+import sys, h5py
+from hookdbg.store import schema
+with h5py.File(sys.argv[1], "r", swmr=True) as f:
+    committed = dict(zip(schema.TABLES, f[schema.COMMITTED][()].tolist()))
+print(committed["steps"], committed["calls"])
+"""
+
+
+def test_finished_steps_reach_the_file_while_a_hook_hangs(tmp_path):
+    """A hook that blocks holding the recorder's lock (a device wait behind a stuck
+    collective) keeps the writer from gathering rows; the steps that finished before it
+    were handed over as they ended, and are in the file."""
+    path = tmp_path / "hang.h5"
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with hookdbg.record(path, quiet=True, flush_interval=0.2) as rec:
+        for _ in range(3):
+            opt.zero_grad()
+            model(torch.randn(8, 4)).pow(2).mean().backward()
+            opt.step()
+        model(torch.randn(8, 4))  # the next step begins: the third has ended
+        with rec.guard.lock:  # what a hanging hook holds
+            time.sleep(0.6)  # the writer wakes every 0.1 s meanwhile
+            out = subprocess.run(
+                [sys.executable, "-c", READ_COMMITTED, str(path)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+    assert out.returncode == 0, out.stderr
+    steps, calls = map(int, out.stdout.split())
+    assert steps == 3 and calls >= 3 * 2 * 3  # three modules' forward and backward rows
