@@ -25,7 +25,8 @@
  * memory they were gathered in (``take()``: read as bytes are, not copied). The
  * recorder's rows wait there for the writer thread: no tuple per row for the garbage
  * collector to count while they wait, and nothing left for the writer to convert or
- * gather.
+ * gather. ``join(parts)`` puts several hand-overs' fields together, one block per
+ * field, copied with the GIL released.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -478,7 +479,7 @@ static int append_direct(RowBuffer *b, const RowValue *row) {
         } else if (f->code == RAW) {
             if (v != Py_None && !(PyBytes_Check(v) && PyBytes_GET_SIZE(v) == f->width)) return 0;
             if (store_raw(at, f, v) < 0) return -1;
-        } else if (PyFloat_CheckExact(v)) {
+        } else if (PyFloat_CheckExact(v) && f->code >= 4) { /* into a float field only */
             store_double(at, f->code, PyFloat_AS_DOUBLE(v));
         } else if (PyLong_CheckExact(v)) {
             if (store(at, f->code, v) < 0) return -1;
@@ -632,17 +633,24 @@ static PyObject *RowBuffer_take(RowBuffer *self, PyObject *unused) {
     }
     for (Py_ssize_t j = 0; j < self->nfields; j++) { /* all made before any memory moves */
         if ((columns[j] = PyObject_New(Column, &ColumnType)) == NULL) {
-            for (Py_ssize_t k = 0; k < j; k++) PyObject_Free(columns[k]);
+            for (Py_ssize_t k = 0; k < j; k++) Py_DECREF(columns[k]);
             PyMem_Free(columns);
             Py_DECREF(out);
             return NULL;
         }
+        columns[j]->data = NULL;
+        columns[j]->size = 0;
     }
     for (Py_ssize_t j = 0; j < self->nfields; j++) {
         Column *c = columns[j];
         c->size = self->n * self->fields[j].bytes;
-        c->data = self->n ? self->data[j] : NULL;
-        if (self->n) self->data[j] = NULL;
+        if (self->n) {
+            /* no more memory than it holds rows for: the writer's bound counts that */
+            char *fit = self->n < self->cap ? PyMem_Realloc(self->data[j], (size_t)c->size)
+                                            : NULL;
+            c->data = fit != NULL ? fit : self->data[j];
+            self->data[j] = NULL;
+        }
         PyTuple_SET_ITEM(out, j, (PyObject *)c);
     }
     PyMem_Free(columns);
@@ -652,6 +660,71 @@ static PyObject *RowBuffer_take(RowBuffer *self, PyObject *unused) {
     }
     self->n = 0;
     return out;
+}
+
+/* join(parts) -> one Column per field: the fields of several take()s (a list of tuples
+ * of bytes-like objects, the same number in each), each field's pieces copied into one
+ * block, with the GIL released while they are copied. The writer joins a table's
+ * hand-overs this way before it appends them: one copy, and no numpy array per piece. */
+static PyObject *join(PyObject *self, PyObject *parts) {
+    if (!PyList_Check(parts) || PyList_GET_SIZE(parts) == 0 ||
+        !PyTuple_Check(PyList_GET_ITEM(parts, 0))) {
+        PyErr_SetString(PyExc_TypeError, "join: a non-empty list of tuples of fields");
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(parts), nfields = PyTuple_GET_SIZE(PyList_GET_ITEM(parts, 0));
+    Py_buffer *views = PyMem_Calloc((size_t)(count * nfields) + 1, sizeof(Py_buffer));
+    PyObject *out = PyTuple_New(nfields);
+    Py_ssize_t got = 0;
+    if (views == NULL || out == NULL) {
+        PyMem_Free(views);
+        Py_XDECREF(out);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t j = 0; j < nfields; j++) {
+        Column *c = PyObject_New(Column, &ColumnType);
+        if (c == NULL) goto fail;
+        c->data = NULL;
+        c->size = 0;
+        PyTuple_SET_ITEM(out, j, (PyObject *)c);
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *part = PyList_GET_ITEM(parts, i);
+        if (!PyTuple_Check(part) || PyTuple_GET_SIZE(part) != nfields) {
+            PyErr_SetString(PyExc_ValueError, "join: every part holds the same fields");
+            goto fail;
+        }
+        for (Py_ssize_t j = 0; j < nfields; j++, got++) {
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(part, j), &views[got], PyBUF_SIMPLE) < 0)
+                goto fail;
+            ((Column *)PyTuple_GET_ITEM(out, j))->size += views[got].len;
+        }
+    }
+    for (Py_ssize_t j = 0; j < nfields; j++) {
+        Column *c = (Column *)PyTuple_GET_ITEM(out, j);
+        if (c->size && (c->data = PyMem_Malloc((size_t)c->size)) == NULL) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS /* the views hold every piece, and out is not shared yet */
+    for (Py_ssize_t j = 0; j < nfields; j++) {
+        char *at = ((Column *)PyTuple_GET_ITEM(out, j))->data;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            const Py_buffer *v = &views[i * nfields + j];
+            if (v->len) memcpy(at, v->buf, (size_t)v->len);
+            at += v->len;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < got; k++) PyBuffer_Release(&views[k]);
+    PyMem_Free(views);
+    return out;
+fail:
+    for (Py_ssize_t k = 0; k < got; k++) PyBuffer_Release(&views[k]);
+    PyMem_Free(views);
+    Py_DECREF(out);
+    return NULL;
 }
 
 static Py_ssize_t RowBuffer_len(RowBuffer *self) { return self->n; }
@@ -691,6 +764,7 @@ static RowBufferAPI api = {ROWBUFFER_API_VERSION, &RowBufferType, rb_append};
 
 static PyMethodDef methods[] = {
     {"pack", pack, METH_VARARGS, "pack(rows, out, fields) -> None"},
+    {"join", join, METH_O, "join(parts) -> one Column per field, each field's pieces joined"},
     {NULL, NULL, 0, NULL},
 };
 

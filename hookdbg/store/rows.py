@@ -28,6 +28,7 @@ except ImportError:  # not built: numpy's conversion of the row tuples instead
     _packer = None
 _pack = getattr(_packer, "pack", None)
 RowBuffer = getattr(_packer, "RowBuffer", None)  # None: lists of tuples for every table
+_join = getattr(_packer, "join", None)
 
 _Key = TypeVar("_Key", bound=Hashable)
 
@@ -74,6 +75,28 @@ class Packed:
 
 
 Taken = list | Packed  # a table's rows as handed over: tuples, or packed already
+
+
+def joined(parts: list[Taken]) -> list[Taken]:
+    """``parts`` with each run of packed ones (a step's hand-overs since the writer last
+    wrote) as one: its fields copied together once, in C and off the GIL, where numpy
+    would make an array of every piece and join those."""
+    if _join is None:
+        return parts
+    out: list[Taken] = []
+    run: list[Packed] = []
+    for part in [*parts, None]:
+        if isinstance(part, Packed):
+            run.append(part)
+            continue
+        if len(run) > 1:
+            out.append(Packed(run[0].dtype, _join([p.fields for p in run])))
+        else:
+            out.extend(run)
+        run = []
+        if part is not None:
+            out.append(part)
+    return out
 
 
 class Rows:

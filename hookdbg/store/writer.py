@@ -43,7 +43,7 @@ import h5py
 import numpy as np
 
 from hookdbg.store import schema
-from hookdbg.store.rows import Columns, Packed, Taken, rows_in
+from hookdbg.store.rows import Columns, Packed, Taken, joined, rows_in
 
 
 class WriterError(Exception):
@@ -290,7 +290,7 @@ class Writer:
         """One table's rows from several batches, in order, in one append per column."""
         pieces: list[Columns] = []
         rows: list = []  # consecutive parts of row tuples convert together
-        for part in [*parts, None]:
+        for part in [*joined(parts), None]:
             if isinstance(part, list):
                 rows.extend(part)
                 continue

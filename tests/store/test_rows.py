@@ -2,6 +2,7 @@
 converted by the writer or gathered in a row buffer."""
 
 import math
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -163,6 +164,60 @@ def test_taken_rows_keep_their_memory_while_the_buffer_gathers_more():
     assert _taken(buffer)["call"].tolist() == [7] * 5000
     empty = buffer.take()
     assert [len(column) for column in empty] == [0] * len(empty)
+
+
+@buffered
+def test_hand_overs_joined_for_the_writer_keep_their_rows_in_order():
+    """The writer joins a table's hand-overs (packed runs into one, tuples left as
+    they are) before it appends them: the same rows, in the same order."""
+    buffer = rows.buffer_for(schema.CALLS)
+    parts, want = [], []
+    for start in (0, 300, 301, 900):
+        batch = [(i, 1, 2, 3, 4, 5, -1, 0, i / 8, 1.0, 0.5) for i in range(start, start + 7)]
+        buffer.extend(batch)
+        parts.append(rows.Packed(buffer.dtype, buffer.take()))
+        want += batch
+    tuples = [(5000, 0, 0, 0, 0, 0, -1, 0, 0.0, 0.0, 0.0)]
+    got = rows.joined([*parts[:3], tuples, parts[3]])
+    assert [type(p) for p in got] == [rows.Packed, list, rows.Packed]
+    assert len(got[0]) == 21 and got[1] is tuples
+    assert got[0].columns()["call"].tolist() == [r[0] for r in want[:21]]
+    assert got[0].columns()["start"].tolist() == [r[8] for r in want[:21]]
+    assert rows.joined(parts[3:]) == parts[3:]  # one part: as it is
+    mixed = rows.Packed(buffer.dtype, tuple(bytes(f) for f in parts[0].fields))  # bytes too
+    assert rows.joined([mixed, parts[1]])[0].columns()["call"].tolist() == [r[0] for r in want[:14]]
+
+
+@buffered
+def test_taken_rows_hold_no_more_memory_than_the_writer_counts():
+    """The writer's memory bound counts a hand-over's bytes: its columns hold no more
+    (a buffer grown by doubling gives back the room it did not fill)."""
+    buffer = rows.buffer_for(schema.CALLS)
+    tracemalloc.start()
+    try:
+        buffer.extend([(i, 0, 0, 0, 0, 0, -1, 0, 0.0, 0.0, 0.0) for i in range(300)])
+        taken = rows.Packed(buffer.dtype, buffer.take())  # room for 512 rows was made
+        held = tracemalloc.get_traced_memory()[0]
+        counted = taken.nbytes
+        del taken
+        freed = held - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert counted == 300 * schema.CALLS.itemsize
+    assert counted <= freed <= counted + 4096  # the Column objects themselves, a little
+
+
+@buffered
+def test_a_float_does_not_go_into_an_integer_field():
+    """A float where an integer belongs is refused, as numpy's conversion refuses it,
+    however the row is written."""
+    buffer = rows.buffer_for(schema.CALLS)
+    good = (1, 0, 0, 0, 0, 0, -1, 0, 0.5, 0.5, 0.5)
+    buffer.append(good)
+    for bad in (1.9, float("nan")):
+        with pytest.raises(TypeError):
+            buffer.append((bad, *good[1:]))
+    assert _taken(buffer)["call"].tolist() == [1]
 
 
 @buffered
