@@ -381,6 +381,10 @@ static int readable(PyObject *t, PyObject *kinds, const void **data, Py_ssize_t 
     }
     Py_ssize_t count = 1;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v) && count > 0; i++) {
+        if (!PyLong_CheckExact(PyTuple_GET_ITEM(v, i))) { /* a symbolic size: torch's */
+            Py_DECREF(v);
+            return 0;
+        }
         Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(v, i));
         if (size == -1 && PyErr_Occurred()) {
             Py_DECREF(v);
@@ -405,12 +409,17 @@ static PyObject *norms(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         PyErr_SetString(PyExc_TypeError, "norms(tensors: list, kinds: dict)");
         return NULL;
     }
-    PyObject *tensors = args[0], *kinds = args[1];
-    Py_ssize_t count = PyList_GET_SIZE(tensors);
+    /* a copy: reading a tensor's attributes may run Python code that changes the list */
+    PyObject *tensors = PyList_AsTuple(args[0]), *kinds = args[1];
+    if (tensors == NULL) return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(tensors);
     PyObject *out = PyList_New(count);
-    if (out == NULL) return NULL;
+    if (out == NULL) {
+        Py_DECREF(tensors);
+        return NULL;
+    }
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *t = PyList_GET_ITEM(tensors, i); /* the list holds it while it is read */
+        PyObject *t = PyTuple_GET_ITEM(tensors, i);
         Py_INCREF(t);
         const void *data = NULL;
         Py_ssize_t n = 0;
@@ -426,11 +435,13 @@ static PyObject *norms(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         }
         Py_DECREF(t);
         if (norm == NULL) {
+            Py_DECREF(tensors);
             Py_DECREF(out);
             return NULL;
         }
         PyList_SET_ITEM(out, i, norm);
     }
+    Py_DECREF(tensors);
     return out;
 }
 

@@ -200,6 +200,7 @@ static int find_slot(SlotRef *s, PyObject *type, PyObject *name) {
     s->type = NULL;
     s->name = name;
     if (!PyType_Check(type)) return 0;
+    Py_INCREF(type); /* held for the process's life, as setup's other objects are */
     PyObject *d = PyObject_GetAttr(type, name);
     if (d == NULL) {
         PyErr_Clear();
@@ -1119,7 +1120,12 @@ static PyObject *summarise_host(PyObject *t) {
     if (shape == NULL) return NULL;
     long long n = 1; /* numel(), without the method call */
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape) && n > 0; i++) {
-        long long d = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+        PyObject *size = PyTuple_GET_ITEM(shape, i);
+        if (!PyLong_CheckExact(size)) { /* a symbolic size: left to Python */
+            Py_DECREF(shape);
+            goto python;
+        }
+        long long d = PyLong_AsLongLong(size);
         if (d == -1 && PyErr_Occurred()) {
             Py_DECREF(shape);
             return NULL;
@@ -1190,7 +1196,12 @@ static PyObject *shape_only(PyObject *t) {
     if (shape == NULL) return NULL;
     long long n = 1;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
-        long long d = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+        PyObject *size = PyTuple_GET_ITEM(shape, i);
+        if (!PyLong_CheckExact(size)) { /* a symbolic size: numel() knows */
+            Py_DECREF(shape);
+            goto python;
+        }
+        long long d = PyLong_AsLongLong(size);
         if (d == -1 && PyErr_Occurred()) {
             Py_DECREF(shape);
             return NULL;
@@ -1224,7 +1235,8 @@ static PyObject *summarise_now(TensorPath *o, PyObject *t) {
     if (layout == NULL) return NULL;
     int strided = layout == G.strided;
     Py_DECREF(layout);
-    if (!strided || o->summary == G.shape_only) return shape_only(t);
+    if (!strided) return PyObject_CallOneArg(G.shape_only, t); /* sparse, nested: numel() */
+    if (o->summary == G.shape_only) return shape_only(t);
     if (o->summary == G.summarise) return summarise_host(t);
     return PyObject_CallOneArg(o->summary, t);
 }
@@ -1278,7 +1290,14 @@ static int flight_keep(TensorPath *o, Call *call, PyObject *phase, PyObject *slo
         if (known < 0) goto done;
         if (!known) {
             long long size, held, budget;
-            PyObject *v;
+            PyObject *v = PyObject_GetAttr(t, s_layout);
+            if (v == NULL) goto done;
+            int strided = v == G.strided;
+            Py_DECREF(v);
+            if (!strided) { /* a sparse or nested tensor has no nbytes: not kept */
+                rc = 0;
+                goto done;
+            }
             if (get_ll(t, s_nbytes, &size) < 0 || (v = slot_get(&SLOTS.held, flight)) == NULL)
                 goto done;
             held = PyLong_AsLongLong(v);

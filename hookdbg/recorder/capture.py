@@ -161,7 +161,10 @@ class FlightRecorder:
     ) -> None:
         """Hold ``t`` (at ``version``, -1: an inference tensor) for this step. The entry's
         six values go into the step's one flat list: no object per entry for the garbage
-        collector to count and scan while it is held."""
+        collector to count and scan while it is held. A sparse or nested tensor (no
+        ``nbytes``, nothing a capture could store) is not held."""
+        if t.layout != torch.strided:
+            return
         sizes = self._sizes
         key = id(t)
         if key not in sizes:

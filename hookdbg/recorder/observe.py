@@ -373,7 +373,10 @@ class TensorObserver:
 
     def capture(self, call: Call, phase: int, slot: int, path: str, t: torch.Tensor) -> None:
         """Copy a tensor for --capture, unless the copies already waiting for the writer
-        fill its memory bound: then it is dropped (and counted) before it is copied."""
+        fill its memory bound: then it is dropped (and counted) before it is copied. A
+        sparse or nested tensor is not captured (a capture holds a dense array)."""
+        if t.layout != torch.strided:
+            return
         handoff, capturer = self.handoff, self.capturer
         writer = handoff.writer
         assert writer is not None and capturer is not None

@@ -36,6 +36,7 @@ def _record(path, workload, pure: bool, **options) -> None:
             torch.manual_seed(0)
             with contextlib.suppress(hookdbg.NonFiniteError):
                 workload()
+            assert rec.guard.live, "the recording stopped on an internal error"
         expected = accelerated.FastModuleHooks if not pure else accelerated.ModuleHooks
         assert type(rec._calls) is expected
 
@@ -108,9 +109,14 @@ class Passes(nn.Module):
         return tensors
 
 
+# made once: its ragged size is named by a process-wide counter (2,j1,3), which a tensor
+# made in each recording would advance
+JAGGED = torch.nested.nested_tensor([torch.ones(1, 3), torch.ones(3, 3)], layout=torch.jagged)
+
+
 def odd_tensors():
     """Tensors of every kind a summary treats apart: empty, half and bfloat16, integer,
-    bool, complex, transposed (not contiguous), sparse and a 0-d scalar."""
+    bool, complex, transposed (not contiguous), sparse, jagged nested and a 0-d scalar."""
     model = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     passes = Passes()
@@ -126,6 +132,7 @@ def odd_tensors():
             torch.randn(2, 2, dtype=torch.complex64),
             out.t(),
             torch.eye(3).to_sparse(),
+            JAGGED,
             out.sum(),
         )
         out.pow(2).mean().backward()
@@ -312,10 +319,13 @@ def test_the_c_path_records_what_the_python_path_records(tmp_path, workload, opt
         if options == "device_path":
             with pytest.MonkeyPatch.context() as mp:
                 mp.setenv(accelerated.PURE_PYTHON, "1" if is_pure else "")
-                with Recorder(path, RecordOptions.build(quiet=True, **kwargs), defer_cpu=True):
+                with Recorder(
+                    path, RecordOptions.build(quiet=True, **kwargs), defer_cpu=True
+                ) as rec:
                     torch.manual_seed(0)
                     with contextlib.suppress(hookdbg.NonFiniteError):
                         WORKLOADS[workload]()
+                    assert rec.guard.live, "the recording stopped on an internal error"
         else:
             _record(path, WORKLOADS[workload], is_pure, **kwargs)
     assert_same_recordings(pure, fast)
