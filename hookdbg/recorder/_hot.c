@@ -186,7 +186,7 @@ static inline int get_ll(PyObject *obj, PyObject *name, long long *out) {
 }
 
 /* An attribute of one of hookdbg's own classes with __slots__ (ModuleInfo, StepState,
- * Handoff) read the way CPython's member descriptor reads it, by its offset in the
+ * Handoff, FlightRecorder) read the way CPython's member descriptor reads it, by its offset in the
  * object, without the lookup in the type that getattr makes on every call. Found once,
  * at setup, from the class's descriptor; an object of another type (a subclass), an
  * unset slot or a slot not found there go through getattr as before. */
@@ -196,15 +196,15 @@ typedef struct {
     PyObject *name;
 } SlotRef;
 
-static int find_slot(SlotRef *s, PyObject *type, PyObject *name) {
+static void find_slot(SlotRef *s, PyObject *type, PyObject *name) {
     s->type = NULL;
     s->name = name;
-    if (!PyType_Check(type)) return 0;
+    if (!PyType_Check(type)) return;
     Py_INCREF(type); /* held for the process's life, as setup's other objects are */
     PyObject *d = PyObject_GetAttr(type, name);
     if (d == NULL) {
         PyErr_Clear();
-        return 0;
+        return;
     }
     if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
         PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
@@ -215,7 +215,6 @@ static int find_slot(SlotRef *s, PyObject *type, PyObject *name) {
         }
     }
     Py_DECREF(d);
-    return 0;
 }
 
 static inline PyObject *slot_get(const SlotRef *s, PyObject *obj) { /* a new reference */
@@ -1101,37 +1100,47 @@ static PyObject *shape_of(PyObject *t) {
     return shape;
 }
 
-/* stats.summarise for a contiguous CPU tensor of a kind the C pass reads: the pass
- * itself, without the Python around it. Anything else: stats.summarise. */
-static PyObject *summarise_host(PyObject *t) {
-    PyObject *dtype = NULL, *spec, *v = NULL;
-    if (G.one_pass == Py_None) goto python;
-    if ((dtype = PyObject_GetAttr(t, s_dtype)) == NULL) return NULL;
-    spec = PyDict_GetItemWithError(G.c_kinds, dtype);
-    Py_DECREF(dtype);
-    if (spec == NULL) {
-        if (PyErr_Occurred()) return NULL;
-        goto python;
-    }
+/* A CPU tensor of a kind stats.C_KINDS names, as the summaries made here read it: its
+ * (kind, name) spec (borrowed: C_KINDS never changes), its shape (a new reference,
+ * stats.shape_of) and its element count from that shape (numel() without the call).
+ * 1: read; 0: another tensor (another dtype or device, a symbolic size), for Python;
+ * -1: an error. */
+static int host_tensor(PyObject *t, PyObject **spec, PyObject **shape, long long *n) {
+    PyObject *v = PyObject_GetAttr(t, s_dtype);
+    if (v == NULL) return -1;
+    *spec = PyDict_GetItemWithError(G.c_kinds, v);
+    Py_DECREF(v);
+    if (*spec == NULL) return PyErr_Occurred() ? -1 : 0;
     int cpu = get_bool(t, s_is_cpu);
-    if (cpu < 0) return NULL;
-    if (!cpu) goto python;
-    PyObject *shape = shape_of(t);
-    if (shape == NULL) return NULL;
-    long long n = 1; /* numel(), without the method call */
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape) && n > 0; i++) {
-        PyObject *size = PyTuple_GET_ITEM(shape, i);
-        if (!PyLong_CheckExact(size)) { /* a symbolic size: left to Python */
-            Py_DECREF(shape);
-            goto python;
+    if (cpu <= 0) return cpu;
+    if ((*shape = shape_of(t)) == NULL) return -1;
+    long long count = 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(*shape); i++) {
+        PyObject *size = PyTuple_GET_ITEM(*shape, i);
+        if (!PyLong_CheckExact(size)) { /* a symbolic size: numel() knows */
+            Py_CLEAR(*shape);
+            return 0;
         }
         long long d = PyLong_AsLongLong(size);
         if (d == -1 && PyErr_Occurred()) {
-            Py_DECREF(shape);
-            return NULL;
+            Py_CLEAR(*shape);
+            return -1;
         }
-        n *= d;
+        count *= d;
     }
+    *n = count;
+    return 1;
+}
+
+/* stats.summarise for a contiguous CPU tensor of a kind the C pass reads: the pass
+ * itself, without the Python around it. Anything else: stats.summarise. */
+static PyObject *summarise_host(PyObject *t) {
+    PyObject *spec, *shape, *v = NULL;
+    long long n;
+    if (G.one_pass == Py_None) goto python;
+    int read = host_tensor(t, &spec, &shape, &n);
+    if (read < 0) return NULL;
+    if (!read) goto python;
     long kind = PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
     int contiguous = 0;
     if (n > 0 && !((kind == 2 || kind == 3) && n > G.half_wide)) {
@@ -1182,32 +1191,11 @@ static PyObject *shape_only(PyObject *t) {
     int plain = v == Py_False;
     Py_DECREF(v);
     if (!plain) goto python;
-    if ((v = PyObject_GetAttr(t, s_dtype)) == NULL) return NULL;
-    PyObject *spec = PyDict_GetItemWithError(G.c_kinds, v); /* borrowed */
-    Py_DECREF(v);
-    if (spec == NULL) {
-        if (PyErr_Occurred()) return NULL;
-        goto python;
-    }
-    int cpu = get_bool(t, s_is_cpu);
-    if (cpu < 0) return NULL;
-    if (!cpu) goto python;
-    PyObject *shape = shape_of(t);
-    if (shape == NULL) return NULL;
-    long long n = 1;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
-        PyObject *size = PyTuple_GET_ITEM(shape, i);
-        if (!PyLong_CheckExact(size)) { /* a symbolic size: numel() knows */
-            Py_DECREF(shape);
-            goto python;
-        }
-        long long d = PyLong_AsLongLong(size);
-        if (d == -1 && PyErr_Occurred()) {
-            Py_DECREF(shape);
-            return NULL;
-        }
-        n *= d;
-    }
+    PyObject *spec, *shape;
+    long long n;
+    int read = host_tensor(t, &spec, &shape, &n);
+    if (read < 0) return NULL;
+    if (!read) goto python;
     long kind = PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
     PyObject *rest = kind <= 3 && n == 0 ? G.empty_float_stats : G.no_stats; /* 3: bfloat16 */
     Py_ssize_t k = PyTuple_GET_SIZE(rest);
@@ -2059,40 +2047,19 @@ static PyTypeObject ParamHookType = {
 
 /* stats.norm_summary: for a CPU tensor of a kind the C pass reads, without Python */
 static PyObject *norm_summary(PyObject *t, PyObject *norm) {
-    PyObject *dtype = PyObject_GetAttr(t, s_dtype), *spec = NULL;
-    if (dtype == NULL) return NULL;
-    spec = PyDict_GetItemWithError(G.c_kinds, dtype);
-    Py_DECREF(dtype);
-    if (spec == NULL && PyErr_Occurred()) return NULL;
-    Py_XINCREF(spec);
-    int cpu = spec == NULL ? 0 : get_bool(t, s_is_cpu);
-    if (cpu <= 0) {
-        Py_XDECREF(spec);
-        if (cpu < 0) return NULL;
+    PyObject *spec, *shape;
+    long long numel;
+    int read = host_tensor(t, &spec, &shape, &numel);
+    if (read <= 0) {
+        if (read < 0) return NULL;
         PyObject *a[2] = {t, norm};
         return PyObject_Vectorcall(G.norm_summary, a, 2, NULL);
-    }
-    PyObject *shape = shape_of(t);
-    if (shape == NULL) {
-        Py_DECREF(spec);
-        return NULL;
-    }
-    long long numel = 1;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
-        long long d = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
-        if (d == -1 && PyErr_Occurred()) {
-            Py_DECREF(shape);
-            Py_DECREF(spec);
-            return NULL;
-        }
-        numel *= d;
     }
     PyObject *count = PyLong_FromLongLong(numel), *zero = PyLong_FromLong(0), *out = NULL;
     if (count != NULL && zero != NULL)
         out = PyTuple_Pack(13, shape, PyTuple_GET_ITEM(spec, 1), G.cpu, count, G.nan, G.nan,
                            G.nan, G.nan, norm, zero, zero, zero, G.nan);
     Py_DECREF(shape);
-    Py_DECREF(spec);
     Py_XDECREF(count);
     Py_XDECREF(zero);
     return out;
