@@ -85,6 +85,15 @@ fail:
     return NULL;
 }
 
+/* A text's encoded bytes at ``at``, cut to the field's width or zero-padded to it, as
+ * numpy stores a fixed-width bytes field. */
+static void put_text(char *at, const Field *f, PyObject *data) {
+    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    if (n > f->width) n = f->width;
+    memcpy(at, PyBytes_AS_STRING(data), (size_t)n);
+    memset(at + n, 0, (size_t)(f->width - n));
+}
+
 static int store_text(char *at, const Field *f, PyObject *value) {
     PyObject *data = PyDict_GetItemWithError(f->cache, value); /* borrowed */
     PyObject *made = NULL;
@@ -98,10 +107,7 @@ static int store_text(char *at, const Field *f, PyObject *value) {
         Py_XDECREF(made);
         return -1;
     }
-    Py_ssize_t n = PyBytes_GET_SIZE(data);
-    if (n > f->width) n = f->width;
-    memcpy(at, PyBytes_AS_STRING(data), (size_t)n);
-    memset(at + n, 0, (size_t)(f->width - n));
+    put_text(at, f, data);
     Py_XDECREF(made);
     return 0;
 }
@@ -380,11 +386,16 @@ static int grow(RowBuffer *b) {
     return 0;
 }
 
+/* The slot of text field ``j`` where ``value``'s encoding is remembered (TextSlot). */
+static inline TextSlot *text_slot(RowBuffer *b, Py_ssize_t j, PyObject *value) {
+    return &b->slots[j * TEXT_SLOTS + (Py_ssize_t)(((uintptr_t)value >> 4) % TEXT_SLOTS)];
+}
+
 /* The encoding of text field ``j``'s ``value`` (borrowed from its slot, see TextSlot),
  * made the first time by the field's cache or encoder. */
 static PyObject *encoded(RowBuffer *b, Py_ssize_t j, PyObject *value) {
     const Field *f = &b->fields[j];
-    TextSlot *slot = &b->slots[j * TEXT_SLOTS + (Py_ssize_t)(((uintptr_t)value >> 4) % TEXT_SLOTS)];
+    TextSlot *slot = text_slot(b, j, value);
     if (slot->value != value) {
         PyObject *data = PyDict_GetItemWithError(f->cache, value); /* borrowed */
         if (data != NULL) {
@@ -429,10 +440,7 @@ static int stage_field(RowBuffer *b, Py_ssize_t j, char *at, const RowValue *val
     if (f->inner >= 0 && (v = item(v, f->inner)) == NULL) return -1;
     PyObject *data = encoded(b, j, v);
     if (data == NULL) return -1;
-    Py_ssize_t n = PyBytes_GET_SIZE(data);
-    if (n > f->width) n = f->width;
-    memcpy(at, PyBytes_AS_STRING(data), (size_t)n);
-    memset(at + n, 0, (size_t)(f->width - n));
+    put_text(at, f, data);
     return 0;
 }
 
@@ -469,13 +477,9 @@ static int append_direct(RowBuffer *b, const RowValue *row) {
             v = PyTuple_GET_ITEM(v, f->inner);
         }
         if (f->code == TEXT) {
-            const TextSlot *slot =
-                &b->slots[j * TEXT_SLOTS + (Py_ssize_t)(((uintptr_t)v >> 4) % TEXT_SLOTS)];
+            const TextSlot *slot = text_slot(b, j, v);
             if (slot->value != v) return 0; /* its encoding is looked up the staged way */
-            Py_ssize_t size = PyBytes_GET_SIZE(slot->data);
-            if (size > f->width) size = f->width;
-            memcpy(at, PyBytes_AS_STRING(slot->data), (size_t)size);
-            memset(at + size, 0, (size_t)(f->width - size));
+            put_text(at, f, slot->data);
         } else if (f->code == RAW) {
             if (v != Py_None && !(PyBytes_Check(v) && PyBytes_GET_SIZE(v) == f->width)) return 0;
             if (store_raw(at, f, v) < 0) return -1;
