@@ -154,6 +154,38 @@ def fwd_bwd_timing_hooks(_: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def idle_hooks(_: Path) -> Iterator[None]:
+    """The floor under steps that are not recorded: the hooks hookdbg keeps installed
+    through them, each returning at once. A forward pre-hook, a forward hook that takes
+    keyword inputs and runs when forward raises, and a post-accumulate-grad hook on each
+    parameter, put there when its module is first called, as hookdbg does."""
+    seen: set[int] = set()
+    handles: list = []
+
+    def on_param(p: torch.Tensor) -> None:
+        return None
+
+    def pre(m: nn.Module, args: object) -> None:
+        if id(m) not in seen:
+            seen.add(id(m))
+            handles.extend(
+                p.register_post_accumulate_grad_hook(on_param) for p in m.parameters(False)
+            )
+
+    a = module_hooks.register_module_forward_pre_hook(pre)
+    b = module_hooks.register_module_forward_hook(
+        lambda m, args, kwargs, out: None, with_kwargs=True, always_call=True
+    )
+    try:
+        yield
+    finally:
+        a.remove()
+        b.remove()
+        for handle in handles:
+            handle.remove()
+
+
+@contextlib.contextmanager
 def naive_stats(_: Path) -> Iterator[None]:
     """What a hand-written forward-only statistics hook does: min, max, sum and norm of
     each output, read back at once."""
@@ -207,6 +239,7 @@ CONFIGS: dict[str, Context] = {
     "empty hook pair": empty_hooks,
     "minimal timing hooks": timing_hooks,
     "minimal fwd+bwd timing hooks": fwd_bwd_timing_hooks,
+    "idle hooks (as skipped steps keep)": idle_hooks,
     "naive fwd-only stats hooks": naive_stats,
     "torch.profiler(with_modules)": profiler,
     "detect_anomaly": anomaly,
