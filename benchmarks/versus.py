@@ -109,6 +109,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown configuration {unknown[0]!r}; choose from {', '.join(CONFIGS)}")
     torch.set_num_threads(1)
+    overhead.keep_freed_memory()
     overhead.DEVICE = torch.device(args.device)
     clock = time.perf_counter if overhead.DEVICE.type == "cuda" else time.process_time
     then = package_at(args.revision, Path(tempfile.mkdtemp(prefix="hookdbg-versus-")))
