@@ -411,14 +411,13 @@ class Writer:
 
 
 def _filters(dtype: np.dtype) -> dict[str, object]:
-    """How a column is compressed, by what it holds (measured on a ``stats`` recording,
-    docs/performance.md): statistics (floats) with LZF after shuffle, which takes half
-    gzip's time for 5% more bytes and reads faster (they are mostly mantissa, which
-    neither compresses); fixed-width texts with gzip alone, since shuffling their
-    mostly-zero padding only costs time; counts, ids and codes with gzip after shuffle."""
+    """How a column is compressed: statistics and times (floats) with LZF after shuffle,
+    which takes half gzip's time for them and reads faster, for 7-9% more bytes (they
+    are mostly mantissa, which neither compresses much); the rest with gzip after
+    shuffle (docs/performance.md, seventh pass)."""
     if dtype.base.kind == "f":
         return {"compression": "lzf", "shuffle": True}
-    return {"compression": "gzip", "compression_opts": 1, "shuffle": dtype.base.kind != "S"}
+    return {"compression": "gzip", "compression_opts": 1, "shuffle": True}
 
 
 def _rows_per_chunk(chunk: int, dtype: np.dtype) -> int:
