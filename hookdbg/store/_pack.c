@@ -181,8 +181,6 @@ static int store_field(char *at, const Field *f, PyObject *value) {
     }
 }
 
-static Py_ssize_t field_width(const Field *f) { return f->code >= TEXT ? f->width : WIDTH[f->code]; }
-
 static PyObject *pack(PyObject *self, PyObject *args) {
     PyObject *rows, *out, *spec;
     if (!PyArg_ParseTuple(args, "O!OO!", &PyList_Type, &rows, &out, &PyTuple_Type, &spec))
@@ -203,7 +201,7 @@ static PyObject *pack(PyObject *self, PyObject *args) {
     }
     for (Py_ssize_t j = 0; j < nfields && !failed && nrows; j++) {
         Field *f = &fields[j];
-        if (f->offset + field_width(f) > stride) {
+        if (f->offset + f->bytes > stride) {
             PyErr_SetString(PyExc_ValueError, "pack: a field lies outside its record");
             failed = 1;
         }
@@ -246,7 +244,7 @@ typedef struct {
     Py_ssize_t nfields, ncolumns;
     Py_ssize_t *first; /* fields sorted by column: column c's are order[first[c]:first[c+1]] */
     Py_ssize_t *order;
-    char **data;       /* per field: its values, field_width() bytes each */
+    char **data;       /* per field: its values, Field.bytes each */
     Py_ssize_t n, cap; /* rows held, and room for */
     Py_ssize_t hint;   /* rows the last take() handed over: the room to start with */
     TextSlot *slots;   /* TEXT_SLOTS per field (used by text fields) */
@@ -314,7 +312,7 @@ static int RowBuffer_init(RowBuffer *self, PyObject *args, PyObject *kwds) {
     self->width = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
         at[j] = self->width;
-        self->width += field_width(&fields[j]);
+        self->width += fields[j].bytes;
     }
     return 0;
 }
@@ -373,7 +371,7 @@ static int grow(RowBuffer *b) {
     if (b->n < b->cap) return 0;
     Py_ssize_t cap = b->cap ? b->cap * 2 : (b->hint > 256 ? b->hint : 256);
     for (Py_ssize_t j = 0; j < b->nfields; j++) {
-        Py_ssize_t width = field_width(&b->fields[j]);
+        Py_ssize_t width = b->fields[j].bytes;
         char *column =
             cap > PY_SSIZE_T_MAX / width ? NULL : PyMem_Realloc(b->data[j], (size_t)(cap * width));
         if (column == NULL) { /* the columns grown so far keep their new room */
@@ -519,7 +517,7 @@ static int append_values(RowBuffer *b, const RowValue *row, Py_ssize_t columns) 
         if (stage_field(b, j, staged + b->at[j], &row[b->fields[j].outer]) < 0) goto done;
     if (!made(b) || grow(b) < 0) goto done; /* made(): Python code may have cleared it */
     for (Py_ssize_t j = 0; j < b->nfields; j++) {
-        Py_ssize_t width = field_width(&b->fields[j]);
+        Py_ssize_t width = b->fields[j].bytes;
         memcpy(b->data[j] + b->n * width, staged + b->at[j], (size_t)width);
     }
     b->n++;
@@ -622,6 +620,16 @@ static PyTypeObject ColumnType = {
     .tp_methods = Column_methods,
 };
 
+/* An empty Column: no memory yet. */
+static Column *new_column(void) {
+    Column *c = PyObject_New(Column, &ColumnType);
+    if (c != NULL) {
+        c->data = NULL;
+        c->size = 0;
+    }
+    return c;
+}
+
 /* The rows gathered so far: one Column per field, in the fields' order, holding the
  * memory they were gathered in; the buffer starts afresh, with room for as many rows
  * as it handed over (within reason), so that a steady run allocates each field once
@@ -636,14 +644,12 @@ static PyObject *RowBuffer_take(RowBuffer *self, PyObject *unused) {
         return PyErr_NoMemory();
     }
     for (Py_ssize_t j = 0; j < self->nfields; j++) { /* all made before any memory moves */
-        if ((columns[j] = PyObject_New(Column, &ColumnType)) == NULL) {
+        if ((columns[j] = new_column()) == NULL) {
             for (Py_ssize_t k = 0; k < j; k++) Py_DECREF(columns[k]);
             PyMem_Free(columns);
             Py_DECREF(out);
             return NULL;
         }
-        columns[j]->data = NULL;
-        columns[j]->size = 0;
     }
     for (Py_ssize_t j = 0; j < self->nfields; j++) {
         Column *c = columns[j];
@@ -686,10 +692,8 @@ static PyObject *join(PyObject *self, PyObject *parts) {
         return PyErr_NoMemory();
     }
     for (Py_ssize_t j = 0; j < nfields; j++) {
-        Column *c = PyObject_New(Column, &ColumnType);
+        Column *c = new_column();
         if (c == NULL) goto fail;
-        c->data = NULL;
-        c->size = 0;
         PyTuple_SET_ITEM(out, j, (PyObject *)c);
     }
     for (Py_ssize_t i = 0; i < count; i++) {
