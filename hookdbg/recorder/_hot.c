@@ -242,6 +242,14 @@ static inline int slot_double(const SlotRef *s, PyObject *obj, double *out) {
     return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
 }
 
+static inline int slot_ll(const SlotRef *s, PyObject *obj, long long *out) {
+    PyObject *v = slot_get(s, obj);
+    if (v == NULL) return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
 static struct {
     SlotRef ref, transparent, selected, id, capture; /* naming.ModuleInfo */
     SlotRef memo, seg, grad_finite;                  /* calls.StepState */
@@ -1286,15 +1294,9 @@ static int flight_keep(TensorPath *o, Call *call, PyObject *phase, PyObject *slo
                 rc = 0;
                 goto done;
             }
-            if (get_ll(t, s_nbytes, &size) < 0 || (v = slot_get(&SLOTS.held, flight)) == NULL)
+            if (get_ll(t, s_nbytes, &size) < 0 || slot_ll(&SLOTS.held, flight, &held) < 0 ||
+                slot_ll(&SLOTS.budget, flight, &budget) < 0)
                 goto done;
-            held = PyLong_AsLongLong(v);
-            Py_DECREF(v);
-            if ((held == -1 && PyErr_Occurred()) || (v = slot_get(&SLOTS.budget, flight)) == NULL)
-                goto done;
-            budget = PyLong_AsLongLong(v);
-            Py_DECREF(v);
-            if (budget == -1 && PyErr_Occurred()) goto done;
             if (held + size > budget) { /* the older step goes first, or this one is full */
                 o->flight_last = NULL;
                 PyObject *args[6] = {(PyObject *)call, phase, slot, path, t, ver};
