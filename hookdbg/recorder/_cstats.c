@@ -108,9 +108,12 @@ static inline void add(Acc *a, double x) {
         for (Py_ssize_t i = 0; i < n; i++) add(&acc, CONVERT(p[i])); \
     } while (0)
 
-/* float32, the common case: blocks of 8 independent lanes the compiler turns into SIMD
+/* float32, the common case: blocks of 16 independent lanes the compiler turns into SIMD
  * instructions, summed into the double accumulators per block; a block that holds a
- * non-finite value (or whose float sums overflow) is redone element by element. */
+ * non-finite value (or whose float sums overflow) is redone element by element. A NaN or
+ * an inf makes its lane's sum non-finite for good (NaN and inf absorb every addition), so
+ * the sums' check at the block's end finds it: no separate test per value, which would
+ * cost the loop a sixth of its speed (it is bound by vector instructions, seven a vector). */
 enum { BLOCK = 2048, LANES = 16 };
 
 /* Built for AVX2 as well where the toolchain can (x86-64, glibc's ifuncs, a compiler
@@ -139,11 +142,11 @@ CLONES static void f32_block(Acc *a, const float *p, Py_ssize_t n) {
         }
     }
     const float k = (float)a->shift;
-    float lo[LANES], hi[LANES], s1[LANES], s2[LANES], bad[LANES];
+    float lo[LANES], hi[LANES], s1[LANES], s2[LANES];
     int32_t zeros[LANES];
     for (int j = 0; j < LANES; j++) {
         lo[j] = hi[j] = k;
-        s1[j] = s2[j] = bad[j] = 0.0f;
+        s1[j] = s2[j] = 0.0f;
         zeros[j] = 0;
     }
     Py_ssize_t i = 0;
@@ -155,17 +158,15 @@ CLONES static void f32_block(Acc *a, const float *p, Py_ssize_t n) {
             float d = x - k;
             s1[j] += d;
             s2[j] += d * d;
-            bad[j] += x * 0.0f; /* NaN as soon as x is NaN or inf */
             zeros[j] += (x == 0.0f);
         }
     }
-    float b = 0.0f, t1 = 0.0f, t2 = 0.0f;
+    float t1 = 0.0f, t2 = 0.0f;
     for (int j = 0; j < LANES; j++) {
-        b += bad[j];
         t1 += s1[j];
         t2 += s2[j];
     }
-    if (b != 0.0f || !isfinite(t1) || !isfinite(t2)) { /* rare: the exact way */
+    if (!isfinite(t1) || !isfinite(t2)) { /* rare: the exact way */
         for (Py_ssize_t m = 0; m < n; m++) add(a, p[m]);
         return;
     }
@@ -317,14 +318,19 @@ static PyObject *summary(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 }
 
 
-/* The sum of squares of ``n`` float32 values, in double: eight independent lanes the
- * compiler vectorises (the AVX2 clone: four doubles a vector, twice). */
+/* The sum of squares of ``n`` float32 values, in double: sixteen independent lanes the
+ * compiler vectorises (the AVX2 clone: four doubles a vector, four vectors, enough to
+ * hide the additions' latency; eight lanes ran at four fifths of the speed). */
+enum { SQUARE_LANES = 16 };
+
 CLONES static double f32_squares(const float *p, Py_ssize_t n) {
-    double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    double s[SQUARE_LANES] = {0};
     Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) s[j] += (double)p[i + j] * (double)p[i + j];
-    double total = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    for (; i + SQUARE_LANES <= n; i += SQUARE_LANES)
+        for (int j = 0; j < SQUARE_LANES; j++) s[j] += (double)p[i + j] * (double)p[i + j];
+    for (int half = SQUARE_LANES / 2; half > 0; half /= 2) /* pairwise, the same in every build */
+        for (int j = 0; j < half; j++) s[j] += s[j + half];
+    double total = s[0];
     for (; i < n; i++) total += (double)p[i] * (double)p[i];
     return total;
 }
