@@ -269,6 +269,16 @@ class Recorder:
                 if self._writer is not None:  # not under the lock: the writer may want it
                     self._writer.close(end)
 
+    def flush(self, timeout: float | None = 10.0) -> bool:
+        """Write what was recorded so far to the file now and wait until it is there, as
+        the writer otherwise does on its own every half flush interval: for a reader that
+        must see the steps just run, or for timing steps apart from the writer's later
+        work. The step in progress is written up to its last module call. False if that
+        took longer than ``timeout`` seconds, or if the recording is not running."""
+        if self._writer is None or self._closed:
+            return False
+        return self._writer.flush(timeout)
+
     def _finish_segments(self, status: str) -> None:
         """End the last segment, read what is left on the device, act on the last
         alerts. A bug here says so and stops there: the file still gets what was

@@ -111,6 +111,10 @@ class Writer:
         self.steps_written = 0
         self.died: str | None = None  # the writer thread itself broke (a bug)
         self._end: dict[str, object] | None = None
+        # drains started and finished, for flush(): it waits for one started after it asked
+        self._drains = threading.Condition()
+        self._drains_started = self._drains_done = 0
+        self._running = True  # False once the thread writes no more
         self._file = self._create(meta)
         self._thread = threading.Thread(target=self._run, name="hookdbg-writer", daemon=True)
         self._thread.start()
@@ -147,6 +151,18 @@ class Writer:
                 "cannot keep up); dropping rows, counted in the recording, until it catches up"
             )
         self.dropped_rows += n
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Write now what was handed over and what ``pull`` hands over, and wait until it
+        is in the file. False if that took longer than ``timeout`` seconds, or if it did
+        not get there: the writer is closed, or writing failed."""
+        with self._drains:
+            ticket = self._drains_started + 1  # the first drain to start from now on
+            self._wake.set()
+            done = self._drains.wait_for(
+                lambda: self._drains_done >= ticket or not self._running, timeout
+            )
+            return done and self._drains_done >= ticket and self.failed is None
 
     def close(self, end: dict[str, object] | None = None) -> None:
         """Write what is queued, then the end row (marks the recording complete), close.
@@ -243,7 +259,12 @@ class Writer:
                 self._wake.wait(self.flush_interval / 2)
                 self._wake.clear()
                 stopping = self._stop.is_set()  # nothing is submitted after close() sets it
+                with self._drains:
+                    self._drains_started += 1
                 self._drain()
+                with self._drains:
+                    self._drains_done += 1
+                    self._drains.notify_all()
                 if stopping:
                     break
         except BaseException as exc:  # a bug in the writer: say so, keep the file readable
@@ -253,6 +274,9 @@ class Writer:
                 "and what was written so far stays readable"
             )
         self._finish()
+        with self._drains:  # flush() waits no more
+            self._running = False
+            self._drains.notify_all()
 
     def _drain(self) -> None:
         if self._pull is not None:

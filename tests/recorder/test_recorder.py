@@ -369,3 +369,48 @@ def test_finished_steps_reach_the_file_while_a_hook_hangs(tmp_path):
     assert out.returncode == 0, out.stderr
     steps, calls = map(int, out.stdout.split())
     assert steps == 3 and calls >= 3 * 2 * 3  # three modules' forward and backward rows
+
+
+FLUSHING = """
+import sys, torch, hookdbg
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+with hookdbg.record(sys.argv[1], quiet=True, flush_interval=3600) as rec:
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+    print("stepped", flush=True)
+    sys.stdin.readline()
+    print(rec.flush(timeout=60), flush=True)
+    sys.stdin.readline()
+print(rec.flush(), flush=True)
+"""
+
+
+def test_flush_puts_the_steps_run_so_far_in_the_file_at_once(tmp_path):
+    """Read from another process, as a user would: with the writer left to itself for
+    half an hour, the steps run so far reach the file only when the script flushes."""
+    path = tmp_path / "run.h5"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FLUSHING, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline() == "stepped\n"
+        assert len(tables(path)["calls"]) == 0
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "True\n"
+        t = tables(path)
+        assert set(t["calls"]["step"]) == {0, 1, 2} and list(t["steps"]["step"]) == [0, 1]
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "False\n"  # closed: nothing left to flush
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()

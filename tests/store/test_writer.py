@@ -59,6 +59,21 @@ def test_columns_are_compressed_as_the_format_says(tmp_path):
         assert np.isinf(f["steps/end"][()]).all()
 
 
+def test_flush_writes_what_was_handed_over_and_pulled_before_it_returns(tmp_path):
+    """The writer sleeps for half an hour between drains here: flush() drains now, the
+    recorder's rows (pull) included, and returns once they are written."""
+    pulled = []
+    writer = Writer(tmp_path / "w.h5", {}, flush_interval=3600, pull=lambda: pulled.append(1))
+    writer.submit({"steps": [STEP_ROW] * 4})
+    time.sleep(0.2)
+    assert writer.backlog_bytes > 0 and not pulled  # nothing happens on its own
+    assert writer.flush(timeout=30) is True
+    assert writer.backlog_bytes == 0 and pulled
+    writer.close({**END, "steps": 4})
+    assert writer.flush(timeout=30) is False  # closed: nothing more reaches the file
+    assert len(tables(tmp_path / "w.h5")["steps"]) == 4
+
+
 def test_a_full_queue_drops_whole_batches_and_counts_them(tmp_path):
     warnings = []
     batch = {"steps": [STEP_ROW] * 8}
