@@ -1,14 +1,17 @@
 """How much slower training runs under hookdbg, next to the tools people compare it with.
 
 Every configuration is measured interleaved with the unrecorded baseline in the same
-process (rounds of: baseline, then each configuration in turn). A round's figure is the
-mean step time over its steps, close included, so that costs that come now and then
-(the writer thread, garbage collections) count as they do in a real run; the table
-compares the medians of the rounds, so a machine that is busy for a while slows all
-configurations alike. Figures are CPU
-time (all threads of this process), which does not count time the machine gave to other
-tenants; wall time is printed too. glibc is told to keep freed memory for the next step
-in every configuration alike (``keep_freed_memory``; ``--glibc-defaults`` leaves it).
+process (rounds of: baseline, then each configuration in turn). A round opens the
+recorder, runs a few warm-up steps, then times the workload's steps; a recorder is made
+to write what it holds before and after them (``Recorder.flush``), so the timed steps
+count what comes now and then (the writer thread, garbage collections) and the writing
+of their own rows, and nothing that comes once. What comes once (the open, the first
+calls of each module, the flight recorder filling, the close) is printed apart, in
+milliseconds. The table compares the medians of the rounds, so a machine that is busy
+for a while slows all configurations alike. Figures are CPU time (all threads of this
+process), which does not count time the machine gave to other tenants; wall time is
+printed too. glibc is told to keep freed memory for the next step in every
+configuration alike (``keep_freed_memory``; ``--glibc-defaults`` leaves it).
 
     python benchmarks/overhead.py            # tiny MLP + resnet18, a few minutes
     python benchmarks/overhead.py --quick    # fewer rounds (noisier)
@@ -36,6 +39,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -222,19 +226,19 @@ def anomaly(_: Path) -> Iterator[None]:
 
 def hookdbg_at(level: str, steps: str | None = None) -> Context:
     @contextlib.contextmanager
-    def recording(workdir: Path) -> Iterator[None]:
+    def recording(workdir: Path) -> Iterator[hookdbg.Recorder]:
         path = workdir / f"{level}-{steps}.h5"
-        with hookdbg.record(path, level=level, steps=steps, force=True, quiet=True):
-            yield
+        with hookdbg.record(path, level=level, steps=steps, force=True, quiet=True) as rec:
+            yield rec
 
     return recording
 
 
 @contextlib.contextmanager
-def hookdbg_histograms(workdir: Path) -> Iterator[None]:
+def hookdbg_histograms(workdir: Path) -> Iterator[hookdbg.Recorder]:
     """--level stats with --histograms 32."""
-    with hookdbg.record(workdir / "hist.h5", histograms=32, force=True, quiet=True):
-        yield
+    with hookdbg.record(workdir / "hist.h5", histograms=32, force=True, quiet=True) as rec:
+        yield rec
 
 
 CONFIGS: dict[str, Context] = {
@@ -253,48 +257,78 @@ CONFIGS: dict[str, Context] = {
 }
 
 
-def measure(step: Step, context: Context | None, steps: int, workdir: Path) -> tuple:
-    """(wall, CPU) seconds per step: the mean over ``steps`` steps after one warm-up,
-    up to and including the recorder's close, so that periodic costs (the writer
-    thread, garbage collections) and the final drain are counted, not only the typical
-    step."""
-    manager = context(workdir) if context else contextlib.nullcontext()
-    manager.__enter__()
-    try:
-        step()
-        t0, c0 = time.perf_counter(), time.process_time()
+@dataclass
+class Costs:
+    """(wall, CPU) seconds of one configuration: per step while recording, and once."""
+
+    per_step: tuple[float, float]
+    once: tuple[float, float]
+
+
+def measure(step: Step, context: Context | None, warmup: int, steps: int, workdir: Path) -> Costs:
+    """From the open, ``warmup`` steps, then ``steps`` timed ones, then the close. A
+    recorder is flushed before and after the timed steps, so that their CPU time holds
+    the writer's work on their own rows and no other; their wall time stops before the
+    last flush, as the writer works beside training."""
+    wall, cpu = time.perf_counter, time.process_time
+    wall_open, cpu_open = wall(), cpu()
+    with context(workdir) if context else contextlib.nullcontext() as recorder:
+        flush = getattr(recorder, "flush", lambda: True)
+        for _ in range(warmup):
+            step()
+        if not flush():
+            raise RuntimeError("the recorder did not write the warm-up steps")
+        wall0, cpu0 = wall(), cpu()
         for _ in range(steps):
             step()
-    finally:
-        manager.__exit__(None, None, None)
-    return (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
+        wall1 = wall()
+        if not flush():
+            raise RuntimeError("the recorder did not write the timed steps")
+        cpu1 = cpu()
+    wall_all, cpu_all = wall() - wall_open, cpu() - cpu_open
+    per_step = ((wall1 - wall0) / steps, (cpu1 - cpu0) / steps)
+    return Costs(
+        per_step,
+        (
+            wall_all - (steps + warmup) * per_step[0],
+            cpu_all - (steps + warmup) * per_step[1],
+        ),
+    )
 
 
 def compare(name: str, make: Callable[[], tuple[Step, int]], rounds: int, steps: int) -> None:
     step, calls = make()
-    results: dict[str | None, list[tuple]] = {None: [], **{c: [] for c in CONFIGS}}
+    warmup = WARMUP[name]
+    results: dict[str | None, list[Costs]] = {None: [], **{c: [] for c in CONFIGS}}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
             for config in (None, *CONFIGS):
                 context = CONFIGS[config] if config else None
-                results[config].append(measure(step, context, steps, Path(tmp)))
+                results[config].append(measure(step, context, warmup, steps, Path(tmp)))
             print(f"  {name}: round {r + 1}/{rounds}", end="\r", file=sys.stderr)
 
-    def medians(config: str | None) -> tuple[float, float]:
+    def medians(config: str | None) -> tuple[float, float, float]:
+        """Per-step wall and CPU, CPU once."""
         rounds = results[config]
-        return statistics.median(w for w, _ in rounds), statistics.median(c for _, c in rounds)
+        return (
+            statistics.median(c.per_step[0] for c in rounds),
+            statistics.median(c.per_step[1] for c in rounds),
+            statistics.median(c.once[1] for c in rounds),
+        )
 
-    base_wall, base_cpu = medians(None)
+    base_wall, base_cpu, base_once = medians(None)
     print(
         f"\n{name}: {calls} module calls per step; unrecorded step {base_cpu * 1e3:.2f} ms CPU, "
-        f"{base_wall * 1e3:.2f} ms wall (median over {rounds} rounds of the mean of {steps} steps)"
+        f"{base_wall * 1e3:.2f} ms wall (median over {rounds} rounds of {steps} steps after "
+        f"{warmup}); 'once': open, first steps and close, CPU ms above unrecorded"
     )
-    print(f"  {'':36s} {'CPU':>8s} {'us/call':>9s}   {'wall':>8s} {'us/call':>9s}")
+    print(f"  {'':36s} {'CPU':>8s} {'us/call':>9s}   {'wall':>8s} {'us/call':>9s}   {'once':>7s}")
     for config in CONFIGS:
-        wall, cpu = medians(config)
+        wall, cpu, once = medians(config)
         print(
             f"  {config:36s} {cpu / base_cpu:7.3f}x {(cpu - base_cpu) / calls * 1e6:+9.1f}"
             f"   {wall / base_wall:7.3f}x {(wall - base_wall) / calls * 1e6:+9.1f}"
+            f"   {(once - base_once) * 1e3:+7.1f}"
         )
 
 
@@ -303,6 +337,9 @@ WORKLOADS = {
     "resnet18": (resnet18, 8),
     "resnet18-224": (lambda: resnet18(64, 224), 8),
 }
+# steps before the timed ones: the flight recorder holds the last two steps, so by the
+# fourth it is full and each step frees what it takes
+WARMUP = {"mlp": 20, "resnet18": 4, "resnet18-224": 4}
 
 
 def keep_freed_memory() -> bool:
