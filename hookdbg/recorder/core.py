@@ -273,8 +273,10 @@ class Recorder:
         """Write what was recorded so far to the file now and wait until it is there, as
         the writer otherwise does on its own every half flush interval: for a reader that
         must see the steps just run, or for timing steps apart from the writer's later
-        work. The step in progress is written up to its last module call. False if that
-        took longer than ``timeout`` seconds, or if the recording is not running."""
+        work. A step ends when the next one begins: until then (or the close) the last
+        step's backward timings and its ``steps`` row wait, its forward calls, tensors
+        and optimizer step do not. False if that took longer than ``timeout`` seconds,
+        or if the recording is not running."""
         if self._writer is None or self._closed:
             return False
         return self._writer.flush(timeout)
