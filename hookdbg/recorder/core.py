@@ -270,15 +270,20 @@ class Recorder:
                     self._writer.close(end)
 
     def flush(self, timeout: float | None = 10.0) -> bool:
-        """Write what was recorded so far to the file now and wait until it is there, as
-        the writer otherwise does on its own every half flush interval: for a reader that
-        must see the steps just run, or for timing steps apart from the writer's later
-        work. A step ends when the next one begins: until then (or the close) the last
-        step's backward timings and its ``steps`` row wait, its forward calls, tensors
-        and optimizer step do not. False if that took longer than ``timeout`` seconds,
-        or if the recording is not running."""
+        """Write what was recorded so far into the file now and wait for it: for a reader
+        in another process, or to time steps apart from the writer's later work. A step's
+        backward timings (and its tensors' statistics, when they wait for a device) come
+        when the next step begins. False on timeout, after the close, or once writing
+        failed."""
         if self._writer is None or self._closed:
             return False
+        lock = self.guard.lock  # here, not by the writer's pull: it gives up on a held lock
+        if not lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+            return False
+        try:
+            self._handoff()
+        finally:
+            lock.release()
         return self._writer.flush(timeout)
 
     def _finish_segments(self, status: str) -> None:

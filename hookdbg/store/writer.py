@@ -152,17 +152,15 @@ class Writer:
             )
         self.dropped_rows += n
 
-    def flush(self, timeout: float | None = None) -> bool:
+    def flush(self, timeout: float | None) -> bool:
         """Write now what was handed over and what ``pull`` hands over, and wait until it
         is in the file. False if that took longer than ``timeout`` seconds, or if it did
         not get there: the writer is closed, or writing failed."""
         with self._drains:
             ticket = self._drains_started + 1  # the first drain to start from now on
             self._wake.set()
-            done = self._drains.wait_for(
-                lambda: self._drains_done >= ticket or not self._running, timeout
-            )
-            return done and self._drains_done >= ticket and self.failed is None
+            self._drains.wait_for(lambda: self._drains_done >= ticket or not self._running, timeout)
+            return self._drains_done >= ticket and self.failed is None
 
     def close(self, end: dict[str, object] | None = None) -> None:
         """Write what is queued, then the end row (marks the recording complete), close.

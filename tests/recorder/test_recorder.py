@@ -377,14 +377,22 @@ from torch import nn
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-with hookdbg.record(sys.argv[1], quiet=True, flush_interval=3600) as rec:
-    for _ in range(3):
+
+def steps(n):
+    for _ in range(n):
         opt.zero_grad()
         model(torch.randn(2, 4)).sum().backward()
         opt.step()
+
+with hookdbg.record(sys.argv[1], quiet=True, flush_interval=3600) as rec:
+    steps(3)
     print("stepped", flush=True)
     sys.stdin.readline()
     print(rec.flush(timeout=60), flush=True)
+    sys.stdin.readline()
+    steps(2)
+    with rec.guard.lock:  # held, as inside a hook: the writer cannot take the rows itself
+        print(rec.flush(timeout=60), flush=True)
     sys.stdin.readline()
 print(rec.flush(), flush=True)
 """
@@ -392,7 +400,8 @@ print(rec.flush(), flush=True)
 
 def test_flush_puts_the_steps_run_so_far_in_the_file_at_once(tmp_path):
     """Read from another process, as a user would: with the writer left to itself for
-    half an hour, the steps run so far reach the file only when the script flushes."""
+    half an hour, the steps run so far reach the file only when the script flushes,
+    also from inside a hook."""
     path = tmp_path / "run.h5"
     proc = subprocess.Popen(
         [sys.executable, "-c", FLUSHING, str(path)],
@@ -400,17 +409,21 @@ def test_flush_puts_the_steps_run_so_far_in_the_file_at_once(tmp_path):
         stdout=subprocess.PIPE,
         text=True,
     )
+
+    def then(line: str) -> dict:
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == line
+        return tables(path)
+
     try:
         assert proc.stdout.readline() == "stepped\n"
         assert len(tables(path)["calls"]) == 0
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        assert proc.stdout.readline() == "True\n"
-        t = tables(path)
+        t = then("True\n")
         assert set(t["calls"]["step"]) == {0, 1, 2} and list(t["steps"]["step"]) == [0, 1]
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        assert proc.stdout.readline() == "False\n"  # closed: nothing left to flush
+        t = then("True\n")
+        assert set(t["calls"]["step"]) == {0, 1, 2, 3, 4}
+        then("False\n")  # closed: nothing left to flush
         assert proc.wait(timeout=60) == 0
     finally:
         proc.kill()

@@ -74,6 +74,17 @@ def test_flush_writes_what_was_handed_over_and_pulled_before_it_returns(tmp_path
     assert len(tables(tmp_path / "w.h5")["steps"]) == 4
 
 
+def test_flush_returns_false_at_once_when_the_writer_thread_broke(tmp_path):
+    def pull():
+        raise RuntimeError("a bug")
+
+    writer = Writer(tmp_path / "w.h5", {}, flush_interval=3600, pull=pull, warn=lambda m: None)
+    started = time.monotonic()
+    assert writer.flush(timeout=30) is False and time.monotonic() - started < 10
+    assert writer.died == "RuntimeError: a bug"
+    writer.close(END)
+
+
 def test_a_full_queue_drops_whole_batches_and_counts_them(tmp_path):
     warnings = []
     batch = {"steps": [STEP_ROW] * 8}
