@@ -10,7 +10,8 @@ calls of each module, the flight recorder filling, the close) is printed apart, 
 milliseconds. The table compares the medians of the rounds, so a machine that is busy
 for a while slows all configurations alike. Figures are CPU time (all threads of this
 process), which does not count time the machine gave to other tenants; wall time is
-printed too. glibc is told to keep freed memory for the next step in every
+printed too (it waits for the writer's last rows, which would otherwise be written
+beside training: an upper bound). glibc is told to keep freed memory for the next step in every
 configuration alike (``keep_freed_memory``; ``--glibc-defaults`` leaves it).
 
     python benchmarks/overhead.py            # tiny MLP + resnet18, a few minutes
@@ -46,7 +47,7 @@ import torch
 from torch import nn
 from torch.nn.modules import module as module_hooks
 
-import hookdbg
+from hookdbg.recorder import Recorder, record
 
 Step = Callable[[], None]
 Context = Callable[[Path], contextlib.AbstractContextManager[object]]
@@ -226,18 +227,18 @@ def anomaly(_: Path) -> Iterator[None]:
 
 def hookdbg_at(level: str, steps: str | None = None) -> Context:
     @contextlib.contextmanager
-    def recording(workdir: Path) -> Iterator[hookdbg.Recorder]:
+    def recording(workdir: Path) -> Iterator[Recorder]:
         path = workdir / f"{level}-{steps}.h5"
-        with hookdbg.record(path, level=level, steps=steps, force=True, quiet=True) as rec:
+        with record(path, level=level, steps=steps, force=True, quiet=True) as rec:
             yield rec
 
     return recording
 
 
 @contextlib.contextmanager
-def hookdbg_histograms(workdir: Path) -> Iterator[hookdbg.Recorder]:
+def hookdbg_histograms(workdir: Path) -> Iterator[Recorder]:
     """--level stats with --histograms 32."""
-    with hookdbg.record(workdir / "hist.h5", histograms=32, force=True, quiet=True) as rec:
+    with record(workdir / "hist.h5", histograms=32, force=True, quiet=True) as rec:
         yield rec
 
 
@@ -259,19 +260,19 @@ CONFIGS: dict[str, Context] = {
 
 @dataclass
 class Costs:
-    """(wall, CPU) seconds of one configuration: per step while recording, and once."""
+    """One configuration's (wall, CPU) seconds per step while recording, and CPU once."""
 
     per_step: tuple[float, float]
-    once: tuple[float, float]
+    once: float
 
 
 def measure(step: Step, context: Context | None, warmup: int, steps: int, workdir: Path) -> Costs:
     """From the open, ``warmup`` steps, then ``steps`` timed ones, then the close. A
-    recorder is flushed before and after the timed steps, so that their CPU time holds
-    the writer's work on their own rows and no other; their wall time stops before the
-    last flush, as the writer works beside training."""
+    recorder is flushed before and after the timed steps, so that they hold the writer's
+    work on their own rows and no other (wall time waits for that last flush: an upper
+    bound where the writer would have worked beside training)."""
     wall, cpu = time.perf_counter, time.process_time
-    wall_open, cpu_open = wall(), cpu()
+    cpu_open = cpu()
     with context(workdir) if context else contextlib.nullcontext() as recorder:
         flush = getattr(recorder, "flush", lambda: True)
         for _ in range(warmup):
@@ -281,19 +282,11 @@ def measure(step: Step, context: Context | None, warmup: int, steps: int, workdi
         wall0, cpu0 = wall(), cpu()
         for _ in range(steps):
             step()
-        wall1 = wall()
         if not flush():
             raise RuntimeError("the recorder did not write the timed steps")
-        cpu1 = cpu()
-    wall_all, cpu_all = wall() - wall_open, cpu() - cpu_open
+        wall1, cpu1 = wall(), cpu()
     per_step = ((wall1 - wall0) / steps, (cpu1 - cpu0) / steps)
-    return Costs(
-        per_step,
-        (
-            wall_all - (steps + warmup) * per_step[0],
-            cpu_all - (steps + warmup) * per_step[1],
-        ),
-    )
+    return Costs(per_step, cpu() - cpu_open - (warmup + steps) * per_step[1])
 
 
 def compare(name: str, make: Callable[[], tuple[Step, int]], rounds: int, steps: int) -> None:
@@ -313,7 +306,7 @@ def compare(name: str, make: Callable[[], tuple[Step, int]], rounds: int, steps:
         return (
             statistics.median(c.per_step[0] for c in rounds),
             statistics.median(c.per_step[1] for c in rounds),
-            statistics.median(c.once[1] for c in rounds),
+            statistics.median(c.once for c in rounds),
         )
 
     base_wall, base_cpu, base_once = medians(None)
