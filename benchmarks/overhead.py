@@ -9,10 +9,10 @@ of their own rows, and nothing that comes once. What comes once (the open, the f
 calls of each module, the flight recorder filling, the close) is printed apart, in
 milliseconds. The table compares the medians of the rounds, so a machine that is busy
 for a while slows all configurations alike. Figures are CPU time (all threads of this
-process), which does not count time the machine gave to other tenants; wall time is
-printed too (it waits for the writer's last rows, which would otherwise be written
-beside training: an upper bound). glibc is told to keep freed memory for the next step in every
-configuration alike (``keep_freed_memory``; ``--glibc-defaults`` leaves it).
+process), which does not count time the machine gave to other tenants. Wall time is
+printed too: it waits for the writer's last rows, which it would otherwise write beside
+training, so it is an upper bound. glibc is told to keep freed memory for the next step
+in every configuration alike (``keep_freed_memory``; ``--glibc-defaults`` leaves it).
 
     python benchmarks/overhead.py            # tiny MLP + resnet18, a few minutes
     python benchmarks/overhead.py --quick    # fewer rounds (noisier)

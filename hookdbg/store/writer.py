@@ -271,10 +271,12 @@ class Writer:
                 f"the writer stopped ({self.died}): recording stopped, training goes on, "
                 "and what was written so far stays readable"
             )
-        self._finish()
-        with self._drains:  # flush() waits no more
-            self._running = False
-            self._drains.notify_all()
+        try:
+            self._finish()
+        finally:
+            with self._drains:  # flush() waits no more
+                self._running = False
+                self._drains.notify_all()
 
     def _drain(self) -> None:
         if self._pull is not None:
