@@ -95,21 +95,20 @@ class Segments:
         """A call with no module around it, at ``now`` on the recorder's clock: maybe a
         new segment. Returns the current segment's state (``recording``: whether the
         call is recorded)."""
-        kind = root_kind(module, info.has_params)
         steps = self.steps
-        if steps.starts_segment(info.id, kind):
+        if steps.starts_segment(info.id, root_kind(module, info.has_params), module):
             if steps.segment >= 0:
                 self.end(now)
             steps.begin()
             self.begin(now, module)
             self.read_batches(wait=False)
-        steps.root_ran(info.id, kind)
+        steps.root_ran(info.id, module)
         state = self.state
         seg = state.seg
         if seg.training is None:  # what messages call it until it ends
             if steps.is_training:
                 seg.training = True
-            elif steps.effective(kind) == RootKind.EVAL:
+            elif steps.kind == RootKind.EVAL:
                 seg.training = False
         return state
 
