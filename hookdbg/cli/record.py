@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import errno
+import importlib.util
 import os
 import shlex
+import signal
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +21,7 @@ from hookdbg.cli.common import BadInput, human_bytes, plural
 from hookdbg.options import ON_NAN_ACTIONS, OptionError, RecordOptions
 from hookdbg.ranks import placement, rank_path
 
-if TYPE_CHECKING:  # the recorder imports torch: only when a recording starts
+if TYPE_CHECKING:  # the recorder imports torch: only once the arguments are known good
     from hookdbg.recorder import Recorder
 
 
@@ -33,8 +39,8 @@ Examples:
     "-o",
     "--output",
     metavar="FILE",
-    help="Recording to write [default: hookdbg-SCRIPT.PID.h5]. Under torchrun "
-    "each rank writes FILE with .rankN before the suffix.",
+    help="Recording to write [default: hookdbg-SCRIPT.PID.h5, removed again if the run "
+    "recorded nothing]. Under torchrun each rank writes FILE with .rankN before the suffix.",
 )
 @click.option("-m", "as_module", is_flag=True, help="Run TARGET as a module, like python -m.")
 @click.option(
@@ -121,7 +127,12 @@ Examples:
     "TensorBoard. Off by default.",
 )
 @click.option("-f", "--force", is_flag=True, help="Overwrite FILE if it exists.")
-@click.option("-q", "--quiet", is_flag=True, help="No status lines from hookdbg.")
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="No status lines from hookdbg; NaN/inf alerts are still printed.",
+)
 @click.option(
     "--flush-interval",
     type=float,
@@ -144,32 +155,126 @@ def record(
 
     ARGS go to the script untouched; a `--` right after TARGET is dropped, so
     `hookdbg record train.py -- --help` shows the script's help. The script's output
-    and exit status come through unchanged; hookdbg's status lines go to stderr.
+    and exit status come through unchanged (after Ctrl-C hookdbg ends by SIGINT, as
+    python does); hookdbg's status lines go to stderr.
     """
-    from hookdbg.recorder import Recorder, RecordError
-    from hookdbg.recorder.runner import Target, run
-
+    end_by = _SignalAtExit()  # first: the script's exit handlers, registered later, run before
+    atexit.register(end_by)
     script_args = list(args[1:] if args[:1] == ("--",) else args)
-    try:
+    try:  # everything that can be refused is, before torch loads
         opts = RecordOptions.build(**options)  # the other options carry its argument names
-        goal = Target(target, as_module)
-        goal.check()
-        path = rank_path(Path(output) if output else Path(f"hookdbg-{goal.stem}.{os.getpid()}.h5"))
+    except OptionError as exc:
+        raise BadInput(str(exc)) from None
+    goal = Target(target, as_module)
+    goal.check()
+    path = rank_path(Path(output) if output else Path(f"hookdbg-{goal.stem}.{os.getpid()}.h5"))
+    existed = _check_output(path, force)
+
+    from hookdbg.recorder import Recorder, RecordError
+    from hookdbg.recorder.runner import run
+
+    try:
         recorder = Recorder(path, opts, force=force, argv=[target, *script_args]).start()
-    except (OptionError, RecordError) as exc:
+    except RecordError as exc:
         raise BadInput(str(exc)) from None
     prefix = placement().prefix
     say = _status_printer(prefix, opts.quiet)
     say(f"recording {target} -> {path} (level {options['level']})")
-    code = run(goal, script_args, recorder)
-    say(_status_line(recorder, path))
-    if code == 2 and recorder.calls_recorded == 0:
-        _misplaced_hint(prefix, target, script_args, path if output is None else None)
+    ended = run(target, as_module, script_args, recorder)
+    if output is None and not existed and _recorded_nothing(recorder):  # a name of ours
+        path.unlink(missing_ok=True)
+        say(f"nothing recorded (no module call, step or alert): removed {path}")
+    else:
+        say(_status_line(recorder, path))
+    if ended.code == 2 and recorder.calls_recorded == 0:
+        _misplaced_hint(prefix, target, script_args)
     unmatched = opts.modules.unmatched([(i.name, i.path) for i in recorder.modules])
     for glob in (g for g in unmatched if g not in recorder.unmatched_globs):  # not said yet
         say(f"--modules {glob!r} matched no module (names look like {_example_name(recorder)})")
     sys.stdout.flush()
-    sys.exit(code)
+    if ended.status == "interrupted":
+        end_by.signum = signal.SIGINT
+    sys.exit(ended.code)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to run: a script path as typed, or a module name (``-m``)."""
+
+    name: str
+    as_module: bool = False
+
+    def check(self) -> None:
+        """Refuse a target that cannot be found, before torch loads and before any
+        file is created."""
+        if self.as_module:
+            sys.path.insert(0, os.getcwd())  # where python -m looks first
+            try:
+                spec = importlib.util.find_spec(self.name)
+            except (ImportError, ValueError) as exc:
+                raise BadInput(f"cannot find module {self.name!r}: {exc}") from None
+            finally:
+                sys.path.remove(os.getcwd())
+            if spec is None:
+                raise BadInput(f"no module named {self.name!r} (from {os.getcwd()})")
+        elif not Path(self.name).is_file():
+            what = "is a directory, not a script" if Path(self.name).is_dir() else "not found"
+            raise BadInput(f"script {self.name!r} {what}")
+
+    @property
+    def stem(self) -> str:
+        return self.name.rpartition(".")[2] if self.as_module else Path(self.name).stem
+
+
+def _check_output(path: Path, force: bool) -> bool:
+    """Refuse, before torch loads, an output the recorder would refuse or could not
+    create; whether ``path`` exists already (to be replaced: --force)."""
+    if path.is_dir():
+        raise BadInput(f"{path} is a directory; give a file name like run.h5")
+    if path.exists() and not force:
+        raise BadInput(f"{path} already exists; pass --force to overwrite it")
+    folder = path.parent
+    if not folder.is_dir():
+        reason = errno.ENOTDIR if folder.exists() else errno.ENOENT
+        raise BadInput(f"cannot create {path}: {os.strerror(reason)}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise BadInput(f"cannot create {path}: {os.strerror(errno.EACCES)}")
+    return path.exists()
+
+
+def _recorded_nothing(recorder: Recorder) -> bool:
+    """The script made no module call and no optimizer step, and no alert: the file
+    holds the run's metadata and nothing else. Removed where hookdbg chose the name;
+    one the user named (-o) is what they asked for, and `hookdbg summary` reads it."""
+    return not (
+        recorder.modules
+        or recorder.steps_recorded
+        or recorder.evals_recorded
+        or recorder.calls_recorded
+        or recorder.detector.alerts
+        or recorder.write_error
+    )
+
+
+class _SignalAtExit:
+    """Ends the process by ``signum`` (once set) at exit, as python ends itself by
+    SIGINT after an uncaught KeyboardInterrupt, so that the parent sees the signal
+    (-2; a shell shows 130). At exit, not at once: the exit handlers registered after
+    this one (the script's, torch's) run first, as they would under python."""
+
+    signum: int | None = None
+
+    def __call__(self) -> None:
+        if self.signum is None:
+            return
+        logging = sys.modules.get("logging")
+        if logging is not None:  # its exit handler was registered before this one
+            logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # closed or broken by the script
+                stream.flush()
+        signal.signal(self.signum, signal.SIG_DFL)
+        os.kill(os.getpid(), self.signum)
 
 
 def _status_printer(prefix: str, quiet: bool) -> Callable[[str], None]:
@@ -179,10 +284,9 @@ def _status_printer(prefix: str, quiet: bool) -> Callable[[str], None]:
     return lambda msg: click.echo(f"{prefix}{msg}", err=True)
 
 
-def _misplaced_hint(prefix: str, target: str, script_args: list[str], empty: Path | None) -> None:
+def _misplaced_hint(prefix: str, target: str, script_args: list[str]) -> None:
     """The script exited 2 (a usage error) before any module call: if hookdbg's own
-    options were among its arguments, say where they go, and remove ``empty``, a file
-    named for this run that holds nothing."""
+    options were among its arguments, say where they go."""
     misplaced, rest = _misplaced_options(script_args)
     if not misplaced:
         return
@@ -192,9 +296,6 @@ def _misplaced_hint(prefix: str, target: str, script_args: list[str], empty: Pat
         f"options were given after it: they go before the script, as in `{fixed}`",
         err=True,
     )
-    if empty is not None:
-        empty.unlink(missing_ok=True)
-        click.echo(f"{prefix}removed {empty}: nothing was recorded in it", err=True)
 
 
 def _misplaced_options(script_args: list[str]) -> tuple[list[str], list[str]]:

@@ -80,8 +80,9 @@ def nan_breakpoint(alert: Alert) -> None:
 class Actions:
     """What happens to the origins the hooks find: ``alert`` queues one with the live
     objects a debugger would want, and ``act`` (run by each hook after its error guard,
-    so that an action may raise into the training code) records them, warns once per
-    origin, writes the flight recorder's tensors, then does what --on-nan asks."""
+    so that an action may raise into the training code) records them, reports each
+    new origin (``report``: a line that --quiet does not hide; ``warn`` is a status
+    line), writes the flight recorder's tensors, then does what --on-nan asks."""
 
     def __init__(
         self,
@@ -90,6 +91,7 @@ class Actions:
         detector: OriginDetector,
         on_nan: str,
         warn: Callable[[str], None],
+        report: Callable[[str], None],
         handoff: Callable[[], None],
         flight: FlightRecorder | None,
         path: Path,
@@ -99,6 +101,7 @@ class Actions:
         self.detector = detector
         self.on_nan = on_nan
         self.warn = warn
+        self.report = report
         self.handoff = handoff
         self.flight = flight
         self.path = path
@@ -132,7 +135,7 @@ class Actions:
                     self.rows.alerts.append(alert.row())
                 if new:
                     new_origin = new_origin or alert
-                    self.warn(alert.message())
+                    self.report(alert.message())
                     with guard.lock:
                         self._fly(alert)
             if action != "warn" and actions:
@@ -147,7 +150,7 @@ class Actions:
             if interactive():
                 nan_breakpoint(new_origin)
                 return
-            self.warn(
+            self.report(
                 "--on-nan break needs a terminal to type into (stdin is not one); stopping instead"
             )
             stop_at = new_origin

@@ -120,7 +120,15 @@ class Recorder:
         self._capturer = Capturer(options, self.warn) if options.capture else None
         self._handoff = handoff = Handoff(rows, min(0.5, options.flush_interval / 2))
         self.actions = Actions(
-            guard, rows, detector, options.on_nan, self.warn, handoff, flight, self.path
+            guard,
+            rows,
+            detector,
+            options.on_nan,
+            self.warn,
+            self.report,
+            handoff,
+            flight,
+            self.path,
         )
         per_call = accelerated.chosen()  # in C where it is built
         self.observer = observer = per_call.observer(
@@ -386,8 +394,13 @@ class Recorder:
         return self._writer.steps_written if self._writer else 0
 
     def warn(self, message: str) -> None:
+        """A status line on stderr; ``quiet`` hides it."""
         if not self.options.quiet:
-            print(f"{status_prefix()}{message}", file=sys.stderr, flush=True)
+            self.report(message)
+
+    def report(self, message: str) -> None:
+        """A line on stderr that ``quiet`` does not hide: what a NaN/inf origin says."""
+        print(f"{status_prefix()}{message}", file=sys.stderr, flush=True)
 
     def _on_new_module(self, info: ModuleInfo, obj: object) -> None:
         self.rows.modules.append(info.row())

@@ -1,6 +1,7 @@
 """``hookdbg record`` behaves like ``python`` for the script, and fails cleanly on bad input."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -90,13 +91,20 @@ def test_non_int_exit_value_is_printed_like_python(tmp_path):
         (["--every", "0", "{probe}"], "--every must be at least 1"),
         (["-o", "{tmp}/nodir/run.h5", "{probe}"], "cannot create"),
         (["-o", "{tmp}", "{probe}"], "is a directory"),
+        (["-o", "{probe}", "{probe}"], "already exists; pass --force"),
         (["--flush-interval", "inf", "{probe}"], "--flush-interval must be from"),
         (["--flight-recorder", "nan", "{probe}"], "--flight-recorder must be 0 (off) or"),
     ],
 )
 def test_bad_input_is_one_clean_line_and_exit_2(tmp_path, probe, args, message):
+    """Refused before torch is imported (that alone takes seconds): here any import of
+    torch fails."""
+    no_torch = tmp_path / "no_torch" / "torch"
+    no_torch.mkdir(parents=True)
+    (no_torch / "__init__.py").write_text("raise ImportError('torch was imported')\n")
+    path = os.pathsep.join(p for p in (str(no_torch.parent), os.environ.get("PYTHONPATH")) if p)
     args = [a.format(probe=probe, tmp=tmp_path) for a in args]
-    out = hookdbg("record", *args, cwd=tmp_path)
+    out = hookdbg("record", *args, cwd=tmp_path, env={"PYTHONPATH": path})
     assert out.returncode == 2, out.stderr
     assert message in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
@@ -171,12 +179,12 @@ def test_hookdbg_options_after_the_script_are_pointed_out(tmp_path):
     )
     assert out.returncode == 2  # the script's own exit status, from argparse
     assert "unrecognized arguments: -o x.h5 --level timing" in out.stderr
-    hint, removed = out.stderr.strip().splitlines()[-2:]
+    removed, hint = out.stderr.strip().splitlines()[-2:]
     assert hint.startswith("hookdbg: the script exited with status 2 before any module call")
     assert f"`hookdbg record -o x.h5 --level timing {script} --epochs 3`" in hint
     # the file named for this run holds nothing: it is not left behind
-    assert removed.startswith("hookdbg: removed hookdbg-train.") and removed.endswith(
-        ": nothing was recorded in it"
+    assert removed.startswith(
+        "hookdbg: nothing recorded (no module call, step or alert): removed hookdbg-train."
     )
     assert not list(tmp_path.glob("*.h5"))
 
