@@ -3,9 +3,9 @@
  * torch and numpy compute min/max, sum and sum of squares in three passes and three
  * dispatches; on the small tensors of a real model the dispatch (2.5-5 us each) is
  * most of the cost, and on large ones each pass reads the tensor again from memory.
- * This reads it once: min and max over the finite values, their sum and sum of squares
- * (in double, shifted by the first finite value so that a tensor whose spread is tiny
- * next to its mean keeps its digits), and the counts of NaN, +inf, -inf and zeros.
+ * This reads it once: min and max over the finite values, their mean, population std
+ * (ddof 0) and L2 norm as exact as a float64 two-pass computation (see ``Acc``), and
+ * the counts of NaN, +inf, -inf and zeros.
  *
  * summary(address, n, kind, shape, dtype)
  *     -> (shape, dtype, "cpu", n, min, max, mean, std, norm, nan, posinf, neginf, zero_frac)
@@ -73,116 +73,267 @@ static inline float from_f16(uint16_t h) {
     return f;
 }
 
+/* The finite values seen so far: their range, mean, M2 (the sum of squared deviations
+ * from their mean) and counts. Values are read in blocks; each block's sums of y and
+ * y^2 (y = x - c, in double, where the squares of float32 values are exact) give its
+ * mean and M2, and Chan's formula merges those into the totals. The shift c is 0 while
+ * the mean so far is no larger than the std so far (most tensors of a model: the sums
+ * then lose at most a bit to cancellation), and otherwise the mean so far (1e7 plus
+ * noise: y is then as small as the noise); the first block's from its first values.
+ * The mean is kept as an unevaluated sum of two
+ * doubles (mean + mean_lo), so that the differences of means Chan's formula needs are
+ * taken between small numbers. Float32 sums, as numpy's and torch's own reductions of
+ * float32 take them, lose 1e-7 of the mean and the std; these agree with a float64
+ * two-pass reference to about 1e-14 relative (adversarial data: offsets of 1e7, mixed
+ * magnitudes, outliers first; tested in tests/recorder/test_engines.py), and cost one
+ * pass over memory. */
 typedef struct {
-    double lo, hi, shift, s1, s2;
+    double lo, hi, mean, mean_lo, m2;
     int64_t finite, nan, posinf, neginf, zeros;
 } Acc;
 
-static inline void add(Acc *a, double x) {
-    if (isnan(x)) {
-        a->nan++;
-        return;
-    }
-    if (isinf(x)) {
-        if (x > 0)
-            a->posinf++;
-        else
-            a->neginf++;
-        return;
-    }
+/* One block's finite values about a shift c: their range and zero count, the sums of
+ * y = x - c and of y^2. */
+typedef struct {
+    double lo, hi, s, q;
+    int64_t n, zeros;
+} Part;
+
+/* Values a block (the merge and the lanes' sums cost about 100 cycles a block: a
+ * tenth of the pass at 2048 values, a fortieth at 8192); values a block holding NaN
+ * or inf is gathered from at a time (``scratch``, on the stack); lanes. */
+enum { BLOCK = 8192, SCRATCH = 2048, LANES = 16 };
+
+/* mean^2 <= CENTRED * variance: no shift (the sum of squares then cancels at most a
+ * factor 1 + CENTRED against the square of the sum: a bit; at 16, a tensor whose first
+ * block straddles 0 and 1e7 is off by 5e-14) */
+static const double CENTRED = 1.0;
+
+/* Chan et al.: M2 of a union = M2_a + M2_b + delta^2 * n_a * n_b / (n_a + n_b), delta
+ * the difference of the two means, taken between small numbers (the block's mean less
+ * c, the low part of the mean so far) where c is the mean so far. */
+static void merge(Acc *a, const Part *b, double c) {
+    if (b->n == 0) return;
+    double nb = (double)b->n, mu = b->s / nb; /* the block's mean, less c */
+    double m2 = isfinite(b->q) ? b->q - b->s * mu : b->q; /* inf: values too large */
+    if (m2 < 0.0) m2 = 0.0;
+    double mean = c, t = mu;
     if (a->finite == 0) {
-        a->lo = a->hi = a->shift = x;
+        a->m2 = m2;
+        a->lo = b->lo;
+        a->hi = b->hi;
+    } else {
+        double na = (double)a->finite, w = nb / (na + nb);
+        double delta = (c - a->mean) + (mu - a->mean_lo);
+        a->m2 += m2 + delta * delta * (na * w);
+        mean = a->mean;
+        t = a->mean_lo + delta * w;
+        if (b->lo < a->lo) a->lo = b->lo;
+        if (b->hi > a->hi) a->hi = b->hi;
     }
-    a->zeros += (x == 0.0);
-    if (x < a->lo) a->lo = x;
-    if (x > a->hi) a->hi = x;
-    double d = x - a->shift;
-    a->s1 += d;
-    a->s2 += d * d;
-    a->finite++;
+    double sum = mean + t, v = sum - mean; /* TwoSum: mean + t exactly, in two parts */
+    a->mean = sum;
+    a->mean_lo = (mean - (sum - v)) + (t - v);
+    a->finite += b->n;
+    a->zeros += b->zeros;
 }
 
-#define LOOP(TYPE, CONVERT)                                    \
-    do {                                                       \
-        const TYPE *p = (const TYPE *)data;                    \
-        for (Py_ssize_t i = 0; i < n; i++) add(&acc, CONVERT(p[i])); \
-    } while (0)
-
-/* float32, the common case: blocks of 16 independent lanes the compiler turns into SIMD
- * instructions, summed into the double accumulators per block; a block that holds a
- * non-finite value (or whose float sums overflow) is redone element by element. A NaN or
- * an inf makes its lane's sum non-finite for good (NaN and inf absorb every addition), so
- * the sums' check at the block's end finds it: no separate test per value, which would
- * cost the loop a seventh of its speed (it is bound by vector instructions, eight a vector). */
-enum { BLOCK = 2048, LANES = 16 };
-
-/* Built for AVX2 as well where the toolchain can (x86-64, glibc's ifuncs, a compiler
- * with target_clones): the loader picks the clone the CPU runs, eight lanes a vector
- * instead of SSE2's four. Elsewhere the one portable build. */
+/* Built for x86-64-v3 (AVX2 and FMA) as well where the toolchain can (x86-64, glibc's
+ * ifuncs, GCC 12 or later; AVX2 alone with other compilers that clone): the loader
+ * picks the clone the CPU runs, eight floats (four doubles) a vector instead of
+ * SSE2's four (two). Elsewhere the one portable build. Every lane adds in the order
+ * the source gives; fused multiply-adds (a fifth faster here) round a square and its
+ * sum once instead of twice, which changes nothing where the square is exact (float32
+ * values read about 0, as most are), and the last bits elsewhere. */
 #if defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#define CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
 #define CLONES __attribute__((target_clones("avx2", "default")))
+#endif
 #endif
 #endif
 #ifndef CLONES
 #define CLONES
 #endif
 
-CLONES static void f32_block(Acc *a, const float *p, Py_ssize_t n) {
-    if (a->finite == 0) { /* the shift: the first finite value */
-        for (Py_ssize_t i = 0; i < n; i++) {
-            if (isfinite(p[i])) {
-                a->lo = a->hi = a->shift = p[i];
-                break;
-            }
-        }
+/* The sum of LANES lanes, pairwise: the same order in every build. */
+static inline double lanes_total(double *s) {
+    for (int half = LANES / 2; half > 0; half /= 2)
+        for (int j = 0; j < half; j++) s[j] += s[j + half];
+    return s[0];
+}
+
+/* A block's Part about ``c`` (SHIFT is ``-c``) or about 0 (SHIFT is empty: no
+ * subtraction, a fifth faster), in one pass: 1, or 0 where a sum is not finite (a NaN
+ * or an inf among the values: NaN and inf absorb every addition, so no test per value
+ * is needed; or, for float64, squares past the largest double). The sums take LANES
+ * lanes in double, range and zero count half as many in the values' own type, fed two
+ * values at a time: so that every lane stays in a register of AVX2's sixteen. The last
+ * n % LANES values go apart, for the same reason. */
+#define MOMENTS(NAME, TYPE, SHIFT)                                             \
+    CLONES static int NAME(Part *out, const TYPE *p, Py_ssize_t n, double c) { \
+        enum { HALF = LANES / 2 };                                             \
+        TYPE lo[HALF], hi[HALF];                                               \
+        double s[LANES], q[LANES];                                             \
+        int32_t zeros[HALF];                                                   \
+        (void)c;                                                               \
+        for (int j = 0; j < LANES; j++) s[j] = q[j] = 0.0;                     \
+        for (int j = 0; j < HALF; j++) {                                       \
+            lo[j] = (TYPE)INFINITY;                                            \
+            hi[j] = (TYPE)-INFINITY;                                           \
+            zeros[j] = 0;                                                      \
+        }                                                                      \
+        Py_ssize_t i = 0;                                                      \
+        for (; i + LANES <= n; i += LANES) {                                   \
+            for (int j = 0; j < HALF; j++) {                                   \
+                TYPE a = p[i + j], b = p[i + HALF + j];                        \
+                TYPE small = a < b ? a : b, large = a > b ? a : b;             \
+                lo[j] = small < lo[j] ? small : lo[j];                         \
+                hi[j] = large > hi[j] ? large : hi[j];                         \
+                zeros[j] += (a == 0) + (b == 0);                               \
+                double ya = (double)a SHIFT, yb = (double)b SHIFT;             \
+                s[j] += ya;                                                    \
+                s[j + HALF] += yb;                                             \
+                q[j] += ya * ya;                                               \
+                q[j + HALF] += yb * yb;                                        \
+            }                                                                  \
+        }                                                                      \
+        TYPE tail_lo = lo[0], tail_hi = hi[0];                                 \
+        double tail_s = 0.0, tail_q = 0.0;                                     \
+        int64_t tail_zeros = 0;                                                \
+        for (; i < n; i++) {                                                   \
+            TYPE x = p[i];                                                     \
+            tail_lo = x < tail_lo ? x : tail_lo;                               \
+            tail_hi = x > tail_hi ? x : tail_hi;                               \
+            tail_zeros += (x == 0);                                            \
+            double y = (double)x SHIFT;                                        \
+            tail_s += y;                                                       \
+            tail_q += y * y;                                                   \
+        }                                                                      \
+        out->s = lanes_total(s) + tail_s;                                      \
+        out->q = lanes_total(q) + tail_q;                                      \
+        out->lo = tail_lo;                                                     \
+        out->hi = tail_hi;                                                     \
+        out->zeros = tail_zeros;                                               \
+        for (int j = 0; j < HALF; j++) {                                       \
+            if (lo[j] < out->lo) out->lo = lo[j];                              \
+            if (hi[j] > out->hi) out->hi = hi[j];                              \
+            out->zeros += zeros[j];                                            \
+        }                                                                      \
+        out->n = n;                                                            \
+        return isfinite(out->s) && isfinite(out->q);                           \
     }
-    const float k = (float)a->shift;
-    float lo[LANES], hi[LANES], s1[LANES], s2[LANES];
-    int32_t zeros[LANES];
-    for (int j = 0; j < LANES; j++) {
-        lo[j] = hi[j] = k;
-        s1[j] = s2[j] = 0.0f;
-        zeros[j] = 0;
+
+MOMENTS(f32_plain, float, )
+MOMENTS(f32_shifted, float, -c)
+MOMENTS(f64_plain, double, )
+MOMENTS(f64_shifted, double, -c)
+
+/* Whether a block's sums are about a shift too far from its mean to give its M2. */
+static int off_centre(const Part *b) {
+    double mu = b->s / (double)b->n, m2 = b->q - b->s * mu;
+    return mu * mu * (double)b->n > CENTRED * m2;
+}
+
+/* The shift of the first block, guessed from its first LANES values: 0 where they
+ * lie around 0, their mean where they do not. */
+#define FIRST_SHIFT(NAME, TYPE)                                                \
+    static double NAME(const TYPE *p, Py_ssize_t n) {                          \
+        Py_ssize_t k = n < LANES ? n : LANES;                                  \
+        double mean = 0.0, m2 = 0.0;                                           \
+        for (Py_ssize_t i = 0; i < k; i++) mean += (double)p[i];               \
+        mean /= (double)k;                                                     \
+        for (Py_ssize_t i = 0; i < k; i++) {                                   \
+            double d = (double)p[i] - mean;                                    \
+            m2 += d * d;                                                       \
+        }                                                                      \
+        int off = isfinite(mean) && mean * mean * (double)k > CENTRED * m2;    \
+        return off ? mean : 0.0;                                               \
     }
-    Py_ssize_t i = 0;
-    for (; i + LANES <= n; i += LANES) {
-        for (int j = 0; j < LANES; j++) {
-            float x = p[i + j];
-            lo[j] = x < lo[j] ? x : lo[j];
-            hi[j] = x > hi[j] ? x : hi[j];
-            float d = x - k;
-            s1[j] += d;
-            s2[j] += d * d;
-            zeros[j] += (x == 0.0f);
-        }
+
+FIRST_SHIFT(f32_first_shift, float)
+FIRST_SHIFT(f64_first_shift, double)
+
+/* A block's Part, about the shift it stores in ``c``: 1, or 0 where a sum is not
+ * finite (the Part is filled all the same). The others are read about 0 or the mean so
+ * far; the first, which has no mean so far, about its first values' guess, and again
+ * about its own mean where that guess leaves it off centre (an outlier first). */
+#define BLOCK_PART(NAME, TYPE, PLAIN, SHIFTED, FIRST)                                 \
+    static int NAME(const Acc *a, Part *b, const TYPE *p, Py_ssize_t n, double *c) { \
+        if (a->finite == 0) {                                                         \
+            *c = FIRST(p, n);                                                         \
+            int finite = *c == 0.0 ? PLAIN(b, p, n, 0.0) : SHIFTED(b, p, n, *c);      \
+            if (!finite || !off_centre(b)) return finite;                             \
+            *c += b->s / (double)b->n;                                                \
+            return SHIFTED(b, p, n, *c);                                              \
+        }                                                                             \
+        double var = a->m2 / (double)a->finite;                                       \
+        *c = a->mean * a->mean <= CENTRED * var ? 0.0 : a->mean;                      \
+        return *c == 0.0 ? PLAIN(b, p, n, 0.0) : SHIFTED(b, p, n, *c);                \
     }
-    float t1 = 0.0f, t2 = 0.0f;
-    for (int j = 0; j < LANES; j++) {
-        t1 += s1[j];
-        t2 += s2[j];
+
+BLOCK_PART(f32_part, float, f32_plain, f32_shifted, f32_first_shift)
+BLOCK_PART(f64_part, double, f64_plain, f64_shifted, f64_first_shift)
+
+/* At most SCRATCH values holding NaN or inf (or float64 values whose squares pass the
+ * largest double): the non-finite ones counted, the finite ones gathered in ``finite``
+ * (SCRATCH doubles; it may be ``p`` itself) and summarised. Rare. */
+static void mixed_block(Acc *a, const double *p, Py_ssize_t n, double *finite) {
+    Py_ssize_t m = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        double x = p[k];
+        if (isnan(x))
+            a->nan++;
+        else if (isinf(x))
+            x > 0 ? a->posinf++ : a->neginf++;
+        else
+            finite[m++] = x;
     }
-    if (!isfinite(t1) || !isfinite(t2)) { /* rare: the exact way */
-        for (Py_ssize_t m = 0; m < n; m++) add(a, p[m]);
+    if (m == 0) return;
+    Part part;
+    double c;
+    f64_part(a, &part, finite, m, &c); /* past the largest double: inf, as numpy says */
+    merge(a, &part, c);
+}
+
+/* One block of at most BLOCK values; ``scratch`` holds SCRATCH doubles. */
+static void f32_block(Acc *a, const float *p, Py_ssize_t n, double *scratch) {
+    Part part;
+    double c;
+    if (f32_part(a, &part, p, n, &c)) {
+        merge(a, &part, c);
         return;
     }
-    for (int j = 0; j < LANES; j++) {
-        if (lo[j] < a->lo) a->lo = lo[j];
-        if (hi[j] > a->hi) a->hi = hi[j];
-        a->zeros += zeros[j];
+    for (Py_ssize_t at = 0; at < n; at += SCRATCH) {
+        Py_ssize_t size = n - at < SCRATCH ? n - at : SCRATCH;
+        for (Py_ssize_t k = 0; k < size; k++) scratch[k] = (double)p[at + k];
+        mixed_block(a, scratch, size, scratch);
     }
-    double d1 = 0.0, d2 = 0.0;
-    for (int j = 0; j < LANES; j++) {
-        d1 += s1[j];
-        d2 += s2[j];
+}
+
+static void f64_block(Acc *a, const double *p, Py_ssize_t n, double *scratch) {
+    Part part;
+    double c;
+    if (f64_part(a, &part, p, n, &c)) {
+        merge(a, &part, c);
+        return;
     }
-    a->s1 += d1;
-    a->s2 += d2;
-    a->finite += i;
-    for (; i < n; i++) add(a, p[i]);
+    for (Py_ssize_t at = 0; at < n; at += SCRATCH)
+        mixed_block(a, p + at, n - at < SCRATCH ? n - at : SCRATCH, scratch);
 }
 
 #define AS_DOUBLE(x) ((double)(x))
+
+/* A block of half-precision values, widened to double in ``scratch`` and summarised
+ * there (tensors of more than stats._HALF_WIDE are widened to float32 by torch first). */
+#define WIDEN(CONVERT)                                                            \
+    do {                                                                          \
+        const uint16_t *h = (const uint16_t *)data + at;                          \
+        for (Py_ssize_t k = 0; k < size; k++) scratch[k] = (double)CONVERT(h[k]); \
+        f64_block(&acc, scratch, size, scratch);                                  \
+    } while (0)
 
 #define INT_LOOP(TYPE)                                         \
     do {                                                       \
@@ -283,30 +434,28 @@ static PyObject *summary(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 
     Acc acc;
     memset(&acc, 0, sizeof acc);
+    double scratch[SCRATCH];
     if (n >= 32768) released = PyEval_SaveThread();
-    switch (kind) {
-        case F32:
-            for (Py_ssize_t at = 0; at < n; at += BLOCK)
-                f32_block(&acc, (const float *)data + at, n - at < BLOCK ? n - at : BLOCK);
-            break;
-        case F64: LOOP(double, AS_DOUBLE); break;
-        case F16: LOOP(uint16_t, from_f16); break;
-        default: LOOP(uint16_t, from_bf16); break;
+    Py_ssize_t step = kind == F32 || kind == F64 ? BLOCK : SCRATCH;
+    for (Py_ssize_t at = 0; at < n; at += step) {
+        Py_ssize_t size = n - at < step ? n - at : step;
+        switch (kind) {
+            case F32: f32_block(&acc, (const float *)data + at, size, scratch); break;
+            case F64: f64_block(&acc, (const double *)data + at, size, scratch); break;
+            case F16: WIDEN(from_f16); break;
+            default: WIDEN(from_bf16); break;
+        }
     }
     if (released) PyEval_RestoreThread(released);
 
     double lo = NAN, hi = NAN, mean = NAN, std = NAN, norm = NAN;
     if (acc.finite > 0) {
         double m = (double)acc.finite;
-        double dm = acc.s1 / m;
-        double var = acc.s2 / m - dm * dm;
         lo = acc.lo;
         hi = acc.hi;
-        mean = acc.shift + dm;
-        std = (lo == hi || var <= 0) ? 0.0 : sqrt(var);
-        /* sum of squares of the values, from the shifted sums */
-        double sq = acc.s2 + 2.0 * acc.shift * acc.s1 + m * acc.shift * acc.shift;
-        norm = sqrt(sq > 0 ? sq : 0.0);
+        mean = acc.mean + acc.mean_lo;
+        std = lo == hi ? 0.0 : sqrt(acc.m2 / m); /* the population std: ddof = 0 */
+        norm = sqrt(acc.m2 + m * mean * mean);  /* the sum of squares: M2 + n * mean^2 */
     }
     return summary_tuple(shape, dtype, n, lo, hi, mean, std, norm, (long long)acc.nan,
                          (long long)acc.posinf, (long long)acc.neginf,

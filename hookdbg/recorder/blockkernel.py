@@ -17,16 +17,24 @@ import triton.language as tl
 def block_stats(x, rows, first_row, numel, per_program, BLOCK: tl.constexpr, COLUMNS: tl.constexpr):
     """Program ``p`` summarises ``x[p * per_program : (p + 1) * per_program]`` (a flat
     view in the tensor's own dtype) into row ``first_row + p`` of ``rows`` (float64,
-    ``COLUMNS`` wide: min, max, sum, M2, NaN, +inf, -inf, zeros, element count).
+    ``COLUMNS`` wide: min, max, sum, M2, NaN, +inf, -inf, zeros, element count, and
+    the sum of x - shift).
 
     Per BLOCK-sized chunk the mean and the sum of squared deviations are exact two-pass
     values in float64; Chan's formula merges them into the program's running totals, so
-    a large mean never cancels the spread. Min, max and the counts are kept per lane and
-    reduced once at the end. Lanes past the end are masked out of every statistic.
+    a large mean never cancels the spread. Its means are of x - shift, where the shift
+    is the tensor's first value in every program: the differences of means it takes
+    are then between numbers as small as the spread, not as large as the mean (a mean
+    of 1e7 is rounded by 1e-9, which puts such a difference for 1e7 plus unit noise
+    off by 1e-10 of the std). The sum of x is kept apart: rebuilt from x - shift it
+    would cancel where the shift is far from the mean (an outlier first). It, min, max
+    and the counts are kept per lane and reduced once at the end. Lanes past the end
+    are masked out of every statistic.
     """
     program = tl.program_id(0).to(tl.int64)
     start = program * per_program
     end = tl.minimum(start + per_program, numel)
+    shift = tl.load(x).to(tl.float64)
     lanes = tl.arange(0, BLOCK)
     lo = tl.full([BLOCK], float("inf"), tl.float64)
     hi = tl.full([BLOCK], float("-inf"), tl.float64)
@@ -35,20 +43,23 @@ def block_stats(x, rows, first_row, numel, per_program, BLOCK: tl.constexpr, COL
     neginf = tl.zeros([BLOCK], tl.int32)
     zeros = tl.zeros([BLOCK], tl.int32)
     count = tl.zeros([], tl.float64)
-    total = tl.zeros([], tl.float64)
+    total = tl.zeros([BLOCK], tl.float64)  # of x
+    shifted = tl.zeros([], tl.float64)  # of x - shift
     m2 = tl.zeros([], tl.float64)
     for offset in range(start, end, BLOCK):
         index = offset + lanes
         inside = index < end
         v = tl.load(x + index, mask=inside, other=0.0).to(tl.float64)
         n = tl.minimum(end - offset, BLOCK).to(tl.float64)
-        chunk_sum = tl.sum(v, axis=0)  # masked lanes hold 0
-        deviation = tl.where(inside, v - chunk_sum / n, 0.0)
+        y = tl.where(inside, v - shift, 0.0)
+        chunk_sum = tl.sum(y, axis=0)
+        deviation = tl.where(inside, y - chunk_sum / n, 0.0)
         chunk_m2 = tl.sum(deviation * deviation, axis=0)
         # Chan: M2 of the union = M2_a + M2_b + delta^2 * n_a * n_b / (n_a + n_b)
-        delta = chunk_sum / n - total / tl.maximum(count, 1.0)
+        delta = chunk_sum / n - shifted / tl.maximum(count, 1.0)
         m2 += chunk_m2 + delta * delta * (count * n / (count + n))
-        total += chunk_sum
+        shifted += chunk_sum
+        total += v  # masked lanes hold 0
         count += n
         is_nan = v != v
         number = inside & ~is_nan
@@ -61,10 +72,11 @@ def block_stats(x, rows, first_row, numel, per_program, BLOCK: tl.constexpr, COL
     row = rows + (first_row + program) * COLUMNS
     tl.store(row + 0, tl.min(lo, axis=0))
     tl.store(row + 1, tl.max(hi, axis=0))
-    tl.store(row + 2, total)
+    tl.store(row + 2, tl.sum(total, axis=0))
     tl.store(row + 3, m2)
     tl.store(row + 4, tl.sum(nan, axis=0).to(tl.float64))
     tl.store(row + 5, tl.sum(posinf, axis=0).to(tl.float64))
     tl.store(row + 6, tl.sum(neginf, axis=0).to(tl.float64))
     tl.store(row + 7, tl.sum(zeros, axis=0).to(tl.float64))
     tl.store(row + 8, count)
+    tl.store(row + 9, shifted)

@@ -10,15 +10,17 @@ resnet18 at 224x224 (batch 64) cost 13.8 times as much recorded as not.
 How: a tensor of more than ``LARGE`` elements is read once, in its own dtype, by the
 Triton kernel of blockkernel.py: at most ``PROGRAMS`` programs, each over a contiguous
 range of whole ``BLOCK``-sized chunks. Each program writes one float64 row (min, max,
-sum, M2 about its mean, NaN, +inf, -inf and zero counts, its element count) into the
-step's ``Partials``, a buffer of ``CAPACITY`` rows on the device; a full one is combined
-and another started. The kernel writes its own element counts, so that the host never
+sum, M2 about its mean, NaN, +inf, -inf and zero counts, its element count, and the
+sum of x - shift, the shift being the tensor's first value) into the step's
+``Partials``, a buffer of ``CAPACITY`` rows on the device; a full one is combined and
+another started. The kernel writes its own element counts, so that the host never
 builds a list as long as the partials.
 
 At the flush, ``Partials.combine`` turns each tensor's rows into the raw row that
 ``deferred.arena_stats`` makes, M2 by Chan's formula (the programs' M2 plus
-n_p * (mean_p - mean)^2 for each), in a fixed number of launches however many tensors
-it holds; ``deferred.from_raw`` and all after it are unchanged.
+n_p * (mean_p - mean)^2 for each, the means less the shift, so that no mean of 1e7
+rounds away the spread of its noise), in a fixed number of launches however many
+tensors it holds; ``deferred.from_raw`` and all after it are unchanged.
 
 The kernel reads any tensor whose elements fill one dense block of memory, whatever
 their order (contiguous, channels_last, a transpose: the statistics do not depend on
@@ -46,7 +48,8 @@ BLOCK = 1024  # elements per chunk: exact two-pass statistics within one
 WARPS = 8  # per program: 4 elements of a chunk per thread (92 registers on sm_90)
 PROGRAMS = 1024  # at most, per tensor: a few per streaming multiprocessor, several times over
 CAPACITY = 1 << 16  # rows of partials (4.5 MB of float64) combined at once
-COLUMNS = 9  # of a partial row: the 8 of deferred.arena_stats, then the element count
+# of a partial row: the 8 of deferred.arena_stats, the element count, the sum less the shift
+COLUMNS = 10
 KERNEL_DEVICES = frozenset({"cuda"})  # device types whose tensors the kernel reads
 DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 
@@ -166,9 +169,9 @@ class Partials:
             return torch.segment_reduce(x, how, lengths=programs, unsafe=True)  # no sync
 
         n = rows[:, 8]
-        sums = per_tensor(rows[:, 2:], "sum")  # sum, M2 within programs, 4 counts, n
-        mean = sums[:, 0] / sums[:, 6]
-        apart = rows[:, 2] / n - mean.repeat_interleave(programs, output_size=self.used)
+        sums = per_tensor(rows[:, 2:], "sum")  # sum, M2s, 4 counts, n, sum less the shift
+        mean = sums[:, 7] / sums[:, 6]  # less the shift, as each program's below
+        apart = rows[:, 9] / n - mean.repeat_interleave(programs, output_size=self.used)
         m2 = sums[:, 1] + per_tensor(n * apart.square(), "sum")
         lo, hi = per_tensor(rows[:, 0], "min"), per_tensor(rows[:, 1], "max")
         raw = torch.stack([lo, hi, sums[:, 0], m2, *sums[:, 2:6].unbind(1)], dim=1)

@@ -8,13 +8,21 @@ The writer thread turns it into an HDF5 row.
 
 Speed matters more here than anywhere else in hookdbg (it runs once per new tensor per
 step). A CPU tensor's statistics come from one pass of a small C function
-(``_cstats.c``): min and max over the finite values, their sum and sum of squares in
-double, the NaN, +inf, -inf and zero counts. Three torch reductions cost three
+(``_cstats.c``): min and max over the finite values, their mean, population std and
+norm, the NaN, +inf, -inf and zero counts. Three torch reductions cost three
 dispatches (2.5-5 us each, most of the cost on a small tensor) and three reads of a
-large one; the C pass costs 0.4 us on a small tensor and 360 us per million floats
-(aminmax + sum + dot: 480 us), and gives the exact zero fraction and finite-only
-statistics at no extra cost. Without the compiled extension (an install that could not
-build it) the torch reductions below are used.
+large one; the C pass costs 0.4 us on a small tensor and about 170 us per million
+floats, and gives the exact zero fraction and finite-only statistics at no extra cost.
+Without the compiled extension (an install that could not build it) the torch
+reductions below are used.
+
+Every path (this one, the torch fallback, the device arena and kernel of deferred.py
+and blockstats.py) gives min and max exactly and mean, population std and norm within
+1e-12 of a float64 two-pass computation over the finite values
+(tests/recorder/test_engines.py), so that a recording does not depend on which path
+made it: float32 sums, numpy's and torch's own reductions of float32 among them, are
+off by 1e-7 of the mean, enough for ``hookdbg diff`` to tell two recordings of one
+seeded run apart.
 
 On a CUDA (or other non-CPU) device nothing may be read back inside a hook: tensors
 are copied into a per-step device buffer and summarised together at the step's end
@@ -189,19 +197,15 @@ def _torch_summary(t: torch.Tensor) -> Summary:
         return _small(t, n)
     v = t.reshape(-1)
     if dtype not in _NATIVE:
-        v = v.float()  # half types: accumulate in float32, not in 8 mantissa bits
+        v = v.float()  # half types: float32 holds them exactly, and torch reduces it fast
     lo_t, hi_t = torch.aminmax(v)
     lo = lo_t.item()
     hi = hi_t.item()
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return _nonfinite_summary(t, v)
-    # float64 accumulators (as the C pass and the device arena have): float32 sums of
-    # a large tensor lose digits, and overflow where the values do not
-    squares = torch.linalg.vector_norm(v, dtype=torch.float64).square().item()
-    total = v.sum(dtype=torch.float64).item()
-    mean = total / n
+    mean, m2 = _moments(v, n)
     return _finite(
-        t, n, lo, hi, mean, _std(v, n, lo, hi, mean, squares), squares, _zero_fraction(v, n)
+        t, n, lo, hi, mean, _std(lo, hi, m2, n), m2 + n * mean * mean, _zero_fraction(v, n)
     )
 
 
@@ -280,35 +284,57 @@ def _one_value(t: torch.Tensor) -> Summary:
 
 
 def _small(t: torch.Tensor, n: int) -> Summary:
+    """A small CPU tensor by numpy (fewer dispatches than torch), in float64 and two
+    passes: a float32 sum is off by 1e-7 of the mean, and ``E[x^2] - mean^2`` loses
+    every digit of a spread that is tiny next to the mean (1e7 plus noise)."""
     a = t.detach().numpy().reshape(-1)
     lo, hi = float(a.min()), float(a.max())
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return _nonfinite_summary(t, t.reshape(-1))
     with np.errstate(over="ignore", invalid="ignore"):  # never a warning in the user's stderr
-        squares = float(np.dot(a, a))
-        total = float(a.sum())
-    if not (math.isfinite(squares) and math.isfinite(total)):  # float32 sums overflowed
-        wide = a.astype(np.float64)
-        squares, total = float(np.dot(wide, wide)), float(wide.sum())
-    mean = total / n
-    std = _std(t, n, lo, hi, mean, squares)
-    return _finite(t, n, lo, hi, mean, std, squares, 1.0 - int(np.count_nonzero(a)) / n)
+        wide = a.astype(np.float64)  # a copy: ``centred`` below is made in its place
+        mean = float(wide.sum()) / n  # pairwise: exact to a few units of the last place
+        centred = np.subtract(wide, mean, out=wide)
+        off = float(centred.sum())  # what the mean's rounding leaves: corrects M2
+        m2 = max(float(np.dot(centred, centred)) - off * off / n, 0.0)
+    return _finite(
+        t,
+        n,
+        lo,
+        hi,
+        mean,
+        _std(lo, hi, m2, n),
+        m2 + n * mean * mean,
+        1.0 - int(np.count_nonzero(a)) / n,
+    )
 
 
-def _std(t: torch.Tensor, n: int, lo: float, hi: float, mean: float, squares: float) -> float:
-    """Population std from the one-pass sums, exact where the shortcut would cancel.
+_CHUNK = 1 << 20  # elements of a float64 temporary of ``_moments`` (8 MB)
 
-    ``E[x^2] - mean^2`` loses every digit when the spread is tiny next to the mean
-    (a constant tensor), so those rare tensors get a two-pass float64.
-    """
-    if lo == hi:
-        return 0.0
-    var = squares / n - mean * mean
-    if var > 1e-4 * mean * mean and math.isfinite(var):
-        return math.sqrt(var)
-    exact = t.reshape(-1).double()
-    centred = exact - exact.mean()
-    return math.sqrt(torch.dot(centred, centred).item() / n)
+
+def _moments(v: torch.Tensor, n: int) -> tuple[float, float]:
+    """(mean, M2) of the ``n`` finite values of the flat tensor ``v``, as a float64
+    two-pass computation gives them: the mean from torch's float64 sum (a cascade sum,
+    exact to a few units of the last place), M2 from the float64 deviations from it, a
+    chunk at a time so that no temporary is larger than 8 MB. One read back, at the
+    end. torch's ``vector_norm`` and ``dot`` sum in long runs on the CPU (off by 4e-11
+    of 16M values), and ``E[x^2] - mean^2`` cancels where the mean is large."""
+    mean = v.sum(dtype=torch.float64) / n
+    parts = []
+    for chunk in v.split(_CHUNK):
+        centred = chunk.to(torch.float64, copy=True).sub_(mean)
+        parts.append(torch.stack([centred.sum(), centred.square_().sum()]))
+    totals = torch.stack(parts).sum(0) if len(parts) > 1 else parts[0]
+    average, off, m2 = torch.cat([mean.reshape(1), totals]).tolist()
+    # the correction term of the corrected two-pass algorithm: what the mean's own
+    # rounding adds to the squares
+    return average, max(m2 - off * off / n, 0.0)
+
+
+def _std(lo: float, hi: float, m2: float, n: int) -> float:
+    """The population std (ddof 0): exactly 0 for a constant tensor, whose M2 may
+    hold the rounding of its mean."""
+    return 0.0 if lo == hi else math.sqrt(m2 / n)
 
 
 def _zero_fraction(v: torch.Tensor, n: int) -> float:
@@ -347,11 +373,9 @@ def _nonfinite_summary(t: torch.Tensor, v: torch.Tensor) -> Summary:
     else:
         lo_t, hi_t = torch.aminmax(finite)
         m = finite.numel()
-        wide = finite.double()  # rare: exact sums, whatever the finite values' size
-        squares = torch.dot(wide, wide).item()
-        mean = wide.sum().item() / m
+        mean, m2 = _moments(finite, m)
         lo, hi = lo_t.item(), hi_t.item()
-        stats = (lo, hi, mean, _std(finite, m, lo, hi, mean, squares), math.sqrt(squares))
+        stats = (lo, hi, mean, _std(lo, hi, m2, m), math.sqrt(m2 + m * mean * mean))
     zero = 1.0 - torch.count_nonzero(v).item() / n
     return (
         shape_of(t),

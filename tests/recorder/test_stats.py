@@ -34,7 +34,7 @@ def test_summary_matches_numpy(shape):
     assert got["shape"] == shape and got["numel"] == t.numel() and got["dtype"] == "float32"
     assert got["device"] == "cpu"
     for key in ("min", "max", "mean", "std", "norm"):
-        assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-6), key
+        assert got[key] == pytest.approx(want[key], rel=1e-12), key
     assert (got["nan"], got["posinf"], got["neginf"]) == (0, 0, 0)
 
 
@@ -43,7 +43,7 @@ def test_std_is_exact_for_constants_and_scalars():
     assert as_dict(stats.summarise(torch.full((1000,), 0.1)))["std"] == 0.0
     # a large mean over a tiny spread: the one-pass shortcut would cancel to noise
     t = torch.randn(5000, generator=torch.Generator().manual_seed(1)) * 1e-3 + 100
-    assert as_dict(stats.summarise(t))["std"] == pytest.approx(reference(t)["std"], rel=1e-4)
+    assert as_dict(stats.summarise(t))["std"] == pytest.approx(reference(t)["std"], rel=1e-12)
 
 
 def test_nonfinite_counts_and_stats_over_finite_values():
@@ -137,7 +137,7 @@ def test_numpy_and_torch_paths_agree(n):
     t[::5] = 0
     got, want = as_dict(stats.summarise(t)), reference(t)
     for key in ("min", "max", "mean", "std", "norm"):
-        assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-6), key
+        assert got[key] == pytest.approx(want[key], rel=1e-12, abs=1e-15), key
     sampled = n > stats.ZERO_SAMPLE  # and no aliasing with the every-5th pattern
     assert got["zero_frac"] == pytest.approx(want["zero_frac"], abs=0.03 if sampled else 1e-9)
 
@@ -178,7 +178,7 @@ def cases() -> list[torch.Tensor]:
 def test_one_pass_summary_matches_a_float64_reference(t):
     got, want = as_dict(stats.summarise(t)), reference(t)
     for key in ("min", "max", "mean", "std", "norm"):
-        assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-12), key
+        assert got[key] == pytest.approx(want[key], rel=1e-12, abs=1e-15), key
     for key in ("nan", "posinf", "neginf"):
         assert got[key] == want[key], key
     assert got["zero_frac"] == pytest.approx(want["zero_frac"], abs=1e-9)
@@ -186,11 +186,11 @@ def test_one_pass_summary_matches_a_float64_reference(t):
 
 @pytest.mark.parametrize("t", cases(), ids=lambda t: f"{t.dtype}-{t.numel()}")
 def test_the_torch_fallback_says_the_same(t):
-    """Installs that could not build the C pass use torch's reductions: same numbers
-    (the zero fraction of large tensors is sampled there)."""
+    """Installs that could not build the C pass use torch's reductions: the same
+    numbers (the zero fraction of large tensors is sampled there)."""
     fast, slow = as_dict(stats.summarise(t)), as_dict(stats._torch_summary(t))
     for key in ("min", "max", "mean", "std", "norm"):
-        assert slow[key] == pytest.approx(fast[key], rel=1e-4, abs=1e-12), key
+        assert slow[key] == pytest.approx(fast[key], rel=1e-12, abs=1e-15), key
     for key in ("nan", "posinf", "neginf", "shape", "dtype", "numel"):
         assert slow[key] == fast[key], key
     assert slow["zero_frac"] == pytest.approx(fast["zero_frac"], abs=0.03)
