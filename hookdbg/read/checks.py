@@ -339,17 +339,18 @@ def checked_tables(
     return out
 
 
-def checked_committed(f: h5py.File, path: Path) -> h5py.Dataset | None:
-    """The per-table committed lengths (None in a schema-1 file, which has none)."""
+def checked_committed(f: h5py.File, path: Path, tables: int) -> h5py.Dataset | None:
+    """The per-table committed lengths, one for each of the first ``tables`` of
+    schema.TABLES (the file's schema version has those); None in a schema-1 file,
+    which has none."""
     if member(f, schema.COMMITTED, schema.COMMITTED, path) is None:
         return None
     ds = checked_dataset(
         f, schema.COMMITTED, schema.COMMITTED, np.dtype("<i8"), path, os.path.getsize(path)
     )
-    if ds.shape != (len(schema.TABLES),):
+    if ds.shape != (tables,):
         raise RecordingError(
-            f"{path} is damaged: {schema.COMMITTED} holds {ds.shape[0]} lengths, expected "
-            f"{len(schema.TABLES)}"
+            f"{path} is damaged: {schema.COMMITTED} holds {ds.shape[0]} lengths, expected {tables}"
         )
     return ds
 

@@ -34,6 +34,11 @@ class Module:
         return self.kind == ModuleKind.OPTIMIZER
 
     @property
+    def is_loss(self) -> bool:
+        """A loss site: where the script calls backward() (its type is file:line)."""
+        return self.kind == ModuleKind.LOSS
+
+    @property
     def is_model_part(self) -> bool:
         """A module of the model (not an optimizer, not a DDP/DataParallel wrapper)."""
         return self.kind == ModuleKind.MODULE

@@ -72,7 +72,16 @@ _ADDED: dict[int, Derived] = {
         schema.END_TABLE: {"write_failed": math.nan, "write_error": b""},
     },
     3: {"steps": {"scale": math.nan, "skipped": 0}},
+    4: {"steps": {"overhead": math.nan}},
 }
+# Tables older schema versions did not have, by the version that added them: read as empty.
+_ADDED_TABLES: dict[int, tuple[str, ...]] = {4: ("losses",)}
+
+
+def _tables_of(version: int) -> list[str]:
+    """The tables a recording of this schema version has (the end row's included)."""
+    missing = {t for added, tables in _ADDED_TABLES.items() if version < added for t in tables}
+    return [name for name in [*schema.TABLES, schema.END_TABLE] if name not in missing]
 
 
 def _derived(version: int) -> Derived:
@@ -101,6 +110,7 @@ def _one_row_per_step(rows: np.ndarray) -> np.ndarray:
         ("skipped", np.add),
         ("backward", np.maximum),
         ("recorded", np.maximum),
+        ("overhead", np.add),
     ):
         out[name] = reduce.reduceat(rows[name], first)
     out["end"] = out["start"] + np.add.reduceat(rows["end"] - rows["start"], first)
@@ -137,11 +147,15 @@ class Recording:
         self._file, _ = open_file(path)
         try:
             self.info = run_info(self._file, path)
-            derived = _derived(self.info.schema_version)
-            dtypes = {name: dtype for name, (dtype, _) in schema.TABLES.items()}
-            dtypes[schema.END_TABLE] = schema.END
+            version = self.info.schema_version
+            derived = _derived(version)
+            known = {name: dtype for name, (dtype, _) in schema.TABLES.items()}
+            known[schema.END_TABLE] = schema.END
+            dtypes = {name: known[name] for name in _tables_of(version)}
             columns = checked_tables(self._file, path, dtypes, derived)
-            self._committed = checked_committed(self._file, path)
+            self._committed = checked_committed(
+                self._file, path, len([n for n in dtypes if n in schema.TABLES])
+            )
             optional = _optional_columns(self._file, path)
             self._tables = {
                 n: Table(
@@ -211,6 +225,7 @@ class Recording:
         self.steps = _one_row_per_step(self.segments[training])
         self.evals = self.segments[~training]
         self._labels: dict[int, str] = {}
+        self._losses: np.ndarray | None = None
         self.alerts = t["alerts"].read()
         self.captures = t["captures"].read()
         self._stored = captures_from(self.captures, self.modules, self.path)
@@ -254,6 +269,7 @@ class Recording:
         row["optimizer_steps"] = opt
         row["recorded"] = 1
         row["scale"] = math.nan  # known when the step ends
+        row["overhead"] = math.nan
         return cast(np.void, row[()])  # a 0-d structured array indexed by () is its record
 
     # -- what is in it --------------------------------------------------------------
@@ -265,6 +281,15 @@ class Recording:
     @property
     def tensors_table(self) -> Table:
         return self._tables["tensors"]
+
+    @property
+    def losses(self) -> np.ndarray:
+        """One row per backward pass: the loss it started from (schema.LOSSES), in the
+        order they ran; empty in a recording made before losses were recorded."""
+        if self._losses is None:
+            table = self._tables.get("losses")
+            self._losses = np.zeros(0, schema.LOSSES) if table is None else table.read()
+        return self._losses
 
     @property
     def histogram_bins(self) -> int:
@@ -415,7 +440,7 @@ class Recording:
         last: int | None = None,
         columns: list[str] | None = None,
     ) -> pd.DataFrame:
-        """One table (tensors, calls, steps, alerts or modules) as a pandas DataFrame,
+        """One table (tensors, calls, steps, alerts, modules or losses) as a pandas DataFrame,
         with names and labels in place of ids and codes: module name and type, phase,
         slot, what each row belongs to (``of``: 'step 3' or 'eval batch 0', and ``kind``
         train or eval). Steps ``first``..``last`` only, if given (eval batches by the

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pandas is optional: imported only by to_pandas
     from hookdbg.read.recording import Recording
     from hookdbg.read.table import Table
 
-TABLES = ("tensors", "calls", "steps", "alerts", "modules")
+TABLES = ("tensors", "calls", "steps", "alerts", "modules", "losses")
 
 _PHASES = np.array([p.label for p in Phase], dtype=object)
 _SLOTS = np.array([s.label for s in Slot], dtype=object)
@@ -134,7 +134,9 @@ def read_rows(
     if table == "modules":
         rows = recording.module_rows
     else:
-        rows = recording.segments if table == "steps" else recording.alerts
+        rows = {"steps": recording.segments, "losses": recording.losses}.get(
+            table, recording.alerts
+        )
         lo = -(2**31) if first is None else first
         hi = 2**31 - 1 if last is None else last
         rows = rows[(rows["step"] >= lo) & (rows["step"] <= hi)]

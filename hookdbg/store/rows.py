@@ -32,7 +32,7 @@ _join = getattr(_packer, "join", None)
 
 _Key = TypeVar("_Key", bound=Hashable)
 
-TABLE_NAMES = ("modules", "calls", "tensors", "steps", "alerts", "captures", "info")
+TABLE_NAMES = ("modules", "calls", "tensors", "steps", "alerts", "captures", "info", "losses")
 
 
 class RowSink(Protocol):
@@ -112,6 +112,7 @@ class Rows:
         self.alerts: RowSink = []
         self.captures: RowSink = []
         self.info: RowSink = []
+        self.losses: RowSink = []
 
     def take(self) -> dict[str, Taken]:
         """The rows gathered so far, by table (empty tables left out); starts afresh."""

@@ -23,8 +23,9 @@ from enum import IntEnum
 import numpy as np
 
 FORMAT = "hookdbg-recording"
-# 2: segments (training steps and eval batches); 3: the GradScaler's steps.scale, .skipped
-SCHEMA_VERSION = 3
+# 2: segments (training steps and eval batches); 3: the GradScaler's steps.scale, .skipped;
+# 4: the losses table, loss sites in modules, steps.overhead, loss alerts
+SCHEMA_VERSION = 4
 
 
 class StepKind(IntEnum):
@@ -60,18 +61,29 @@ class Slot(IntEnum):
     PARAM_GRAD = 4  # a parameter's .grad after accumulation (before any all-reduce)
     PARAM = 5  # a parameter's value after an optimizer step
     STEP_GRAD = 6  # a parameter's .grad as the optimizer step uses it (after all-reduce)
+    LOSS = 7  # what backward() was called on (alerts only: values are in ``losses``)
 
     @property
     def label(self) -> str:
-        return ("input", "output", "grad_output", "grad_input", "param_grad", "param", "step_grad")[
-            self
-        ]
+        return (
+            "input",
+            "output",
+            "grad_output",
+            "grad_input",
+            "param_grad",
+            "param",
+            "step_grad",
+            "loss",
+        )[self]
 
 
 class ModuleKind(IntEnum):
     MODULE = 0
     OPTIMIZER = 1
     WRAPPER = 2  # DistributedDataParallel, DataParallel: transparent, named as its model
+    # a place in the script that calls backward() (hookdbg/recorder/backward.py): named
+    # after what it is called on (``loss``, ``errD``), its type is its file and line
+    LOSS = 3
 
 
 class CaptureReason(IntEnum):
@@ -159,6 +171,29 @@ STEPS = np.dtype(
         ("recorded", "u1"),
         ("scale", "<f8"),  # the loss scale AMP's GradScaler used (NaN: none)
         ("skipped", "<i4"),  # optimizer steps it skipped (their scaled gradients overflowed)
+        # seconds hookdbg's own hooks took on the training thread in it: the segment's
+        # wall time is end - start + overhead (start and end leave hookdbg out)
+        ("overhead", "<f8"),
+    ]
+)
+
+# One row per backward pass the script started (backward() or torch.autograd.grad called
+# outside any other pass): the loss it started from, summarised, and which loss site
+# (a modules row of kind LOSS) called it. ``value`` is the mean of its finite values (the
+# loss itself, for the usual scalar), divided by ``scale`` where a GradScaler had scaled
+# it (NaN: not scaled).
+LOSSES = np.dtype(
+    [
+        ("step", "<i4"),
+        ("segment", "<i4"),
+        ("module", "<i4"),
+        ("index", "<i4"),  # its place among the segment's backward passes
+        ("numel", "<i8"),
+        ("value", "<f8"),
+        ("nan", "<i8"),
+        ("posinf", "<i8"),
+        ("neginf", "<i8"),
+        ("scale", "<f8"),
     ]
 )
 
@@ -234,6 +269,7 @@ TABLES: dict[str, tuple[np.dtype, int]] = {
     "captures": (CAPTURES, 256),
     "progress": (PROGRESS, 1024),
     "info": (INFO, 64),  # facts learned during the run (e.g. the distributed backend)
+    "losses": (LOSSES, 4096),
 }
 # Written in place, never appended: their file space is allocated (and filled) when the
 # file is created, so that they can be written when the disk is full.

@@ -126,10 +126,13 @@ def external(where: str, file: Path, target: str) -> Mutation:
     return mutate
 
 
-def structure_variants(other: Path, tmp: Path) -> Iterator[tuple[str, Mutation]]:
-    """Tables deleted or replaced by a dataset; links that loop or leave the file;
-    data kept outside the file; filters hookdbg never writes."""
-    for table in schema.TABLES:
+def structure_variants(base: Path, other: Path, tmp: Path) -> Iterator[tuple[str, Mutation]]:
+    """Tables deleted or replaced by a dataset (those ``base`` has: an older schema lacks
+    some); links that loop or leave the file; data kept outside the file; filters
+    hookdbg never writes."""
+    with h5py.File(base, "r") as f:
+        tables = [t for t in schema.TABLES if t in f]
+    for table in tables:
 
         def delete(f: h5py.File, table: str = table) -> None:
             del f[table]

@@ -51,7 +51,7 @@ def test_calls_steps_modules_frames(eval_h5):
         assert list(steps[steps["kind"] == "eval"]["of"])[:2] == ["eval batch 0", "eval batch 1"]
         modules = rec.to_pandas("modules")
         assert list(modules["name"]) == [m.name for m in rec.modules]
-        assert set(modules["kind"]) == {"module", "optimizer"}
+        assert set(modules["kind"]) == {"module", "optimizer", "loss"}
 
 
 def test_alerts_frame(nan_h5):

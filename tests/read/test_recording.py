@@ -4,12 +4,14 @@ import hashlib
 import os
 import shutil
 import time
+from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 
 from hookdbg.read import RecordingError, Status, open_recording
+from hookdbg.store import schema
 from tests.helpers import hookdbg, live_recording
 
 
@@ -111,12 +113,24 @@ def test_live_recording_refreshes_then_reads_as_cut_short_after_kill_9(tmp_path)
     assert os.path.getsize(path) > 0
 
 
+def _as_version_3(new: Path, old: Path) -> None:
+    """A copy of a new recording as a version 3 recorder wrote it: no losses table, no
+    steps.overhead, a committed length for each of the eight tables it had."""
+    shutil.copy(new, old)
+    with h5py.File(old, "r+") as f:
+        f.attrs["schema_version"] = 3
+        del f["losses"], f["steps/overhead"]
+        committed = f[schema.COMMITTED][:8]
+        del f[schema.COMMITTED]
+        f[schema.COMMITTED] = committed
+
+
 def test_a_version_2_recording_reads_with_no_gradscaler_columns(mlp_h5, tmp_path):
     """Before schema version 3 the steps table had no ``scale`` and ``skipped``: such a
     file (made here from a new one, as a version 2 recorder wrote it) reads as 'no
     GradScaler'."""
     old = tmp_path / "v2.h5"
-    shutil.copy(mlp_h5, old)
+    _as_version_3(mlp_h5, old)
     with h5py.File(old, "r+") as f:
         f.attrs["schema_version"] = 2
         del f["steps/scale"], f["steps/skipped"]
@@ -124,3 +138,17 @@ def test_a_version_2_recording_reads_with_no_gradscaler_columns(mlp_h5, tmp_path
     assert rec.info.schema_version == 2 and len(rec.steps) > 0
     assert np.isnan(rec.steps["scale"]).all() and (rec.steps["skipped"] == 0).all()
     assert open_recording(mlp_h5).steps["skipped"].dtype == np.int32
+
+
+def test_a_version_3_recording_reads_with_no_losses(mlp_h5, tmp_path):
+    """Before schema version 4 there were no losses and no overhead per step: such a file
+    reads with none, and its reports say nothing of them."""
+    old = tmp_path / "v3.h5"
+    _as_version_3(mlp_h5, old)
+    rec = open_recording(old)
+    assert rec.info.schema_version == 3 and len(rec.steps) == len(open_recording(mlp_h5).steps)
+    assert len(rec.losses) == 0 and rec.losses.dtype == schema.LOSSES
+    assert np.isnan(rec.steps["overhead"]).all()
+    assert len(open_recording(mlp_h5).losses) == 4  # one backward pass per step
+    out = hookdbg("summary", old)
+    assert out.returncode == 0 and "loss " not in out.stdout, out.stdout

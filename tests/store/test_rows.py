@@ -83,7 +83,7 @@ def _taken(buffer) -> dict[str, np.ndarray]:
 def test_rows_hand_over_the_buffers_packed_and_the_lists_as_they_are():
     gathered = rows.Rows()
     gathered.tensors.append(ROWS[0])
-    gathered.steps.append((0, 0, 0, 0.0, 1.0, 3, 1, 1, 1, float("nan"), 0))
+    gathered.steps.append((0, 0, 0, 0.0, 1.0, 3, 1, 1, 1, float("nan"), 0, 0.0))
     taken = gathered.take()
     assert set(taken) == {"tensors", "steps"}  # empty tables are left out
     assert isinstance(taken["tensors"], rows.Packed) and len(taken["tensors"]) == 1

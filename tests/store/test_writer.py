@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from hookdbg.store import rows, schema
+from hookdbg.store.schema import ModuleKind, Phase
 from hookdbg.store.writer import Writer, WriterError, batch_bytes
 from tests.helpers import live_recording, tables
 
@@ -24,12 +25,12 @@ END = {
     "alerts": 0,
     "message": "",
 }
-STEP_ROW = (0, 0, 0, 0.0, 1.0, 3, 1, 1, 1, float("nan"), 0)  # step, segment, kind, ...
+STEP_ROW = (0, 0, 0, 0.0, 1.0, 3, 1, 1, 1, float("nan"), 0, 0.0)  # step, segment, kind, ...
 
 
 def test_rows_are_appended_and_the_end_row_marks_completion(tmp_path):
     writer = Writer(tmp_path / "w.h5", {"format": schema.FORMAT}, flush_interval=0.05)
-    writer.submit({"steps": [STEP_ROW, (1, 1, 0, 1.0, 2.0, 3, 1, 1, 1, float("nan"), 0)]})
+    writer.submit({"steps": [STEP_ROW, (1, 1, 0, 1.0, 2.0, 3, 1, 1, 1, float("nan"), 0, 0.0)]})
     writer.close({**END, "steps": 2, "calls": 6})
     t = tables(tmp_path / "w.h5")
     assert list(t["steps"]["step"]) == [0, 1] and t["end"]["status"][0] == b"complete"
@@ -42,7 +43,7 @@ def test_columns_are_compressed_as_the_format_says(tmp_path):
     """docs/format.md: floats with LZF after shuffle, the rest with gzip after shuffle;
     every value comes back as it went in."""
     writer = Writer(tmp_path / "w.h5", {"format": schema.FORMAT}, flush_interval=0.05)
-    steps = [(s, s, 0, s / 3, float("inf"), 3, 1, 1, 1, float("nan"), 0) for s in range(50)]
+    steps = [(s, s, 0, s / 3, float("inf"), 3, 1, 1, 1, float("nan"), 0, 0.0) for s in range(50)]
     writer.submit({"steps": steps})
     writer.close({**END, "steps": 50})
     with h5py.File(tmp_path / "w.h5", "r") as f:
@@ -135,7 +136,9 @@ def test_kill_9_leaves_a_readable_file_with_what_was_flushed(tmp_path):
         rows = len(tables(path)["calls"])
     t = tables(path)
     assert len(t["calls"]) >= rows and t["end"]["status"][0] == b""  # cut short: not ended
-    calls = t["calls"]["call"][t["calls"]["phase"] != 1]  # forward and optimizer rows
+    sites = t["modules"]["id"][t["modules"]["kind"] == ModuleKind.LOSS]
+    own = (t["calls"]["phase"] != Phase.BWD) | np.isin(t["calls"]["module"], sites)
+    calls = t["calls"]["call"][own]  # forward, optimizer and backward pass rows
     assert len(np.unique(calls)) == len(calls)
     assert np.setdiff1d(np.arange(calls.max() + 1), calls).size <= 3  # in flight at the kill
 
