@@ -104,7 +104,7 @@ static struct {
     X(is_cpu) X(is_contiguous) X(data_ptr) X(layout) X(_py_summarise) X(_check_input)      \
     X(_check_output) X(keep) X(held) X(budget) X(_sizes) X(_entries) X(nbytes)             \
     X(backward_ran) X(_check_grad) X(grad) X(_check_param_grad) X(_enclosing_calls)        \
-    X(grad_finite) X(_backward_hooks) X(_register_hook_dict)
+    X(grad_finite) X(_backward_hooks) X(_register_hook_dict) X(_elsewhere)
 #define DECLARE(n) static PyObject *s_##n;
 NAMES(DECLARE)
 #undef DECLARE
@@ -596,7 +596,7 @@ static PyObject *envelope_leave(Guard *g, double t0, int failed) {
 
 /* -- Call ------------------------------------------------------------------------------- */
 
-static const double NEVER = -1.0 / 0.0;
+static const double LATER = 1.0 / 0.0; /* calls.LATER: a time no interval begins at */
 
 typedef struct {
     PyObject_HEAD
@@ -605,16 +605,13 @@ typedef struct {
     int index;          /* which call of its module in the segment */
     int depth;
     double vstart, total, child_time;
-    double bwd_start; /* first gradient w.r.t. an output arrived (has_bwd_start) */
-    double bwd_end;   /* last gradient w.r.t. an input arrived */
-    double param_end; /* its parameters' gradients were accumulated */
-    char has_bwd_start, grad_on, nan_in, tainted, bad_grad, below_bad, recomputed;
-    char bwd_sure; /* bwd_task ran its backward (calls.py) */
+    double bwd_self;  /* backward time attributed to it (timing.py) */
+    double bwd_first; /* when the first of those intervals began (LATER: none) */
+    char grad_on, nan_in, tainted, bad_grad, below_bad;
     PyObject *info, *parent, *inf_inputs, *inf_below;
     PyObject *module; /* info.id, read once it is needed (NULL until then) */
-    /* backward_rows' scratch: the latest end and the total time of its children */
-    char has_child_end;
-    double child_end, child_total;
+    /* backward_rows' scratch: its children's totals and their first interval */
+    double child_total, child_first;
 } Call;
 
 static PyTypeObject CallType;
@@ -628,13 +625,12 @@ static Call *new_call(long long id, PyObject *info, int index, PyObject *parent,
     c->depth = parent == Py_None ? 0 : ((Call *)parent)->depth + 1;
     c->vstart = vstart;
     c->total = c->child_time = 0.0;
-    c->bwd_start = 0.0;
-    c->bwd_end = c->param_end = NEVER;
-    c->has_bwd_start = 0;
+    c->bwd_self = 0.0;
+    c->bwd_first = LATER;
     c->grad_on = 1;
-    c->nan_in = c->tainted = c->bad_grad = c->below_bad = c->recomputed = c->bwd_sure = 0;
-    c->has_child_end = 0;
-    c->child_end = c->child_total = 0.0;
+    c->nan_in = c->tainted = c->bad_grad = c->below_bad = 0;
+    c->child_total = 0.0;
+    c->child_first = LATER;
     Py_INCREF(info);
     c->info = info;
     Py_INCREF(parent);
@@ -695,23 +691,6 @@ static void Call_dealloc(Call *self) {
     Py_TRASHCAN_END
 }
 
-static PyObject *Call_get_bwd_start(Call *self, void *unused) {
-    if (!self->has_bwd_start) Py_RETURN_NONE;
-    return PyFloat_FromDouble(self->bwd_start);
-}
-
-static int Call_set_bwd_start(Call *self, PyObject *value, void *unused) {
-    if (value == NULL || value == Py_None) {
-        self->has_bwd_start = 0;
-        return 0;
-    }
-    double v = PyFloat_AsDouble(value);
-    if (v == -1.0 && PyErr_Occurred()) return -1;
-    self->bwd_start = v;
-    self->has_bwd_start = 1;
-    return 0;
-}
-
 static PyObject *Call_get_parent(Call *self, void *unused) { return Py_NewRef(self->parent); }
 
 static int Call_set_parent(Call *self, PyObject *value, void *unused) {
@@ -725,8 +704,6 @@ static int Call_set_parent(Call *self, PyObject *value, void *unused) {
 }
 
 static PyGetSetDef Call_getset[] = {
-    {"bwd_start", (getter)Call_get_bwd_start, (setter)Call_set_bwd_start,
-     "first gradient w.r.t. an output arrived (None: not yet)", NULL},
     {"parent", (getter)Call_get_parent, (setter)Call_set_parent, "the call around it", NULL},
     {NULL},
 };
@@ -741,16 +718,14 @@ static PyMemberDef Call_members[] = {
     {"child_time", T_DOUBLE, offsetof(Call, child_time), 0, NULL},
     {"grad_on", T_BOOL, offsetof(Call, grad_on), 0, NULL},
     {"bwd_task", T_LONGLONG, offsetof(Call, bwd_task), 0, NULL},
-    {"bwd_sure", T_BOOL, offsetof(Call, bwd_sure), 0, NULL},
-    {"bwd_end", T_DOUBLE, offsetof(Call, bwd_end), 0, NULL},
-    {"param_end", T_DOUBLE, offsetof(Call, param_end), 0, NULL},
+    {"bwd_self", T_DOUBLE, offsetof(Call, bwd_self), 0, NULL},
+    {"bwd_first", T_DOUBLE, offsetof(Call, bwd_first), 0, NULL},
     {"nan_in", T_BOOL, offsetof(Call, nan_in), 0, NULL},
     {"inf_inputs", T_OBJECT, offsetof(Call, inf_inputs), 0, NULL},
     {"inf_below", T_OBJECT, offsetof(Call, inf_below), 0, NULL},
     {"tainted", T_BOOL, offsetof(Call, tainted), 0, NULL},
     {"bad_grad", T_BOOL, offsetof(Call, bad_grad), 0, NULL},
     {"below_bad", T_BOOL, offsetof(Call, below_bad), 0, NULL},
-    {"recomputed", T_BOOL, offsetof(Call, recomputed), 0, NULL},
     {NULL},
 };
 
@@ -761,21 +736,6 @@ static PyObject *Call_note_inf_below(Call *self, PyObject *birth) {
         Py_SETREF(((Call *)p)->inf_below, birth);
         p = ((Call *)p)->parent;
     }
-    Py_RETURN_NONE;
-}
-
-/* Call.backward_ran */
-static void backward_ran(Call *call) {
-    long long task = call->bwd_task;
-    PyObject *c = (PyObject *)call;
-    while (c != Py_None && !((Call *)c)->bwd_sure && ((Call *)c)->bwd_task == task) {
-        ((Call *)c)->bwd_sure = 1;
-        c = ((Call *)c)->parent;
-    }
-}
-
-static PyObject *Call_backward_ran(Call *self, PyObject *unused) {
-    backward_ran(self);
     Py_RETURN_NONE;
 }
 
@@ -791,8 +751,6 @@ static PyObject *Call_mark_below_bad(Call *self, PyObject *unused) {
 static PyMethodDef Call_methods[] = {
     {"note_inf_below", (PyCFunction)Call_note_inf_below, METH_O,
      "Tell the enclosing calls where an inf made inside them was born."},
-    {"backward_ran", (PyCFunction)Call_backward_ran, METH_NOARGS,
-     "Its backward pass is sure, and so its callers' in that pass."},
     {"mark_below_bad", (PyCFunction)Call_mark_below_bad, METH_NOARGS,
      "Tell every enclosing call that a gradient went non-finite inside it."},
     {NULL},
@@ -1031,6 +989,10 @@ typedef struct {
     long long flight_of; /* the segment they are for (FlightRecorder.new_step made them) */
     PyObject *flight_last; /* the tensor last kept there (borrowed: the entries hold it) */
     char emit_tensors, check_nan, defer_all, capturing, keeping, defer_checks;
+    /* where the current backward pass stands (timing.Mark) */
+    double bwd_mark, bwd_attributed;
+    long long bwd_mark_task;
+    PyObject *bwd_current, *bwd_last; /* Calls, or NULL (None) */
 } TensorPath;
 
 static PyTypeObject TensorPathType;
@@ -1048,6 +1010,8 @@ static int TensorPath_traverse(TensorPath *self, visitproc visit, void *arg) {
     Py_VISIT(self->tensor_rows);
     Py_VISIT(self->flight_entries);
     Py_VISIT(self->flight_sizes);
+    Py_VISIT(self->bwd_current);
+    Py_VISIT(self->bwd_last);
     return 0;
 }
 
@@ -1063,6 +1027,8 @@ static int TensorPath_clear(TensorPath *self) {
     Py_CLEAR(self->tensor_rows);
     Py_CLEAR(self->flight_entries);
     Py_CLEAR(self->flight_sizes);
+    Py_CLEAR(self->bwd_current);
+    Py_CLEAR(self->bwd_last);
     return 0;
 }
 
@@ -1728,6 +1694,32 @@ static PyObject *TensorPath_outputs(TensorPath *self, PyObject *const *args, Py_
 
 /* -- gradients ------------------------------------------------------------------------- */
 
+#define STARTED (-2) /* timing.STARTED: the mark's pass began, its graph task not yet known */
+#define NO_PASS (-3) /* timing.NO_PASS */
+
+/* timing.attribute: an event at v of graph task ``task``; the interval since the last
+ * one goes to the call whose work it was; the next will be ``then``'s (NULL: the pass's) */
+static void attribute(TensorPath *o, double v, long long task, Call *then) {
+    long long held = o->bwd_mark_task;
+    if (held == task || held == STARTED) {
+        double dt = v - o->bwd_mark;
+        Call *call = (Call *)o->bwd_current;
+        if (call != NULL && (PyObject *)call != Py_None) {
+            Py_XSETREF(o->bwd_last, Py_NewRef((PyObject *)call));
+            if (dt > 0.0) {
+                call->bwd_self += dt;
+                o->bwd_attributed += dt;
+                if (v - dt < call->bwd_first) call->bwd_first = v - dt;
+            }
+        }
+    } else {
+        Py_CLEAR(o->bwd_last); /* a pass that began without hookdbg hearing of it */
+    }
+    Py_XSETREF(o->bwd_current, then != NULL ? Py_NewRef((PyObject *)then) : NULL);
+    o->bwd_mark = v;
+    o->bwd_mark_task = task;
+}
+
 /* GradientObserver.grad: a gradient w.r.t. the tensor ``seen`` stands for arrived */
 static int grad_body(TensorPath *o, double t0, Seen *seen, PyObject *grad) {
     PyObject *summary = NULL, *r, *task_obj;
@@ -1762,6 +1754,7 @@ static int grad_body(TensorPath *o, double t0, Seen *seen, PyObject *grad) {
         goto done;
     PyObject *slots = seen->grad_slots;
     Py_INCREF(slots);
+    Call *then = NULL; /* the node about to run made the tensor: the innermost producer's */
     for (Py_ssize_t i = 0; i + 2 < PyList_GET_SIZE(slots); i += 3) {
         Call *call = (Call *)PyList_GET_ITEM(slots, i);
         PyObject *slot = PyList_GET_ITEM(slots, i + 1), *path = PyList_GET_ITEM(slots, i + 2);
@@ -1770,25 +1763,9 @@ static int grad_body(TensorPath *o, double t0, Seen *seen, PyObject *grad) {
             Py_DECREF(slots);
             goto done;
         }
-        int of_output = PyLong_AsLong(slot) == G.GRAD_OUTPUT;
-        if (call->bwd_task == -1) {
-            call->bwd_task = task;
-        } else if (of_output && call->bwd_task != task && !call->bwd_sure &&
-                   !call->recomputed) { /* gradients._taken_over */
-            call->bwd_task = task;
-            call->has_bwd_start = 0;
-        }
-        if (call->bwd_task == task || call->recomputed) { /* not a later backward pass */
-            if (of_output) {
-                if (!call->has_bwd_start || v < call->bwd_start) {
-                    call->bwd_start = v;
-                    call->has_bwd_start = 1;
-                }
-            } else {
-                if (v > call->bwd_end) call->bwd_end = v;
-                if (!call->bwd_sure) backward_ran(call);
-            }
-        }
+        call->bwd_task = task;
+        if (PyLong_AsLong(slot) == G.GRAD_OUTPUT && (then == NULL || call->depth > then->depth))
+            then = call;
         if (keeping) {
             Py_INCREF(call);
             Py_INCREF(slot);
@@ -1803,6 +1780,7 @@ static int grad_body(TensorPath *o, double t0, Seen *seen, PyObject *grad) {
             }
         }
     }
+    attribute(o, v, task, then); /* the slots list holds ``then``: before it is let go */
     Py_DECREF(slots);
     if (!timing_only && o->check_nan && summary != Py_None) {
         int finite = is_pending(summary) ? 0 : summary_finite(summary);
@@ -1905,6 +1883,19 @@ static void ParamHook_dealloc(ParamHook *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* gradients._in_pass: the last of ``calls`` (a list, or NULL) that backward pass ``task``
+ * reached; else the last of all (borrowed, NULL if there are none) */
+static Call *in_pass(PyObject *calls, long long task) {
+    Py_ssize_t n = calls == NULL ? 0 : PyList_GET_SIZE(calls);
+    for (Py_ssize_t i = n - 1; i >= 0; i--) {
+        Call *call = (Call *)PyList_GET_ITEM(calls, i);
+        if (PyObject_TypeCheck(call, &CallType) && call->bwd_task == task) return call;
+    }
+    if (n == 0) return NULL;
+    PyObject *last = PyList_GET_ITEM(calls, n - 1);
+    return PyObject_TypeCheck(last, &CallType) ? (Call *)last : NULL;
+}
+
 /* GradientObserver._param_grad: a parameter's gradient was accumulated */
 static int param_body(ParamHook *h, double t0, PyObject *param) {
     TensorPath *o = (TensorPath *)h->tensors;
@@ -1933,28 +1924,17 @@ static int param_body(ParamHook *h, double t0, PyObject *param) {
     }
     Py_XINCREF(calls);
     Py_ssize_t ncalls = calls == NULL ? 0 : PyList_GET_SIZE(calls);
-    for (Py_ssize_t i = 0; i < ncalls; i++) {
-        Call *call = (Call *)PyList_GET_ITEM(calls, i);
-        if (call->bwd_task == task || call->recomputed) {
-            if (v > call->param_end) call->param_end = v;
-            if (call->bwd_task == task && !call->bwd_sure) backward_ran(call);
-            owner = call;
-        }
-    }
-    if (ncalls == 0) { /* not called itself (inside a compiled model): time the caller */
+    owner = in_pass(calls, task); /* the last call of the module in this backward pass */
+    if (ncalls > 0) {
+        attribute(o, v, task, owner);
+    } else { /* not called itself (inside a compiled model): its work is its caller's */
         if ((enclosing = call_method1(h->gradients, s__enclosing_calls, h->info)) == NULL)
             goto done;
         if (!PyList_Check(enclosing)) {
             PyErr_SetString(PyExc_TypeError, "_enclosing_calls gives a list");
             goto done;
         }
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(enclosing); i++) {
-            Call *call = (Call *)PyList_GET_ITEM(enclosing, i);
-            if (call->bwd_task == task) {
-                if (v > call->param_end) call->param_end = v;
-                if (!call->bwd_sure) backward_ran(call);
-            }
-        }
+        attribute(o, v, task, in_pass(enclosing, task));
     }
     if (o->summary != Py_None) {
         if ((summary = summarise(o, grad)) == NULL) goto done;
@@ -1965,9 +1945,9 @@ static int param_body(ParamHook *h, double t0, PyObject *param) {
         long long version = 0;
         if (o->flight != NULL && o->flight != Py_None && tensor_version(grad, 1, &version) < 0)
             goto done;
-        if (ncalls > 0) {
-            Call *to = owner != NULL ? owner : (Call *)PyList_GET_ITEM(calls, ncalls - 1);
-            if (keep(o, to, G.bwd, G.param_grad, h->name, grad, summary, version) < 0) goto done;
+        if (owner != NULL) {
+            if (keep(o, owner, G.bwd, G.param_grad, h->name, grad, summary, version) < 0)
+                goto done;
         } else if (o->emit_tensors &&
                    tensor_row(o, -1, info_id, G.bwd, G.param_grad, h->name, summary) < 0) {
             goto done;
@@ -2192,6 +2172,11 @@ static PyMemberDef TensorPath_members[] = {
     {"capturing", T_BOOL, offsetof(TensorPath, capturing), 0, NULL},
     {"keeping", T_BOOL, offsetof(TensorPath, keeping), 0, NULL},
     {"defer_checks", T_BOOL, offsetof(TensorPath, defer_checks), 0, NULL},
+    {"bwd_mark", T_DOUBLE, offsetof(TensorPath, bwd_mark), 0, NULL},
+    {"bwd_mark_task", T_LONGLONG, offsetof(TensorPath, bwd_mark_task), 0, NULL},
+    {"bwd_attributed", T_DOUBLE, offsetof(TensorPath, bwd_attributed), 0, NULL},
+    {"bwd_current", T_OBJECT, offsetof(TensorPath, bwd_current), 0, NULL},
+    {"bwd_last", T_OBJECT, offsetof(TensorPath, bwd_last), 0, NULL},
     {NULL},
 };
 
@@ -2206,7 +2191,10 @@ static PyGetSetDef TensorPath_getset[] = {
 
 static PyObject *TensorPath_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     TensorPath *self = (TensorPath *)PyType_GenericNew(type, args, kwds);
-    if (self != NULL) self->heard = self->flight_of = LLONG_MIN; /* no segment yet */
+    if (self != NULL) {
+        self->heard = self->flight_of = LLONG_MIN; /* no segment yet */
+        self->bwd_mark_task = NO_PASS;
+    }
     return (PyObject *)self;
 }
 
@@ -2247,6 +2235,7 @@ typedef struct {
     char has_tid;
     double v0;          /* the recording's start, on its clock */
     long long calls_recorded;
+    double root_time; /* top-level calls' and backward passes' time (modulehooks.py) */
 } CallPath;
 
 static PyTypeObject CallPathType;
@@ -2306,7 +2295,8 @@ static int call_ready(CallPath *p) {
 
 /* ModuleHooks._pre_recorded's body */
 static int pre_body(CallPath *p, double t0, PyObject *module, PyObject *args) {
-    if (!p->has_tid || PyThread_get_thread_ident() != p->tid) return 0;
+    if (!p->has_tid || PyThread_get_thread_ident() != p->tid)
+        return call_void((PyObject *)p, s__elsewhere, NULL, 0);
     Guard *g = (Guard *)p->guard;
     PyObject *stack = p->stack, *pinfo = Py_None, *info = NULL, *key = NULL;
     PyObject *module_calls = NULL, *calls = NULL, *mid = NULL, *id = NULL;
@@ -2492,7 +2482,10 @@ static int post_body(CallPath *p, double t0, PyObject *module, PyObject *args, P
     PyObject *parent = call->parent;
     Py_INCREF(parent);
     Py_SETREF(p->open, Py_NewRef(parent));
-    if (parent != Py_None) ((Call *)parent)->child_time += total;
+    if (parent != Py_None)
+        ((Call *)parent)->child_time += total;
+    else
+        p->root_time += total;
     if (result != G.RAISED && outputs(o, call, module, args, kwargs, result) < 0) goto done;
     if (p->segment.deferring) {
         PyObject *taint = PyObject_GetAttr((PyObject *)o, s_taint_parent);
@@ -2620,6 +2613,7 @@ static PyMemberDef CallPath_members[] = {
     {"_mute", T_LONG, offsetof(CallPath, mute), 0, NULL},
     {"_v0", T_DOUBLE, offsetof(CallPath, v0), 0, NULL},
     {"calls_recorded", T_LONGLONG, offsetof(CallPath, calls_recorded), 0, NULL},
+    {"root_time", T_DOUBLE, offsetof(CallPath, root_time), 0, NULL},
     {NULL},
 };
 
@@ -2648,11 +2642,9 @@ static PyTypeObject CallPathType = {
 
 /* -- backward rows ---------------------------------------------------------------------- */
 
-static const double LATER = 1.0 / 0.0;
-
-/* timing.backward_rows: the backward span of each call of a segment (see its docstring
- * for the rules), children before parents, into the calls table's buffer; what
- * timing.py keeps in two dicts by call id is kept on the calls themselves. */
+/* timing.backward_rows: a backward row for each call with backward time attributed to
+ * it or inside it (see its docstring), children before parents, into the calls table's
+ * buffer; what timing.py keeps in two dicts by call id is kept on the calls themselves. */
 static PyObject *backward_rows(PyObject *module, PyObject *const *args, Py_ssize_t n) {
     if (!G.ready) {
         PyErr_SetString(PyExc_RuntimeError, "hookdbg.recorder._hot.setup() was not called");
@@ -2676,34 +2668,21 @@ static PyObject *backward_rows(PyObject *module, PyObject *const *args, Py_ssize
             PyErr_SetString(PyExc_TypeError, "backward_rows takes a list of Calls");
             return NULL;
         }
-        ((Call *)c)->has_child_end = 0;
         ((Call *)c)->child_total = 0.0;
+        ((Call *)c)->child_first = LATER;
     }
     Py_INCREF(calls);
     for (Py_ssize_t i = PyList_GET_SIZE(calls) - 1; i >= 0; i--) {
         Call *call = (Call *)PyList_GET_ITEM(calls, i);
-        double start = call->bwd_start, param_end = call->param_end, end;
-        if (call->has_child_end) {
-            end = call->child_end > param_end ? call->child_end : param_end;
-        } else if (!call->has_bwd_start) {
-            end = NEVER;
-        } else { /* the earliest own end event after its start */
-            double input_end = call->bwd_end;
-            end = input_end > start ? input_end : LATER;
-            if (start < param_end && param_end < end) end = param_end;
-            if (end == LATER) end = NEVER;
-        }
+        double total = call->bwd_self + call->child_total;
+        double first = call->child_first < call->bwd_first ? call->child_first : call->bwd_first;
+        if (total <= 0.0) continue;
         Call *parent = call->parent == Py_None ? NULL : (Call *)call->parent;
-        if (parent != NULL && (!parent->has_child_end ? end > NEVER : end > parent->child_end)) {
-            parent->child_end = end;
-            parent->has_child_end = 1;
+        if (parent != NULL) {
+            parent->child_total += total;
+            if (first < parent->child_first) parent->child_first = first;
         }
-        if (!call->has_bwd_start || end <= start) continue;
-        double total = end - start;
-        if (parent != NULL) parent->child_total += total;
-        double self_time = total - call->child_total;
-        if (call_row(into, call, G.BWD, step, segment, start - origin, total,
-                     self_time > 0.0 ? self_time : 0.0) < 0) {
+        if (call_row(into, call, G.BWD, step, segment, first - origin, total, call->bwd_self) < 0) {
             Py_DECREF(calls);
             return NULL;
         }

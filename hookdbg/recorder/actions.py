@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from time import perf_counter
 
 from hookdbg.recorder.alert import Alert
 from hookdbg.recorder.capture import FlightRecorder
@@ -124,6 +125,15 @@ class Actions:
         self.guard.alerts.append(alert)
 
     def act(self, actions: bool = True) -> None:
+        """``_act``, its time (a warning, the flight recorder's dump, a debugger prompt)
+        counted as hookdbg's own, which module and step times leave out."""
+        t0 = perf_counter()
+        try:
+            self._act(actions)
+        finally:
+            self.guard.ovh += perf_counter() - t0
+
+    def _act(self, actions: bool) -> None:
         guard = self.guard
         alerts, guard.alerts = guard.alerts, []
         new_origin = None

@@ -53,6 +53,8 @@ class Alert:
 
     @property
     def where(self) -> str:
+        if self.slot == Slot.LOSS:  # a loss site's type is its place in the script
+            return f"{self.module.name} (the loss at {self.module.type})"
         return f"{self.module.name} ({self.module.type}) {_PHASE_WORDS[self.phase]} " + (
             slot_label(self.slot, self.path)
         )

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from hookdbg.recorder.gradscaler import Decision
     from hookdbg.recorder.stats import Summary
 
-NEVER = float("-inf")
+LATER = float("inf")  # a time no interval begins at
 
 
 class Segment:
@@ -67,6 +67,7 @@ class StepState:
         "index",
         "memo",
         "module_calls",
+        "ovh",
         "recompute",
         "recording",
         "scaler",
@@ -83,6 +84,7 @@ class StepState:
         self.id = seg.id
         self.recording = recording  # selected by --every/--steps
         self.start = start  # on the recorder's clock
+        self.ovh = 0.0  # hookdbg's own time so far when it began (Guard.ovh)
         self.batch = batch  # device statistics read back later (recorder/deferred.py)
         self.memo: dict[int, Seen] = {}  # id(tensor) -> its record in this segment
         self.index: dict[int, int] = {}  # optimizer id -> calls so far (modules: module_calls)
@@ -100,9 +102,8 @@ class Call:
     __slots__ = (
         "bad_grad",
         "below_bad",
-        "bwd_end",
-        "bwd_start",
-        "bwd_sure",
+        "bwd_first",
+        "bwd_self",
         "bwd_task",
         "child_time",
         "depth",
@@ -113,9 +114,7 @@ class Call:
         "inf_inputs",
         "info",
         "nan_in",
-        "param_end",
         "parent",
-        "recomputed",
         "tainted",
         "total",
         "vstart",
@@ -133,20 +132,17 @@ class Call:
         self.total = 0.0
         self.child_time = 0.0
         self.grad_on = True  # gradients were enabled for its forward
-        self.bwd_start: float | None = None  # first gradient w.r.t. an output arrived
-        self.bwd_task = -1  # the backward pass (autograd graph task) that reached it
-        # that pass ran its backward (not only asked for its outputs' gradient): a
-        # gradient w.r.t. an input or a parameter of it, or of a call inside it, came
-        self.bwd_sure = False
-        self.bwd_end = NEVER  # last gradient w.r.t. an input arrived
-        self.param_end = NEVER  # its parameters' gradients were accumulated
+        self.bwd_task = -1  # the last backward pass (autograd graph task) that reached it
+        # backward time attributed to it (recorder/timing.py), and when the first of
+        # those intervals began
+        self.bwd_self = 0.0
+        self.bwd_first = LATER
         self.nan_in = False  # a NaN reached it as an input
         self.inf_inputs: list[tuple[str, Seen]] | None = None  # inputs holding +/-inf only
         self.inf_below: Alert | None = None  # where an inf made inside it was born
         self.tainted = False  # NaN, or a reported origin, in this call or below
         self.bad_grad = False  # a gradient w.r.t. one of its outputs was non-finite
         self.below_bad = False  # a call inside it had non-finite gradients
-        self.recomputed = False  # run again in backward (activation checkpointing)
 
     def note_inf_below(self, birth: Alert) -> None:
         """Tell the enclosing calls where an inf made inside them was born."""
@@ -154,14 +150,6 @@ class Call:
         while parent is not None and parent.inf_below is None:
             parent.inf_below = birth
             parent = parent.parent
-
-    def backward_ran(self) -> None:
-        """Its backward pass is sure (see ``bwd_sure``), and so its callers' in that pass."""
-        task = self.bwd_task
-        call: Call | None = self
-        while call is not None and not call.bwd_sure and call.bwd_task == task:
-            call.bwd_sure = True
-            call = call.parent
 
     def mark_below_bad(self) -> None:
         """Tell every enclosing call that a gradient went non-finite inside it: their

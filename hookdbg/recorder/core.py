@@ -45,9 +45,11 @@ from hookdbg.options import RecordOptions
 from hookdbg.ranks import placement
 from hookdbg.recorder import accelerated
 from hookdbg.recorder.actions import Actions, NonFiniteStop
+from hookdbg.recorder.backward import BackwardWatch
 from hookdbg.recorder.calls import StepState
 from hookdbg.recorder.capture import Capturer, FlightRecorder
 from hookdbg.recorder.compiled import InPlaceCompiled, compiled_in_place
+from hookdbg.recorder.elsewhere import Elsewhere, unrecorded_processes, unrecorded_threads
 from hookdbg.recorder.envelope import Guard
 from hookdbg.recorder.gradscaler import ScalerWatch
 from hookdbg.recorder.handoff import Handoff
@@ -79,9 +81,12 @@ class RecordError(Exception):
 
 
 def _disable_after_fork() -> None:
-    # DataLoader workers fork with our hooks installed; they must not record.
+    """DataLoader workers fork with the hooks installed: they must not record, and they
+    tell the recording that they ran modules (recorder/elsewhere.py)."""
     if _active is not None:
         _active.guard.live = False
+        if _active._elsewhere is not None:
+            _active._elsewhere.in_child()
 
 
 os.register_at_fork(after_in_child=_disable_after_fork)
@@ -146,6 +151,7 @@ class Recorder:
         observer.defer_all = defer_cpu
         # the segments (training steps and eval batches: recorder/steps.py)
         self._segments = segments = Segments(
+            guard,
             options,
             rows,
             detector,
@@ -163,6 +169,7 @@ class Recorder:
             guard, registry, observer, segments, rows, handoff, self._call_ids
         )
         self._writer: Writer | None = None
+        self._elsewhere: Elsewhere | None = None  # forked children's word (from start)
         self._closed = False
         self._started = False
         self._froze = False
@@ -194,6 +201,7 @@ class Recorder:
         except WriterError as exc:
             raise RecordError(str(exc)) from None
         self._handoff.writer = self._writer
+        self._elsewhere = Elsewhere()
         origin = self._handoff.last = perf_counter()
         self._calls.start(origin)
         opt = OptimizerObserver(
@@ -204,6 +212,7 @@ class Recorder:
             self.rows,
             self._call_ids,
             origin,
+            self._calls,
         )
         calls = self._calls
         hooks = self._hooks
@@ -227,6 +236,7 @@ class Recorder:
         scaler = hooks.add(
             ScalerWatch, self.guard, self.observer, self._steps, self.actions.release, self.warn
         )
+        hooks.add(BackwardWatch, calls, self._call_ids, origin, scaler)
         hooks.add(TerminationSignals, self._terminated)
         self._segments.start(origin, opt, scaler)
         # torch.compile(model) warns that global hooks fire for its wrapper too: they
@@ -260,6 +270,7 @@ class Recorder:
             try:
                 with guard.lock:
                     self._finish_segments(status)
+                    self._say_unrecorded()
                     try:
                         self._handoff()
                     except Exception:
@@ -309,6 +320,25 @@ class Recorder:
                 self.actions.act(actions=False)  # the script is over: nothing to stop
         except Exception:
             guard.broken()
+
+    def _say_unrecorded(self) -> None:
+        """Name the work that ran unrecorded (other threads, forked children): in the
+        file's facts and on stderr."""
+        found = self._elsewhere
+        if found is None:
+            return
+        self._elsewhere = None
+        try:
+            facts = {
+                "other_threads": unrecorded_threads(dict(self._calls.elsewhere)),
+                "child_processes": unrecorded_processes(*found.children()),
+            }
+        finally:
+            found.close()
+        for key, text in facts.items():
+            if text is not None:
+                self.rows.info.append((time.time(), key, text))
+                self.warn(text)
 
     def _terminated(self, signum: signal.Signals) -> None:
         """SIGTERM or SIGHUP that would end the process: close the recording first."""

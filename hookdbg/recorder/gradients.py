@@ -38,6 +38,7 @@ from hookdbg.recorder.deferred import Pending
 from hookdbg.recorder.envelope import hook, inner_hook
 from hookdbg.recorder.naming import ModuleInfo
 from hookdbg.recorder.stats import Summary
+from hookdbg.recorder.timing import attribute
 from hookdbg.store.schema import Phase, Slot
 
 if TYPE_CHECKING:
@@ -57,6 +58,14 @@ def _version(t: torch.Tensor) -> int:
 HOOK_KEY = "hookdbg"  # hookdbg's entry in a tensor's GradHooks
 
 
+def _in_pass(calls: Sequence[Call], task: int) -> Call | None:
+    """The last of ``calls`` that backward pass ``task`` reached; else the last of all."""
+    for call in reversed(calls):
+        if call.bwd_task == task:
+            return call
+    return calls[-1] if calls else None
+
+
 class GradHooks(dict):
     """A tensor's gradient hooks (its ``_backward_hooks``) with hookdbg's entry kept last.
 
@@ -72,16 +81,6 @@ class GradHooks(dict):
         super().__setitem__(key, value)
         if key != HOOK_KEY and HOOK_KEY in self:
             super().__setitem__(HOOK_KEY, self.pop(HOOK_KEY))
-
-
-def _taken_over(call: Call, slot: int, task: int) -> bool:
-    """Whether the gradient of an output of ``call`` in backward pass ``task`` makes that
-    the call's backward pass, in place of the pass that reached it first: that one only
-    asked for the gradient of its output (``torch.autograd.grad`` with the output as an
-    input, where the node that made it does not run) and never ran its backward."""
-    return (
-        slot == _GRAD_OUTPUT and call.bwd_task != task and not call.bwd_sure and not call.recomputed
-    )
 
 
 class GradientObserver:
@@ -148,23 +147,15 @@ class GradientObserver:
         keeping = tensors.keeping and not timing_only
         version = _version(grad) if tensors.flight is not None else 0
         slots = seen.grad_slots
+        then = None  # the node about to run made the tensor: the innermost producer's
         for i in range(0, len(slots), 3):
             call, slot, path = slots[i], slots[i + 1], slots[i + 2]
-            if call.bwd_task == -1:
-                call.bwd_task = task
-            elif _taken_over(call, slot, task):
-                call.bwd_task, call.bwd_start = task, None
-            if call.bwd_task == task or call.recomputed:  # not a later backward pass
-                if slot == _GRAD_OUTPUT:
-                    if call.bwd_start is None or v < call.bwd_start:
-                        call.bwd_start = v
-                else:
-                    if v > call.bwd_end:
-                        call.bwd_end = v
-                    if not call.bwd_sure:
-                        call.backward_ran()
+            call.bwd_task = task
+            if slot == _GRAD_OUTPUT and (then is None or call.depth > then.depth):
+                then = call
             if keeping:
                 tensors.keep(call, _BWD, slot, path, grad, summary, version)
+        attribute(tensors, v, task, then)
         if (
             not timing_only
             and tensors.check_nan
@@ -177,15 +168,27 @@ class GradientObserver:
         """Check a gradient now or with the step's statistics (called only when it is not
         finite, or when its statistics wait for the device)."""
         tensors = self.tensors
-        tensors.check(self._grad_check, tensors.state.seg, seen, summary, tensors.context(grad))
+        tensors.check(
+            self._grad_check,
+            tensors.state.seg,
+            seen,
+            summary,
+            tensors.context(grad),
+            tensors.bwd_last,  # the module whose backward ran just before, if any
+        )
 
     def _grad_check(
-        self, seg: Segment, seen: Seen, summary: Summary | Pending, grad: torch.Tensor | None
+        self,
+        seg: Segment,
+        seen: Seen,
+        summary: Summary | Pending,
+        grad: torch.Tensor | None,
+        after: Call | None,
     ) -> None:
         value = checked(summary)
         if stats.is_finite(value):
             return
-        alert = self.detector.gradient(seen, value, seg, time())
+        alert = self.detector.gradient(seen, value, seg, time(), after)
         module = alert.module.ref() if alert is not None else None
         output = seen.ref() if grad is not None else None
         self.tensors.alert(alert, module=module, grad=grad, output=output)
@@ -238,26 +241,16 @@ class GradientObserver:
         v = t0 - self.guard.ovh
         task = _graph_task_id()
         calls: Sequence[Call] = state.module_calls.get(info.id, ())
-        owner = None  # the last call of the module in this backward pass
-        for call in calls:
-            if call.bwd_task == task or call.recomputed:
-                if v > call.param_end:
-                    call.param_end = v
-                if call.bwd_task == task and not call.bwd_sure:
-                    call.backward_ran()
-                owner = call
-        if not calls:  # not called itself (inside a compiled model): time the caller
-            for call in self._enclosing_calls(info):
-                if call.bwd_task == task:
-                    if v > call.param_end:
-                        call.param_end = v
-                    if not call.bwd_sure:
-                        call.backward_ran()
+        owner = _in_pass(calls, task)  # the last call of the module in this backward pass
+        # not called itself (inside a compiled model): its work is its caller's
+        timed = owner if calls else _in_pass(self._enclosing_calls(info), task)
+        # the interval up to here was the module's node's; the next is still its work
+        attribute(tensors, v, task, timed)
         summary = tensors.summarise(grad) if tensors.summary is not None else None
         if tensors.keeping:
             version = _version(grad) if tensors.flight is not None else 0
-            if owner is not None or calls:
-                tensors.keep(owner or calls[-1], _BWD, _PARAM_GRAD, name, grad, summary, version)
+            if owner is not None:
+                tensors.keep(owner, _BWD, _PARAM_GRAD, name, grad, summary, version)
             elif tensors.emit_tensors:
                 tensors.tensor_row(
                     (-1, state.step, state.id, info.id, _BWD, _PARAM_GRAD, name, summary)

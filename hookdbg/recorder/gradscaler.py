@@ -28,6 +28,7 @@ a GPU it is read back with the step's statistics, without waiting for the device
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +66,10 @@ class ScalerWatch:
         self.release = release  # queue a held alert as a real one (recorder/actions.py)
         self.warn = warn
         self.skipped = 0  # steps the scaler skipped, over the recording (decided so far)
+        # the tensor last scaled (the id of the result), what it scaled (held weakly: it
+        # holds the step's graph) and by which scaler: backward starts from the result,
+        # and the loss recorded is what it scaled (recorder/backward.py)
+        self._last: tuple[int, weakref.ref[torch.Tensor], torch.amp.GradScaler] | None = None
         self._cls = torch.amp.GradScaler
         self._scale = scale = self._cls.scale
         self._step = step = self._cls.step
@@ -73,7 +78,7 @@ class ScalerWatch:
         def scale_wrapper(scaler: torch.amp.GradScaler, outputs: Any) -> Any:
             result = scale(scaler, outputs)
             if scaler.is_enabled() and not is_compiling():
-                watch.scaled()
+                watch.scaled(scaler, outputs, result)
             return result
 
         def step_wrapper(
@@ -97,7 +102,7 @@ class ScalerWatch:
 
     # -- what the wrappers do, under the recorder's guard ------------------------------
 
-    def scaled(self) -> None:
+    def scaled(self, scaler: torch.amp.GradScaler, outputs: object, result: object) -> None:
         """The loss of the current step was scaled: hold its non-finite gradients."""
         guard = self.guard
         if not guard.live:
@@ -106,6 +111,17 @@ class ScalerWatch:
             seg = self.observer.state.seg
             if seg.held is None:
                 seg.held = []
+            self._last = None
+            if isinstance(outputs, torch.Tensor) and isinstance(result, torch.Tensor):
+                self._last = (id(result), weakref.ref(outputs), scaler)
+
+    def unscaled(self, loss: object) -> tuple[torch.Tensor | None, torch.Tensor] | None:
+        """Where ``loss`` is a GradScaler's last scaled tensor: what it scaled (None if
+        that is gone) and the scale; else None."""
+        last = self._last
+        if last is None or last[0] != id(loss) or last[2]._scale is None:
+            return None
+        return last[1](), last[2]._scale
 
     def stepped(
         self, scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer, ran: bool

@@ -79,6 +79,10 @@ class ModuleHooks:
         self._tid: int | None = None  # the thread that records (set by ``start``)
         self._v0 = 0.0  # the recording's start, on its clock (set by ``start``)
         self.calls_recorded = 0
+        # the time of top-level calls and backward passes so far, on the recorder's
+        # clock: an optimizer step's self time leaves out what ran inside it (timing.py)
+        self.root_time = 0.0
+        self.elsewhere: dict[int, int] = {}  # module calls on other threads, by thread
 
     def start(self, origin: float) -> None:
         """The recording starts now, on this thread, at ``origin`` on its clock."""
@@ -108,6 +112,7 @@ class ModuleHooks:
     @inner_hook
     def _pre_recorded(self, t0: float, module: torch.nn.Module, args: tuple) -> None:
         if _get_ident() != self._tid:
+            self._elsewhere()
             return
         stack = self.stack
         if stack:
@@ -141,6 +146,12 @@ class ModuleHooks:
         self._open = call
         if args:
             self.observer.inputs(call, module, args)
+
+    def _elsewhere(self) -> None:
+        """A module call on a thread other than the one recording: not recorded, but
+        counted, so that the recording can say so."""
+        ident = _get_ident()
+        self.elsewhere[ident] = self.elsewhere.get(ident, 0) + 1
 
     def _root(self, info: ModuleInfo, module: torch.nn.Module, args: tuple, now: float) -> bool:
         """A call with no module call around it, at ``now`` on the recorder's clock: a
@@ -236,6 +247,8 @@ class ModuleHooks:
         parent = self._open = call.parent
         if parent is not None:
             parent.child_time += total
+        else:
+            self.root_time += total
         observer = self.observer
         if result is not _RAISED:
             observer.outputs(call, module, args, kwargs, result)

@@ -159,6 +159,11 @@ class ModuleRegistry:
             info = self._add(opt, label, "", -1, None, 0, ModuleKind.OPTIMIZER)
         return info
 
+    def loss_site(self, site: object, name: str, where: str) -> ModuleInfo:
+        """A place in the script that starts backward passes (recorder/backward.py): a
+        row in the module table named after the loss, its type where it is."""
+        return self._add(site, self._unique(name), "", -1, None, 0, ModuleKind.LOSS, where)
+
     def known(self, obj: object) -> ModuleInfo | None:
         info = self.by_id.get(id(obj))
         return info if info is not None and info.ref() is obj else None
@@ -295,6 +300,7 @@ class ModuleRegistry:
         root: ModuleInfo | None,
         depth: int,
         kind: ModuleKind = ModuleKind.MODULE,
+        type_name: str = "",
     ) -> ModuleInfo:
         info_id = len(self.infos)
         info = ModuleInfo(
@@ -309,6 +315,8 @@ class ModuleRegistry:
             self._count_params(obj) if kind == ModuleKind.MODULE else 0,
         )
         info.selected = kind == ModuleKind.MODULE and self._select(name, path)
+        if type_name:
+            info.type = type_name
         self.by_id[id(obj)] = info
         self.infos.append(info)
         self._on_new(info, obj)

@@ -41,9 +41,14 @@ An alert names the origin of a problem:
   finite (a too-large learning rate, Adam with eps=0);
 * distributed: the gradient a step uses (all-reduced) is non-finite although this
   rank's own gradient was finite: it came from another rank;
+* the loss: what a backward pass starts from (recorder/backward.py) is non-finite
+  while every module output of the step was finite: born in the loss computation,
+  after the model that ran last;
 * unknown provenance, counted only if nothing non-finite was seen earlier in the step
   (otherwise it is almost surely spread, not born): a NaN module input that no recorded
-  module produced, and an output gradient that feeds no module (the loss computation).
+  module produced, and an output gradient that feeds no module: born in the backward
+  pass of the loss computation, or of tensor code between that module and the one
+  whose backward ran just before (the gradient hooks know which).
 
 Propagation is tracked with a few flags on each ``Call`` (nan_in, inf_inputs, tainted,
 bad_grad, below_bad) and ``Seen`` (birth, alerted) and one per step, so each check is
@@ -210,8 +215,12 @@ class OriginDetector:
 
     # -- backward ---------------------------------------------------------------------
 
-    def gradient(self, seen: Seen, summary: Summary, seg: Segment, now: float) -> Alert | None:
-        """The gradient w.r.t. the tensor of ``seen`` is non-finite."""
+    def gradient(
+        self, seen: Seen, summary: Summary, seg: Segment, now: float, after: Call | None = None
+    ) -> Alert | None:
+        """The gradient w.r.t. the tensor of ``seen`` is non-finite; ``after``: the call
+        whose backward ran last before it in this pass (the module on the far side of
+        tensor code the gradient came through)."""
         consumers = [(c, p) for c, slot, p in seen.slots() if slot == Slot.GRAD_INPUT]
         producers = [(c, p) for c, slot, p in seen.slots() if slot == Slot.GRAD_OUTPUT]
         for c, _ in producers:
@@ -247,6 +256,11 @@ class OriginDetector:
             return birth
         if not consumers and producers and self._unknown_provenance_ok():
             call, path = min(producers, key=lambda cp: cp[0].depth)
+            name = f"{call.info.name} ({call.info.type})"
+            if after is None:
+                where = f"the loss computation after {name}"
+            else:
+                where = f"tensor code between {name} and {after.info.name} ({after.info.type})"
             return Alert(
                 seg,
                 call.id,
@@ -256,7 +270,8 @@ class OriginDetector:
                 path,
                 summary,
                 now,
-                "it feeds no module, so it came from code after the module (the loss computation?)",
+                f"it feeds no module, and the gradients before it were finite: it was born "
+                f"in the backward pass of {where}",
                 origin=call,
             )
         self.step_tainted = True
@@ -288,6 +303,34 @@ class OriginDetector:
             now,
             "the gradients w.r.t. its outputs were finite",
             origin=origin,
+        )
+
+    # -- the loss ---------------------------------------------------------------------
+
+    def loss(
+        self, site: ModuleInfo, summary: Summary, seg: Segment, model: Call | None, now: float
+    ) -> Alert | None:
+        """What a backward pass starts from (recorder/backward.py) is non-finite. An
+        origin unless a problem was already seen in the step: then it spread there."""
+        if self.step_tainted:
+            return None
+        self.step_tainted = True
+        after = (
+            f"after {model.info.name} ({model.info.type})"
+            if model is not None
+            else "(no recorded module ran before it)"
+        )
+        return Alert(
+            seg,
+            -1,
+            site,
+            Phase.FWD,
+            Slot.LOSS,
+            "",
+            summary,
+            now,
+            "every module output of the step was finite: it was born in the loss "
+            f"computation {after}",
         )
 
     # -- optimizer and ranks ----------------------------------------------------------

@@ -30,6 +30,7 @@ from hookdbg.recorder.recompute import Recompute
 from hookdbg.recorder.stats import Summary
 from hookdbg.recorder.steps import StepTracker
 from hookdbg.recorder.tensors import iter_tensors
+from hookdbg.recorder.timing import NO_PASS
 from hookdbg.store.rows import Rows
 from hookdbg.store.schema import Phase, Slot
 
@@ -88,6 +89,12 @@ class TensorObserver:
         self.keeping = False  # ``keep`` has something to do (set with each segment)
         self.defer_checks = False  # checks wait for the step's statistics (ditto)
         self.state: StepState  # the current segment's, set by ``begin`` (segments.py)
+        # where the current backward pass stands (recorder/timing.py's Mark)
+        self.bwd_mark = 0.0
+        self.bwd_mark_task = NO_PASS
+        self.bwd_attributed = 0.0
+        self.bwd_current: Call | None = None
+        self.bwd_last: Call | None = None
         self.gradients = self.gradient_observer(self)  # hooks of tensors and parameters
 
     def begin(self, state: StepState) -> None:

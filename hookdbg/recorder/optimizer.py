@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from time import time
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,6 +23,9 @@ from hookdbg.recorder.steps import StepTracker
 from hookdbg.store.rows import Rows
 from hookdbg.store.schema import Phase, Slot
 
+if TYPE_CHECKING:
+    from hookdbg.recorder.modulehooks import ModuleHooks
+
 _OPT = int(Phase.OPT)
 
 
@@ -37,6 +41,7 @@ class OptimizerObserver:
         rows: Rows,
         call_ids: Iterator[int],
         origin: float,
+        calls: ModuleHooks,
     ) -> None:
         self.guard = guard
         self.tensors = tensors  # the segment's state, summaries, checks and alerts
@@ -46,7 +51,8 @@ class OptimizerObserver:
         self.call_ids = call_ids
         self.origin = origin  # the recording's start, on its clock
         self.distributed = False  # torch.distributed with several ranks
-        self._started: dict[int, float] = {}
+        self.calls = calls  # their root_time: what ran inside a step is not its own
+        self._started: dict[int, tuple[float, float]] = {}  # when, and root_time then
 
     @hook
     def pre(self, t0: float, opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
@@ -54,7 +60,7 @@ class OptimizerObserver:
         gradients = self.tensors.gradients
         if gradients.lazy:  # modules met only inside functional_call hold their own now
             gradients.watch_lazy()
-        self._started[id(opt)] = t0 - self.guard.ovh
+        self._started[id(opt)] = (t0 - self.guard.ovh, self.calls.root_time)
         state = self.tensors.state
         if self.distributed and state.recording and self.tensors.level == Level.STATS:
             self._step_grads(opt)
@@ -62,9 +68,13 @@ class OptimizerObserver:
     @hook
     def post(self, t0: float, opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         v = t0 - self.guard.ovh
-        start = self._started.pop(id(opt), v)
+        start, before = self._started.pop(id(opt), (v, self.calls.root_time))
+        inside = self.calls.root_time - before  # LBFGS's closure: forwards, backwards
         info = self.registry.optimizer(opt)
         state = self.tensors.state
+        # a step whose closure's first forward began the segment: what came before it
+        # was the previous segment's time
+        start = max(start, state.start)
         if state.recording:
             call = next(self.call_ids)
             index = state.index.get(info.id, 0)
@@ -81,7 +91,7 @@ class OptimizerObserver:
                     0,
                     start - self.origin,
                     v - start,
-                    v - start,
+                    max(v - start - inside, 0.0),
                 )
             )
             if self.tensors.level == Level.STATS or self.tensors.check_nan:

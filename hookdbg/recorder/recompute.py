@@ -17,7 +17,6 @@ inside it, calls are matched in order to the children of the call it repeats.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -79,10 +78,6 @@ class RecomputeIndex:
         call = parent.child(info)
         if call is None:
             return None
-        if not call.recomputed:  # its backward is the inner pass's: forget earlier events
-            call.recomputed = True
-            call.bwd_start, call.bwd_task, call.bwd_sure = None, -1, False
-            call.bwd_end = call.param_end = -math.inf  # calls.NEVER
         return Recompute(call, False, self.children(call), parent.boundary)
 
     def children(self, call: Call) -> list[Call]:

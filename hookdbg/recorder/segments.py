@@ -25,6 +25,7 @@ from hookdbg.options import RecordOptions
 from hookdbg.recorder.calls import Segment, StepState
 from hookdbg.recorder.capture import FlightRecorder
 from hookdbg.recorder.deferred import StepBatch
+from hookdbg.recorder.envelope import Guard
 from hookdbg.recorder.gradscaler import Decision, ScalerWatch, step_columns
 from hookdbg.recorder.handoff import Handoff
 from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry
@@ -42,6 +43,7 @@ class Segments:
 
     def __init__(
         self,
+        guard: Guard,
         options: RecordOptions,
         rows: Rows,
         detector: OriginDetector,
@@ -53,6 +55,7 @@ class Segments:
         warn: Callable[[str], None],
         defer_all: bool,
     ) -> None:
+        self.guard = guard
         self.options = options
         self.rows = rows
         self.detector = detector
@@ -68,7 +71,7 @@ class Segments:
         self.defer_all = defer_all
         self.inflight: collections.deque[StepBatch] = collections.deque()
         # steps rows wait here, in order, until what a GradScaler found is known
-        self.step_rows: collections.deque[tuple[tuple, list[Decision]]] = collections.deque()
+        self.step_rows: collections.deque[tuple[tuple, list[Decision], float]] = collections.deque()
         # set when the recording starts (``start``)
         self.origin = 0.0
         self.optimizer: OptimizerObserver | None = None
@@ -143,6 +146,7 @@ class Segments:
         self.state = state = StepState(
             seg, recording, now, StepBatch(seg.id, options.histograms) if deferring else None
         )
+        state.ovh = self.guard.ovh
         self.observer.begin(state)
         if self.flight is not None:
             self.flight.new_step(seg)
@@ -172,7 +176,7 @@ class Segments:
             int(steps.saw_backward),
             int(state.recording),
         )
-        self.step_rows.append((row, state.scaler))
+        self.step_rows.append((row, state.scaler, self.guard.ovh - state.ovh))
         self._complete_step_rows()
         state.memo = {}  # drop references to this step's tensors now, not at the next step
         if state.batch is not None:
@@ -204,7 +208,8 @@ class Segments:
             columns = step_columns(waiting[0][1])
             if columns is None:
                 return
-            self.rows.steps.append((*waiting.popleft()[0], *columns))
+            row, _, overhead = waiting.popleft()
+            self.rows.steps.append((*row, *columns, overhead))
 
     def _check_globs(self) -> None:
         """Say at once, not when the run ends, that a --modules glob matched nothing in

@@ -1,68 +1,113 @@
-"""Call timings: rows for the ``calls`` table, and backward spans.
+"""Call timings, and the time model every report adds up with.
 
-Forward times are measured directly (pre-hook to forward hook). Backward times are
-reconstructed at the end of a step from the moments gradients arrived, see
-``backward_rows``.
+**The time model.** A segment's wall time is ``end - start + overhead`` (the steps
+table): ``overhead`` is hookdbg's own time on the training thread (its hooks, alerts,
+a ``--on-nan break`` prompt), which every other time leaves out, because the recorder's
+clock stops while a hook runs. The rest, ``end - start``, is split so that each second
+counts once:
+
+* **forward self time** of each recorded module call: its own span (pre-hook to forward
+  hook) less those of the calls inside it and of backward passes run inside it;
+* **backward self time** of each recorded call: the intervals of the backward pass
+  attributed to it (below);
+* **loss sites** (backward.py): each backward pass is a call of the place in the script
+  that started it, whose self time is what the pass spent outside recorded modules
+  (the loss computation's backward, tensor code between modules, autograd itself);
+* **optimizer self time**: an optimizer step's span less the forwards and backward
+  passes run inside it (LBFGS's closure);
+* **outside**: whatever is left: data loading, the forward of tensor code between
+  modules, the script's own work. Reports derive it; it is never negative.
+
+A call's *total* is its self time plus its children's totals, so ``self <= total`` and
+the totals of the calls at the top never add to more than the segment.
+
+**Backward intervals.** A backward pass is a run of events, each a gradient arriving
+where hookdbg listens: at a tensor a module saw, just before the autograd node that made
+the tensor runs (its pre-hook), or at a parameter, once it is accumulated. The interval
+from one event to the next is the work of the node that was about to run: that of the
+innermost call that *produced* the tensor (its output), or, after a parameter's event,
+still that of the parameter's module. The interval before the first event (the loss
+computation's backward) and after a tensor no module produced (tensor code between
+modules) stay with the pass, and so does the last one, up to the pass's end (the rest of
+autograd's work, a DDP all-reduce waited for at the end). So a module called many times
+in one step (an unrolled LSTM cell, a siamese network) is never counted twice, however
+the engine interleaves its calls' nodes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
-from hookdbg.recorder.calls import NEVER, Call
+from hookdbg.recorder.calls import LATER, Call
 from hookdbg.store.rows import RowSink
 from hookdbg.store.schema import Phase
 
 _BWD = int(Phase.BWD)
-_LATER = float("inf")
+
+STARTED = -2  # the mark's pass began (backward.py) and its graph task is not known yet
+NO_PASS = -3  # no pass holds the mark
+
+
+class Mark(Protocol):
+    """Where the current backward pass stands: what ``attribute`` reads and moves (the
+    tensor observer, or its C twin)."""
+
+    bwd_mark: float  # when the last event (or the pass) was, on the recorder's clock
+    bwd_mark_task: int  # its autograd graph task (STARTED, NO_PASS)
+    bwd_attributed: float  # seconds given to calls since the pass began
+    bwd_current: Call | None  # whose work the interval since the mark is (None: the pass's)
+    bwd_last: Call | None  # the last call whose work an interval ended, in this pass
+
+
+def attribute(mark: Mark, v: float, task: int, then: Call | None) -> None:
+    """An event at ``v`` of graph task ``task``: the interval since the last one goes to
+    the call whose work it was; the next one will be ``then``'s (None: the pass's)."""
+    held = mark.bwd_mark_task
+    if held in (task, STARTED):
+        dt = v - mark.bwd_mark
+        call = mark.bwd_current
+        if call is not None:
+            mark.bwd_last = call
+            if dt > 0.0:
+                call.bwd_self += dt
+                mark.bwd_attributed += dt
+                if v - dt < call.bwd_first:
+                    call.bwd_first = v - dt
+    else:
+        mark.bwd_last = None  # a pass that began without hookdbg hearing of it
+    mark.bwd_current = then
+    mark.bwd_mark = v
+    mark.bwd_mark_task = task
+
 
 # backward_rows here, or the same in C (hookdbg/recorder/_hot.c)
 BackwardRows = Callable[[list[Call], int, int, float, RowSink], None]
 
 
 def backward_rows(calls: list[Call], step: int, segment: int, origin: float, into: RowSink) -> None:
-    """Backward span of each call, from the first gradient at its outputs to its end.
-
-    Each call's events are those of the backward pass (autograd graph task) that first
-    reached it, so a module called again later in the step (a second micro-batch, a
-    GAN's discriminator on real then fake data) does not stretch an earlier call's span.
-    A call without recorded children ends at its earliest own end event (an input's
-    gradient arrived, or its parameters' gradients were accumulated): a gradient
-    w.r.t. an input shared with other modules (a residual path) only completes after
-    them, and a shared module's parameters after all its calls. A call with children
-    ends with its last child (or its own parameters). Self time excludes recorded
-    children. ``calls`` are in creation order; ``origin`` is the recording's start; the
-    rows go to ``into``.
-    """
-    ends: dict[int, float] = {}  # call id -> latest end among its children
-    totals: dict[int, float] = {}
+    """A backward row for each call that backward time was attributed to, itself or
+    inside it: its total (its own intervals and its children's totals), its self time,
+    and its start, the first of those intervals. ``calls`` are in creation order (parents
+    before children); ``origin`` is the recording's start; the rows go to ``into``."""
+    totals: dict[int, float] = {}  # call id -> its children's totals so far
+    firsts: dict[int, float] = {}  # call id -> the first interval below it
     add = into.append
     bwd = _BWD
     for call in reversed(calls):  # children before parents
-        start = call.bwd_start
-        param_end = call.param_end
-        child_end = ends.get(call.id)
-        if child_end is not None:
-            end = child_end if child_end > param_end else param_end
-        elif start is None:
-            end = NEVER
-        else:  # the earliest own end event after its start
-            input_end = call.bwd_end
-            end = input_end if input_end > start else _LATER
-            if start < param_end < end:
-                end = param_end
-            if end == _LATER:
-                end = NEVER
+        total = call.bwd_self + totals.get(call.id, 0.0)
+        first = call.bwd_first
+        below = firsts.get(call.id, LATER)
+        if below < first:
+            first = below
         parent = call.parent
         pid = -1 if parent is None else parent.id
-        if parent is not None and end > ends.get(pid, NEVER):
-            ends[pid] = end
-        if start is None or end <= start:
+        if total <= 0.0:
             continue
-        total = end - start
         if parent is not None:
             totals[pid] = totals.get(pid, 0.0) + total
-        self_time = total - totals.get(call.id, 0.0)
+            if first < firsts.get(pid, LATER):
+                firsts[pid] = first
         add(
             (
                 call.id,
@@ -73,8 +118,8 @@ def backward_rows(calls: list[Call], step: int, segment: int, origin: float, int
                 call.index,
                 pid,
                 call.depth,
-                start - origin,
+                first - origin,
                 total,
-                self_time if self_time > 0.0 else 0.0,
+                call.bwd_self,
             )
         )

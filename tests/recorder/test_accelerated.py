@@ -25,7 +25,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 # columns that hold times (they differ between any two runs)
-TIMES = {"calls": {"start", "total", "self"}, "steps": {"start", "end"}, "alerts": {"time"}}
+TIMES = {
+    "calls": {"start", "total", "self"},
+    "steps": {"start", "end", "overhead"},
+    "alerts": {"time"},
+}
 SKIP = {"info", "end", "progress"}  # wall-clock times, the writer's pace
 
 
@@ -345,7 +349,7 @@ def test_the_c_records_are_the_python_records():
     py_call = calls._PyCall(3, info, 1, None, 0.5)
     assert _fields(c_call) == _fields(py_call)
     child = calls.Call(4, info, 0, c_call, 1.0)
-    assert child.depth == 1 and child.parent is c_call and child.bwd_start is None
+    assert child.depth == 1 and child.parent is c_call and child.bwd_self == 0.0
     child.note_inf_below("birth")
     child.mark_below_bad()
     assert c_call.inf_below == "birth" and c_call.below_bad

@@ -5,13 +5,14 @@ on the tensors."""
 import io
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 import hookdbg
 from hookdbg.recorder import accelerated
-from hookdbg.store.schema import Phase, Slot
+from hookdbg.store.schema import ModuleKind, Phase, Slot
 from tests.helpers import module_id, module_names, tables
 
 PATHS = [
@@ -130,7 +131,9 @@ def _backward_spans_and_param_calls(path, ask_first: bool) -> tuple[list[str], s
     t = tables(path)
     names = module_names(t)
     calls = t["calls"]
-    spans = sorted(names[int(m)] for m in calls[calls["phase"] == Phase.BWD]["module"])
+    modules = t["modules"]["id"][t["modules"]["kind"] == ModuleKind.MODULE]
+    backward = calls[(calls["phase"] == Phase.BWD) & np.isin(calls["module"], modules)]
+    spans = sorted(names[int(m)] for m in backward["module"])
     rows = t["tensors"]
     first = module_id(t, "model.0.0")
     params = rows[(rows["module"] == first) & (rows["slot"] == Slot.PARAM_GRAD)]

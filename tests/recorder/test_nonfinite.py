@@ -75,12 +75,74 @@ def test_nan_in_the_data_is_named_as_such(tmp_path):
     assert b"came from the data" in t["alerts"]["message"][0]
 
 
-def test_inf_from_the_loss_computation(tmp_path):
+def _alerts(path) -> list[tuple[tuple[str, int, int, str, int], str]]:
+    messages = [m.decode() for m in tables(path)["alerts"]["message"]]
+    return list(zip(origins(path), messages, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("make_loss", "kind"),
+    [
+        (lambda out: torch.log(out.mean() - 100.0), "NaN"),  # log of a negative number
+        (lambda out: torch.log(out.abs()).sum(), "inf"),  # log|x| at 0: -inf
+    ],
+)
+def test_a_loss_made_non_finite_by_tensor_code_is_born_in_the_loss(tmp_path, make_loss, kind):
+    """The loss is computed by tensor code after the model, where no module hook looks:
+    what backward() is called on is checked, and named as the origin when every module
+    output was finite."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 4), nn.ReLU(), nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        for step in range(4):
+            out = model(torch.zeros(3, 2)) * 0
+            loss = make_loss(out) if step == 2 else out.pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    (where, message), *_ = _alerts(tmp_path / "run.h5")
+    assert where == ("loss", Phase.FWD, Slot.LOSS, "", 2)
+    assert f"{kind} first appeared at step 2 in loss (the loss at test_nonfinite.py:" in message
+    assert "born in the loss computation after model (Sequential)" in message
+
+
+def test_a_loss_of_a_model_that_returned_nan_is_not_an_origin(tmp_path):
+    """The model's output already held the NaN: the origin stays the module."""
+
+    class Poison(nn.Module):
+        def forward(self, x):
+            return x * float("nan")
+
+    model = nn.Sequential(nn.Linear(2, 2), Poison())
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        ((model(torch.ones(3, 2)) - 1.0) ** 2).mean().backward()
+    assert [w[:3] for w, _ in _alerts(tmp_path / "run.h5")] == [("model.1", Phase.FWD, Slot.OUTPUT)]
+
+
+def test_a_gradient_made_non_finite_by_the_loss_computation(tmp_path):
+    """The loss is finite (sqrt(0) = 0) but its gradient is not: born in the backward
+    pass of the loss computation, after the model."""
     model = nn.Linear(2, 1)
     with hookdbg.record(tmp_path / "run.h5", quiet=True):
         out = model(torch.zeros(1, 2)) * 0
-        torch.log(out.abs()).sum().backward()  # d/dx log|x| at 0
-    assert origins(tmp_path / "run.h5")[0][:3] == ("model", Phase.BWD, Slot.GRAD_OUTPUT)
+        torch.sqrt(out.abs()).sum().backward()  # d/dx sqrt|x| at 0
+    (where, message), *_ = _alerts(tmp_path / "run.h5")
+    assert where[:3] == ("model", Phase.BWD, Slot.GRAD_OUTPUT)
+    assert "born in the backward pass of the loss computation after model (Linear)" in message
+
+
+def test_a_gradient_made_non_finite_between_two_modules(tmp_path):
+    """Tensor code between two modules turns their finite gradient into inf: named with
+    the module on each side."""
+    torch.manual_seed(0)
+    first, second = nn.Linear(2, 3), nn.Linear(3, 1)
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        hidden = first(torch.zeros(4, 2)) * 0
+        second(torch.sqrt(hidden.abs())).sum().backward()
+    (where, message), *_ = _alerts(tmp_path / "run.h5")
+    assert where[:3] == ("first", Phase.BWD, Slot.GRAD_OUTPUT)
+    assert "tensor code between first (Linear) and second (Linear)" in message
 
 
 @pytest.mark.parametrize("level", ["stats", "shapes", "timing"])
