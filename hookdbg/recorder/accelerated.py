@@ -41,6 +41,7 @@ from hookdbg.recorder import stats
 from hookdbg.recorder.calls import StepState
 from hookdbg.recorder.capture import FlightRecorder
 from hookdbg.recorder.deferred import Pending
+from hookdbg.recorder.envelope import run_eagerly
 from hookdbg.recorder.gradients import HOOK_KEY, GradHooks, GradientObserver
 from hookdbg.recorder.handoff import Handoff
 from hookdbg.recorder.modulehooks import _MUTED, _RAISED, ModuleHooks
@@ -160,3 +161,6 @@ if _hot is not None:
             if _traced():
                 return
             self.fast_post(module, args, kwargs, result)
+
+    run_eagerly(FastModuleHooks.pre.__code__)
+    run_eagerly(FastModuleHooks.post.__code__)

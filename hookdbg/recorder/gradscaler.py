@@ -38,7 +38,7 @@ from torch.compiler import is_compiling
 from hookdbg.recorder import stats
 from hookdbg.recorder.calls import Segment
 from hookdbg.recorder.deferred import Pending, resolved
-from hookdbg.recorder.envelope import Guard
+from hookdbg.recorder.envelope import Guard, run_eagerly
 
 if TYPE_CHECKING:
     from hookdbg.recorder.nonfinite import Alert
@@ -93,6 +93,7 @@ class ScalerWatch:
         for wrapper, original in ((scale_wrapper, scale), (step_wrapper, step)):
             wrapper.__doc__ = original.__doc__
             wrapper.__name__ = original.__name__
+            run_eagerly(wrapper.__code__)
         self._cls.scale = scale_wrapper  # type: ignore[method-assign, assignment]
         self._cls.step = step_wrapper  # type: ignore[method-assign, assignment]
 

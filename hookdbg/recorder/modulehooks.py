@@ -24,7 +24,7 @@ import torch
 from torch.compiler import is_compiling
 
 from hookdbg.recorder.calls import Call
-from hookdbg.recorder.envelope import Guard, inner_hook
+from hookdbg.recorder.envelope import Guard, inner_hook, run_eagerly
 from hookdbg.recorder.handoff import Handoff
 from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry
 from hookdbg.recorder.observe import TensorObserver
@@ -276,3 +276,9 @@ class ModuleHooks:
         handoff = self.handoff
         if t0 - handoff.last > handoff.every:
             handoff()
+
+
+# called from the frames of a compiled model that dynamo resumes after a graph break, the
+# hooks would be compiled as frames of their own, guarded on the grad mode (envelope.py)
+for _hook in (ModuleHooks.pre, ModuleHooks.post, ModuleHooks._backward_ran):
+    run_eagerly(_hook.__code__)
