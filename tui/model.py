@@ -15,6 +15,7 @@ import numpy as np
 
 from hookdbg.analysis.alerts import AlertReport, alert_reports
 from hookdbg.analysis.diff import DiffResult, diff
+from hookdbg.analysis.losses import loss_series
 from hookdbg.analysis.profile import Profile, profile
 from hookdbg.analysis.query import Query
 from hookdbg.analysis.search import SearchResult, search
@@ -108,6 +109,14 @@ class RunView:
         self, module: int, stat: PlotStat, evals: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
         return series(self.rec, module, stat, evals)
+
+    def loss_label(self) -> str:
+        """What the loss plot is of: ``loss (train.py:42)``, and how many other sites."""
+        found = loss_series(self.rec)
+        if not found:
+            return "the loss (no backward pass was recorded)"
+        others = f", and {plural(len(found) - 1, 'other loss')}" if len(found) > 1 else ""
+        return f"{found[0].label}{others}"
 
     def profile(self, step: int | None) -> Profile:
         return profile(self.rec, step, step)

@@ -154,8 +154,8 @@ class Plot(Widget):
 
 
 class PlotPane(Vertical):
-    """One statistic of the selected module over all steps (``s`` picks another); when
-    comparing two runs, both on one scale."""
+    """The loss, or one statistic of the selected module, over all steps (``s`` picks
+    another); when comparing two runs, both on one scale."""
 
     COMPONENT_CLASSES = {"plot-pane--here", "plot-pane--bad"}
 
@@ -191,9 +191,11 @@ class PlotPane(Vertical):
         if self._shown is None:
             return
         stat, module, (steps, values), other = self._shown
-        title = Text(f"{stat.label} of {printable(module)}", style="bold")
+        shown = "{} over the run" if stat.of_run else f"{stat.label} of {{}}"
+        title = Text(shown.format(printable(module)), style="bold")
         if not len(values):
-            title.append("   not recorded for this module", style="dim")
+            missing = "not recorded" if stat.of_run else "not recorded for this module"
+            title.append(f"   {missing}", style="dim")
         else:
             title.append(f"   steps {int(steps[0])}-{int(steps[-1])}", style="dim")
             here = values[steps == self.current]

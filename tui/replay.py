@@ -118,6 +118,8 @@ class ReplayScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self._title()
+        # the plot opens on the loss over the run; a recording without one, on outputs
+        self.set_reactive(ReplayScreen.stat, 0 if len(self.run.rec.losses) else 1)
         self.steps = self.run.steps
         self.known_alerts = len(self.run.rec.alerts)
         self._show_steps()
@@ -267,11 +269,13 @@ class ReplayScreen(Screen[None]):
     def load_series(self, rank: int, module: int, evals: bool, stat_index: int) -> None:
         run, stat = self.ranks[rank], PLOT_STATS[stat_index]
         series = run.series(module, stat, evals)
-        name = run.rec.modules.name(module)
+        name = run.loss_label() if stat.of_run else run.rec.modules.name(module)
         other = None
         if self.other is not None:
             twin = self.other.rec.modules.by_name(name)
-            if twin is not None:
+            if stat.of_run:
+                other = self.other.series(module, stat, evals)
+            elif twin is not None:
                 other = self.other.series(twin.id, stat, evals)
         key = (rank, module, evals, stat_index)
         self.post_message(SeriesLoaded(key, stat, name, series, other))

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from hookdbg.analysis.losses import LossSeries, loss_series
 from hookdbg.cells import shape_text
 from hookdbg.read.modules import Module
 from hookdbg.read.recording import Recording
@@ -38,6 +39,9 @@ class Overview:
     step: int | None  # the step the module table describes
     lines: list[ModuleLine]
     scaler: ScalerView | None = None  # AMP's GradScaler, when the script used one
+    losses: list[LossSeries] = field(default_factory=list)  # one per loss site
+    # work that ran and was not recorded: other threads', forked children's
+    unrecorded: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,12 @@ def overview(recording: Recording, step: int | None = None) -> Overview:
         step=step,
         lines=lines,
         scaler=scaler_view(recording),
+        losses=loss_series(recording),
+        unrecorded=[
+            text
+            for key in ("other_threads", "child_processes")
+            if (text := recording.facts.get(key))
+        ],
     )
 
 

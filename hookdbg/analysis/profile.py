@@ -8,6 +8,7 @@ import numpy as np
 
 from hookdbg.read.modules import Module
 from hookdbg.read.recording import Recording
+from hookdbg.store.schema import Phase
 
 SORT_KEYS = ("self", "total", "calls", "name")
 
@@ -26,6 +27,34 @@ class ProfileRow:
 
 
 @dataclass(frozen=True)
+class StepTime:
+    """Where a recorded step's time went, in seconds per step (mean over the profile's
+    steps), by recorder/timing.py's time model: ``parts`` add up to ``step``, the wall
+    time without hookdbg; ``hookdbg`` is its own time, left out of all of them (NaN in
+    recordings made before it was kept)."""
+
+    step: float
+    forward: float  # modules' forward self time
+    backward: float  # modules' backward self time
+    # backward passes outside recorded modules: the loss computation's backward, tensor
+    # code between modules, a DDP all-reduce waited for at the end (loss sites' self time)
+    loss: float
+    optimizer: float
+    outside: float  # the rest: data loading, tensor code between modules, the script
+    hookdbg: float
+
+    @property
+    def parts(self) -> dict[str, float]:
+        return {
+            "forward": self.forward,
+            "backward": self.backward,
+            "backward outside modules": self.loss,
+            "optimizer": self.optimizer,
+            "outside modules": self.outside,
+        }
+
+
+@dataclass(frozen=True)
 class Profile:
     first: int
     last: int
@@ -33,6 +62,7 @@ class Profile:
     step_mean: float
     step_median: float
     rows: list[ProfileRow]
+    time: StepTime
 
     def sorted(self, key: str = "self", top: int | None = None) -> list[ProfileRow]:
         order = {
@@ -55,8 +85,6 @@ def profile(
     calls per step, and its share of the total step time of the range."""
     first, last = recording.step_range(first, last)
     calls = recording.calls(first, last, ["step", "module", "phase", "total", "self"])
-    if phases is not None:
-        calls = calls[np.isin(calls["phase"], phases)]
     steps = recording.steps
     in_range = steps[(steps["step"] >= first) & (steps["step"] <= last) & (steps["recorded"] == 1)]
     durations = in_range["end"] - in_range["start"]
@@ -97,5 +125,29 @@ def profile(
         steps=len(in_range),
         step_mean=float(durations.mean()) if len(durations) else 0.0,
         step_median=float(np.median(durations)) if len(durations) else 0.0,
-        rows=rows,
+        rows=rows if phases is None else [r for r in rows if r.phase in phases],
+        time=_step_time(rows, in_range),
+    )
+
+
+def _step_time(rows: list[ProfileRow], steps: np.ndarray) -> StepTime:
+    """The time model's parts per step, from the self times of every row."""
+    n = max(len(steps), 1)
+    sums = {"forward": 0.0, "backward": 0.0, "loss": 0.0, "optimizer": 0.0}
+    for r in rows:
+        total = r.self_mean * r.steps / n
+        if r.module.is_loss:
+            sums["loss"] += total
+        elif r.module.is_optimizer:
+            sums["optimizer"] += total
+        elif r.phase == Phase.BWD:
+            sums["backward"] += total
+        else:
+            sums["forward"] += total
+    step = float((steps["end"] - steps["start"]).sum()) / n
+    return StepTime(
+        step=step,
+        outside=max(step - sum(sums.values()), 0.0),
+        hookdbg=float(steps["overhead"].sum()) / n,
+        **sums,
     )

@@ -21,6 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from hookdbg.analysis.losses import loss_series
 from hookdbg.options import ModuleFilter
 from hookdbg.read.recording import Recording
 from hookdbg.read.resolve import row_span
@@ -222,6 +223,20 @@ def step_series(recording: Recording, first: int | None, last: int | None) -> li
     steps = steps[(steps["step"] >= lo) & (steps["step"] <= hi) & (steps["recorded"] == 1)]
     ms = (steps["end"] - steps["start"]) * 1e3
     return [Series("step_ms", StepKind.TRAIN, steps["step"], ms)] if len(steps) else []
+
+
+def loss_scalars(recording: Recording, first: int | None, last: int | None) -> list[Series]:
+    """The loss per training step (analysis/losses.py): tag ``loss``, or ``loss/NAME``
+    for each of several loss sites (a GAN's ``loss/errD`` and ``loss/errG``); steps
+    whose loss was not finite are left out (the alert says so)."""
+    lo, hi = recording.segment_range(first, last)
+    every = loss_series(recording)
+    out = []
+    for series in every:
+        keep = (series.steps >= lo) & (series.steps <= hi) & np.isfinite(series.values)
+        tag = "loss" if len(every) == 1 else f"loss/{series.site.name}"
+        out.append(Series(tag, StepKind.TRAIN, series.steps[keep], series.values[keep]))
+    return out
 
 
 def notes(recording: Recording, first: int | None, last: int | None) -> list[Note]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hookdbg.analysis.losses import loss_series
 from hookdbg.cells import TENSOR_COLUMNS
 from hookdbg.read import Capture, Recording
 from hookdbg.read.modules import Module
@@ -21,12 +22,18 @@ class PlotStat:
     """A statistic that can be plotted over steps for one module."""
 
     label: str
-    slot: Slot | None  # None: a timing from the calls table
+    slot: Slot | None  # None: a timing from the calls table, or the loss
     column: str
     path: str | None = None  # for parameter gradients: which parameter
 
+    @property
+    def of_run(self) -> bool:
+        """The run's, whichever module is selected (the loss)."""
+        return self.column == "loss"
+
 
 PLOT_STATS = (
+    PlotStat("loss", None, "loss"),
     PlotStat("output std", Slot.OUTPUT, "std"),
     PlotStat("output mean", Slot.OUTPUT, "mean"),
     PlotStat("output max |x|", Slot.OUTPUT, "absmax"),
@@ -202,7 +209,13 @@ def series(
     rec: Recording, module: int, stat: PlotStat, evals: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """(steps, values) of one statistic of one module (its first call per step), over
-    the training steps, or over the eval batches (numbered among them)."""
+    the training steps, or over the eval batches (numbered among them); the loss is the
+    run's first loss site's (analysis/losses.py), whatever the module."""
+    if stat.of_run:
+        found = loss_series(rec)
+        if evals or not found:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        return found[0].steps, found[0].values
     if stat.slot is None:
         table = rec.calls_table
         phase = Phase.FWD if stat.column == "fwd" else Phase.BWD

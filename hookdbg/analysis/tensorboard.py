@@ -22,6 +22,7 @@ import numpy as np
 from hookdbg.analysis.histograms import HistogramSeries, histogram_series
 from hookdbg.analysis.scalars import (
     StatSelection,
+    loss_scalars,
     module_series,
     notes,
     step_series,
@@ -80,12 +81,13 @@ def write_tensorboard(
     first: int | None = None,
     last: int | None = None,
 ) -> TensorBoardExport:
-    """Write the selected modules' statistics, times, the step times and the alerts of
-    steps ``first``..``last`` under ``logdir`` (runs ``train`` and ``eval``)."""
+    """Write the selected modules' statistics, times, the step times, the loss and the
+    alerts of steps ``first``..``last`` under ``logdir`` (runs ``train`` and ``eval``)."""
     writer_class = summary_writer()
     series = [
         *module_series(recording, modules, stats, first, last),
         *step_series(recording, first, last),
+        *loss_scalars(recording, first, last),
     ]
     histograms = module_histograms(recording, modules, stats, first, last)
     when = wall_times(recording)

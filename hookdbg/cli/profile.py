@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import math
+
 import click
 from rich.table import Table
 
-from hookdbg.analysis.profile import SORT_KEYS, Profile, ProfileRow, profile
+from hookdbg.analysis.profile import SORT_KEYS, Profile, ProfileRow, StepTime, profile
 from hookdbg.cli.output import (
     check_steps,
     console,
     emit_json,
     json_option,
+    literal,
     ms,
     open_or_fail,
     rank_option,
@@ -62,7 +65,9 @@ def profile_command(
 ) -> None:
     """Per-module time in RECORDING: self time (without recorded submodules) and total
     time per step, mean and median over the steps, calls per step, and share of the
-    step time. Times exclude hookdbg's own overhead."""
+    step time; then where each step's time went (forward, backward, optimizer, outside
+    modules), parts that add up to the step. Every second is counted once; times
+    exclude hookdbg's own, which is given apart."""
     rec = open_or_fail(recording, quiet=as_json, rank=rank)
     require_calls(rec)
     first, last = check_steps(rec, steps)
@@ -82,6 +87,11 @@ def _profile_json(rec: Recording, prof: Profile, rows: list[ProfileRow]) -> dict
         "steps": prof.steps,
         "step_seconds_mean": prof.step_mean,
         "step_seconds_median": prof.step_median,
+        "seconds_per_step": {
+            "step": prof.time.step,
+            **{name.replace(" ", "_"): value for name, value in prof.time.parts.items()},
+            "hookdbg": None if math.isnan(prof.time.hookdbg) else prof.time.hookdbg,
+        },
         "rows": [
             {
                 "module": r.module.name,
@@ -103,14 +113,31 @@ def _profile_json(rec: Recording, prof: Profile, rows: list[ProfileRow]) -> dict
 def _print_profile(rec: Recording, prof: Profile, rows: list[ProfileRow], sort: str) -> None:
     out = console()
     out.print(_profile_table(rec, prof, rows, sort))
+    out.print(f"  {literal(_time_line(prof.time))}")
     out.print(
         "  [dim]ms per step: all calls of the module in a step (mean and median over the "
         "steps it ran in); self: without its recorded submodules; self share: of the "
-        "time of all steps in the range[/dim]"
+        "time of all steps in the range; backward() rows: what a backward pass spent "
+        "outside recorded modules (the loss computation's backward, tensor code between "
+        "modules, a DDP all-reduce)[/dim]"
     )
     hidden = len(prof.rows) - len(rows)
     if hidden > 0:
         out.print(f"  ... {hidden} more rows (--top {len(prof.rows)} shows all)")
+
+
+def _time_line(time: StepTime) -> str:
+    """'per step: 12.1 ms = forward 4.0 (33%) + backward ... ; hookdbg's own ... left out'."""
+    step = time.step or 1.0
+    parts = " + ".join(
+        f"{name} {ms(value)} ({value / step:.0%})" for name, value in time.parts.items()
+    )
+    own = (
+        ""
+        if math.isnan(time.hookdbg)
+        else f"; hookdbg's own {ms(time.hookdbg)} ms per step is left out of every time"
+    )
+    return f"per step: {ms(time.step)} ms = {parts}{own}"
 
 
 def _profile_table(rec: Recording, prof: Profile, rows: list[ProfileRow], sort: str) -> Table:
@@ -136,7 +163,7 @@ def _profile_table(rec: Recording, prof: Profile, rows: list[ProfileRow], sort: 
     for r in rows:
         t.add_row(
             r.module.name,
-            r.module.type,
+            f"backward() at {r.module.type}" if r.module.is_loss else r.module.type,
             Phase(r.phase).label,
             f"{r.calls_per_step:g}",
             ms(r.self_mean),

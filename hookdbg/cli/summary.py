@@ -7,6 +7,7 @@ import time
 import click
 from rich.table import Table
 
+from hookdbg.analysis.losses import describe
 from hookdbg.analysis.overview import Overview, ending, overview
 from hookdbg.analysis.ranks import RanksOverview, ranks_overview
 from hookdbg.cli.common import BadInput, human_bytes, plural
@@ -99,6 +100,22 @@ def _summary_json(rec: Recording, view: Overview) -> dict[str, object]:
             if view.scaler
             else None
         ),
+        "unrecorded": view.unrecorded,
+        "losses": [
+            {
+                "site": series.site.name,
+                "where": series.site.type,
+                "passes": series.passes,
+                "first": series.first(),
+                "last": series.last(),
+                "min": series.lowest(),
+                "max": series.highest(),
+                "nonfinite_step": series.nonfinite_step,
+                "nonfinite_kind": series.nonfinite_kind or None,
+                "scaled": series.scaled,
+            }
+            for series in view.losses
+        ],
         "alerts": len(rec.alerts),
         "first_alert": first_alert,
         "dropped_rows": rec.dropped_rows,
@@ -179,6 +196,8 @@ def _facts(rec: Recording, view: Overview) -> list[tuple[str, str]]:
         )
     if view.scaler:
         facts.append(("amp", view.scaler.text()))
+    facts.extend(("loss", f"{series.label}: {describe(series)}") for series in view.losses)
+    facts.extend(("unrecorded", text) for text in view.unrecorded)
     first_alert = _first_alert(rec)
     alerts = f"{len(rec.alerts)}" + (f": {first_alert}" if first_alert else "")
     return [*facts, ("alerts", alerts), ("data lost", lost_text(rec))]

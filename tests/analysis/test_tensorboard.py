@@ -55,6 +55,10 @@ def test_training_values_are_the_readers(eval_h5, eval_tb):
         bwd_ms = list(zip(steps.tolist(), f32(expected), strict=True))
         assert points(train, "model.head/bwd_ms") == bwd_ms
         assert [s for s, _ in points(train, "step_ms")] == rec.steps["step"].tolist()
+        losses = rec.losses  # one backward pass per step: the loss is its value
+        assert points(train, "loss") == list(
+            zip(losses["step"].tolist(), f32(losses["value"]), strict=True)
+        )
     tags = train.Tags()["scalars"]
     assert "model.body.1/param_grad[weight]/norm" in tags  # the defaults
     assert "model.body.1/output/max" not in tags
@@ -107,7 +111,7 @@ def test_modules_and_statistics_are_selectable(mlp_h5, tmp_path):
         "fwd_ms",
     )
     assert done.returncode == 0, done.stderr
-    tags = set(accumulator(tmp_path / "tb" / "train").Tags()["scalars"]) - {"step_ms"}
+    tags = set(accumulator(tmp_path / "tb" / "train").Tags()["scalars"]) - {"step_ms", "loss"}
     modules = {t.split("/")[0] for t in tags}
     assert modules == {"model.body.0", "model.body.2", "model.body.3", "model.body.4"}
     assert {t.partition("/")[2] for t in tags} == {

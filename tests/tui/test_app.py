@@ -53,6 +53,9 @@ async def test_replay_tree_detail_and_steps(mlp_h5):
         ]
         weight = next(r for r in shown if r["slot"] == "param[weight]")
         assert weight["mean"] == "-" and weight["norm"] != "-"  # not recorded, not NaN
+        assert "loss (numnet_mlp.py:" in text(app.screen.query_one("#plot-title"))
+        await pilot.press("s")
+        await settle(app, pilot)
         assert "output std of model.head" in text(app.screen.query_one("#plot-title"))
         await pilot.press("s")
         await settle(app, pilot)

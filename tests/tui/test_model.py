@@ -27,13 +27,18 @@ def test_detail_and_series_match_the_reader(mlp_h5):
     rows = rec.tensors(2, 2)
     assert len(detail.rows) == np.count_nonzero(rows["module"] == head)
     assert set(detail.timings["phase"]) == {Phase.FWD, Phase.BWD}
-    steps, values = run.series(head, PLOT_STATS[0])  # output std
+    steps, values = run.series(head, next(s for s in PLOT_STATS if s.label == "output std"))
     expected = rows[(rows["module"] == head) & (rows["slot"] == Slot.OUTPUT)]["std"][0]
     assert list(steps) == [0, 1, 2, 3] and values[2] == expected
     _, fwd_ms = run.series(head, next(s for s in PLOT_STATS if s.column == "fwd"))
     assert len(fwd_ms) == 4 and np.all(fwd_ms > 0)
     grads = run.series(head, next(s for s in PLOT_STATS if s.label == "weight grad norm"))
     assert len(grads[0]) == 4 and np.all(grads[1] > 0)
+    assert PLOT_STATS[0].of_run  # the loss, whatever the module
+    steps, values = run.series(head, PLOT_STATS[0])
+    assert steps.tolist() == rec.losses["step"].tolist() == [0, 1, 2, 3]
+    assert values.tolist() == rec.losses["value"].tolist()
+    assert run.loss_label().startswith("loss (numnet_mlp.py:")
 
 
 def test_first_origin_across_ranks_and_nearest_step(nan_h5, mlp_h5):

@@ -61,7 +61,9 @@ async def test_the_plot_marks_non_finite_steps_the_range_and_the_current_step(na
     app = HookdbgApp(open_recording(nan_h5))
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, pilot)
-        await pilot.press("right")  # the root module, output std, step 1
+        title = text(app.screen.query_one("#plot-title"))  # the loss over the run, first
+        assert "loss (nan_blowup.py:" in title and "× NaN/inf at 2 steps (first 3)" in title
+        await pilot.press("right", "s")  # the root module, output std, step 1
         await settle(app, pilot)
         title = text(app.screen.query_one("#plot-title"))
         assert "output std of model" in title and "× NaN/inf at 1 step (first 4)" in title
