@@ -62,6 +62,7 @@ static inline PyObject *deref(PyObject *ref) {
 
 static struct {
     PyObject *Tensor;         /* torch.Tensor */
+    PyObject *Parameter;      /* torch.nn.Parameter */
     PyObject *strided;        /* torch.strided */
     PyObject *Recompute;      /* recompute.Recompute */
     PyObject *Pending;        /* deferred.Pending */
@@ -1077,9 +1078,12 @@ static PyObject *shape_of(PyObject *t) {
 /* A CPU tensor of a kind stats.C_KINDS names, as the summaries made here read it: its
  * (kind, name) spec (borrowed: C_KINDS never changes), its shape (a new reference,
  * stats.shape_of) and its element count from that shape (numel() without the call).
- * 1: read; 0: another tensor (another dtype or device, a symbolic size), for Python;
- * -1: an error. */
+ * 1: read; 0: another tensor (another dtype or device, a symbolic size, a subclass), for
+ * Python; -1: an error. A subclass is never read here: a wrapper's shape is not its
+ * storage's (a DTensor's is the global one, and its data_ptr is its storage offset). */
 static int host_tensor(PyObject *t, PyObject **spec, PyObject **shape, long long *n) {
+    if (!Py_IS_TYPE(t, (PyTypeObject *)G.Tensor) && !Py_IS_TYPE(t, (PyTypeObject *)G.Parameter))
+        return 0;
     PyObject *v = PyObject_GetAttr(t, s_dtype);
     if (v == NULL) return -1;
     *spec = PyDict_GetItemWithError(G.c_kinds, v);
@@ -2739,6 +2743,11 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwds) {
     if ((G.cpu = PyUnicode_InternFromString("cpu")) == NULL ||
         (G.nan = PyFloat_FromDouble(Py_NAN)) == NULL)
         return NULL;
+    PyObject *parameters = PyImport_ImportModule("torch.nn.parameter");
+    if (parameters == NULL) return NULL;
+    G.Parameter = PyObject_GetAttrString(parameters, "Parameter");
+    Py_DECREF(parameters);
+    if (G.Parameter == NULL) return NULL;
     G.rows = PyCapsule_Import(ROWBUFFER_CAPSULE, 0);
     if (G.rows == NULL) return NULL;
     if (G.rows->version != ROWBUFFER_API_VERSION) {

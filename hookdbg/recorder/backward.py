@@ -324,7 +324,7 @@ def _value(observer: Any, t: torch.Tensor) -> stats.Summary | Pending | None:
     reading them now would wait for the device: a step that is not recorded). Inside
     torch.func's transforms (``torch.func.grad(loss_fn)``), those of the values under
     the wrappers."""
-    t = getattr(t, "_local_tensor", t)  # a DTensor's own shard
+    t = stats.local(t)  # a DTensor's own shard
     if not isinstance(t, torch.Tensor) or t.layout is not torch.strided or t.is_meta:
         return None
     state = observer.state

@@ -161,6 +161,7 @@ class TensorObserver:
         deferring, copied to the step's device buffer to be read with the rest. Inside
         torch.func's transforms, that of the tensor under the wrappers (``physical``)."""
         batch = self.state.batch
+        t = stats.local(t)  # a DTensor's own shard
         if (
             batch is not None
             and (self.defer_all or not t.is_cpu)
@@ -188,7 +189,7 @@ class TensorObserver:
     def value(self, t: torch.Tensor) -> Summary | Pending:
         """The full statistics of a tensor the recorder itself needs to know (what a
         GradScaler found), whatever the level; on a device, read back with the step's."""
-        t = t.detach()
+        t = stats.local(t).detach()
         batch = self.state.batch
         if batch is not None and (self.defer_all or not t.is_cpu):
             return batch.add(t)

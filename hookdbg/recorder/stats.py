@@ -97,12 +97,28 @@ def device_name(t: torch.Tensor) -> str:
     return "cpu" if t.is_cpu else str(t.device)
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_NOT_READ = torch.empty(0, dtype=torch.complex64)  # what the C pass leaves to torch
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's values of ``t``: a DTensor's local shard (its statistics are the
+    shard's; the recording says how the tensor is placed: recorder/shards.py), any other
+    tensor itself. Reading a DTensor as a whole would run collectives."""
+    if type(t) in _PLAIN:
+        return t
+    inner = getattr(t, "_local_tensor", None)
+    return t if inner is None else inner
+
+
 def physical(t: torch.Tensor) -> torch.Tensor:
     """The tensor that holds ``t``'s values. Inside torch.func's transforms (``grad``,
     ``vmap``, ``functionalize``...) modules see wrappers with no storage of their own;
     the values are in the tensor under every wrapper. Under ``vmap`` that tensor holds
     every sample at once: its batch dimensions are moved to the front (outermost
-    ``vmap`` first), so that its shape reads as the batch's, then the sample's."""
+    ``vmap`` first), so that its shape reads as the batch's, then the sample's. A
+    DTensor's are its local shard's (``local``)."""
+    t = local(t)
     bdims = []
     while _functorch.is_functorch_wrapped_tensor(t):
         if torch._is_functional_tensor(t):  # functionalize: in-place changes of its base
@@ -143,8 +159,7 @@ def shape_only(t: torch.Tensor) -> Summary:
     """Summary of a tensor whose values are not looked at (``--level shapes``, ints, bools).
     Inside torch.func's transforms, that of the tensor under the wrappers, as at
     ``--level stats`` (``physical``)."""
-    if transforms_active():
-        t = physical(t)
+    t = physical(t) if transforms_active() else local(t)
     stats = _EMPTY_FLOAT_STATS if t.dtype in _FLOATS and t.numel() == 0 else _NO_STATS
     return (shape_of(t), dtype_name(t.dtype), device_name(t), t.numel(), *stats)
 
@@ -167,9 +182,11 @@ _HALF_WIDE = 65536  # above this many half elements, convert with torch (vectori
 
 def summarise(t: torch.Tensor) -> Summary:
     """Summary of a host tensor, read back at once (cheap on CPU: no device to wait for).
-    Nothing here records an autograd graph, whatever the grad mode."""
+    Nothing here records an autograd graph, whatever the grad mode. A DTensor's is its
+    local shard's."""
+    t = local(t)
     spec = C_KINDS.get(t.dtype)
-    if spec is not None and _one_pass is not None and t.is_cpu:
+    if spec is not None and _one_pass is not None and t.is_cpu and type(t) in _PLAIN:
         n = t.numel()
         if n:
             kind, name = spec
@@ -393,6 +410,7 @@ def _nonfinite_summary(t: torch.Tensor, v: torch.Tensor) -> Summary:
 def check_finite(t: torch.Tensor) -> Summary:
     """Shape, dtype, min and max, and NaN/inf counts when there are any: the cheap NaN
     check of ``--nan-check`` below ``--level stats`` (one pass instead of three)."""
+    t = local(t)
     if t.dtype not in _FLOATS or t.numel() == 0 or t.is_meta:
         return shape_only(t)
     v = t.detach().reshape(-1)
@@ -440,9 +458,10 @@ def norms_of(tensors: list[torch.Tensor]) -> list[float]:
     """
     if not tensors:
         return []
-    norms: list[float | None] = (
-        [None] * len(tensors) if _norms is None else _norms(tensors, C_KINDS)
-    )
+    tensors = [local(t) for t in tensors]  # a DTensor's shard: its norm is summed later
+    # the C pass reads plain tensors only: a subclass's data_ptr is not its values'
+    plain = [t if type(t) in _PLAIN else _NOT_READ for t in tensors]
+    norms: list[float | None] = [None] * len(tensors) if _norms is None else _norms(plain, C_KINDS)
     rest = [i for i, norm in enumerate(norms) if norm is None]
     if rest:
         with torch.no_grad():
@@ -454,6 +473,7 @@ def norms_of(tensors: list[torch.Tensor]) -> list[float]:
 
 def norm_summary(t: torch.Tensor, norm: float) -> Summary:
     """A summary holding just ``t``'s (finite) L2 norm."""
+    t = local(t)
     return (
         shape_of(t),
         dtype_name(t.dtype),
