@@ -18,7 +18,7 @@ from hookdbg.cli.output import (
     tensor_json,
     tensor_table,
 )
-from hookdbg.read import RankSet, Recording
+from hookdbg.read import RankSet, Recording, Status
 from hookdbg.store.schema import Phase
 from hookdbg.text import plural, utf8
 
@@ -27,7 +27,10 @@ from hookdbg.text import plural, utf8
 @click.argument("recording")
 @rank_option
 @click.option(
-    "--exit-code", is_flag=True, help="Exit with status 1 when there is any alert (for CI), else 0."
+    "--exit-code",
+    is_flag=True,
+    help="Exit with status 1 when there is any alert, or when the recording failed (what "
+    "ran after that was not checked), for CI; else 0.",
 )
 @json_option
 def alerts(recording: str, rank: int | None, exit_code: bool, as_json: bool) -> None:
@@ -64,7 +67,11 @@ def alerts(recording: str, rank: int | None, exit_code: bool, as_json: bool) -> 
         )
     else:
         _print(run, ranked)
-    if exit_code and ranked:
+    recordings = run.recordings.values() if isinstance(run, RankSet) else [run]
+    failed = [rec for rec in recordings if rec.status is Status.FAILED]
+    if failed and not as_json:
+        console().print(literal(f"\n{failed[0].path}: recording failed: {failed[0].failure}"))
+    if exit_code and (ranked or failed):
         raise SystemExit(1)
 
 

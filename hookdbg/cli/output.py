@@ -96,6 +96,8 @@ def status_notice(recording: Recording) -> str | None:
         )
     if status is Status.LIVE:
         return f"note: {recording.path} is still being written; showing what is there so far"
+    if status is Status.FAILED:
+        return f"note: recording {recording.path} failed ({recording.failure})"
     return None
 
 

@@ -184,6 +184,8 @@ def record(
     if output is None and not existed and _recorded_nothing(recorder):  # a name of ours
         path.unlink(missing_ok=True)
         say(f"nothing recorded (no module call, step or alert): removed {path}")
+    elif recorder.failure is not None:  # never hidden by -q
+        click.echo(f"{prefix}{_status_line(recorder, path)}", err=True)
     else:
         say(_status_line(recorder, path))
     if ended.code == 2 and recorder.calls_recorded == 0:
@@ -253,6 +255,7 @@ def _recorded_nothing(recorder: Recorder) -> bool:
         or recorder.calls_recorded
         or recorder.detector.alerts
         or recorder.write_error
+        or recorder.failure
     )
 
 
@@ -331,6 +334,11 @@ def _status_line(recorder: Recorder, path: Path) -> str:
         plural(recorder.calls_recorded, "module call"),
         plural(recorder.detector.alerts, "alert"),
     ]
+    if recorder.failure is not None:
+        return (
+            f"recording FAILED: {recorder.failure}; the file holds the "
+            f"{', '.join(parts)} before it -> {path} ({size}, status failed)"
+        )
     if error is None:
         line = f"recorded {', '.join(parts)} -> {path} ({size})"
         if recorder.dropped_rows:

@@ -22,7 +22,7 @@ from hookdbg.cli.output import (
     rank_option,
     table,
 )
-from hookdbg.read import RankSet, Recording
+from hookdbg.read import RankSet, Recording, Status
 from hookdbg.text import utf8
 
 
@@ -30,8 +30,16 @@ from hookdbg.text import utf8
 @click.argument("recording")
 @rank_option
 @click.option("--step", type=int, metavar="N", help="Module table for step N [default: first].")
+@click.option(
+    "--exit-code",
+    is_flag=True,
+    help="Exit with status 1 unless the recording is whole and clean (for CI): it failed, "
+    "was cut short or lost data, or holds a NaN/inf alert, on any rank.",
+)
 @json_option
-def summary(recording: str, rank: int | None, step: int | None, as_json: bool) -> None:
+def summary(
+    recording: str, rank: int | None, step: int | None, exit_code: bool, as_json: bool
+) -> None:
     """What RECORDING holds: the command, steps, modules, alerts, data lost, and a
     torchinfo-like table of the modules in one step. For a distributed run (run.h5 for
     run.rank0.h5, run.rank1.h5, ...): every rank, stragglers and who saw a NaN first."""
@@ -39,11 +47,21 @@ def summary(recording: str, rank: int | None, step: int | None, as_json: bool) -
         run = open_run_or_fail(recording, quiet=as_json)
         if isinstance(run, RankSet):
             _ranks_summary(run, as_json)
-            return
-        rec = run
+            recordings = list(run.recordings.values())
+        else:
+            _one_summary(run, step, as_json)
+            recordings = [run]
     else:
         rec = open_or_fail(recording, quiet=as_json, rank=rank)
-    _one_summary(rec, step, as_json)
+        _one_summary(rec, step, as_json)
+        recordings = [rec]
+    if exit_code and not all(_clean(r) for r in recordings):
+        raise SystemExit(1)
+
+
+def _clean(rec: Recording) -> bool:
+    """Whole and clean: closed normally, nothing lost, no alert."""
+    return rec.status is Status.COMPLETE and not rec.dropped_rows and not len(rec.alerts)
 
 
 def _one_summary(rec: Recording, step: int | None, as_json: bool) -> None:
@@ -70,6 +88,7 @@ def _summary_json(rec: Recording, view: Overview) -> dict[str, object]:
     return {
         "recording": str(rec.path),
         "status": rec.status.value,
+        "failure": rec.failure,
         "ended": utf8(rec.end["status"]) if rec.end is not None else None,
         "exit_code": int(rec.end["exit_code"]) if rec.end is not None else None,
         "end_message": utf8(rec.end["message"]) if rec.end is not None else None,
@@ -200,7 +219,8 @@ def _facts(rec: Recording, view: Overview) -> list[tuple[str, str]]:
     facts.extend(("unrecorded", text) for text in view.unrecorded)
     first_alert = _first_alert(rec)
     alerts = f"{len(rec.alerts)}" + (f": {first_alert}" if first_alert else "")
-    return [*facts, ("alerts", alerts), ("data lost", lost_text(rec))]
+    failed = [("failed", rec.failure)] if rec.failure and rec.write_error is None else []
+    return [*facts, *failed, ("alerts", alerts), ("data lost", lost_text(rec))]
 
 
 def _how_run(rec: Recording) -> list[tuple[str, str]]:

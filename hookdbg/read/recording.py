@@ -131,6 +131,9 @@ class Status(Enum):
     COMPLETE = "complete"  # closed by the recorder: has its end row
     LIVE = "live"  # still being written
     CUT_SHORT = "cut short"  # the recording process died (crash, kill -9, power)
+    # hookdbg stopped recording (an internal error, or writing failed: a full disk)
+    # while the script went on: what ran after is not in the file (``failure`` says why)
+    FAILED = "failed"
 
 
 def open_recording(path: str | os.PathLike[str]) -> Recording:
@@ -300,6 +303,8 @@ class Recording:
 
     @property
     def status(self) -> Status:
+        if self.failure is not None:
+            return Status.FAILED
         if self.end is not None:
             return Status.COMPLETE
         last = self.last_progress["time"] if self.last_progress is not None else None
@@ -317,6 +322,20 @@ class Recording:
         except PermissionError:
             return True
         return True
+
+    @property
+    def failure(self) -> str | None:
+        """Why recording stopped while the script went on, if it did: an internal error
+        (said as soon as it happened, and at the end with what ran unrecorded after it),
+        or writing that failed (a full disk)."""
+        end = self.end
+        if end is not None and end["status"] == b"failed":
+            return utf8(end["message"])
+        if "failed" in self.facts:
+            return self.facts["failed"]
+        if self.write_error is not None:
+            return f"writing stopped: {self.write_error}"
+        return None
 
     @property
     def backend(self) -> str:

@@ -452,6 +452,7 @@ typedef struct {
     PyObject *lock;   /* a Lock: the writer thread takes it to collect the rows */
     PyObject *alerts; /* NaN/inf origins found, not acted on yet */
     PyObject *act;    /* acts on them (recorder/actions.py) */
+    PyObject *stopped; /* what a stop says and records (Recorder._stopped), or None */
 } Guard;
 
 static PyTypeObject GuardType;
@@ -469,6 +470,7 @@ static PyObject *Guard_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     self->lock = PyObject_CallNoArgs((PyObject *)&LockType);
     self->alerts = PyList_New(0);
     self->act = PyCFunction_New(&noop_def, NULL);
+    self->stopped = Py_NewRef(Py_None);
     if (self->lock == NULL || self->alerts == NULL || self->act == NULL) goto fail;
     return (PyObject *)self;
 fail:
@@ -480,6 +482,7 @@ static int Guard_traverse(Guard *self, visitproc visit, void *arg) {
     Py_VISIT(self->lock);
     Py_VISIT(self->alerts);
     Py_VISIT(self->act);
+    Py_VISIT(self->stopped);
     return 0;
 }
 
@@ -487,6 +490,7 @@ static int Guard_clear(Guard *self) {
     Py_CLEAR(self->lock);
     Py_CLEAR(self->alerts);
     Py_CLEAR(self->act);
+    Py_CLEAR(self->stopped);
     return 0;
 }
 
@@ -496,9 +500,11 @@ static void Guard_dealloc(Guard *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* A bug in hookdbg must never break training: stop recording, say so, go on. */
+/* A bug in hookdbg must never break training: stop recording, say so, go on (what the
+ * recorder's ``stopped`` says and records, while the exception is being handled). */
 static PyObject *Guard_broken(Guard *self, PyObject *unused) {
     self->live = 0;
+    if (self->stopped != NULL && self->stopped != Py_None) return PyObject_CallNoArgs(self->stopped);
     PyObject *sys_stderr = PySys_GetObject("stderr"); /* borrowed */
     PyObject *traceback = PyImport_ImportModule("traceback");
     if (traceback == NULL) return NULL;
@@ -533,6 +539,7 @@ static PyMemberDef Guard_members[] = {
     {"lock", T_OBJECT_EX, offsetof(Guard, lock), READONLY, "the lock the writer also takes"},
     {"alerts", T_OBJECT_EX, offsetof(Guard, alerts), 0, "origins found, not acted on yet"},
     {"act", T_OBJECT_EX, offsetof(Guard, act), 0, "acts on the alerts"},
+    {"stopped", T_OBJECT, offsetof(Guard, stopped), 0, "what a stop says and records"},
     {NULL},
 };
 

@@ -115,6 +115,9 @@ class BackwardWatch:
         self.call_ids = call_ids
         self.origin = origin
         self.scaler = scaler
+        # once an internal error stopped the recording: passes counted, not recorded
+        self.counting = False
+        self.unrecorded = 0
         self._sites: dict[tuple[types.CodeType, int], LossSite] = {}
         self._originals: dict[str, Callable[..., Any]] = {
             "backward": torch.autograd.backward,
@@ -154,6 +157,8 @@ class BackwardWatch:
             return None
         guard = self.guard
         if not guard.live or _get_ident() != self.calls._tid or _graph_task_id() != -1:
+            if self.counting and _graph_task_id() == -1:
+                self.unrecorded += 1
             return None
         t0 = perf_counter()
         run = None

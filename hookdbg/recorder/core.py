@@ -34,6 +34,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 import warnings
 from pathlib import Path
 from time import perf_counter
@@ -66,8 +67,10 @@ from hookdbg.store import schema
 from hookdbg.store.rows import Rows
 from hookdbg.store.schema import ModuleKind
 from hookdbg.store.writer import Writer, WriterError
+from hookdbg.text import plural
 
 _active: Recorder | None = None
+_HOOKDBG_DIR = str(Path(__file__).resolve().parent.parent)
 _COMPILE_WARNING = r"Using `torch.compile\(module\)` when there are global hooks"
 
 
@@ -78,6 +81,18 @@ def status_prefix() -> str:
 
 class RecordError(Exception):
     """A recording cannot start; the message is one line meant for the user."""
+
+
+def _where(exc: BaseException) -> str:
+    """The innermost frame of hookdbg's in a traceback: ``recorder/stats.py:197``."""
+    found = "?"
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename.startswith(_HOOKDBG_DIR):
+            found = f"{os.path.relpath(filename, _HOOKDBG_DIR)}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return found
 
 
 def _disable_after_fork() -> None:
@@ -170,6 +185,9 @@ class Recorder:
         )
         self._writer: Writer | None = None
         self._elsewhere: Elsewhere | None = None  # forked children's word (from start)
+        self._backward: BackwardWatch | None = None  # set by start
+        self.failure: str | None = None  # why an internal error stopped the recording
+        guard.stopped = self._stopped
         self._closed = False
         self._started = False
         self._froze = False
@@ -236,7 +254,7 @@ class Recorder:
         scaler = hooks.add(
             ScalerWatch, self.guard, self.observer, self._steps, self.actions.release, self.warn
         )
-        hooks.add(BackwardWatch, calls, self._call_ids, origin, scaler)
+        self._backward = hooks.add(BackwardWatch, calls, self._call_ids, origin, scaler)
         hooks.add(TerminationSignals, self._terminated)
         self._segments.start(origin, opt, scaler)
         # torch.compile(model) warns that global hooks fire for its wrapper too: they
@@ -248,7 +266,9 @@ class Recorder:
         return self
 
     def close(self, status: str = "complete", exit_code: int = 0, message: str = "") -> None:
-        """Remove every hook, write what is pending and the end row, close the file."""
+        """Remove every hook, write what is pending and the end row, close the file. A
+        recording an internal error stopped ends with status ``failed``, saying why and
+        what ran unrecorded after it, whatever ``status`` the script ended with."""
         global _active
         if self._closed:
             return
@@ -276,6 +296,8 @@ class Recorder:
                     except Exception:
                         guard.broken()
             finally:  # the file gets its end row whatever failed above
+                if self.failure is not None:
+                    status, message = "failed", self._failed_message(status, message)
                 end = {
                     "time": time.time(),
                     "status": status,
@@ -320,6 +342,36 @@ class Recorder:
                 self.actions.act(actions=False)  # the script is over: nothing to stop
         except Exception:
             guard.broken()
+
+    def _stopped(self) -> None:
+        """An internal error stopped the recording (``Guard.broken``, while its exception
+        is being handled): training goes on; say so with the traceback (to report it),
+        keep why in the file at once (a reader of the live file sees it), and count from
+        here what runs unrecorded."""
+        exc = sys.exc_info()[1]
+        if self.failure is not None or exc is None:
+            return
+        state = self._segments.state
+        at = state.seg.when if state.id >= 0 else "before the first step"
+        self.failure = f"internal error {at}: {type(exc).__name__}: {exc} ({_where(exc)})"
+        self.report(
+            f"{self.failure}; the recording stops here (status failed), training goes on "
+            "unrecorded. Please report this with the traceback below:"
+        )
+        traceback.print_exc(file=sys.stderr)
+        self.rows.info.append((time.time(), "failed", self.failure[: schema.MESSAGE_BYTES]))
+        if self._backward is not None:
+            self._backward.counting = True
+
+    def _failed_message(self, status: str, message: str) -> str:
+        """The end row's message of a failed recording: why, what ran unrecorded after,
+        and how the script ended if not normally."""
+        assert self.failure is not None
+        passes = self._backward.unrecorded if self._backward is not None else 0
+        out = f"{self.failure}; {plural(passes, 'backward pass', 'backward passes')} ran after it"
+        if status != "complete":
+            out += f"; the script ended: {status}{f' ({message})' if message else ''}"
+        return out
 
     def _say_unrecorded(self) -> None:
         """Name the work that ran unrecorded (other threads, forked children): in the

@@ -24,7 +24,7 @@ class Guard:
     out), and the NaN/inf origins found but not yet acted on. Where the C extension is
     built, its ``Guard`` (hookdbg/recorder/_hot.c) stands in for this one."""
 
-    __slots__ = ("act", "alerts", "live", "lock", "ovh")
+    __slots__ = ("act", "alerts", "live", "lock", "ovh", "stopped")
 
     def __init__(self) -> None:
         self.live = False
@@ -32,10 +32,16 @@ class Guard:
         self.ovh = 0.0  # seconds spent inside hookdbg's hooks so far
         self.alerts: list[Alert] = []
         self.act: Callable[[], None] = lambda: None  # set by the recorder
+        # what a stop says and records (set by the recorder: Recorder._stopped)
+        self.stopped: Callable[[], None] | None = None
 
     def broken(self) -> None:
-        """A bug in hookdbg must never break training: stop recording, say so, go on."""
+        """A bug in hookdbg must never break training: stop recording, say so, go on
+        (``stopped`` runs while the exception is being handled)."""
         self.live = False
+        if self.stopped is not None:
+            self.stopped()
+            return
         print("hookdbg: internal error, recording stopped (training continues):", file=sys.stderr)
         traceback.print_exc(file=sys.stderr)
 

@@ -201,7 +201,8 @@ def test_a_failure_acting_on_an_alert_stops_the_recording_not_the_action(
             except hookdbg.NonFiniteError as error:
                 caught.append((step, error.module))
     err = capfd.readouterr().err
-    assert "internal error, recording stopped" in err and "a bug in the flight recorder" in err
+    assert "internal error at step 0" in err and "the recording stops here" in err
+    assert "a bug in the flight recorder" in err
     assert caught == ([(0, "model.1")] if on_nan == "raise" else [])
     assert len(tables(tmp_path / "run.h5")["alerts"]) == 1  # written before the failure
 

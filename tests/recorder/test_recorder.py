@@ -321,7 +321,7 @@ def test_a_name_utf8_cannot_hold_is_stored_escaped(tmp_path):
 
 def test_a_failure_while_closing_still_finishes_the_file(tmp_path, monkeypatch, capsys):
     """A bug met while closing (here: reading the last device statistics) is reported,
-    and the file still gets what was gathered and its end row."""
+    and the file still gets what was gathered and its end row, which says it failed."""
     from hookdbg.recorder.segments import Segments
 
     def broken(self, wait):
@@ -333,7 +333,8 @@ def test_a_failure_while_closing_still_finishes_the_file(tmp_path, monkeypatch, 
         monkeypatch.setattr(Segments, "read_batches", broken)
     assert "internal error" in capsys.readouterr().err
     t = tables(tmp_path / "run.h5")
-    assert t["end"]["status"][0] == b"complete" and len(t["calls"]) >= 1
+    assert t["end"]["status"][0] == b"failed" and len(t["calls"]) >= 1
+    assert b"RuntimeError: a bug in hookdbg" in t["end"]["message"][0]
 
 
 READ_COMMITTED = """
