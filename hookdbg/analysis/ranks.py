@@ -142,6 +142,15 @@ class RankDiff:
     compared_steps: list[int] = field(default_factory=list)
     compared: int = 0  # (step, parameter, slot) triples compared
     desyncs: list[Desync] = field(default_factory=list)
+    # (step, parameter, slot) triples not compared: shards (FSDP2, tensor parallel), which
+    # are not replicas, by placement; norms NaN/inf on every rank, which nothing can compare
+    sharded: dict[str, int] = field(default_factory=dict)
+    nonfinite: list[tuple[int, str, Slot, str]] = field(default_factory=list)
+
+    @property
+    def in_sync(self) -> bool:
+        """Something was compared, and every rank agreed on all of it."""
+        return bool(self.compared) and not self.desyncs and not self.nonfinite
 
     @property
     def first(self) -> Desync | None:
@@ -176,20 +185,33 @@ def rank_diff(
     )
     for step in result.compared_steps:
         values: dict[tuple[str, int, str], dict[int, float]] = {}
+        placed: dict[tuple[str, int, str], str] = {}
         for rank, rec in recs.items():
             rows = rec.tensors(step, step, ["module", "phase", "slot", "path", "norm"])
             rows = rows[
                 (rows["phase"] == Phase.OPT) & np.isin(rows["slot"], [Slot.PARAM, Slot.STEP_GRAD])
             ]
+            places = rec.shards
             for r in rows:
-                key = (rec.modules.name(int(r["module"])), int(r["slot"]), utf8(r["path"]))
+                path = utf8(r["path"])
+                key = (rec.modules.name(int(r["module"])), int(r["slot"]), path)
                 values.setdefault(key, {})[rank] = float(r["norm"])
+                shard = places.get((int(r["module"]), Phase.OPT, int(r["slot"]), path))
+                if shard is not None and any(p[:1] in "S_P" for p in shard.placements):
+                    placed[key] = shard.text
         for (module, slot, path), norms in values.items():
             if len(norms) < len(recs):
                 continue
-            result.compared += 1
+            placement = placed.get((module, slot, path))
+            if placement is not None:  # each rank holds another piece: no replicas
+                result.sharded[placement] = result.sharded.get(placement, 0) + 1
+                continue
             v = np.array(list(norms.values()))
-            same = np.all(np.abs(v - v[0]) <= atol + rtol * np.abs(v[0])) or np.all(np.isnan(v))
+            if not np.isfinite(v).any():
+                result.nonfinite.append((step, module, Slot(slot), path))
+                continue
+            result.compared += 1
+            same = np.all(np.abs(v - v[0]) <= atol + rtol * np.abs(v[0]))
             if not same:
                 result.desyncs.append(Desync(step, module, Slot(slot), path, norms))
     order = {Slot.STEP_GRAD: 0, Slot.PARAM: 1}  # within a step, the gradient comes first

@@ -287,7 +287,7 @@ def _diff_ranks(
         emit_json(_ranks_json(run, result, top))
     else:
         _print_ranks(run, result, top)
-    raise SystemExit(0 if result.compared and result.first is None else 1)
+    raise SystemExit(0 if result.in_sync else 1)
 
 
 def _ranks_json(run: RankSet, result: RankDiff, top: int) -> dict[str, object]:
@@ -298,7 +298,12 @@ def _ranks_json(run: RankSet, result: RankDiff, top: int) -> dict[str, object]:
         "atol": result.atol,
         "compared_steps": result.compared_steps,
         "compared": result.compared,
-        "agree": not result.desyncs,
+        "agree": result.in_sync,
+        "sharded_not_compared": result.sharded,
+        "nonfinite_on_every_rank": [
+            {"step": s, "module": m, "slot": slot_label(slot, p)}
+            for s, m, slot, p in result.nonfinite[:top]
+        ],
         "desyncs": [
             {
                 "step": d.step,
@@ -324,17 +329,41 @@ def _print_ranks(run: RankSet, result: RankDiff, top: int) -> None:
         )
     )
     first = result.first
+    if result.sharded:
+        kinds = ", ".join(f"{n:,} {p}" for p, n in sorted(result.sharded.items()))
+        out.print(
+            literal(
+                f"not compared: {kinds} norms of sharded tensors (FSDP2, tensor parallel): "
+                "each rank holds another piece of them, not a replica (`hookdbg show "
+                f"{run.path} MODULE --global` merges them)"
+            )
+        )
+    if result.nonfinite:
+        step, module, slot, path = result.nonfinite[0]
+        out.print(
+            literal(
+                f"[bold red]not finite on every rank[/]: {len(result.nonfinite):,} norms, "
+                f"first at step {step}, {module} {slot_label(slot, path)}: the ranks "
+                "cannot be told in sync or not there"
+            )
+        )
     if not result.compared:
         out.print(
-            "[bold yellow]nothing to compare[/]: record with --level stats under "
-            "torch.distributed to get parameter norms"
+            "[bold yellow]nothing to compare[/]: "
+            + (
+                "every parameter is sharded"
+                if result.sharded
+                else "record with --level stats under torch.distributed to get parameter norms"
+            )
         )
-    elif first is None:
-        out.print(
-            f"[bold green]in sync[/]: every rank holds the same weights and gradients "
-            f"(rtol={result.rtol:g}, atol={result.atol:g})"
+    elif first is None and not result.nonfinite:
+        what = (
+            "the replicated weights and gradients agree on every rank"
+            if result.sharded
+            else "every rank holds the same weights and gradients"
         )
-    else:
+        out.print(f"[bold green]in sync[/]: {what} (rtol={result.rtol:g}, atol={result.atol:g})")
+    elif first is not None:
         out.print(_first_desync(first, result.last_agreed))
         out.print(_desync_table(result, top))
 

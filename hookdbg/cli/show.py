@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
+import numpy as np
 
 from hookdbg.analysis.histograms import histogram_json
 from hookdbg.analysis.stepview import ModuleRows, module_rows
+from hookdbg.cli.common import BadInput
 from hookdbg.cli.histograms import histogram_table
 from hookdbg.cli.output import (
     check_evals,
@@ -14,14 +18,17 @@ from hookdbg.cli.output import (
     emit_json,
     json_option,
     literal,
+    note,
     open_or_fail,
+    open_run_or_fail,
     rank_option,
     resolve_or_fail,
     step_options,
     tensor_json,
     tensor_table,
 )
-from hookdbg.read import Recording
+from hookdbg.read import RankSet, Recording
+from hookdbg.text import utf8
 
 
 @click.command()
@@ -43,6 +50,14 @@ from hookdbg.read import Recording
     help="Show the eval batches (forward-only: validation, test) instead of the training "
     "steps; --step/--steps then select eval batches by their number (eval 0, eval 1...).",
 )
+@click.option(
+    "--global",
+    "merged",
+    is_flag=True,
+    help="A distributed run's sharded tensors (FSDP2, tensor parallel: DTensors) as their "
+    "global tensors: each rank's row holds its local shard; this merges the shards of "
+    "the ranks that hold them (a partial sum cannot be, and says so).",
+)
 @json_option
 def show(
     recording: str,
@@ -51,6 +66,7 @@ def show(
     steps: tuple[int | None, int | None],
     limit: int,
     evals: bool,
+    merged: bool,
     as_json: bool,
 ) -> None:
     """Every summary recorded for MODULE in RECORDING: inputs, outputs, gradients and
@@ -63,10 +79,26 @@ def show(
     # with --eval, --step/--steps number the eval batches, as reports label them
     first, last = check_evals(rec, steps, recording) if evals else check_steps(rec, steps)
     view = module_rows(rec, target.id, first, last, evals)
+    if merged:
+        view = _merged(recording, rec, view)
     if as_json:
         emit_json(_show_json(rec, view, limit))
     else:
         _print_show(rec, view, limit)
+
+
+def _merged(recording: str, rec: Recording, view: ModuleRows) -> ModuleRows:
+    """``view`` with its DTensor shards' rows as their global tensors'."""
+    run = open_run_or_fail(recording, quiet=True)
+    if not isinstance(run, RankSet):
+        raise BadInput(
+            f"--global merges the ranks of a distributed run; {recording} is one file "
+            "(give run.h5 for run.rank0.h5, run.rank1.h5, ...)"
+        )
+    rows = run.global_tensors(rec.info.rank, view.rows)
+    if not rec.shards:
+        note(f"note: {rec.path} holds no DTensor: every row is this rank's own")
+    return dataclasses.replace(view, rows=rows)
 
 
 def _show_json(rec: Recording, view: ModuleRows, limit: int) -> dict[str, object]:
@@ -79,10 +111,23 @@ def _show_json(rec: Recording, view: ModuleRows, limit: int) -> dict[str, object
                 **tensor_json(r, rec),
                 "call": view.call_index.get(int(r["call"])),
                 **histogram_json(r),
+                **_placement_json(r),
             }
             for r in view.rows[:limit]
         ],
         "total_rows": len(view.rows),
+    }
+
+
+def _placement_json(row: np.void) -> dict[str, object]:
+    """Where a merged row's shards came from (``show --global``)."""
+    names = row.dtype.names or ()
+    if "placement" not in names or not row["placement"]:
+        return {}
+    ranks = utf8(row["ranks"])
+    return {
+        "placement": utf8(row["placement"]),
+        "merged_ranks": [int(r) for r in ranks.split(",")] if ranks else None,
     }
 
 
@@ -99,6 +144,22 @@ def _print_show(rec: Recording, view: ModuleRows, limit: int) -> None:
     shown = rows[:limit]
     title = f"{target.name} ({target.type}), {view.span}"
     out.print(tensor_table(title, shown, rec, module_column=False, call_index=view.call_index))
+    if "placement" in (rows.dtype.names or ()):
+        merged = shown[shown["ranks"] != b""]
+        partial = shown[(shown["placement"] != b"") & (shown["ranks"] == b"")]
+        placements = sorted({utf8(p) for p in merged["placement"]})
+        out.print(
+            literal(
+                f"  global: {len(merged)} of {len(shown)} rows are sharded tensors merged "
+                f"from their ranks' shards ({', '.join(placements) or 'none'})"
+                + (
+                    f"; {len(partial)} are partial sums or lack a rank's file: this "
+                    "rank's own values"
+                    if len(partial)
+                    else ""
+                )
+            )
+        )
     if len(rows) > limit:
         out.print(f"  ... {len(rows) - limit:,} more rows (use --step or --limit)")
     histograms = histogram_table(shown, rec, view.call_index)

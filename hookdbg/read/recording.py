@@ -42,6 +42,7 @@ from hookdbg.read.histograms import checked_histograms, histogram_dtype
 from hookdbg.read.modules import ModuleTable
 from hookdbg.read.resolve import read_rows, resolve
 from hookdbg.read.runinfo import RunInfo, run_info
+from hookdbg.read.shards import Place, Shard, shard_places
 from hookdbg.read.table import Table
 from hookdbg.store import schema
 from hookdbg.text import utf8
@@ -75,7 +76,7 @@ _ADDED: dict[int, Derived] = {
     4: {"steps": {"overhead": math.nan}},
 }
 # Tables older schema versions did not have, by the version that added them: read as empty.
-_ADDED_TABLES: dict[int, tuple[str, ...]] = {4: ("losses",)}
+_ADDED_TABLES: dict[int, tuple[str, ...]] = {4: ("losses", "shards")}
 
 
 def _tables_of(version: int) -> list[str]:
@@ -229,6 +230,7 @@ class Recording:
         self.evals = self.segments[~training]
         self._labels: dict[int, str] = {}
         self._losses: np.ndarray | None = None
+        self._shards: dict[Place, Shard] | None = None
         self.alerts = t["alerts"].read()
         self.captures = t["captures"].read()
         self._stored = captures_from(self.captures, self.modules, self.path)
@@ -284,6 +286,15 @@ class Recording:
     @property
     def tensors_table(self) -> Table:
         return self._tables["tensors"]
+
+    @property
+    def shards(self) -> dict[Place, Shard]:
+        """Where the tensors that were DTensors lie: (module, phase, slot, path) -> their
+        placement on the device mesh (hookdbg/read/shards.py); empty without any."""
+        if self._shards is None:
+            table = self._tables.get("shards")
+            self._shards = {} if table is None else shard_places(table.read())
+        return self._shards
 
     @property
     def losses(self) -> np.ndarray:

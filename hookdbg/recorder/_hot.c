@@ -105,7 +105,7 @@ static struct {
     X(is_cpu) X(is_contiguous) X(data_ptr) X(layout) X(_py_summarise) X(_check_input)      \
     X(_check_output) X(keep) X(held) X(budget) X(_sizes) X(_entries) X(nbytes)             \
     X(backward_ran) X(_check_grad) X(grad) X(_check_param_grad) X(_enclosing_calls)        \
-    X(grad_finite) X(_backward_hooks) X(_register_hook_dict) X(_elsewhere)
+    X(grad_finite) X(_backward_hooks) X(_register_hook_dict) X(_elsewhere) X(shard)
 #define DECLARE(n) static PyObject *s_##n;
 NAMES(DECLARE)
 #undef DECLARE
@@ -1335,6 +1335,10 @@ static int tensor_row(TensorPath *o, long long call, PyObject *module, PyObject 
  * of one call (``t`` at ``version``, -1 for an inference tensor). */
 static int keep(TensorPath *o, Call *call, PyObject *phase, PyObject *slot, PyObject *path,
                 PyObject *t, PyObject *summary, long long version) {
+    if (!Py_IS_TYPE(t, (PyTypeObject *)G.Tensor) && !Py_IS_TYPE(t, (PyTypeObject *)G.Parameter)) {
+        PyObject *args[5] = {(PyObject *)call, phase, slot, path, t}; /* a DTensor's shard */
+        if (call_void((PyObject *)o, s_shard, args, 5) < 0) return -1;
+    }
     if (o->emit_tensors) {
         PyObject *mid = call_module(call);
         if (mid == NULL) return -1;

@@ -57,12 +57,16 @@ _KINDS = {d: kind for d, (kind, _) in stats.C_KINDS.items() if d.is_floating_poi
 _INF = float("inf")
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
 def summarising(bins: int) -> Callable[[torch.Tensor], tuple]:
     """``stats.summarise`` with the tensor's histogram added to the summary."""
     return partial(_summarise, bins)
 
 
 def _summarise(bins: int, t: torch.Tensor) -> tuple:
+    t = stats.local(t)  # a DTensor's shard
     summary = stats.summarise(t)
     return (*summary, host_histogram(t, summary, bins))
 
@@ -79,8 +83,8 @@ def host_histogram(t: torch.Tensor, summary: tuple, bins: int) -> bytes | None:
     lo, hi = summary[stats.MIN], summary[stats.MAX]
     if lo == hi:
         return one_bin(finite, bins)
-    v = t.detach()
-    if _c_histogram is not None and v.is_cpu:
+    v = stats.local(t).detach()
+    if _c_histogram is not None and v.is_cpu and type(v) in _PLAIN:  # C reads data_ptr
         v = v if v.is_contiguous() else v.contiguous()
         return _c_histogram(v.data_ptr(), v.numel(), _KINDS[v.dtype], lo, hi, bins)
     values = v.reshape(-1).double()  # no extension, or a device tensor read at once

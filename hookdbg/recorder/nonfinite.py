@@ -63,7 +63,7 @@ import torch
 from hookdbg.recorder.alert import Alert, checked, finite_inputs_note, has_nan
 from hookdbg.recorder.calls import Call, Seen, Segment
 from hookdbg.recorder.naming import ModuleInfo
-from hookdbg.recorder.stats import Summary, summarise
+from hookdbg.recorder.stats import Summary, local, summarise
 from hookdbg.store.schema import Phase, Slot
 
 
@@ -414,6 +414,7 @@ def _nonfinite_param(module: object) -> tuple[str, torch.Tensor] | None:
         return None
     with torch.no_grad():
         for name, p in module.named_parameters(recurse=False):
-            if p.is_floating_point() and not bool(torch.isfinite(p).all()):
+            v = local(p)  # a DTensor's own shard: reading it whole would run collectives
+            if v.is_floating_point() and not bool(torch.isfinite(v).all()):
                 return name, p
     return None

@@ -27,6 +27,7 @@ from hookdbg.recorder.handoff import Handoff
 from hookdbg.recorder.naming import ModuleRegistry
 from hookdbg.recorder.nonfinite import OriginDetector
 from hookdbg.recorder.recompute import Recompute
+from hookdbg.recorder.shards import ShardPlaces
 from hookdbg.recorder.stats import Summary
 from hookdbg.recorder.steps import StepTracker
 from hookdbg.recorder.tensors import iter_tensors
@@ -39,6 +40,7 @@ _GRAD_OUTPUT, _GRAD_INPUT = int(Slot.GRAD_OUTPUT), int(Slot.GRAD_INPUT)
 _FWD, _OPT = int(Phase.FWD), int(Phase.OPT)
 _Tensor = torch.Tensor
 _INDEX = tuple(str(i) for i in range(64))
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 def summary_function(level: Level, check: bool) -> Callable[[torch.Tensor], Summary] | None:
@@ -95,6 +97,7 @@ class TensorObserver:
         self.bwd_attributed = 0.0
         self.bwd_current: Call | None = None
         self.bwd_last: Call | None = None
+        self.shards = ShardPlaces(rows.shards)  # where DTensors' summarised shards lie
         self.gradients = self.gradient_observer(self)  # hooks of tensors and parameters
 
     def begin(self, state: StepState) -> None:
@@ -331,7 +334,9 @@ class TensorObserver:
         version: int,
     ) -> None:
         """The row, the capture and the flight-recorder entry of one tensor of one call
-        (``t`` at ``version``, -1 for an inference tensor)."""
+        (``t`` at ``version``, -1 for an inference tensor); where a DTensor's shard lies."""
+        if type(t) not in _PLAIN:
+            self.shard(call, phase, slot, path, t)
         if self.emit_tensors:
             state = self.state
             self.tensor_row(
@@ -341,6 +346,11 @@ class TensorObserver:
             self.flight.keep(call, phase, slot, path, t, version)
         if self.capturing and call.info.capture:
             self.capture(call, phase, slot, path, t)
+
+    def shard(self, call: Call, phase: int, slot: int, path: str, t: torch.Tensor) -> None:
+        """A tensor of a subclass seen at a call: where its shard lies, if a DTensor (the
+        C path asks this of every tensor that is not a plain one)."""
+        self.shards.note(call.info.id, phase, slot, path, t)
 
     def norm_rows(
         self,

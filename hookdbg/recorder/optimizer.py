@@ -9,6 +9,8 @@ from time import time
 from typing import TYPE_CHECKING
 
 import torch
+from torch import Tensor
+from torch.nn import Parameter
 
 from hookdbg.options import Level
 from hookdbg.recorder import stats
@@ -139,6 +141,9 @@ class OptimizerObserver:
         observer = self.tensors
         state = observer.state
         step, segment, column, check_nan = state.step, state.id, int(slot), observer.check_nan
+        for t, (_, (owner, name)) in zip(tensors, owned, strict=True):
+            if type(t) is not Parameter and type(t) is not Tensor:  # FSDP2's: DTensors
+                observer.shards.note(owner.id, _OPT, column, name, t)
         keep = observer.level == Level.STATS  # below it the weights are only checked
         if (state.batch is not None and (observer.defer_all or not tensors[0].is_cpu)) or (
             observer.histogram_bins  # histograms asked for: of the weights too

@@ -32,7 +32,17 @@ _join = getattr(_packer, "join", None)
 
 _Key = TypeVar("_Key", bound=Hashable)
 
-TABLE_NAMES = ("modules", "calls", "tensors", "steps", "alerts", "captures", "info", "losses")
+TABLE_NAMES = (
+    "modules",
+    "calls",
+    "tensors",
+    "steps",
+    "alerts",
+    "captures",
+    "info",
+    "losses",
+    "shards",
+)
 
 
 class RowSink(Protocol):
@@ -113,6 +123,7 @@ class Rows:
         self.captures: RowSink = []
         self.info: RowSink = []
         self.losses: RowSink = []
+        self.shards: RowSink = []
 
     def take(self) -> dict[str, Taken]:
         """The rows gathered so far, by table (empty tables left out); starts afresh."""
@@ -311,4 +322,5 @@ CONVERTERS = {
     "alerts": _texts_encoded(schema.ALERTS),
     "captures": _texts_encoded(schema.CAPTURES),  # a path may be any text: a dict's key
     "info": _texts_encoded(schema.INFO),
+    "shards": _texts_encoded(schema.SHARDS),
 }

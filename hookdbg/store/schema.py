@@ -24,7 +24,7 @@ import numpy as np
 
 FORMAT = "hookdbg-recording"
 # 2: segments (training steps and eval batches); 3: the GradScaler's steps.scale, .skipped;
-# 4: the losses table, loss sites in modules, steps.overhead, loss alerts
+# 4: the losses and shards tables, loss sites in modules, steps.overhead, loss alerts
 SCHEMA_VERSION = 4
 
 
@@ -235,6 +235,28 @@ CAPTURES = np.dtype(
 
 INFO = np.dtype([("time", "<f8"), ("key", "S32"), ("value", f"S{MESSAGE_BYTES}")])
 
+# One row per tensor place (module, phase, slot, path) that held a DTensor, written the
+# first time it did (and again if its placement changes): each of its tensor rows
+# summarises this rank's local shard. ``placements`` has one entry per mesh dimension,
+# as torch prints them (``S(0)`` a shard of dim 0, ``R`` a replica, ``P(sum)`` a partial
+# sum, ``_S(0, 2)`` a strided shard); ``mesh`` is the mesh's ranks as a JSON nested list,
+# ``dims`` its dimension names, ``coordinate`` this rank's place in it, and ``shape``
+# the global tensor's shape. Readers merge the shards of the ranks that hold the other
+# pieces into the global tensor's statistics (hookdbg/read/shards.py).
+SHARDS = np.dtype(
+    [
+        ("module", "<i4"),
+        ("phase", "u1"),
+        ("slot", "u1"),
+        ("path", f"S{PATH_BYTES}"),
+        ("placements", "S64"),
+        ("mesh", "S256"),
+        ("dims", "S64"),
+        ("coordinate", "S32"),
+        ("shape", f"S{SHAPE_BYTES}"),
+    ]
+)
+
 PROGRESS = np.dtype(
     [
         ("time", "<f8"),
@@ -270,6 +292,7 @@ TABLES: dict[str, tuple[np.dtype, int]] = {
     "progress": (PROGRESS, 1024),
     "info": (INFO, 64),  # facts learned during the run (e.g. the distributed backend)
     "losses": (LOSSES, 4096),
+    "shards": (SHARDS, 256),
 }
 # Written in place, never appended: their file space is allocated (and filled) when the
 # file is created, so that they can be written when the disk is full.

@@ -1,0 +1,123 @@
+"""Sharded tensors read whole: the global statistics of a DTensor from its ranks' shards.
+
+Under FSDP2 or tensor parallel a rank's tensor rows summarise its local shard of each
+DTensor, and its ``shards`` table says how the tensor lies on its device mesh
+(hookdbg/recorder/shards.py). The shards that make up one global tensor are those of
+the ranks of its mesh that differ from this one only along the mesh dimensions it is
+sharded on (along a replicated dimension they hold copies; another data-parallel
+group holds another tensor). Their statistics merge exactly: counts and sums add, the
+minimum and maximum are those of the shards, the mean and the population std come from
+each shard's mean and std weighted by its finite values (Chan's formula), the norm is
+the root of the summed squared norms. A tensor that is a partial sum on some dimension
+(``P(sum)``: a row-parallel Linear's output before its all-reduce) has no global values
+until it is reduced: it is not merged, and says so.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from hookdbg.store import schema
+from hookdbg.text import utf8
+
+Place = tuple[int, int, int, str]  # module, phase, slot, path
+
+# a merged row: the tensors table's columns, the shards it was merged from, and why not
+GLOBAL = np.dtype([*schema.TENSORS.descr, ("ranks", "S64"), ("placement", "S64")])
+
+
+@dataclass(frozen=True)
+class Shard:
+    """How a rank's tensor at one place lies on its device mesh."""
+
+    placements: tuple[str, ...]  # per mesh dimension: 'S(0)', 'R', 'P(sum)', '_S(0, 2)'
+    mesh: np.ndarray  # the mesh's ranks, one axis per mesh dimension
+    coordinate: tuple[int, ...]  # this rank's place in it
+    shape: str  # the global tensor's, as the shape column writes it
+
+    @property
+    def partial(self) -> bool:
+        return any(p.startswith("P") for p in self.placements)
+
+    def holders(self) -> list[int]:
+        """The ranks whose shards make up the global tensor this rank holds a shard of:
+        all along the sharded dimensions, this rank's coordinate along the others."""
+        index = tuple(
+            slice(None) if p.startswith(("S", "_S")) else c
+            for p, c in zip(self.placements, self.coordinate, strict=True)
+        )
+        return sorted(int(r) for r in np.asarray(self.mesh[index]).reshape(-1))
+
+    @property
+    def text(self) -> str:
+        return ",".join(self.placements)
+
+
+def shard_places(rows: np.ndarray) -> dict[Place, Shard]:
+    """The ``shards`` table as a map from a tensor place to how it lies (the latest row
+    of a place wins); rows that do not parse are left out."""
+    out: dict[Place, Shard] = {}
+    for r in rows:
+        try:
+            mesh = np.asarray(json.loads(utf8(r["mesh"])), dtype=np.int64)
+            placements = tuple(p.strip() for p in _split(utf8(r["placements"])))
+            coordinate = tuple(int(c) for c in utf8(r["coordinate"]).split(",") if c)
+        except (ValueError, TypeError):
+            continue
+        if mesh.ndim != len(placements) or len(coordinate) != len(placements):
+            continue
+        place = (int(r["module"]), int(r["phase"]), int(r["slot"]), utf8(r["path"]))
+        out[place] = Shard(placements, mesh, coordinate, utf8(r["shape"]))
+    return out
+
+
+def _split(text: str) -> list[str]:
+    """'S(0),_S(0, 2),R' -> ['S(0)', '_S(0, 2)', 'R']: commas inside brackets stay."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+            continue
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        current += ch
+    return [*parts, current] if current or parts else []
+
+
+def merge(pieces: list[np.void]) -> dict[str, float | int]:
+    """The statistics of the tensor whose shards ``pieces`` summarise (tensors rows)."""
+    numel = sum(int(p["numel"]) for p in pieces)
+    counted = all(int(p["nan"]) >= 0 for p in pieces)
+    bad = {c: sum(int(p[c]) for p in pieces) if counted else -1 for c in _COUNTS}
+    finite = [max(int(p["numel"]) - sum(max(int(p[c]), 0) for c in _COUNTS), 0) for p in pieces]
+    total = sum(finite)
+    means = np.array([float(p["mean"]) for p in pieces])
+    stds = np.array([float(p["std"]) for p in pieces])
+    weights = np.array(finite, dtype=np.float64)
+    mean = std = float("nan")
+    if total and np.isfinite(means[weights > 0]).all():
+        mean = float((weights * means).sum() / total)
+        if np.isfinite(stds[weights > 0]).all():
+            m2 = (weights * stds**2).sum() + (weights * (means - mean) ** 2).sum()
+            std = float(np.sqrt(m2 / total))
+    lows = [float(p["min"]) for p in pieces if not np.isnan(p["min"])]
+    highs = [float(p["max"]) for p in pieces if not np.isnan(p["max"])]
+    norms = np.array([float(p["norm"]) for p in pieces])
+    zeros = np.array([float(p["zero_frac"]) for p in pieces])
+    sizes = np.array([int(p["numel"]) for p in pieces], dtype=np.float64)
+    return {
+        "numel": numel,
+        "min": min(lows) if len(lows) == len(pieces) else float("nan"),
+        "max": max(highs) if len(highs) == len(pieces) else float("nan"),
+        "mean": mean,
+        "std": std,
+        "norm": float(np.sqrt((norms**2).sum())),
+        **bad,
+        "zero_frac": float((zeros * sizes).sum() / sizes.sum()) if numel else float("nan"),
+    }
+
+
+_COUNTS = ("nan", "posinf", "neginf")

@@ -1,0 +1,116 @@
+"""Sharded training recorded under torchrun on CPU (gloo): FSDP2 (per block and at the
+root, resharding after forward or not, a mixed-precision policy), tensor parallel (an
+MLP and an attention block split by columns and rows, a norm on sequence shards), FSDP2
+over tensor parallel on a 2-D mesh of 4 ranks, and DDP around a compiled model. Every
+rank records every step, training is bitwise the same, the shards merge into the
+global tensors' statistics, and a NaN born in one rank's shard is named on that rank.
+The strategies run in tests/cli/sharded_train.py."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hookdbg.read import Status, open_run
+from hookdbg.store.schema import Phase, Slot
+from hookdbg.text import utf8
+from tests.helpers import hookdbg
+
+SCRIPT = Path(__file__).with_name("sharded_train.py")
+STEPS = 3
+
+
+def torchrun(ranks: int, out: Path) -> dict[str, dict]:
+    """Run the strategies on ``ranks`` processes; what rank 0 printed, by strategy."""
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks)]
+    done = subprocess.run(
+        [*launch, str(SCRIPT), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {c["case"]: c for c in map(json.loads, done.stdout.splitlines())}
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
+    out = tmp_path_factory.mktemp("sharded")
+    return out, torchrun(2, out)
+
+
+def assert_recorded_truly(out: Path, case: dict, ranks: int) -> None:
+    """Training the same, every step on every rank, and the global norms of the
+    weights merged from the shards equal those of the full tensors."""
+    assert case["recorded"] == case["plain"], case["case"]  # bitwise
+    assert case["live"], f"{case['case']}: the recording stopped on an internal error"
+    with open_run(out / f"{case['case']}.h5") as run:
+        assert run.ranks == list(range(ranks))
+        for rank in run.ranks:
+            rec = run[rank]
+            assert rec.status is Status.COMPLETE and len(rec.steps) == STEPS, (case, rank)
+        rec = run[0]
+        last = int(rec.steps["step"][-1])
+        merged = run.global_tensors(0, rec.tensors(last, last))
+        weights = merged[(merged["phase"] == Phase.OPT) & (merged["slot"] == Slot.PARAM)]
+        norms = {}
+        for row in weights:
+            name = rec.modules.name(int(row["module"])).removeprefix("net.")
+            norms[f"{name}.{utf8(row['path'])}"] = float(row["norm"])
+        full = {k.replace("module._orig_mod.", ""): v for k, v in case["norms"].items()}
+        assert norms.keys() == full.keys()
+        for name, value in full.items():
+            assert norms[name] == pytest.approx(value, rel=1e-9), (case["case"], name)
+
+
+@pytest.mark.parametrize(
+    "strategy", ["fsdp", "fsdp_keep_mixed", "tp", "sequence_parallel", "ddp_compiled"]
+)
+def test_two_ranks_record_every_step_with_global_statistics(two_ranks, strategy):
+    out, cases = two_ranks
+    assert_recorded_truly(out, cases[strategy], 2)
+
+
+def test_fsdp_over_tensor_parallel_on_a_2d_mesh_of_four_ranks(tmp_path):
+    cases = torchrun(4, tmp_path)
+    assert_recorded_truly(tmp_path, cases["fsdp_tp"], 4)
+    with open_run(tmp_path / "fsdp_tp.h5") as run:
+        q = next(
+            p
+            for (m, ph, s, path), p in run[0].shards.items()
+            if path == "weight" and run[0].modules.name(m) == "net.0.q" and ph == Phase.OPT
+        )
+        assert q.holders() == [0, 1, 2, 3] and len(q.placements) == 2  # dp and tp
+
+
+def test_the_reports_say_what_sharding_does(two_ranks):
+    out, _ = two_ranks
+    shown = hookdbg("show", out / "fsdp.h5", "net.0.q", "--step", "2", "--global")
+    assert shown.returncode == 0, shown.stderr
+    assert "global: " in shown.stdout and "S(0)" in shown.stdout
+    fsdp = hookdbg("diff", "--ranks", out / "fsdp.h5")
+    assert fsdp.returncode == 1 and "in sync" not in fsdp.stdout
+    assert "sharded tensors" in fsdp.stdout and "every parameter is sharded" in fsdp.stdout
+    tp = hookdbg("diff", "--ranks", out / "tp.h5")  # replicated biases still compare
+    assert tp.returncode == 0 and "replicated weights and gradients agree" in tp.stdout
+    nan = hookdbg("diff", "--ranks", out / "tp_nan.h5")
+    assert nan.returncode == 1 and "not finite on every rank" in nan.stdout
+
+
+def test_a_nan_born_in_one_ranks_shard_is_named_on_that_rank(two_ranks):
+    out, cases = two_ranks
+    assert cases["tp_nan"]["recorded"][1] != cases["tp_nan"]["recorded"][1]  # NaN, as unrecorded
+    alerts = hookdbg("alerts", out / "tp_nan.h5", "--json")
+    found = json.loads(alerts.stdout)["alerts"]
+    first = found[0]
+    assert (first["rank"], first["step"], first["module"], first["slot"]) == (
+        1,
+        1,
+        "net.0.q",
+        "param[weight]",
+    )
+    assert "1 NaN of 128 values" in first["message"]  # its shard: half the weight
