@@ -21,6 +21,7 @@ __all__ = [
     "RecordingError",
     "__version__",
     "open_recording",
+    "open_run",
     "record",
 ]
 
@@ -34,7 +35,7 @@ def __getattr__(name: str) -> object:
         from hookdbg import recorder
 
         return getattr(recorder, name)
-    if name in ("open_recording", "RecordingError"):
+    if name in ("open_recording", "open_run", "RecordingError"):
         from hookdbg import read
 
         return getattr(read, name)
