@@ -30,6 +30,7 @@ from hookdbg.options import ON_NAN_ACTIONS, OptionError, RecordOptions
 from hookdbg.ranks import placement, rank_files
 from hookdbg.read import RecordingError, open_recording
 from hookdbg.recorder import Recorder, RecordError, record
+from hookdbg.recorder.meta import backend_name
 from hookdbg.text import human_bytes, plural
 
 _RECORD_OPTIONS = {
@@ -180,7 +181,7 @@ def _any_rank(flag: bool, device: torch.device | None) -> bool:
     dist = torch.distributed
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return flag
-    if device is None or dist.get_backend() == "gloo":
+    if device is None or "gloo" in backend_name().split(","):  # gloo reduces on the host
         device = torch.device("cpu")
     value = torch.tensor([int(flag)], device=device)
     dist.all_reduce(value, op=dist.ReduceOp.MAX)

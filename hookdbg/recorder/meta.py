@@ -41,5 +41,21 @@ def run_metadata(argv: list[str], options: RecordOptions) -> dict[str, str | int
 def _backend() -> str:
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
-        return str(dist.get_backend())
+        return backend_name()
     return ""
+
+
+def backend_name() -> str:
+    """The default group's backend: ``gloo``, ``nccl``. A group made without naming one
+    (``init_device_mesh("cpu", ...)``) has one per device type, which torch calls
+    ``undefined``: its backends are named instead (``gloo,nccl``)."""
+    dist = torch.distributed
+    name = str(dist.get_backend())
+    if name != "undefined":
+        return name
+    try:
+        pairs = str(dist.get_backend_config()).split(",")
+    except Exception:
+        return name
+    names = dict.fromkeys(p.rpartition(":")[2] for p in pairs if p)
+    return ",".join(names) or name

@@ -77,9 +77,20 @@ class OriginDetector:
         # the segment in which a parameter was found non-finite with no origin before it:
         # there, non-finite weights after the optimizer step may well be the same ones
         self.unrecorded_in: int | None = None
+        # the steps before the current one were all recorded and checked (set by
+        # segments.py): a weight non-finite at a forward changed outside the optimizer
+        self.watched = False
+        # calls of this step whose output a child handed to a collective after its own
+        # hook (tensor parallel reduces a row-parallel Linear's partial sum; -1: a call
+        # at the top): a NaN there may be another rank's (observe.py's shard)
+        self.reduced: set[int] = set()
+        # a NaN/inf came from another rank (its shard, a collective): what turns
+        # non-finite on this rank later (its weights, after the optimizer step) spread
+        self.from_elsewhere = False
 
     def new_step(self) -> None:
         self.step_tainted = False
+        self.reduced.clear()
 
     def is_new_origin(self, alert: Alert) -> bool:
         """Count the alert; True the first time its place shows up (warn once per place)."""
@@ -113,6 +124,10 @@ class OriginDetector:
         call.tainted = True
         if seen.producer is not None or seen.alerted:
             return None
+        if (-1 if call.parent is None else call.parent.id) in self.reduced:
+            # its caller computed it from a partial sum another rank's values reduced into
+            seen.alerted = self.step_tainted = self.from_elsewhere = True
+            return None
         seen.alerted = True
         if not self._unknown_provenance_ok():
             return None
@@ -134,10 +149,16 @@ class OriginDetector:
         if call.tainted or call.nan_in or seen.alerted:
             call.tainted = True
             return None
-        bad = _nonfinite_param(module)
+        bad = _nonfinite_param(module, call)
         if bad is not None:
             call.tainted = True
+            if bad[2] is False:  # this rank's shard is finite: another rank's, gathered
+                self.from_elsewhere = True
+                return None
             return self._param_before(call, bad, seg, now)
+        if nan and call.id in self.reduced:  # through a collective: maybe another rank's
+            call.tainted = self.step_tainted = self.from_elsewhere = True
+            return None
         if nan or (root and summary[3] == 1 and not call.inf_inputs):  # NaN, or an inf loss
             seen.alerted = call.tainted = True
             return Alert(
@@ -175,16 +196,27 @@ class OriginDetector:
         return self._passed_on(seen.birth, seen, call, "returned it", now)
 
     def _param_before(
-        self, call: Call, bad: tuple[str, torch.Tensor], seg: Segment, now: float
+        self, call: Call, bad: tuple[str, torch.Tensor, bool | None], seg: Segment, now: float
     ) -> Alert | None:
         """A parameter already non-finite when its module ran, with no origin found
         before it: it turned so where nothing was recorded (a step that --every or
-        --steps skipped, or before the recording began). Named once, as the place to
+        --steps skipped, or before the recording began), or, every step recorded,
+        outside the optimizer (the script, another process). Named once, as the place to
         look; later non-finite values are spread from it."""
-        if self.alerts or self.unrecorded_in is not None:
+        if self.alerts or self.unrecorded_in is not None or self.from_elsewhere:
             return None
         self.unrecorded_in = seg.id
-        name, param = bad
+        name, param, shard = bad
+        where = " in this rank's shard of it" if shard else ""
+        how = (
+            f"it was already non-finite{where} when the module ran, and finite after the "
+            "last optimizer step: something outside the optimizer changed it between "
+            "the steps (the script, a hook, another process)"
+            if self.watched
+            else f"it was already non-finite{where} when the module ran: it became so "
+            "where nothing was recorded (a step --every or --steps skipped, or before the "
+            "recording began); record every step to find where it was born"
+        )
         return Alert(
             seg,
             call.id,
@@ -194,9 +226,7 @@ class OriginDetector:
             name,
             summarise(param.detach()),
             now,
-            "it was already non-finite when the module ran: it became so where nothing "
-            "was recorded (a step --every or --steps skipped, or before the recording "
-            "began); record every step to find where it was born",
+            how,
             origin=call,
         )
 
@@ -407,14 +437,37 @@ def _received_birth(call: Call) -> Alert | None:
     return None
 
 
-def _nonfinite_param(module: object) -> tuple[str, torch.Tensor] | None:
+def _nonfinite_param(module: object, call: Call) -> tuple[str, torch.Tensor, bool | None] | None:
     """A non-finite parameter of ``module``, if any: a module computing with non-finite
-    weights spreads an earlier NaN; it is no origin itself."""
+    weights spreads an earlier NaN; it is no origin itself. The third value says whether
+    this rank's own shard of it holds the non-finite value: True for a DTensor (its
+    local shard was read), under FSDP2 False when it came from another rank's shard
+    through the all-gather; None for a parameter held whole."""
     if not isinstance(module, torch.nn.Module):
         return None
     with torch.no_grad():
         for name, p in module.named_parameters(recurse=False):
             v = local(p)  # a DTensor's own shard: reading it whole would run collectives
             if v.is_floating_point() and not bool(torch.isfinite(v).all()):
-                return name, p
+                return name, p, True if v is not p else _own_shard_bad(module, name, call)
+    return None
+
+
+def _own_shard_bad(module: torch.nn.Module, name: str, call: Call) -> bool | None:
+    """Under FSDP2, whether this rank's shard of ``module``'s gathered parameter
+    ``name`` is non-finite; None when no enclosing call's module shards it. FSDP2 keeps
+    its parameters out of its public API: any change there gives None, the answer
+    without sharding."""
+    try:
+        at: Call | None = call
+        while at is not None:
+            state = getattr(at.info.ref(), "_get_fsdp_state", None)
+            group = state()._fsdp_param_group if state is not None else None
+            for fp in group.fsdp_params if group is not None else ():
+                info = fp._module_info
+                if info.module is module and info.param_name == name:
+                    return not bool(torch.isfinite(local(fp.sharded_param)).all())
+            at = at.parent
+    except Exception:
+        return None
     return None

@@ -97,7 +97,7 @@ class TensorObserver:
         self.bwd_attributed = 0.0
         self.bwd_current: Call | None = None
         self.bwd_last: Call | None = None
-        self.shards = ShardPlaces(rows.shards)  # where DTensors' summarised shards lie
+        self.shards = ShardPlaces(rows)  # where DTensors' summarised shards lie
         self.gradients = self.gradient_observer(self)  # hooks of tensors and parameters
 
     def begin(self, state: StepState) -> None:
@@ -349,8 +349,13 @@ class TensorObserver:
 
     def shard(self, call: Call, phase: int, slot: int, path: str, t: torch.Tensor) -> None:
         """A tensor of a subclass seen at a call: where its shard lies, if a DTensor (the
-        C path asks this of every tensor that is not a plain one)."""
-        self.shards.note(call.info.id, phase, slot, path, t)
+        C path asks this of every tensor that is not a plain one). An output that is a
+        partial sum is reduced by a collective after this hook (tensor parallel's
+        row-parallel Linear): the NaN/inf checks of what holds its result know that
+        another rank's values come in there (nonfinite.py)."""
+        if self.shards.note(call.info.id, phase, slot, path, t) and phase == _FWD:
+            parent = call.parent
+            self.detector.reduced.add(-1 if parent is None else parent.id)
 
     def norm_rows(
         self,

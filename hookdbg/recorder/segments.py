@@ -28,6 +28,7 @@ from hookdbg.recorder.deferred import StepBatch
 from hookdbg.recorder.envelope import Guard
 from hookdbg.recorder.gradscaler import Decision, ScalerWatch, step_columns
 from hookdbg.recorder.handoff import Handoff
+from hookdbg.recorder.meta import backend_name
 from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry
 from hookdbg.recorder.nonfinite import OriginDetector
 from hookdbg.recorder.observe import TensorObserver
@@ -84,6 +85,7 @@ class Segments:
         self.unmatched_globs: list[str] = []  # --modules globs said to match nothing
         self.steps_recorded = 0  # training steps
         self.evals_recorded = 0  # eval batches
+        self._all_recorded = True  # every segment so far was recorded (and so checked)
 
     def start(
         self, origin: float, optimizer: OptimizerObserver, scaler: ScalerWatch | None
@@ -151,6 +153,8 @@ class Segments:
         if self.flight is not None:
             self.flight.new_step(seg)
         self.detector.new_step()
+        self.detector.watched = seg.id > 0 and self._all_recorded
+        self._all_recorded = self._all_recorded and recording
 
     def end(self, now: float, cut: bool = False) -> None:
         state = self.state
@@ -233,7 +237,7 @@ class Segments:
             now = time.time()
             self.rows.info.extend(
                 [
-                    (now, "backend", str(dist.get_backend())),
+                    (now, "backend", backend_name()),
                     (now, "rank", str(dist.get_rank())),
                     (now, "world_size", str(dist.get_world_size())),
                 ]

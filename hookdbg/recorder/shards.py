@@ -14,30 +14,32 @@ import json
 import torch
 
 from hookdbg.recorder.stats import local
-from hookdbg.store.rows import RowSink
+from hookdbg.store.rows import Rows
 
 
 class ShardPlaces:
     """The tensor places seen holding a DTensor, and their placements."""
 
-    def __init__(self, rows: RowSink) -> None:
-        self.rows = rows
+    def __init__(self, rows: Rows) -> None:
+        self.rows = rows  # its shards sink is a new list after each hand-over
         self._seen: dict[tuple[int, int, int, str], str] = {}
 
-    def note(self, module: int, phase: int, slot: int, path: str, t: torch.Tensor) -> None:
+    def note(self, module: int, phase: int, slot: int, path: str, t: torch.Tensor) -> bool:
         """``t`` seen at (module, phase, slot, path): a row for the place the first time
-        it holds a DTensor, or a DTensor placed otherwise."""
+        it holds a DTensor, or a DTensor placed otherwise. Whether ``t`` is a partial
+        sum (a collective will reduce it)."""
         spec = getattr(t, "_spec", None)
         if spec is None or local(t) is t:  # not a DTensor
-            return
+            return False
         placements = ",".join(str(p) for p in spec.placements)
+        partial = any(p.is_partial() for p in spec.placements)
         key = (module, phase, slot, path)
         if self._seen.get(key) == placements:
-            return
+            return partial
         self._seen[key] = placements
         mesh = spec.mesh
         coordinate = mesh.get_coordinate() or []
-        self.rows.append(
+        self.rows.shards.append(
             (
                 module,
                 phase,
@@ -50,3 +52,4 @@ class ShardPlaces:
                 ",".join(map(str, t.shape)),
             )
         )
+        return partial

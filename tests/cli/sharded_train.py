@@ -173,12 +173,13 @@ def main() -> None:
             "sequence_parallel": (sequence_parallel(mesh), 0),
             "ddp_compiled": (ddp_compiled(), rank),
             "tp_nan": (tp(mesh), 0),
+            "fsdp_nan": (fsdp(True, False), rank),
         }
     only = sys.argv[2:]
     for name, (make, data_rank) in cases.items():
         if only and name not in only:
             continue
-        poison = name == "tp_nan"
+        poison = name.endswith("_nan")
         plain = train(make(), data_rank, poison)
         net = make()
         with hookdbg.record(f"{out_dir}/{name}.h5", force=True, quiet=True) as rec:

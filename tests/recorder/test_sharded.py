@@ -29,12 +29,14 @@ def world_of_one():
         dist.destroy_process_group()
 
 
-def train(model: nn.Module, steps: int = 3) -> list[float]:
+def train(model: nn.Module, steps: int = 3, rec=None) -> list[float]:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     losses = []
     for i in range(steps):
         x = torch.randn(8, 16, generator=torch.Generator().manual_seed(i))
         loss = model(x).pow(2).mean()
+        if rec is not None:
+            rec.flush()  # rows handed over between a step's forward and its backward
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -75,7 +77,7 @@ def test_sharded_models_are_recorded_every_step_and_train_the_same(
     with world_of_one():
         plain = train(make())
         with hookdbg.record(tmp_path / "run.h5", quiet=True) as rec:
-            recorded = train(make())
+            recorded = train(make(), rec=rec)
             assert rec.guard.live, "the recording stopped on an internal error"
     assert recorded == plain  # bitwise: recording changes nothing
     with open_recording(tmp_path / "run.h5") as r:
@@ -86,3 +88,23 @@ def test_sharded_models_are_recorded_every_step_and_train_the_same(
         assert len(grads) == 6 and len(weights) == 12  # 2 weights x 3 steps; + biases
         assert np.isfinite(grads["norm"]).all() and (grads["norm"] > 0).all()
         assert len(r.losses) == 3 and r.losses["value"].tolist() == plain
+        # where every sharded weight and gradient lies, also those seen after a hand-over
+        sharded = {(r.modules.name(m), ph, slot, path) for m, ph, slot, path in r.shards}
+        for module in ("model.0", "model.2"):
+            for path in ("weight", "bias"):
+                assert (module, Phase.OPT, Slot.PARAM, path) in sharded, (module, path)
+                assert (module, Phase.BWD, Slot.PARAM_GRAD, path) in sharded, (module, path)
+
+
+def test_a_group_made_without_a_backend_names_its_backends(tmp_path):
+    """``init_process_group()`` with no backend (what ``init_device_mesh`` does) gives a
+    group torch calls ``undefined``: the recording names the backends it holds."""
+    dist.init_process_group(store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        assert dist.get_backend() == "undefined"
+        with hookdbg.record(tmp_path / "run.h5", quiet=True):
+            nn.Linear(4, 1)(torch.randn(2, 4)).sum().backward()
+    finally:
+        dist.destroy_process_group()
+    rec = open_recording(tmp_path / "run.h5")
+    assert "gloo" in rec.info.backend.split(","), rec.info.backend
