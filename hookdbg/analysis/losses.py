@@ -112,6 +112,11 @@ def describe(series: LossSeries) -> str:
         parts.append(f"min {lo:.4g} (step {lo_step}), max {hi:.4g} (step {hi_step})")
     if series.nonfinite_step is not None:
         parts.append(f"{series.nonfinite_kind} first at step {series.nonfinite_step}")
+    if series.passes > len(series.steps):  # accumulated micro-batches, LBFGS's closure
+        parts.append(
+            f"a step's value is the mean of its backward passes ({series.passes} in "
+            f"{len(series.steps)} steps)"
+        )
     if series.scaled:
         parts.append("unscaled from the GradScaler's scale")
     return "; ".join(parts) or "no values"

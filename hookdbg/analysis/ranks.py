@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hookdbg.analysis.losses import LossSeries, loss_series
 from hookdbg.read.ranks import RankSet
 from hookdbg.read.recording import Status
+from hookdbg.read.shards import Shard
 from hookdbg.store.schema import Phase, Slot
 from hookdbg.text import utf8
 
@@ -29,6 +31,7 @@ class RankRow:
     step_median: float
     alerts: int
     dropped: int
+    loss: LossSeries | None  # its first loss site's (each rank computes its own loss)
 
 
 def rank_rows(ranks: RankSet) -> list[RankRow]:
@@ -44,6 +47,7 @@ def rank_rows(ranks: RankSet) -> list[RankRow]:
                 float(np.median(durations)) if len(durations) else 0.0,
                 len(rec.alerts),
                 rec.dropped_rows,
+                next(iter(loss_series(rec)), None),
             )
         )
     return rows
@@ -149,8 +153,16 @@ class RankDiff:
 
     @property
     def in_sync(self) -> bool:
-        """Something was compared, and every rank agreed on all of it."""
-        return bool(self.compared) and not self.desyncs and not self.nonfinite
+        """Every rank agreed on all that was compared, and something was, or every
+        parameter is sharded (FSDP2 keeps one copy of each weight: no replica can drift).
+        A run recorded without norms checked nothing and is not in sync."""
+        found = bool(self.compared) or self.all_sharded
+        return found and not self.desyncs and not self.nonfinite
+
+    @property
+    def all_sharded(self) -> bool:
+        """Nothing compared because each rank holds another piece of every tensor."""
+        return not self.compared and bool(self.sharded)
 
     @property
     def first(self) -> Desync | None:
@@ -166,6 +178,22 @@ class RankDiff:
         return max((s for s in self.compared_steps if s < first.step), default=None)
 
 
+def replica_groups(shards: dict[int, Shard]) -> list[list[int]]:
+    """The ranks that hold the same piece of a sharded tensor (they differ only along
+    the mesh dimensions it is replicated on: FSDP2 over tensor parallel keeps a
+    replicated norm's shard on each tensor-parallel rank), in groups of two or more; none
+    for a partial sum, which no two ranks hold alike."""
+    groups: dict[tuple, list[int]] = {}
+    for rank, shard in shards.items():
+        if shard.partial:
+            return []
+        piece = tuple(
+            c for p, c in zip(shard.placements, shard.coordinate, strict=True) if p != "R"
+        )
+        groups.setdefault((shard.mesh.tobytes(), shard.text, piece), []).append(rank)
+    return [g for g in groups.values() if len(g) > 1]
+
+
 def rank_diff(
     ranks: RankSet,
     rtol: float = 0.0,
@@ -174,7 +202,8 @@ def rank_diff(
     last: int | None = None,
 ) -> RankDiff:
     """Compare parameter and step-gradient norms across ranks, step by step. Replicas
-    are computed identically, so the default tolerance is none at all."""
+    are computed identically, so the default tolerance is none at all. A sharded tensor
+    is compared only between the ranks that hold the same piece of it."""
     result = RankDiff(rtol, atol)
     recs = ranks.recordings
     if len(recs) < 2:
@@ -185,7 +214,7 @@ def rank_diff(
     )
     for step in result.compared_steps:
         values: dict[tuple[str, int, str], dict[int, float]] = {}
-        placed: dict[tuple[str, int, str], str] = {}
+        placed: dict[tuple[str, int, str], dict[int, Shard]] = {}
         for rank, rec in recs.items():
             rows = rec.tensors(step, step, ["module", "phase", "slot", "path", "norm"])
             rows = rows[
@@ -197,23 +226,27 @@ def rank_diff(
                 key = (rec.modules.name(int(r["module"])), int(r["slot"]), path)
                 values.setdefault(key, {})[rank] = float(r["norm"])
                 shard = places.get((int(r["module"]), Phase.OPT, int(r["slot"]), path))
-                if shard is not None and any(p[:1] in "S_P" for p in shard.placements):
-                    placed[key] = shard.text
+                if shard is not None and (shard.sharded or shard.partial):
+                    placed.setdefault(key, {})[rank] = shard
         for (module, slot, path), norms in values.items():
             if len(norms) < len(recs):
                 continue
-            placement = placed.get((module, slot, path))
-            if placement is not None:  # each rank holds another piece: no replicas
-                result.sharded[placement] = result.sharded.get(placement, 0) + 1
+            shards = placed.get((module, slot, path))
+            groups = [list(norms)] if shards is None else replica_groups(shards)
+            if not groups:  # each rank holds another piece: no replicas to compare
+                text = next(iter(shards.values())).text if shards else "?"
+                result.sharded[text] = result.sharded.get(text, 0) + 1
                 continue
-            v = np.array(list(norms.values()))
-            if not np.isfinite(v).any():
-                result.nonfinite.append((step, module, Slot(slot), path))
-                continue
-            result.compared += 1
-            same = np.all(np.abs(v - v[0]) <= atol + rtol * np.abs(v[0]))
-            if not same:
-                result.desyncs.append(Desync(step, module, Slot(slot), path, norms))
+            for group in groups:
+                mine = {r: norms[r] for r in group}
+                v = np.array(list(mine.values()))
+                if not np.isfinite(v).any():
+                    result.nonfinite.append((step, module, Slot(slot), path))
+                    continue
+                result.compared += 1
+                same = np.all(np.abs(v - v[0]) <= atol + rtol * np.abs(v[0]))
+                if not same:
+                    result.desyncs.append(Desync(step, module, Slot(slot), path, mine))
     order = {Slot.STEP_GRAD: 0, Slot.PARAM: 1}  # within a step, the gradient comes first
     result.desyncs.sort(key=lambda d: (d.step, order[d.slot]))
     return result

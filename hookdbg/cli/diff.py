@@ -273,8 +273,9 @@ def _diff_ranks(
     as_json: bool,
 ) -> None:
     """The ranks of one distributed run against each other. Exit 0 when they are in
-    sync, 1 when they are not or when there was nothing to compare (as text or JSON:
-    a CI gate must not pass on a run that checked nothing)."""
+    sync (or every parameter is sharded, so no replica can drift), 1 when they are not
+    or when the recording holds no norms to compare (as text or JSON: a CI gate must not
+    pass on a run that checked nothing)."""
     _check_tolerances(rtol, atol)
     run = open_run_or_fail(path, quiet=as_json)
     if not isinstance(run, RankSet) or len(run.ranks) < 2:
@@ -321,11 +322,15 @@ def _print_ranks(run: RankSet, result: RankDiff, top: int) -> None:
     out = console()
     compared = result.compared_steps
     span = f" ({compared[0]}-{compared[-1]})" if compared else ""
+    what = (
+        "no replicated parameter or step-gradient norms"
+        if result.all_sharded
+        else f"{result.compared:,} parameter and step-gradient norms"
+    )
     out.print(
         literal(
             f"compared ranks {', '.join(map(str, run.ranks))} over "
-            f"{plural(len(compared), 'step')}{span}: {result.compared:,} parameter and "
-            "step-gradient norms"
+            f"{plural(len(compared), 'step')}{span}: {what}"
         )
     )
     first = result.first
@@ -341,20 +346,21 @@ def _print_ranks(run: RankSet, result: RankDiff, top: int) -> None:
     if result.nonfinite:
         step, module, slot, path = result.nonfinite[0]
         out.print(
-            literal(
-                f"[bold red]not finite on every rank[/]: {len(result.nonfinite):,} norms, "
-                f"first at step {step}, {module} {slot_label(slot, path)}: the ranks "
-                "cannot be told in sync or not there"
+            "[bold red]not finite on every rank[/]: "
+            + literal(
+                f"{len(result.nonfinite):,} norms, first at step {step}, {module} "
+                f"{slot_label(slot, path)}: the ranks cannot be told in sync or not there"
             )
         )
-    if not result.compared:
+    if result.all_sharded and not result.nonfinite:
         out.print(
-            "[bold yellow]nothing to compare[/]: "
-            + (
-                "every parameter is sharded"
-                if result.sharded
-                else "record with --level stats under torch.distributed to get parameter norms"
-            )
+            "[bold green]nothing can drift[/]: every parameter is sharded, each rank "
+            "updates only its own piece of it"
+        )
+    elif not result.compared and not result.sharded:
+        out.print(
+            "[bold yellow]nothing to compare[/]: record with --level stats under "
+            "torch.distributed to get parameter norms"
         )
     elif first is None and not result.nonfinite:
         what = (

@@ -127,7 +127,7 @@ def _print_profile(rec: Recording, prof: Profile, rows: list[ProfileRow], sort: 
 
 
 def _time_line(time: StepTime) -> str:
-    """'per step: 12.1 ms = forward 4.0 (33%) + backward ... ; hookdbg's own ... left out'."""
+    """'per step (mean): 12.1 ms = forward 4.0 (33%) + backward ... ; hookdbg's own ...'."""
     step = time.step or 1.0
     parts = " + ".join(
         f"{name} {ms(value)} ({value / step:.0%})" for name, value in time.parts.items()
@@ -137,7 +137,7 @@ def _time_line(time: StepTime) -> str:
         if math.isnan(time.hookdbg)
         else f"; hookdbg's own {ms(time.hookdbg)} ms per step is left out of every time"
     )
-    return f"per step: {ms(time.step)} ms = {parts}{own}"
+    return f"per step (mean): {ms(time.step)} ms = {parts}{own}"
 
 
 def _profile_table(rec: Recording, prof: Profile, rows: list[ProfileRow], sort: str) -> Table:

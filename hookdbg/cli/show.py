@@ -28,6 +28,7 @@ from hookdbg.cli.output import (
     tensor_table,
 )
 from hookdbg.read import RankSet, Recording
+from hookdbg.store.schema import Phase, slot_label
 from hookdbg.text import utf8
 
 
@@ -74,7 +75,8 @@ def show(
     summary` prints it (model.layer1.0.conv1), its path (layer1.0.conv1) or a glob
     matching exactly one module. The call column says which call of the module in its
     step a row belongs to (0 for the first), for modules called several times."""
-    rec = open_or_fail(recording, quiet=as_json, rank=rank)
+    # --global's own note says which rows are one rank's: rank 0's unless --rank says
+    rec = open_or_fail(recording, quiet=as_json, rank=0 if merged and rank is None else rank)
     target = resolve_or_fail(rec, module, recording)
     # with --eval, --step/--steps number the eval batches, as reports label them
     first, last = check_evals(rec, steps, recording) if evals else check_steps(rec, steps)
@@ -119,6 +121,30 @@ def _show_json(rec: Recording, view: ModuleRows, limit: int) -> dict[str, object
     }
 
 
+def _global_note(shown: np.ndarray, rank: int) -> str:
+    """What ``--global`` did to the rows shown: merged shards, replicas, and the rows
+    that stay one rank's (named: a partial sum is easily taken for the whole)."""
+    placed = shown[shown["placement"] != b""]
+    merged = placed[placed["ranks"] != b""]
+    unmerged = placed[placed["ranks"] == b""]
+    replicated = np.array([set(utf8(p).split(",")) == {"R"} for p in unmerged["placement"]])
+    others = unmerged[~replicated] if len(unmerged) else unmerged
+    kinds = ", ".join(sorted({utf8(p) for p in merged["placement"]}))
+    note = f"  global: {len(merged)} of {len(shown)} rows merged from their ranks' shards"
+    note += f" ({kinds})" if kinds else ""
+    if replicated.any():
+        note += f"; {int(replicated.sum())} replicated (R): the same on every rank"
+    if len(others):
+        labels = sorted(
+            {f"{Phase(r['phase']).label} {slot_label(r['slot'], utf8(r['path']))}" for r in others}
+        )
+        note += (
+            f"; rank {rank}'s own values, not the global tensor's (a partial sum, or a "
+            f"rank's file missing): {', '.join(labels)}"
+        )
+    return note
+
+
 def _placement_json(row: np.void) -> dict[str, object]:
     """Where a merged row's shards came from (``show --global``)."""
     names = row.dtype.names or ()
@@ -145,21 +171,7 @@ def _print_show(rec: Recording, view: ModuleRows, limit: int) -> None:
     title = f"{target.name} ({target.type}), {view.span}"
     out.print(tensor_table(title, shown, rec, module_column=False, call_index=view.call_index))
     if "placement" in (rows.dtype.names or ()):
-        merged = shown[shown["ranks"] != b""]
-        partial = shown[(shown["placement"] != b"") & (shown["ranks"] == b"")]
-        placements = sorted({utf8(p) for p in merged["placement"]})
-        out.print(
-            literal(
-                f"  global: {len(merged)} of {len(shown)} rows are sharded tensors merged "
-                f"from their ranks' shards ({', '.join(placements) or 'none'})"
-                + (
-                    f"; {len(partial)} are partial sums or lack a rank's file: this "
-                    "rank's own values"
-                    if len(partial)
-                    else ""
-                )
-            )
-        )
+        out.print(literal(_global_note(shown, rec.info.rank)))
     if len(rows) > limit:
         out.print(f"  ... {len(rows) - limit:,} more rows (use --step or --limit)")
     histograms = histogram_table(shown, rec, view.call_index)

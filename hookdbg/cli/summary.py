@@ -7,7 +7,7 @@ import time
 import click
 from rich.table import Table
 
-from hookdbg.analysis.losses import describe
+from hookdbg.analysis.losses import LossSeries, describe
 from hookdbg.analysis.overview import Overview, ending, overview
 from hookdbg.analysis.ranks import RanksOverview, ranks_overview
 from hookdbg.cli.common import BadInput, human_bytes, plural
@@ -120,21 +120,7 @@ def _summary_json(rec: Recording, view: Overview) -> dict[str, object]:
             else None
         ),
         "unrecorded": view.unrecorded,
-        "losses": [
-            {
-                "site": series.site.name,
-                "where": series.site.type,
-                "passes": series.passes,
-                "first": series.first(),
-                "last": series.last(),
-                "min": series.lowest(),
-                "max": series.highest(),
-                "nonfinite_step": series.nonfinite_step,
-                "nonfinite_kind": series.nonfinite_kind or None,
-                "scaled": series.scaled,
-            }
-            for series in view.losses
-        ],
+        "losses": [_loss_json(series) for series in view.losses],
         "alerts": len(rec.alerts),
         "first_alert": first_alert,
         "dropped_rows": rec.dropped_rows,
@@ -292,6 +278,21 @@ def _ranks_summary(run: RankSet, as_json: bool) -> None:
         _print_ranks(run, view)
 
 
+def _loss_json(series: LossSeries) -> dict[str, object]:
+    return {
+        "site": series.site.name,
+        "where": series.site.type,
+        "passes": series.passes,
+        "first": series.first(),
+        "last": series.last(),
+        "min": series.lowest(),
+        "max": series.highest(),
+        "nonfinite_step": series.nonfinite_step,
+        "nonfinite_kind": series.nonfinite_kind or None,
+        "scaled": series.scaled,
+    }
+
+
 def _ranks_json(run: RankSet, view: RanksOverview) -> dict[str, object]:
     rank0, worst, first = run[run.ranks[0]], view.worst, view.first_alert
     return {
@@ -309,6 +310,7 @@ def _ranks_json(run: RankSet, view: RanksOverview) -> dict[str, object]:
                 "step_seconds_median": r.step_median,
                 "alerts": r.alerts,
                 "dropped_rows": r.dropped,
+                "loss": None if r.loss is None else _loss_json(r.loss),
             }
             for r in view.rows
         ],
@@ -367,6 +369,7 @@ def _ranks_table(view: RanksOverview) -> Table:
             ("ms per step", "right"),
             ("alerts", "right"),
             "data lost",
+            "loss",
         ],
     )
     for r in view.rows:
@@ -377,8 +380,23 @@ def _ranks_table(view: RanksOverview) -> Table:
             ms(r.step_median),
             str(r.alerts),
             f"{r.dropped:,} rows" if r.dropped else "none",
+            _loss_cell(r.loss),
         )
     return t
+
+
+def _loss_cell(series: LossSeries | None) -> str:
+    """``0.6782 -> 0.4127``, and where it first went non-finite: a rank's own loss."""
+    if series is None:
+        return "-"
+    first, last = series.first(), series.last()
+    if first is None or last is None:
+        text = "-"
+    else:
+        text = f"{first[1]:.4g}" + (f" -> {last[1]:.4g}" if last[0] != first[0] else "")
+    if series.nonfinite_step is not None:
+        text += f", {series.nonfinite_kind} at step {series.nonfinite_step}"
+    return text
 
 
 def _stragglers(view: RanksOverview) -> list[str]:

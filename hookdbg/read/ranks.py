@@ -44,8 +44,9 @@ class RankSet:
         """``rows`` of ``rank``'s tensors table (all its columns), each summary of a
         DTensor's shard replaced by the global tensor's, merged from the ranks that hold
         its other shards (hookdbg/read/shards.py): ``ranks`` names them and
-        ``placement`` how the tensor lies; a partial sum stays this rank's, with
-        ``ranks`` empty. Rows of plain tensors are as they were."""
+        ``placement`` how the tensor lies; a partial sum (or a placement this version
+        does not know) and a replica stay this rank's, with ``ranks`` empty. Rows of
+        plain tensors are as they were."""
         out = np.zeros(len(rows), dtype=GLOBAL)
         for name in rows.dtype.names or ():
             out[name] = rows[name]
@@ -65,7 +66,7 @@ class RankSet:
         for i in sharded:
             shard = places[wanted[i]]
             out["placement"][i] = shard.text.encode()
-            if shard.partial:
+            if shard.partial or not shard.sharded:  # no global values yet; a replica
                 continue
             holders = [q for q in shard.holders() if q in self.recordings]
             if len(holders) < len(shard.holders()):

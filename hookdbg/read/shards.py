@@ -40,13 +40,21 @@ class Shard:
 
     @property
     def partial(self) -> bool:
-        return any(p.startswith("P") for p in self.placements)
+        """Not a shard or a replica on some mesh dimension (a partial sum, ``P(sum)``,
+        an embedding's masked partial, ``MaskP(...)``, or a placement this version does
+        not know): it has no global values until reduced."""
+        return not all(_sharded(p) or p == "R" for p in self.placements)
+
+    @property
+    def sharded(self) -> bool:
+        """Split over some mesh dimension (not only replicated)."""
+        return any(_sharded(p) for p in self.placements)
 
     def holders(self) -> list[int]:
         """The ranks whose shards make up the global tensor this rank holds a shard of:
         all along the sharded dimensions, this rank's coordinate along the others."""
         index = tuple(
-            slice(None) if p.startswith(("S", "_S")) else c
+            slice(None) if _sharded(p) else c
             for p, c in zip(self.placements, self.coordinate, strict=True)
         )
         return sorted(int(r) for r in np.asarray(self.mesh[index]).reshape(-1))
@@ -54,6 +62,11 @@ class Shard:
     @property
     def text(self) -> str:
         return ",".join(self.placements)
+
+
+def _sharded(placement: str) -> bool:
+    """``S(0)`` a shard of dim 0, ``_S(0, 2)`` a strided one (FSDP2 over tensor parallel)."""
+    return placement.startswith(("S(", "_S("))
 
 
 def shard_places(rows: np.ndarray) -> dict[Place, Shard]:
@@ -88,7 +101,9 @@ def _split(text: str) -> list[str]:
 
 
 def merge(pieces: list[np.void]) -> dict[str, float | int]:
-    """The statistics of the tensor whose shards ``pieces`` summarise (tensors rows)."""
+    """The statistics of the tensor whose shards ``pieces`` summarise (tensors rows).
+    An empty shard (FSDP2 gives the last ranks none of a small tensor) adds nothing."""
+    pieces = [p for p in pieces if int(p["numel"])] or pieces[:1]
     numel = sum(int(p["numel"]) for p in pieces)
     counted = all(int(p["nan"]) >= 0 for p in pieces)
     bad = {c: sum(int(p[c]) for p in pieces) if counted else -1 for c in _COUNTS}

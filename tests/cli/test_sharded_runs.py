@@ -7,6 +7,7 @@ global tensors' statistics, and a NaN born in one rank's shard is named on that 
 The strategies run in tests/cli/sharded_train.py."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -78,6 +79,8 @@ def test_two_ranks_record_every_step_with_global_statistics(two_ranks, strategy)
 def test_fsdp_over_tensor_parallel_on_a_2d_mesh_of_four_ranks(tmp_path):
     cases = torchrun(4, tmp_path)
     assert_recorded_truly(tmp_path, cases["fsdp_tp"], 4)
+    diff = hookdbg("diff", "--ranks", tmp_path / "fsdp_tp.h5")  # tensor-parallel replicas
+    assert diff.returncode == 0 and "replicated weights and gradients agree" in diff.stdout
     with open_run(tmp_path / "fsdp_tp.h5") as run:
         q = next(
             p
@@ -93,24 +96,37 @@ def test_the_reports_say_what_sharding_does(two_ranks):
     assert shown.returncode == 0, shown.stderr
     assert "global: " in shown.stdout and "S(0)" in shown.stdout
     fsdp = hookdbg("diff", "--ranks", out / "fsdp.h5")
-    assert fsdp.returncode == 1 and "in sync" not in fsdp.stdout
+    assert fsdp.returncode == 0, fsdp.stdout  # one copy of each weight: nothing can drift
     assert "sharded tensors" in fsdp.stdout and "every parameter is sharded" in fsdp.stdout
+    assert "no replicated parameter" in fsdp.stdout
     tp = hookdbg("diff", "--ranks", out / "tp.h5")  # replicated biases still compare
     assert tp.returncode == 0 and "replicated weights and gradients agree" in tp.stdout
     nan = hookdbg("diff", "--ranks", out / "tp_nan.h5")
     assert nan.returncode == 1 and "not finite on every rank" in nan.stdout
 
 
-def test_a_nan_born_in_one_ranks_shard_is_named_on_that_rank(two_ranks):
+@pytest.mark.parametrize("strategy", ["tp_nan", "fsdp_nan"])
+def test_a_nan_born_in_one_ranks_shard_is_named_on_that_rank_only(two_ranks, strategy):
+    """Rank 1's shard of a weight goes NaN between two steps: rank 1 names it, in its
+    shard; rank 0, which gets it through a collective (tensor parallel's reduction,
+    FSDP2's all-gather), names nothing: it was not born there."""
     out, cases = two_ranks
-    assert cases["tp_nan"]["recorded"][1] != cases["tp_nan"]["recorded"][1]  # NaN, as unrecorded
-    alerts = hookdbg("alerts", out / "tp_nan.h5", "--json")
-    found = json.loads(alerts.stdout)["alerts"]
+    for run in ("plain", "recorded"):  # the same run: NaN from step 1, as unrecorded
+        losses = cases[strategy][run]
+        assert not math.isnan(losses[0]) and all(map(math.isnan, losses[1:])), (run, losses)
+    found = json.loads(hookdbg("alerts", out / f"{strategy}.h5", "--json").stdout)["alerts"]
+    assert {a["rank"] for a in found} == {1}, [a["message"] for a in found]
     first = found[0]
-    assert (first["rank"], first["step"], first["module"], first["slot"]) == (
-        1,
-        1,
-        "net.0.q",
-        "param[weight]",
-    )
-    assert "1 NaN of 128 values" in first["message"]  # its shard: half the weight
+    assert (first["step"], first["module"], first["slot"]) == (1, "net.0.q", "param[weight]")
+    assert "in this rank's shard of it" in first["message"]
+    assert "outside the optimizer" in first["message"]  # every step was recorded
+    summary = json.loads(hookdbg("summary", out / f"{strategy}.h5", "--json").stdout)
+    for rank in summary["per_rank"]:  # each rank's own loss, NaN from step 1 on
+        assert rank["loss"]["nonfinite_step"] == 1 and rank["loss"]["nonfinite_kind"] == "NaN"
+    assert summary["per_rank"][0]["loss"]["first"] == [0, pytest.approx(losses[0])]
+
+
+def test_the_tensor_parallel_nan_alert_counts_this_ranks_shard(two_ranks):
+    out, _ = two_ranks
+    found = json.loads(hookdbg("alerts", out / "tp_nan.h5", "--json").stdout)["alerts"]
+    assert "1 NaN of 128 values" in found[0]["message"]  # its shard: half the weight

@@ -1,0 +1,63 @@
+"""Global statistics merged from the summaries of a tensor's shards."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from hookdbg.read.shards import merge
+from hookdbg.recorder.stats import summarise
+from hookdbg.store.schema import SUMMARY_COLUMNS, TENSORS
+
+
+def rows(*pieces: torch.Tensor) -> list[np.void]:
+    """Tensors-table rows summarising each piece, as the recorder writes them."""
+    table = np.zeros(len(pieces), dtype=TENSORS)
+    for row, piece in zip(table, pieces, strict=True):
+        for name, value in zip(SUMMARY_COLUMNS, summarise(piece), strict=False):
+            row[name] = str(value).encode() if name in ("shape", "dtype", "device") else value
+    return list(table)
+
+
+def expect(whole: torch.Tensor) -> dict[str, float]:
+    w = whole.double()
+    finite = w[torch.isfinite(w)]
+    return {
+        "numel": whole.numel(),
+        "min": float(finite.min()),
+        "max": float(finite.max()),
+        "mean": float(finite.mean()),
+        "std": float(finite.std(correction=0)),
+        "norm": float(finite.norm()),
+        "nan": int(torch.isnan(w).sum()),
+        "zero_frac": float((w == 0).double().mean()),
+    }
+
+
+def check(merged: dict[str, float | int], whole: torch.Tensor) -> None:
+    for key, want in expect(whole).items():
+        assert merged[key] == pytest.approx(want, rel=1e-6, abs=1e-6), key
+
+
+def test_shards_merge_into_the_whole_tensors_statistics():
+    g = torch.Generator().manual_seed(0)
+    whole = torch.randn(10, 16, generator=g) * 3 + 1
+    whole[2, :5] = 0
+    check(merge(rows(*whole.split([3, 7]))), whole)
+
+
+def test_an_empty_shard_adds_nothing():
+    """FSDP2 gives the last ranks no rows of a tensor with fewer rows than ranks."""
+    whole = torch.linspace(-1, 2, 16).reshape(1, 16)
+    merged = merge(rows(whole, whole[:0]))
+    check(merged, whole)
+    assert not math.isnan(float(merged["std"]))
+
+
+def test_non_finite_values_are_counted_and_left_out_of_the_statistics():
+    whole = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    whole[3, 1] = float("nan")
+    check(merge(rows(whole[:1], whole[1:])), whole)
