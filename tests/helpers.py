@@ -13,11 +13,14 @@ import subprocess
 import sys
 import termios
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import h5py
 import numpy as np
+
+from hookdbg.store import schema
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
@@ -103,13 +106,26 @@ def tables(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     user could): each table is a group of equal-length columns."""
     out = {}
     with h5py.File(path, "r", swmr=True) as f:
+        committed = f["committed"][()] if "committed" in f else None
         for name, group in f.items():
-            if isinstance(group, h5py.Group):
-                columns = {c: group[c][()] for c in group}
-                n = min(len(c) for c in columns.values())
-                out[name] = np.rec.fromarrays(
-                    [c[:n] for c in columns.values()], names=list(columns)
-                )
+            if not isinstance(group, h5py.Group):
+                continue
+            names = [c for c in group if c not in ("tail0", "tail1")]
+            columns = {c: group[c][()] for c in names}
+            n = min(len(c) for c in columns.values())
+            rows = np.rec.fromarrays([c[:n] for c in columns.values()], names=names)
+            if name in schema.TABLES and committed is not None and committed.ndim == 2:
+                sealed, slot, nbytes = committed[:, list(schema.TABLES).index(name)]
+                order = [str(c) for c in group.attrs["columns"]]
+                dtype = np.dtype([(c, group[c].dtype, group[c].shape[1:]) for c in order])
+                rows = rows[:sealed]
+                if nbytes:
+                    data = group[f"tail{slot}"][:nbytes].tobytes()
+                    tail = np.frombuffer(zlib.decompress(data), dtype)
+                    rows = np.rec.fromarrays(
+                        [np.concatenate([rows[c], tail[c]]) for c in names], names=names
+                    )
+            out[name] = rows
     return out
 
 
@@ -145,7 +161,7 @@ def live_recording(path: Path, pause: float = 0.0, calls: int = 10) -> Iterator[
         deadline = time.time() + 90
         while time.time() < deadline:
             time.sleep(0.2)
-            with contextlib.suppress(OSError, KeyError, ValueError):
+            with contextlib.suppress(OSError, KeyError, ValueError, zlib.error):  # mid-write
                 if path.exists() and len(tables(path).get("calls", ())) >= calls:
                     break
         else:

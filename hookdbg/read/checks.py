@@ -244,9 +244,11 @@ def checked_dataset(
     path: Path,
     file_size: int,
     missing: str | None = None,
+    dims: int = 1,
 ) -> h5py.Dataset:
-    """A column (or the capture bytes) that can be read safely: a 1-D dataset inside the
-    file, of the expected kind, declaring no more rows than its storage can hold."""
+    """A column (or the capture bytes) that can be read safely: a dataset of ``dims``
+    dimensions inside the file, of the expected kind, declaring no more rows than its
+    storage can hold."""
     ds = member(parent, name, where, path)
     if ds is None:
         raise RecordingError(f"{path} is damaged: {missing or where + ' is missing'}")
@@ -262,9 +264,10 @@ def checked_dataset(
             )
     except H5_ERRORS as exc:
         raise damaged(path, exc) from None
-    if shape is None or len(shape) != 1:
-        dims = "no shape" if shape is None else f"shape {shape}"
-        raise RecordingError(f"{path} is damaged: {where} has {dims}, expected one dimension")
+    if shape is None or len(shape) != dims:
+        found = "no shape" if shape is None else f"shape {shape}"
+        wanted = "one dimension" if dims == 1 else f"{dims} dimensions"
+        raise RecordingError(f"{path} is damaged: {where} has {found}, expected {wanted}")
     same = dtype.kind == expected.kind and (
         dtype.kind == "S" or dtype.itemsize == expected.itemsize
     )
@@ -339,18 +342,28 @@ def checked_tables(
     return out
 
 
-def checked_committed(f: h5py.File, path: Path, tables: int) -> h5py.Dataset | None:
-    """The per-table committed lengths, one for each of the first ``tables`` of
-    schema.TABLES (the file's schema version has those); None in a schema-1 file,
-    which has none."""
+def checked_committed(
+    f: h5py.File, path: Path, tables: int, tails: bool = False
+) -> h5py.Dataset | None:
+    """What the writer vouched for, for each of the first ``tables`` of schema.TABLES
+    (the file's schema version has those): the rows in each table's columns and, from
+    version 5 (``tails``), its tail's slot and length (schema.SEALED, SLOT, TAIL_BYTES);
+    None in a schema-1 file, which has none."""
     if member(f, schema.COMMITTED, schema.COMMITTED, path) is None:
         return None
+    shape = (3, tables) if tails else (tables,)
     ds = checked_dataset(
-        f, schema.COMMITTED, schema.COMMITTED, np.dtype("<i8"), path, os.path.getsize(path)
+        f,
+        schema.COMMITTED,
+        schema.COMMITTED,
+        np.dtype("<i8"),
+        path,
+        os.path.getsize(path),
+        dims=len(shape),
     )
-    if ds.shape != (tables,):
+    if ds.shape != shape:
         raise RecordingError(
-            f"{path} is damaged: {schema.COMMITTED} holds {ds.shape[0]} lengths, expected {tables}"
+            f"{path} is damaged: {schema.COMMITTED} has shape {ds.shape}, expected {shape}"
         )
     return ds
 

@@ -44,6 +44,7 @@ from hookdbg.read.resolve import read_rows, resolve
 from hookdbg.read.runinfo import RunInfo, run_info
 from hookdbg.read.shards import Place, Shard, shard_places
 from hookdbg.read.table import Table
+from hookdbg.read.tails import TableState, tail_reader
 from hookdbg.store import schema
 from hookdbg.text import utf8
 
@@ -77,6 +78,7 @@ _ADDED: dict[int, Derived] = {
 }
 # Tables older schema versions did not have, by the version that added them: read as empty.
 _ADDED_TABLES: dict[int, tuple[str, ...]] = {4: ("losses", "shards")}
+_TAILS = 5  # the version from which a table's last rows may be kept apart (its tail)
 
 
 def _tables_of(version: int) -> list[str]:
@@ -157,8 +159,9 @@ class Recording:
             known[schema.END_TABLE] = schema.END
             dtypes = {name: known[name] for name in _tables_of(version)}
             columns = checked_tables(self._file, path, dtypes, derived)
+            tails = version >= _TAILS  # rows after the last whole chunk, kept apart
             self._committed = checked_committed(
-                self._file, path, len([n for n in dtypes if n in schema.TABLES])
+                self._file, path, len([n for n in dtypes if n in schema.TABLES]), tails
             )
             optional = _optional_columns(self._file, path)
             self._tables = {
@@ -168,8 +171,9 @@ class Recording:
                     dtypes[n],
                     path,
                     derived.get(n),
-                    self._committed_length(n),
+                    None if tails else self._committed_length(n),
                     optional.get(n),
+                    self._state(n, dtypes[n], optional.get(n)) if tails else None,
                 )
                 for n in dtypes
             }
@@ -199,6 +203,20 @@ class Recording:
             return None
         index = list(schema.TABLES).index(table)
         return lambda: int(read_or_fail(self.path, schema.COMMITTED, lambda: committed[index]))
+
+    def _state(
+        self, table: str, dtype: np.dtype, optional: dict[str, tuple[h5py.Dataset, np.dtype]] | None
+    ) -> Callable[[], TableState] | None:
+        """What reads how many rows of ``table`` its columns hold and the rows after its
+        last whole chunk (the end row has none); its rows hold the optional columns too
+        (a histogram)."""
+        if table not in schema.TABLES or self._committed is None:
+            return None
+        if optional:
+            dtype = np.dtype(
+                [*dtype.descr, *((n, (d.base, d.shape)) for n, (_, d) in optional.items())]
+            )
+        return tail_reader(self._file, self.path, table, self._committed, dtype)
 
     def refresh(self) -> bool:
         """Pick up what a live recorder wrote since; True if anything is new."""

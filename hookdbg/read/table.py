@@ -9,6 +9,10 @@ binary search (a few chunk reads, however long the run).
 A read that fails (a corrupt chunk, a filter HDF5 lacks) raises ``RecordingError``
 with one line, like a failed open; so does a code column (phase, slot, ...) holding a
 value that names nothing.
+
+While a recording is written (or after it was cut short) the rows after a table's last
+whole chunk are its *tail* (hookdbg/store/schema.py), kept apart from its columns: they
+read as the table's last rows.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import h5py
 import numpy as np
 
 from hookdbg.read.checks import RecordingError, check_column_values, read_or_fail
+from hookdbg.read.tails import TableState
 
 T = TypeVar("T")
 
@@ -29,8 +34,10 @@ T = TypeVar("T")
 class Table:
     """``columns`` are the stored ones (an older schema may lack some of ``dtype``'s);
     ``derived`` fills those it lacks: name -> the column to copy, or a constant.
-    ``committed`` says how many rows the writer vouched for: rows past it were being
-    written when writing stopped."""
+    ``committed`` says how many rows of the columns the writer vouched for: rows past it
+    were being written when writing stopped. From schema version 4 ``state`` says it
+    instead, with the rows after those, the table's tail (a structured array holding at
+    least the stored and optional columns), read together as one consistent state."""
 
     def __init__(
         self,
@@ -41,6 +48,7 @@ class Table:
         derived: dict[str, str | float | bytes] | None = None,
         committed: Callable[[], int] | None = None,
         optional: dict[str, tuple[h5py.Dataset, np.dtype]] | None = None,
+        state: Callable[[], TableState] | None = None,
     ) -> None:
         self.name = name
         self._columns = columns  # checked by hookdbg/read/checks.py
@@ -53,8 +61,11 @@ class Table:
         self._derived = derived or {}
         self._stored = [n for n in dtype.names or () if n not in self._derived]
         self._committed = committed
+        self._state = state
         self._swmr = next(iter(columns.values())).file.swmr_mode
-        self._length = self._shortest()
+        self._main = 0  # rows read from the columns; the tail's follow them
+        self._tail: np.ndarray | None = None
+        self._length = self._measure(refresh=False)
         self._cache: dict[str, np.ndarray] = {}
 
     def _h5(self, what: str, read: Callable[[], T]) -> T:
@@ -76,17 +87,31 @@ class Table:
         """See rows appended since the last look; True if there are new ones."""
         if not self._swmr:
             return False  # a file closed by its writer does not change
-        for name in [*self._stored, *self.optional]:
-            self._h5(name, self._columns[name].refresh)
-        before, self._length = self._length, self._shortest()
-        if self._length != before:
+        before = self._length
+        self._length = self._measure(refresh=True)
+        if self._length != before:  # rows are only ever added: a new length is new rows
             self._cache.clear()
         return self._length != before
 
-    def _shortest(self) -> int:
+    def _measure(self, refresh: bool) -> int:
+        """The table's rows now: the committed state first, then the columns, which the
+        writer wrote before it committed them."""
+        sealed, self._tail = (None, None) if self._state is None else self._state()
+        if refresh:
+            for name in [*self._stored, *self.optional]:
+                self._h5(name, self._columns[name].refresh)
         # while a file is written one column may be a batch ahead of another
         shortest = min(self._h5(n, partial(_length, self._columns[n])) for n in self._stored)
-        return shortest if self._committed is None else min(shortest, self._committed())
+        if sealed is None:
+            self._main = shortest if self._committed is None else min(shortest, self._committed())
+        elif shortest < sealed:
+            raise RecordingError(
+                f"{self._path} is damaged: table {self.name!r} holds {shortest:,} rows, "
+                f"its committed state {sealed:,}"
+            )
+        else:
+            self._main = sealed
+        return self._main + (0 if self._tail is None else len(self._tail))
 
     def column(self, name: str, rows: slice | None = None) -> np.ndarray:
         """One column (whole, cached, or a row range)."""
@@ -99,12 +124,24 @@ class Table:
         if rows is None:
             cached = self._cache.get(name)
             if cached is None:
-                cached = self._cache[name] = self._load(name, 0, self._length)
+                cached = self._cache[name] = self._rows_of(name, 0, self._length)
             return cached
         start, stop, _ = rows.indices(self._length)
         if name in self._cache:
             return self._cache[name][start:stop]
-        return self._load(name, start, stop)
+        return self._rows_of(name, start, stop)
+
+    def _rows_of(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows ``start``..``stop`` of a column: from the columns, then the tail."""
+        main = self._main
+        stop = max(stop, start)
+        if stop <= main or self._tail is None:
+            return self._load(name, start, min(stop, main))
+        from_tail = self._tail[name][max(start - main, 0) : stop - main]
+        check_column_values(self.name, name, from_tail, self._path)
+        if start >= main:
+            return from_tail
+        return np.concatenate([self._load(name, start, main), from_tail])
 
     def read(
         self, columns: list[str] | tuple[str, ...] | None = None, rows: slice | None = None
@@ -147,9 +184,12 @@ class Table:
         return slice(self._bisect(first), self._bisect(last + 1))
 
     def _bisect(self, step: int) -> int:
-        """First row whose step is >= ``step``."""
+        """First row whose step is >= ``step``: in the columns, else in the tail."""
+        tail = self._tail
+        if tail is not None and len(tail) and (self._main == 0 or self._last_step() < step):
+            return self._main + int(np.searchsorted(tail["step"], step))
         col = self._columns["step"]
-        lo, hi = 0, self._length
+        lo, hi = 0, self._main
         while lo < hi:
             mid = (lo + hi) // 2
             if self._h5("step", partial(col.__getitem__, mid)) < step:
@@ -157,6 +197,10 @@ class Table:
             else:
                 hi = mid
         return lo
+
+    def _last_step(self) -> int:
+        col = self._columns["step"]
+        return int(self._h5("step", partial(col.__getitem__, self._main - 1)))
 
 
 def _length(column: h5py.Dataset) -> int:

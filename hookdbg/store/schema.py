@@ -24,8 +24,9 @@ import numpy as np
 
 FORMAT = "hookdbg-recording"
 # 2: segments (training steps and eval batches); 3: the GradScaler's steps.scale, .skipped;
-# 4: the losses and shards tables, loss sites in modules, steps.overhead, loss alerts
-SCHEMA_VERSION = 4
+# 4: the losses and shards tables, loss sites in modules, steps.overhead, loss alerts;
+# 5: each table's tail kept apart while the file is written (TAIL_SLOTS)
+SCHEMA_VERSION = 5
 
 
 class StepKind(IntEnum):
@@ -297,9 +298,29 @@ TABLES: dict[str, tuple[np.dtype, int]] = {
 # Written in place, never appended: their file space is allocated (and filled) when the
 # file is created, so that they can be written when the disk is full.
 #   end: one row, the recording's last word; its status is empty until it ends
-#   committed: rows of each table in TABLES (in that order) known to be whole on disk
+#   committed: for each table in TABLES (in that order), three numbers, one row each:
+#     its rows in its columns, known to be whole on disk (SEALED); which of its two tail
+#     slots holds the rows after those (SLOT); and how many bytes of it (TAIL_BYTES)
+#     (before version 5, one row: the rows known to be whole, all in the columns)
 END_TABLE = "end"
 COMMITTED = "committed"
+SEALED, SLOT, TAIL_BYTES = range(3)
+
+# Rows reach the file every flush interval, but a table's columns get only whole chunks,
+# each compressed and written once: under SWMR HDF5 never reuses file space, so a chunk
+# rewritten at every flush as it fills would leave a copy behind each time, and the
+# file would grow with wall time rather than with what it holds. The rows after the
+# last whole chunk, its *tail*, are kept in one of two byte datasets of the table's
+# group, ``tail0`` and ``tail1``: a zlib stream of those rows as a numpy array of the
+# table's row dtype (``np.frombuffer(zlib.decompress(data), dtype)``), rewritten in
+# place (uncompressed datasets keep their space) into the slot the committed state does
+# not name, which then names it. A closed recording has empty tails: every row is in
+# the columns, its last chunk partly filled.
+TAIL_SLOTS = ("tail0", "tail1")
+# the table group's attribute naming its columns in the order of a tail row's fields
+# (each field as its column's dtype and per-row shape)
+TAIL_COLUMNS = "columns"
+TAIL_CHUNK = 16384  # bytes per chunk of a tail slot
 # Raw bytes of captured tensors; "captures" rows point into it (offset, nbytes).
 CAPTURE_DATA = "capture_data"
 CAPTURE_CHUNK = 1 << 20

@@ -7,7 +7,11 @@ to come back (a long data-loading pause, a hang). It turns them into numpy rows,
 appends, records how many rows of each table are whole (``committed``), flushes. The
 file is in SWMR mode from the start, so it can be read while it grows and survives
 ``kill -9`` of the writer process, losing at most what was gathered since the last
-flush.
+flush. Under SWMR HDF5 never reuses file space, so each table's columns only ever get
+whole chunks, compressed and written once; the rows after them, the table's tail, go
+compressed into one of two fixed byte slots rewritten in place (schema.TAIL_SLOTS), and
+one in-place write of ``committed`` names what is whole: the file grows with what it
+holds, not with wall time.
 
 Full-queue policy: batches handed over and not yet written are bounded in bytes
 (``max_backlog_bytes``, estimated from row counts plus the exact size of captured
@@ -36,6 +40,7 @@ import re
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -115,6 +120,12 @@ class Writer:
         self._drains = threading.Condition()
         self._drains_started = self._drains_done = 0
         self._running = True  # False once the thread writes no more
+        self._tails: dict[str, tuple[h5py.Dataset, ...]] = {}
+        self._sealed = {name: 0 for name in schema.TABLES}  # rows in the columns
+        self._tail = {name: np.zeros(0, self._tables[name][0]) for name in schema.TABLES}
+        self._slot = {name: 0 for name in schema.TABLES}  # the slot committed names
+        self._tail_bytes = {name: 0 for name in schema.TABLES}
+        self._changed: set[str] = set()  # tables whose tail changed since it was written
         self._file = self._create(meta)
         self._thread = threading.Thread(target=self._run, name="hookdbg-writer", daemon=True)
         self._thread.start()
@@ -191,6 +202,13 @@ class Writer:
             self._columns = {}
             for name, (dtype, chunk) in self._tables.items():
                 group = f.create_group(name)
+                group.attrs[schema.TAIL_COLUMNS] = list(dtype.names or ())  # a tail row
+                self._tails[name] = tuple(
+                    group.create_dataset(
+                        slot, shape=(0,), maxshape=(None,), dtype="u1", chunks=(schema.TAIL_CHUNK,)
+                    )
+                    for slot in schema.TAIL_SLOTS
+                )
                 self._columns[name] = [
                     (
                         field,
@@ -215,8 +233,9 @@ class Writer:
             for field in _END_FIELDS:
                 _allocated(end, field, schema.END[field], 1)
             end["write_failed"][0] = math.nan
-            committed = _allocated(f, schema.COMMITTED, np.dtype("<i8"), len(schema.TABLES))
-            committed[list(schema.TABLES).index("progress")] = 1  # the first heartbeat
+            self._committed = _allocated(
+                f, schema.COMMITTED, np.dtype("<i8"), (3, len(schema.TABLES))
+            )
             self._capture_data = f.create_dataset(
                 schema.CAPTURE_DATA,
                 shape=(0,),
@@ -230,23 +249,19 @@ class Writer:
             )
             # a first heartbeat before SWMR starts: a reader that opens the file before
             # the first flush still sees a live writer
-            progress = dict(self._columns["progress"])
-            for column in progress.values():
-                column.resize((1,))
-            progress["time"][0] = time.time()
+            self._file = f
+            self._append_raw("progress", [(time.time(), 0, 0, 0)])
+            self._commit()
             f.swmr_mode = True
         except Exception as exc:
             f.close()
             raise WriterError(f"cannot create {self.path}: {_reason(exc)}") from None
         # one handle per dataset (self._columns) for the file's lifetime: cheaper than a
         # lookup per append, and no handle is freed while HDF5 is in an error state
-        self._lengths = {name: 0 for name in schema.TABLES}
-        self._lengths["progress"] = 1
         self._end_columns = {field: f[schema.END_TABLE][field] for field in _END_FIELDS}
         # where the in-place datasets are in the file: written there directly, bypassing
         # HDF5, once HDF5 itself can no longer write
         self._offsets = {field: ds.id.get_offset() for field, ds in self._end_columns.items()}
-        self._committed = f[schema.COMMITTED]
         return f
 
     def _run(self) -> None:
@@ -299,9 +314,7 @@ class Writer:
                 self._append(table, parts)
             self._written_rows += rows
             self._append_raw("progress", [self._progress_row()])
-            self._file.flush()  # the rows first, then the lengths that vouch for them
-            self._committed[:] = [self._lengths[name] for name in schema.TABLES]
-            self._file.flush()
+            self._commit()
         except Exception as exc:
             self.dropped_rows += rows
             self._fail(exc)
@@ -344,16 +357,70 @@ class Writer:
         self._append_columns(table, {name: data[name] for name in data.dtype.names or ()})
 
     def _append_columns(self, table: str, columns: Columns) -> None:
-        n, count = self._lengths[table], rows_in(columns)
-        if count:
-            for field, ds in self._columns[table]:
-                _append_at(ds, n, columns[field])
-        self._lengths[table] = n + count
+        """Rows to the table's tail: its columns get them a whole chunk at a time."""
+        count = rows_in(columns)
+        if not count:
+            return
+        rows = np.empty(count, dtype=self._tables[table][0])
+        for name in rows.dtype.names or ():
+            rows[name] = columns[name]
+        tail = self._tail[table]
+        self._tail[table] = np.concatenate([tail, rows]) if len(tail) else rows
+        self._changed.add(table)
+
+    def _commit(self, last: bool = False) -> None:
+        """What was appended, on disk: whole chunks into the columns (``last``: the rest
+        too, the recording ends), the tails into their free slots, then one in-place
+        write of ``committed`` that names them."""
+        for table in sorted(self._changed):
+            self._seal(table, last)
+            if not last:
+                self._write_tail(table)
+        self._file.flush()  # the rows first, then what vouches for them
+        state = np.zeros((3, len(schema.TABLES)), dtype=np.int64)
+        for i, name in enumerate(schema.TABLES):
+            state[:, i] = (self._sealed[name], self._slot[name], self._tail_bytes[name])
+        self._committed[:] = state
+        self._file.flush()
+        self._changed.clear()
+
+    def _seal(self, table: str, last: bool) -> None:
+        """The table's tail rows that fill whole chunks (``last``: all of them) into its
+        columns, each chunk compressed and written once."""
+        tail, chunk = self._tail[table], self._tables[table][1]
+        whole = len(tail) if last else len(tail) - len(tail) % chunk
+        if not whole:
+            return
+        n = self._sealed[table]
+        for field, ds in self._columns[table]:
+            _append_at(ds, n, tail[field][:whole])
+        self._sealed[table] = n + whole
+        self._tail[table] = tail[whole:]
+        if last:
+            self._tail_bytes[table] = 0
+
+    def _write_tail(self, table: str) -> None:
+        """The table's tail, compressed, into the slot ``committed`` does not name."""
+        tail = self._tail[table]
+        blob = np.frombuffer(zlib.compress(tail.tobytes(), 1), dtype="u1") if len(tail) else None
+        slot = 1 - self._slot[table]
+        if blob is not None:
+            ds = self._tails[table][slot]
+            if ds.shape[0] < len(blob):  # room for it, in whole chunks, kept from then on
+                ds.resize((-(-len(blob) // schema.TAIL_CHUNK) * schema.TAIL_CHUNK,))
+            ds[: len(blob)] = blob
+        self._slot[table] = slot
+        self._tail_bytes[table] = 0 if blob is None else len(blob)
 
     def _store_capture_bytes(self, rows: list) -> list:
-        """Capture rows arrive as (fields..., payload bytes); append payloads, set offsets."""
+        """Capture rows arrive as (fields..., payload bytes); append payloads, set offsets.
+        Each drain's bytes start a new chunk: a compressed chunk is written in one drain
+        and never again (under SWMR a rewrite would leave its old copy in the file); the
+        unused end of the last one stays unwritten, zeros that compress to almost
+        nothing."""
         ds = self._capture_data
-        offset = ds.shape[0]
+        chunk = schema.CAPTURE_CHUNK
+        offset = -(-ds.shape[0] // chunk) * chunk
         ds.resize((offset + sum(len(row[-1]) for row in rows),))
         out = []
         for row in rows:  # one tensor at a time: no second copy of them all in memory
@@ -388,6 +455,8 @@ class Writer:
         status = str(self._end["status"]) if self._end is not None else ""
         if self.failed is None:
             try:
+                self._changed.update(name for name in schema.TABLES if len(self._tail[name]))
+                self._commit(last=True)  # every row into the columns: the tails are empty
                 row = self._end_row(status)
                 for field, ds in self._end_columns.items():
                     ds[0] = row[field][0]
@@ -399,6 +468,8 @@ class Writer:
             self._abandon()
         with contextlib.suppress(Exception):
             self._file.close()
+        if self.failed is None:
+            compact(self.path)
 
     def _write_end_directly(self, row: np.ndarray) -> None:
         """Write the end row into its preallocated bytes with plain OS writes: HDF5 has
@@ -434,6 +505,52 @@ class Writer:
         self._write_end_directly(self._end_row(""))
 
 
+# the tails' slots may take this share of a closed file before it is compacted
+_SLOT_SHARE = 0.1
+
+
+def compact(path: Path) -> bool:
+    """A closed recording without the space its tails' slots took while it was written
+    (each holds up to a compressed chunk of a table's rows: a few hundred kB, most of a
+    short recording), when they take over a tenth of it: a copy of every object, the
+    slots left empty, replaces the file. h5py copies chunks as they are stored, without
+    decompressing them. Anything that fails leaves the file as it was."""
+    tmp = path.with_name(path.name + ".compacting")
+    try:
+        with h5py.File(path, "r") as f:
+            slots = sum(
+                f[table][slot].id.get_storage_size()
+                for table in schema.TABLES
+                if table in f
+                for slot in schema.TAIL_SLOTS
+                if slot in f[table]
+            )
+            if slots <= _SLOT_SHARE * os.path.getsize(path):
+                return False
+            with h5py.File(tmp, "w", libver=("v110", "v110")) as out:
+                for key, value in f.attrs.items():
+                    out.attrs[key] = value
+                for name in f:
+                    if name in schema.TABLES:
+                        group = out.create_group(name)
+                        group.attrs.update(f[name].attrs)
+                        for column in f[name]:
+                            if column in schema.TAIL_SLOTS:
+                                group.create_dataset(
+                                    column, shape=(0,), maxshape=(None,), dtype="u1", chunks=True
+                                )
+                            else:
+                                f.copy(f[name][column], group, column)
+                    else:
+                        f.copy(f[name], out, name)
+        os.replace(tmp, path)
+        return True
+    except Exception:  # the recording stays as the writer closed it: whole, only larger
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return False
+
+
 def _append_at(ds: h5py.Dataset, n: int, values: np.ndarray) -> None:
     """``values`` written from row ``n`` of ``ds``, grown to fit, through h5py's low-level
     API: a high-level resize and slice assignment spend about 40 us per column in Python
@@ -458,18 +575,24 @@ def _filters(dtype: np.dtype) -> dict[str, object]:
 
 
 def _rows_per_chunk(chunk: int, dtype: np.dtype) -> int:
-    """``chunk``, but near 256 kB for a wide column (8,192 histograms of 1,024 counts
-    would be 64 MB a chunk)."""
-    return max(16, min(chunk, (256 << 10) // dtype.itemsize)) if dtype.shape else chunk
+    """``chunk``, but at most about 256 kB for a wide column (8,192 histograms of 1,024
+    counts would be 64 MB a chunk): a power of two that divides ``chunk``, so that the
+    table's whole chunks are whole chunks of it too."""
+    if not dtype.shape:
+        return chunk
+    rows = max(16, min(chunk, (256 << 10) // dtype.itemsize))
+    return 1 << (rows.bit_length() - 1)
 
 
-def _allocated(group: h5py.Group, name: str, dtype: np.dtype, n: int) -> h5py.Dataset:
+def _allocated(
+    group: h5py.Group, name: str, dtype: np.dtype, n: int | tuple[int, ...]
+) -> h5py.Dataset:
     """A fixed-size contiguous dataset whose file space is allocated and filled now."""
     dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
     dcpl.set_layout(h5py.h5d.CONTIGUOUS)
     dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
     dcpl.set_fill_time(h5py.h5d.FILL_TIME_ALLOC)
-    space = h5py.h5s.create_simple((n,))
+    space = h5py.h5s.create_simple(n if isinstance(n, tuple) else (n,))
     tid = h5py.h5t.py_create(dtype, logical=True)
     dsid = h5py.h5d.create(group.id, name.encode(), tid, space, dcpl=dcpl)
     return h5py.Dataset(dsid)
