@@ -215,6 +215,7 @@ class RecordOptions:
     max_backlog_bytes: int = 256 * MB  # rows waiting for the writer, and captured tensors
     quiet: bool = False
     histograms: int = 0  # bins of each tensor's value histogram (0: none)
+    idle: bool = False  # no step recorded until steered (hookdbg ctl); the loss watched
 
     def __post_init__(self) -> None:
         if isinstance(self.every, bool) or not isinstance(self.every, numbers.Integral):
@@ -232,6 +233,10 @@ class RecordOptions:
         if self.on_nan != "warn" and not self.checks_nan:
             fix = "drop --no-nan-check" if self.nan_check is False else "add --nan-check"
             raise OptionError(f"--on-nan {self.on_nan} needs NaN checks: {fix}")
+        if self.idle and (self.steps != StepRange() or self.every != 1):
+            raise OptionError(
+                "--idle records no step until `hookdbg ctl` asks: drop --steps and --every"
+            )
         if self.histograms is not None and self.histograms != 0:
             object.__setattr__(self, "histograms", histogram_bins(self.histograms))
             if self.level != Level.STATS:
@@ -273,6 +278,8 @@ class RecordOptions:
         )
 
     def records_step(self, step: int) -> bool:
+        if self.idle:
+            return False
         return step in self.steps and (step - self.steps.start) % self.every == 0
 
     def describe(self) -> dict[str, object]:
@@ -291,4 +298,5 @@ class RecordOptions:
             "max_backlog_mb": self.max_backlog_bytes / MB,
             "flush_interval": self.flush_interval,
             "histograms": self.histograms,
+            "idle": self.idle,
         }

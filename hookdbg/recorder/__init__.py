@@ -39,13 +39,15 @@ def record(
     quiet: bool = False,
     flush_interval: float = 1.0,
     histograms: int | None = None,
+    idle: bool = False,
 ) -> Recorder:
     """A recorder for ``with hookdbg.record("run.h5"): train()``.
 
     Same options as ``hookdbg record``: ``level`` timing|shapes|stats, ``modules``
     globs (``!glob`` excludes), ``every`` N steps, ``steps`` "A:B", ``on_nan``
     warn|break|raise|stop, ``capture`` globs of modules whose full tensors to store,
-    ``histograms`` N bins of each summarised tensor's values (None: none).
+    ``histograms`` N bins of each summarised tensor's values (None: none), ``idle``:
+    record no step until steered (``rec.record_next(5)``, ``hookdbg ctl``).
     On one of several ranks (torchrun) it records into that rank's file, as the CLI
     does: ``run.h5`` becomes ``run.rank1.h5`` (the recorder's ``path`` says which).
     """
@@ -65,6 +67,7 @@ def record(
             quiet=quiet,
             flush_interval=flush_interval,
             histograms=histograms,
+            idle=idle,
         )
     except OptionError as exc:
         raise exc.as_keywords() from None

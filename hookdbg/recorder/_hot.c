@@ -2009,6 +2009,8 @@ static PyObject *ParamHook_call(ParamHook *self, PyObject *args, PyObject *kwds)
     int c = is_compiling();
     if (c != 0) return c < 0 ? NULL : Py_NewRef(Py_None);
     if (!o->segment.recording) Py_RETURN_NONE;
+    int selected = slot_bool(&SLOTS.selected, self->info); /* steering may deselect it */
+    if (selected <= 0) return selected < 0 ? NULL : Py_NewRef(Py_None);
     Guard *g = (Guard *)o->guard;
     double t0;
     Py_INCREF(self);

@@ -47,9 +47,10 @@ from hookdbg.recorder.calls import Call, Segment
 from hookdbg.recorder.deferred import Pending, resolved
 from hookdbg.recorder.envelope import run_eagerly
 from hookdbg.recorder.naming import ModuleInfo
+from hookdbg.recorder.nonfinite import nonfinite_weights
 from hookdbg.recorder.tensors import iter_tensors
 from hookdbg.recorder.timing import NO_PASS, STARTED
-from hookdbg.store.schema import Phase
+from hookdbg.store.schema import ModuleKind, Phase
 
 if TYPE_CHECKING:
     from hookdbg.recorder.gradscaler import ScalerWatch
@@ -289,8 +290,18 @@ class BackwardWatch:
             )
         )
         observer = self.observer
-        if not (observer.check_nan and run.recording) or stats.is_finite(summary):
-            return  # a step not recorded is not checked (its modules were not either)
+        detector = observer.detector
+        finite = stats.is_finite(summary)
+        bad_before, detector.loss_bad = detector.loss_bad, not finite
+        if not run.recording:  # its modules were not checked: only the loss is watched
+            if finite or not detector.watch_loss or bad_before:
+                return
+            modules = [i for i in observer.registry.infos if i.kind == ModuleKind.MODULE]
+            weights = nonfinite_weights(modules)
+            observer.alert(detector.unrecorded_loss(run.site, summary, seg, weights, time()))
+            return
+        if not observer.check_nan or finite:
+            return
         model = _model_before(calls, ran)
         alert = observer.detector.loss(run.site, summary, seg, model, time())
         module = model.info.ref() if model is not None else None

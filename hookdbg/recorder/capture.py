@@ -204,25 +204,49 @@ class FlightRecorder:
                 if version != -1 and t._version != version:
                     stale += 1
                     continue
-                dtype, shape, data = payload(t)
-                rows.append(
-                    (
-                        entry_seg.step,
-                        entry_seg.id,
-                        call.id,
-                        call.info.id,
-                        phase,
-                        slot,
-                        path,
-                        dtype,
-                        shape,
-                        int(CaptureReason.FLIGHT),
-                        data,
-                    )
-                )
+                rows.append(_capture_row(entry_seg, call, phase, slot, path, t))
+        return rows, stale
+
+    def dump_all(self) -> tuple[list[tuple], int]:
+        """Capture rows for every tensor held (``hookdbg ctl dump``), each place once,
+        and how many were left out, changed in place since they were seen."""
+        rows: list[tuple] = []
+        stale = 0
+        seen: set[tuple[int, int, int, str]] = set()
+        for seg, entries, _ in self._steps:
+            for i in range(0, len(entries), _ENTRY):
+                call, phase, slot, path, version, t = _entry(entries, i)
+                place = (call.id, phase, slot, path)
+                if place in seen:
+                    continue
+                seen.add(place)
+                if version != -1 and t._version != version:
+                    stale += 1
+                    continue
+                rows.append(_capture_row(seg, call, phase, slot, path, t))
         return rows, stale
 
     def clear(self) -> None:
         self._steps.clear()
         self._entries, self._sizes = [], {}
         self.held = 0
+
+
+def _capture_row(
+    seg: Segment, call: Call, phase: int, slot: int, path: str, t: torch.Tensor
+) -> tuple:
+    """A ``captures`` row (with the tensor's bytes) for a tensor the flight recorder held."""
+    dtype, shape, data = payload(t)
+    return (
+        seg.step,
+        seg.id,
+        call.id,
+        call.info.id,
+        phase,
+        slot,
+        path,
+        dtype,
+        shape,
+        int(CaptureReason.FLIGHT),
+        data,
+    )

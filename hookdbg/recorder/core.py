@@ -28,6 +28,7 @@ tensors (capture.py) and the file (store/writer.py).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import itertools
 import os
@@ -42,7 +43,8 @@ from time import perf_counter
 from torch.nn.modules import module as module_hooks
 from torch.optim import optimizer as optimizer_hooks
 
-from hookdbg.options import RecordOptions
+from hookdbg.control import ANSWER, Command, control_path
+from hookdbg.options import ModuleFilter, OptionError, RecordOptions, StepRange
 from hookdbg.ranks import placement
 from hookdbg.recorder import accelerated
 from hookdbg.recorder.actions import Actions, NonFiniteStop
@@ -62,6 +64,7 @@ from hookdbg.recorder.nonfinite import OriginDetector
 from hookdbg.recorder.optimizer import OptimizerObserver
 from hookdbg.recorder.segments import Segments
 from hookdbg.recorder.signals import TerminationSignals
+from hookdbg.recorder.steering import Plan, Steering
 from hookdbg.recorder.steps import StepTracker
 from hookdbg.store import schema
 from hookdbg.store.rows import Rows
@@ -119,6 +122,7 @@ class Recorder:
         force: bool = False,
         argv: list[str] | None = None,
         defer_cpu: bool = False,
+        steerable: bool = True,
     ) -> None:
         self.options = options = options or RecordOptions()
         self.path = Path(path)
@@ -130,6 +134,7 @@ class Recorder:
         self.guard = guard = Guard()
         self.rows = rows = Rows(schema.tables(options.histograms))
         self.detector = detector = OriginDetector()
+        detector.watch_loss = options.checks_nan
         self._steps = steps = StepTracker()
         self._hooks = HookSet()
         self._registry = registry = ModuleRegistry(options.modules.selects, self._on_new_module)
@@ -178,6 +183,11 @@ class Recorder:
             self.warn,
             defer_cpu,
         )
+        # what each step records, as launched and as steered since (hookdbg ctl)
+        self.steering = Steering(options, control_path(self.path) if steerable else None)
+        self._plan = Plan(True, options.level, options.modules, options.capture)
+        segments.plan = self._plan_step
+        segments.steer = self._steer
         self._call_ids = itertools.count()
         segments.backward_rows = per_call.backward_rows
         self._calls = per_call.hooks(
@@ -219,6 +229,7 @@ class Recorder:
         except WriterError as exc:
             raise RecordError(str(exc)) from None
         self._handoff.writer = self._writer
+        self.steering.listen(since=time.time())  # commands sent from now on
         self._elsewhere = Elsewhere()
         origin = self._handoff.last = perf_counter()
         self._calls.start(origin)
@@ -327,6 +338,104 @@ class Recorder:
             lock.release()
         return self._writer.flush(timeout)
 
+    # -- steering (recorder/steering.py, hookdbg ctl) -----------------------------------
+
+    def record_next(
+        self,
+        steps: int,
+        *,
+        level: str | None = None,
+        modules: str | list[str] | None = None,
+        capture: str | list[str] | None = None,
+    ) -> None:
+        """Record the next ``steps`` steps, from the next one this process begins: at
+        ``level`` (default: the recording's), of ``modules`` (globs), copying the full
+        tensors of ``capture`` (globs). What ``hookdbg ctl FILE record`` asks."""
+        self._submit("record", steps=steps, level=level, modules=modules, capture=capture)
+
+    def set_level(self, level: str) -> None:
+        """Record every step at ``level`` (timing, shapes, stats) from the next step on,
+        or none (``idle``: the loss still watched). What ``hookdbg ctl FILE level`` asks."""
+        self._submit("level", level=level)
+
+    def _submit(self, op: str, **fields: object) -> None:
+        try:
+            self.steering.submit(op, **fields)
+        except OptionError as exc:
+            raise exc.as_keywords() from None
+
+    def _steer(self, step: int) -> bool:
+        """At a step boundary (``step`` begins): apply the commands that arrived, answer
+        each in the recording. True if one stopped the recording."""
+        steering = self.steering
+        commands = steering.commands(time.monotonic())
+        for problem in steering.problems():
+            self.warn(problem)
+        for command in commands:
+            if command.op == "stop":
+                self._answer(command, f"stopped at step {step}: training goes on unrecorded")
+                self.close("detached", 0, f"stopped by hookdbg ctl before step {step}")
+                return True
+            text = self._dump_flight() if command.op == "dump" else steering.apply(command, step)
+            self._answer(command, text)
+        return False
+
+    def _answer(self, command: Command, text: str) -> None:
+        """What a command did: in the file (``ctl`` reads it back) and on stderr."""
+        self.rows.info.append(
+            (time.time(), ANSWER, f"{command.seq}: {text}"[: schema.MESSAGE_BYTES])
+        )
+        self.warn(f"{command.describe()}: {text}")
+
+    def _dump_flight(self) -> str:
+        flight = self.actions.flight
+        if flight is None:
+            return "no flight recorder (it needs NaN checks and --flight-recorder above 0)"
+        rows, stale = flight.dump_all()
+        self.rows.captures.extend(rows)
+        if not rows:
+            return "the flight recorder holds no tensors (it keeps those of recorded steps)"
+        steps = sorted({r[0] for r in rows})
+        span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+        left = f"; {plural(stale, 'tensor')} changed in place since, left out" if stale else ""
+        return f"wrote the flight recorder's {plural(len(rows), 'tensor')} ({span}){left}"
+
+    def _plan_step(self, step: int) -> bool:
+        """Whether ``step`` is recorded; the level, modules and captures its plan asks
+        are set up for it (only when they change)."""
+        plan = self.steering.plan(step)
+        if plan.recording and plan != self._plan:
+            self._apply(plan)
+        return plan.recording
+
+    def _apply(self, plan: Plan) -> None:
+        before, self._plan = self._plan, plan
+        options = self.options
+        if plan.level != before.level:
+            self.observer.set_level(plan.level, options.nan_check, options.histograms)
+        if plan.modules != before.modules:
+            self._registry.reselect(plan.modules.selects)
+            for info in self.modules:
+                module = info.ref()
+                if info.selected and module is not None:
+                    self.observer.gradients.watch_params(info, module, self._hooks.add)
+        if plan.capture != before.capture or plan.modules != before.modules:
+            self._set_capture(plan.capture)
+
+    def _set_capture(self, capture: ModuleFilter | None) -> None:
+        """Copy the full tensors of the modules ``capture`` selects (None: none), in
+        every step recorded, within the one --capture-budget of the recording."""
+        if capture is not None and self._capturer is None:
+            self._capturer = Capturer(dataclasses.replace(self.options, capture=capture), self.warn)
+            self.observer.capturer = self._capturer
+        capturer = self._capturer
+        if capturer is None:
+            return
+        capturer.select = capture.selects if capture is not None else lambda name, path: False
+        capturer.steps = StepRange()
+        for info in self.modules:
+            info.capture = info.selected and capturer.select(info.name, info.path)
+
     def _finish_segments(self, status: str) -> None:
         """End the last segment, read what is left on the device, act on the last
         alerts. A bug here says so and stops there: the file still gets what was
@@ -335,7 +444,7 @@ class Recorder:
         try:
             now = perf_counter() - guard.ovh
             segments = self._segments
-            if segments.state.id >= 0:
+            if segments.open:
                 segments.end(now, cut=status != "complete")
             segments.read_batches(wait=True)
             if guard.alerts:

@@ -227,8 +227,8 @@ class GradientObserver:
     def _on_param_grad(self, info: ModuleInfo, name: str, param: torch.Tensor) -> None:
         """Every parameter's hook runs on every backward pass: in a step that is not
         recorded it returns before the guard."""
-        if is_compiling() or not self.tensors.state.recording:
-            return
+        if is_compiling() or not self.tensors.state.recording or not info.selected:
+            return  # (a module steering deselected keeps its hooks)
         self._param_grad(info, name, param)
 
     @inner_hook

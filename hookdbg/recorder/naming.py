@@ -164,6 +164,13 @@ class ModuleRegistry:
         row in the module table named after the loss, its type where it is."""
         return self._add(site, self._unique(name), "", -1, None, 0, ModuleKind.LOSS, where)
 
+    def reselect(self, select: Callable[[str, str], bool]) -> None:
+        """Select modules anew (steering changed which are recorded): those seen so far
+        and those found from now on."""
+        self._select = select
+        for info in self.infos:
+            info.selected = info.kind == ModuleKind.MODULE and select(info.name, info.path)
+
     def known(self, obj: object) -> ModuleInfo | None:
         info = self.by_id.get(id(obj))
         return info if info is not None and info.ref() is obj else None

@@ -87,6 +87,11 @@ class OriginDetector:
         # a NaN/inf came from another rank (its shard, a collective): what turns
         # non-finite on this rank later (its weights, after the optimizer step) spread
         self.from_elsewhere = False
+        # the loss of steps that are not recorded is watched too (--idle, --every):
+        # set from the options; ``loss_bad``: the last loss, recorded or not, was
+        # non-finite (a NaN that stays is said once, where it appeared)
+        self.watch_loss = True
+        self.loss_bad = False
 
     def new_step(self) -> None:
         self.step_tainted = False
@@ -363,6 +368,32 @@ class OriginDetector:
             f"computation {after}",
         )
 
+    def unrecorded_loss(
+        self, site: ModuleInfo, summary: Summary, seg: Segment, weights: list[str], now: float
+    ) -> Alert | None:
+        """The loss of a step that is not recorded is non-finite: where it was born is
+        unknown (no module was checked), but whether the weights already were is known.
+        (Not asked when the loss before it was non-finite too: the same problem.)"""
+        held = (
+            f"these weights already held NaN/inf: {', '.join(weights[:3])}"
+            + (f" and {len(weights) - 3} more" if len(weights) > 3 else "")
+            if weights
+            else "every weight was finite: it came from this step's data or computation"
+        )
+        return Alert(
+            seg,
+            -1,
+            site,
+            Phase.FWD,
+            Slot.LOSS,
+            "",
+            summary,
+            now,
+            f"in a step that was not recorded, so where it was born is unknown; {held}. "
+            "Record the steps around it (`hookdbg ctl FILE record --steps N`, or --steps) "
+            "to find its origin",
+        )
+
     # -- optimizer and ranks ----------------------------------------------------------
 
     def reduced_grad(
@@ -471,3 +502,19 @@ def _own_shard_bad(module: torch.nn.Module, name: str, call: Call) -> bool | Non
     except Exception:
         return None
     return None
+
+
+def nonfinite_weights(modules: list[ModuleInfo]) -> list[str]:
+    """The parameters of ``modules`` holding NaN/inf (this rank's shard of a DTensor),
+    by full name: read when a loss turns non-finite where nothing was recorded."""
+    found = []
+    with torch.no_grad():
+        for info in modules:
+            module = info.ref()
+            if not isinstance(module, torch.nn.Module):
+                continue
+            for name, p in module.named_parameters(recurse=False):
+                v = local(p)
+                if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+                    found.append(f"{info.name}.{name}")
+    return found

@@ -79,13 +79,8 @@ class TensorObserver:
         self.capturer = capturer
         self.alert = alert  # queue an origin with its live objects (recorder/actions.py)
         self.handoff = handoff  # hands the rows gathered so far to the writer
-        self.level = options.level
-        self.emit_tensors = options.level >= Level.SHAPES  # tensor rows in the file
-        self.check_nan = options.checks_nan
-        self.summary = summary_function(options.level, self.check_nan)
         self.histogram_bins = options.histograms
-        if options.histograms:  # a histogram in every summary (recorder/histograms.py)
-            self.summary = histograms.summarising(options.histograms)
+        self.set_level(options.level, options.nan_check, options.histograms)
         self.defer_all = False  # summarise CPU tensors on the device path too (tests)
         self.capturing = False
         self.keeping = False  # ``keep`` has something to do (set with each segment)
@@ -99,6 +94,17 @@ class TensorObserver:
         self.bwd_last: Call | None = None
         self.shards = ShardPlaces(rows)  # where DTensors' summarised shards lie
         self.gradients = self.gradient_observer(self)  # hooks of tensors and parameters
+
+    def set_level(self, level: Level, nan_check: bool | None, bins: int) -> None:
+        """Record at ``level`` from the next segment on (at launch, and when steering
+        changes it): tensor rows from shapes up, NaN/inf checks at stats unless
+        ``nan_check`` says, a histogram of ``bins`` in each summary at stats."""
+        self.level = level
+        self.emit_tensors = level >= Level.SHAPES  # tensor rows in the file
+        self.check_nan = level == Level.STATS if nan_check is None else nan_check
+        self.summary = summary_function(level, self.check_nan)
+        if bins and level == Level.STATS:  # a histogram in every summary (histograms.py)
+            self.summary = histograms.summarising(bins)
 
     def begin(self, state: StepState) -> None:
         """A new segment: its state, and whether its tensors are captured."""

@@ -86,6 +86,12 @@ class Segments:
         self.steps_recorded = 0  # training steps
         self.evals_recorded = 0  # eval batches
         self._all_recorded = True  # every segment so far was recorded (and so checked)
+        self.open = False  # a segment has begun and not ended
+        # set by the recorder: whether a step is recorded (its plan applied: the
+        # level, modules and captures steering gave it, recorder/steering.py), and the
+        # commands read at each step boundary (True: the recording was stopped)
+        self.plan: Callable[[int], bool] = options.records_step
+        self.steer: Callable[[int], bool] = lambda step: False
 
     def start(
         self, origin: float, optimizer: OptimizerObserver, scaler: ScalerWatch | None
@@ -105,6 +111,8 @@ class Segments:
             if steps.segment >= 0:
                 self.end(now)
             steps.begin()
+            if self.steer(steps.step):  # stopped: this call and all after go unrecorded
+                return StepState(Segment(-1, steps.step, None, 0), False, now, None)
             self.begin(now, module)
             self.read_batches(wait=False)
         steps.root_ran(info.id, module)
@@ -131,7 +139,7 @@ class Segments:
         steps = self.steps
         options = self.options
         seg = Segment(steps.segment, steps.step, None, steps.evals)
-        recording = options.records_step(seg.step)
+        recording = self.plan(seg.step)
         on_device = recording and _on_device(module)
         deferring = recording and self.defer and (self.defer_all or on_device)
         if on_device and not self.warned_device:
@@ -155,8 +163,10 @@ class Segments:
         self.detector.new_step()
         self.detector.watched = seg.id > 0 and self._all_recorded
         self._all_recorded = self._all_recorded and recording
+        self.open = True
 
     def end(self, now: float, cut: bool = False) -> None:
+        self.open = False
         state = self.state
         steps = self.steps
         origin = self.origin
