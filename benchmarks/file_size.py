@@ -63,9 +63,7 @@ def run(tmp: Path, name: str, steps: int, pause: float) -> tuple[int, int, int]:
     script.write_text(SCRIPT)
     env = {**os.environ, "HOOKDBG_BENCH_FILE": str(recording)}
     command = [sys.executable, "-m", "hookdbg", "record", "-q", "-f", "-o", str(recording)]
-    subprocess.run(
-        [*command, str(script), str(steps), str(pause), str(live)], check=True, env=env
-    )
+    subprocess.run([*command, str(script), str(steps), str(pause), str(live)], check=True, env=env)
     return int(live.read_text()), os.path.getsize(recording), stored_bytes(recording)
 
 
@@ -82,8 +80,10 @@ def main() -> None:
     print(f"{args.steps} steps; slow: {args.pause:g} s pause per step; default flush interval")
     print(f"{'run':<6}{'live kB':>10}{'closed kB':>11}{'stored kB':>11}{'closed/stored':>15}")
     for name, (live, closed, stored) in rows.items():
-        print(f"{name:<6}{live / 1e3:>10.1f}{closed / 1e3:>11.1f}{stored / 1e3:>11.1f}"
-              f"{closed / stored:>15.2f}")
+        print(
+            f"{name:<6}{live / 1e3:>10.1f}{closed / 1e3:>11.1f}{stored / 1e3:>11.1f}"
+            f"{closed / stored:>15.2f}"
+        )
     (_, slow, _), (_, fast, _) = rows["slow"], rows["fast"]
     print(f"slow/fast closed size: {slow / fast:.2f}x")
 

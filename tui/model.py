@@ -77,6 +77,8 @@ class RunView:
         end = self.rec.end
         if end is None:
             return None
+        if end["status"] == b"detached":  # hookdbg ctl stop: training went on
+            return f"recording stopped by hookdbg ctl ({int(end['steps']):,} steps)"
         return (
             f"recording finished ({int(end['steps']):,} steps, exit status {int(end['exit_code'])})"
         )

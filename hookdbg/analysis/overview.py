@@ -78,6 +78,8 @@ def ending(recording: Recording) -> str:
         return f"{message} (exit status {code})"
     if status == "stopped":
         return f"stopped at the first NaN/inf origin (exit status {code})"
+    if status == "detached":  # hookdbg ctl stop: the script went on, its end unknown
+        return f"{message}; training went on unrecorded"
     if status in ("interrupted", "terminated"):
         return f"{status}{f' by {message}' if message else ''} (exit status {code})"
     return f"exit status {code}"

@@ -8,7 +8,19 @@ from typing import Any
 
 import click
 
-from hookdbg.cli import alerts, diff, export, profile, record, search, show, summary, tensor, tui
+from hookdbg.cli import (
+    alerts,
+    ctl,
+    diff,
+    export,
+    profile,
+    record,
+    search,
+    show,
+    summary,
+    tensor,
+    tui,
+)
 from hookdbg.cli.common import BadInput
 from hookdbg.read.checks import RecordingError
 from hookdbg.version import __version__
@@ -24,6 +36,7 @@ COMMANDS: tuple[click.Command, ...] = (
     diff.diff_command,
     export.export,
     tui.tui,
+    ctl.ctl,
 )
 
 
@@ -44,7 +57,8 @@ def cli() -> None:
     """hookdbg: record, inspect and debug PyTorch training.
 
     Record a run with `hookdbg record train.py`, then look at it with `hookdbg
-    summary`, `profile`, `alerts`, `show`, `search`, `diff`, `export` or `tui`.
+    summary`, `profile`, `alerts`, `show`, `search`, `diff`, `export` or `tui`;
+    steer a run while it trains with `hookdbg ctl`.
     """
 
 

@@ -33,6 +33,7 @@ Examples:
   hookdbg record -o run.h5 -m mypkg.train -- --lr 0.1
   hookdbg record --modules 'layer3.*' --modules '!*.bn*' --steps 10:20 train.py
   hookdbg record --histograms 32 -o run.h5 train.py
+  hookdbg record --idle -o run.h5 train.py     (then: hookdbg ctl run.h5 record --steps 5)
   torchrun --nproc-per-node 2 -m hookdbg record -o run.h5 train_ddp.py""",
 )
 @click.option(
@@ -65,6 +66,12 @@ Examples:
     "--steps",
     metavar="A:B",
     help="Record steps A to B-1 only (A:, :B and N work too).",
+)
+@click.option(
+    "--idle",
+    is_flag=True,
+    help="Record no step until `hookdbg ctl FILE record --steps N` (from another "
+    "terminal) asks; the loss is still watched for NaN/inf. For long runs.",
 )
 @click.option(
     "--on-nan",
@@ -179,7 +186,8 @@ def record(
         raise BadInput(str(exc)) from None
     prefix = placement().prefix
     say = _status_printer(prefix, opts.quiet)
-    say(f"recording {target} -> {path} (level {options['level']})")
+    level = "idle: `hookdbg ctl` starts it" if opts.idle else f"level {options['level']}"
+    say(f"recording {target} -> {path} ({level})")
     ended = run(target, as_module, script_args, recorder)
     if output is None and not existed and _recorded_nothing(recorder):  # a name of ours
         path.unlink(missing_ok=True)

@@ -221,8 +221,18 @@ def _how_run(rec: Recording) -> list[tuple[str, str]]:
         ),
         (
             "options",
-            f"level {opts.get('level')}, modules {opts.get('modules')}, every "
-            f"{opts.get('every')}, steps {opts.get('steps')}",
+            (
+                f"idle (steps recorded when steered) at level {opts.get('level')}"
+                if opts.get("idle")
+                else f"level {opts.get('level')}, every {opts.get('every')}, "
+                f"steps {opts.get('steps')}"
+            )
+            + f", modules {opts.get('modules')}",
+        ),
+        *(
+            [("steered", f"{plural(len(rec.answers), 'command')}, the last: {rec.answers[-1][2]}")]
+            if rec.answers
+            else []
         ),
     ]
 

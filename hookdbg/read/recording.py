@@ -139,6 +139,13 @@ class Status(Enum):
     FAILED = "failed"
 
 
+def _answer(value: str) -> tuple[int, str]:
+    """``'3: recording steps 10-14 at stats'`` -> (3, 'recording steps 10-14 at stats');
+    a value that is not one reads as number -1."""
+    number, sep, text = value.partition(": ")
+    return (int(number), text) if sep and number.isdigit() else (-1, value)
+
+
 def open_recording(path: str | os.PathLike[str]) -> Recording:
     """Open and validate a recording; raises ``RecordingError`` with a one-line reason."""
     return Recording(Path(path))
@@ -263,6 +270,10 @@ class Recording:
         facts = t["info"].read(rows=slice(0, _MAX_FACTS))
         self.facts = {utf8(r["key"]): utf8(r["value"]) for r in facts}
         self.compiled = [utf8(r["value"]) for r in facts if r["key"] == b"compiled"]
+        # what steering commands did (hookdbg ctl): (time, command number, answer)
+        self.answers = [
+            (float(r["time"]), *_answer(utf8(r["value"]))) for r in facts if r["key"] == b"ctl"
+        ]
 
     def _unfinished_segment(self, ended: np.ndarray) -> np.void | None:
         """A steps row for the segment whose calls are in the file but whose own row is

@@ -1,0 +1,232 @@
+"""``hookdbg ctl``: steer a running recording from another terminal.
+
+A command goes into the control file beside the recording (hookdbg/control.py says why
+a file); each recorder applies it at a step boundary and answers in its recording,
+which this command reads back and prints. Under torchrun one command reaches every
+rank, and ``record`` and ``level`` name the step they start at, far enough ahead that
+every rank sees the command before it gets there.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import click
+
+from hookdbg import control
+from hookdbg.analysis.steer import common_step, current_step
+from hookdbg.cli.common import BadInput, human_bytes, plural
+from hookdbg.control import LEVELS, Command
+from hookdbg.options import OptionError
+from hookdbg.ranks import rank_files
+from hookdbg.read import Recording, RecordingError, Status, open_recording
+
+_POLL = 0.2  # seconds between looks for the answers
+
+
+def _wait_option(f):  # type: ignore[no-untyped-def]
+    return click.option(
+        "--wait",
+        type=click.FloatRange(min=0),
+        default=30.0,
+        show_default=True,
+        metavar="SECONDS",
+        help="How long to wait for every rank's answer (0: send and return). A recorder "
+        "answers at its next step boundary, once its writer has flushed.",
+    )(f)
+
+
+@click.group(
+    epilog="""\b
+Examples:
+  hookdbg ctl run.h5 status
+  hookdbg ctl run.h5 record --steps 5
+  hookdbg ctl run.h5 record --steps 20 --level timing
+  hookdbg ctl run.h5 record --steps 2 --modules 'layer4.*' --capture 'layer4.1.conv2'
+  hookdbg ctl run.h5 level idle
+  hookdbg ctl run.h5 dump
+  hookdbg ctl run.h5 stop""",
+)
+@click.argument("recording", type=click.Path(dir_okay=False))
+@click.pass_context
+def ctl(ctx: click.Context, recording: str) -> None:
+    """Steer RECORDING while it is being recorded: see what it records, record the
+    next steps in more (or less) detail, go idle, write the flight recorder's tensors,
+    or stop recording while training goes on. RECORDING is the file `hookdbg record`
+    writes (run.h5 for every rank of a torchrun run). Start a run idle with `hookdbg
+    record --idle` to record nothing until asked."""
+    ctx.obj = recording
+
+
+@ctl.command()
+@click.pass_obj
+def status(recording: str) -> None:
+    """What RECORDING is doing now: each rank's step, what it records, its size and
+    the answers to the commands sent so far."""
+    for rank, rec in _open(recording).items():
+        _print_status(rank, rec)
+
+
+@ctl.command()
+@click.option("--steps", "count", type=int, required=True, metavar="N", help="Steps to record.")
+@click.option(
+    "--level",
+    type=click.Choice(["timing", "shapes", "stats"]),
+    help="Detail of those steps [default: the recording's --level].",
+)
+@click.option("--modules", multiple=True, metavar="GLOB", help="Record only these modules.")
+@click.option("--capture", multiple=True, metavar="GLOB", help="Store these modules' full tensors.")
+@_wait_option
+@click.pass_obj
+def record(
+    recording: str,
+    count: int,
+    level: str | None,
+    modules: tuple[str, ...],
+    capture: tuple[str, ...],
+    wait: float,
+) -> None:
+    """Record the next N steps, from the next step boundary (every rank from the same
+    step), then go back to what was recorded before."""
+    _steer(
+        recording,
+        wait,
+        op="record",
+        steps=count,
+        level=level,
+        modules=modules,
+        capture=capture,
+    )
+
+
+@ctl.command()
+@click.argument("level", type=click.Choice(LEVELS))
+@_wait_option
+@click.pass_obj
+def level(recording: str, level: str, wait: float) -> None:
+    """Record every step at LEVEL from the next step on; `idle` records none (the
+    loss is still watched for NaN/inf)."""
+    _steer(recording, wait, op="level", level=level)
+
+
+@ctl.command()
+@_wait_option
+@click.pass_obj
+def dump(recording: str, wait: float) -> None:
+    """Write the tensors the flight recorder holds (the last recorded steps') now."""
+    _steer(recording, wait, op="dump")
+
+
+@ctl.command()
+@_wait_option
+@click.pass_obj
+def stop(recording: str, wait: float) -> None:
+    """Close the recording at the next step boundary; training goes on unrecorded."""
+    _steer(recording, wait, op="stop")
+
+
+# -- sending and answers ---------------------------------------------------------------
+
+
+def _open(recording: str) -> dict[int, Recording]:
+    """Every rank's recording (one file: rank 0), or exit 2 with why not."""
+    path = Path(recording)
+    files = {0: path} if path.exists() else rank_files(path)
+    if not files:
+        raise BadInput(f"{recording}: no such recording (nor {path.stem}.rankN{path.suffix})")
+    out = {}
+    for rank, file in files.items():
+        try:
+            out[rank] = open_recording(file)
+        except RecordingError as exc:
+            raise BadInput(str(exc)) from None
+    return out
+
+
+def _steer(recording: str, wait: float, **fields: object) -> None:
+    ranks = _open(recording)
+    ended = [rec for rec in ranks.values() if rec.status is not Status.LIVE]
+    if ended:
+        rec = ended[0]
+        raise BadInput(
+            f"{rec.path} is not being recorded ({rec.status.value}): there is nothing to steer"
+        )
+    if fields["op"] in ("record", "level") and len(ranks) > 1:
+        fields["first"] = common_step(list(ranks.values()))
+    target = control.control_path(next(iter(ranks.values())).path)
+    try:
+        command = control.send(target, **fields)
+    except OptionError as exc:
+        raise BadInput(str(exc)) from None
+    except OSError as exc:
+        raise BadInput(f"cannot write {target}: {exc.strerror or exc}") from None
+    who = "" if len(ranks) == 1 else f" to {len(ranks)} ranks"
+    click.echo(f"sent command {command.seq}{who}: {command.describe()}")
+    if wait > 0:
+        _await(ranks, command, wait)
+
+
+def _await(ranks: dict[int, Recording], command: Command, wait: float) -> None:
+    """Print each rank's answer to ``command`` as it comes; exit 1 if one does not come
+    within ``wait`` seconds, or if the ranks start at different steps."""
+    deadline = time.monotonic() + wait
+    pending = dict(ranks)
+    answers: dict[int, str] = {}
+    while pending:
+        for rank, rec in list(pending.items()):
+            try:
+                rec.refresh()
+            except RecordingError as exc:
+                raise BadInput(str(exc)) from None
+            found = [text for _, seq, text in rec.answers if seq == command.seq]
+            if found:
+                answers[rank] = found[0]
+                prefix = "" if len(ranks) == 1 else f"rank {rank}: "
+                click.echo(f"{prefix}{found[0]}")
+                del pending[rank]
+            elif rec.status is not Status.LIVE:
+                raise BadInput(
+                    f"{rec.path} stopped being recorded ({rec.status.value}) before it "
+                    f"read command {command.seq}"
+                )
+        if not pending:
+            break
+        if time.monotonic() >= deadline:
+            missing = ", ".join(map(str, pending))
+            raise click.ClickException(
+                f"no answer from {plural(len(pending), 'rank')} ({missing}) in {wait:g} s: "
+                "a recorder reads commands at step boundaries (is the run between steps, "
+                f"in a long pause or a hang?). Command {command.seq} stays sent."
+            )
+        time.sleep(_POLL)
+    if len({_first_step(text) for text in answers.values()}) > 1:
+        raise click.ClickException("the ranks did not start at the same step (see above)")
+
+
+def _first_step(answer: str) -> str:
+    """'recording steps 12-16 at stats' -> '12' (the answers ranks must agree on)."""
+    words = answer.split()
+    return words[2].split("-")[0] if len(words) > 2 and words[1] in ("step", "steps") else answer
+
+
+def _print_status(rank: int, rec: Recording) -> None:
+    info = rec.info
+    where = f"rank {rank} of {info.world_size}, " if info.world_size > 1 else ""
+    options = info.options
+    launched = "idle" if options.get("idle") else str(options.get("level", "?"))
+    recorded = rec.recorded_steps
+    last = f", last {int(recorded[-1])}" if len(recorded) else ""
+    size = human_bytes(os.path.getsize(rec.path))
+    click.echo(
+        f"{rec.path}: {rec.status.value}, {where}step {current_step(rec)}, pid {info.pid} "
+        f"on {info.host}, {size}"
+    )
+    click.echo(
+        f"  launched {launched}; {plural(len(recorded), 'step')} recorded{last}; "
+        f"steering: {plural(len(rec.answers), 'command')} answered"
+    )
+    for when, seq, text in rec.answers[-5:]:
+        stamp = time.strftime("%H:%M:%S", time.localtime(when))
+        click.echo(f"    {stamp}  {seq}: {text}")
