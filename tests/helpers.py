@@ -103,29 +103,46 @@ def hookdbg_in_terminal(
 
 def tables(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """Every table of a recording as a structured array, read with h5py alone (as any
-    user could): each table is a group of equal-length columns."""
+    user could, docs/format.md): each table is a group of equal-length columns. A live
+    file whose writer rewrote a tail as it was read is read again."""
+    for attempt in range(5):
+        try:
+            return _tables_once(path)
+        except (zlib.error, ValueError):
+            if attempt == 4:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _tables_once(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     out = {}
     with h5py.File(path, "r", swmr=True) as f:
         committed = f["committed"][()] if "committed" in f else None
         for name, group in f.items():
             if not isinstance(group, h5py.Group):
                 continue
-            names = [c for c in group if c not in ("tail0", "tail1")]
+            names = [c for c in group if c not in schema.TAIL_SLOTS]
             columns = {c: group[c][()] for c in names}
             n = min(len(c) for c in columns.values())
             rows = np.rec.fromarrays([c[:n] for c in columns.values()], names=names)
             if name in schema.TABLES and committed is not None and committed.ndim == 2:
-                sealed, slot, nbytes = committed[:, list(schema.TABLES).index(name)]
+                sealed, generation, nbytes = committed[:, list(schema.TABLES).index(name)]
                 order = [str(c) for c in group.attrs["columns"]]
                 dtype = np.dtype([(c, group[c].dtype, group[c].shape[1:]) for c in order])
                 rows = rows[:sealed]
                 if nbytes:
-                    data = group[f"tail{slot}"][:nbytes].tobytes()
+                    slot = schema.TAIL_SLOTS[generation % len(schema.TAIL_SLOTS)]
+                    data = group[slot][:nbytes].tobytes()
                     tail = np.frombuffer(zlib.decompress(data), dtype)
                     rows = np.rec.fromarrays(
                         [np.concatenate([rows[c], tail[c]]) for c in names], names=names
                     )
             out[name] = rows
+        if committed is not None and committed.ndim == 2:
+            f["committed"].refresh()
+            moved = f["committed"][()][schema.GENERATION] - committed[schema.GENERATION]
+            if (moved > 1).any():
+                raise ValueError("the writer rewrote a tail as it was read")
     return out
 
 

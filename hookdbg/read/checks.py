@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,11 +159,41 @@ def open_file(path: Path) -> tuple[h5py.File, Superblock | None]:
 _SWMR_READ_ATTEMPTS = 28
 
 
+# Files being written, opened once per process however many readers open them: HDF5
+# reads wrong chunks from a dataset opened twice once one of its handles is refreshed
+# (a notebook cell that opens a live recording again), so readers of one file share the
+# file and its datasets (``_shared``). (device, inode) -> [the file, its readers]
+_LIVE: dict[tuple[int, int], list] = {}
+_LIVE_LOCK = threading.Lock()
+
+
 def _open_swmr(path: Path) -> h5py.File:
-    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
-    _limit_read_attempts(fapl, _SWMR_READ_ATTEMPTS)
-    flags = h5py.h5f.ACC_RDONLY | h5py.h5f.ACC_SWMR_READ
-    return h5py.File(h5py.h5f.open(os.fsencode(path), flags, fapl=fapl))
+    st = os.stat(path)
+    key = (st.st_dev, st.st_ino)
+    with _LIVE_LOCK:
+        held = _LIVE.get(key)
+        if held is not None and held[0].id.valid:
+            held[1] += 1
+            return held[0]
+        fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+        _limit_read_attempts(fapl, _SWMR_READ_ATTEMPTS)
+        flags = h5py.h5f.ACC_RDONLY | h5py.h5f.ACC_SWMR_READ
+        f = h5py.File(h5py.h5f.open(os.fsencode(path), flags, fapl=fapl))
+        _LIVE[key] = [f, 1]
+        return f
+
+
+def close_file(f: h5py.File) -> None:
+    """Close a file ``open_file`` gave, once its last reader in this process is done."""
+    with _LIVE_LOCK:
+        for key, held in _LIVE.items():
+            if held[0] is f:
+                held[1] -= 1
+                if held[1] > 0:
+                    return
+                del _LIVE[key]
+                break
+    f.close()
 
 
 def _limit_read_attempts(fapl: h5py.h5p.PropFAID, attempts: int) -> None:
@@ -223,8 +255,29 @@ def member(group: h5py.Group, name: str, where: str, path: Path) -> object | Non
     except H5_ERRORS as exc:
         raise damaged(path, exc) from None
     if isinstance(found, h5py.h5d.DatasetID):
-        return h5py.Dataset(found)
+        return _shared(group, name, h5py.Dataset(found))
     return h5py.Group(found) if isinstance(found, h5py.h5g.GroupID) else found
+
+
+# The datasets of files being written, by (file, path), shared by every reader of the
+# file in this process (``_LIVE``).
+_SHARED: weakref.WeakValueDictionary[tuple[object, str], h5py.Dataset] = (
+    weakref.WeakValueDictionary()
+)
+
+
+def _shared(group: h5py.Group, name: str, opened: h5py.Dataset) -> h5py.Dataset:
+    """``opened``, or the handle of the same dataset another reader holds, in a file
+    being written (SWMR); a closed file's datasets do not change, and are not shared."""
+    if not group.file.swmr_mode:
+        return opened
+    key = (group.id.fileno, f"{group.name.rstrip('/')}/{name}")
+    held = _SHARED.get(key)
+    if held is not None and held.id.valid:
+        opened.id.close()
+        return held
+    _SHARED[key] = opened
+    return opened
 
 
 # zlib's deflate cannot compress better than about 1032:1 (258-byte matches coded in 2
@@ -347,7 +400,7 @@ def checked_committed(
 ) -> h5py.Dataset | None:
     """What the writer vouched for, for each of the first ``tables`` of schema.TABLES
     (the file's schema version has those): the rows in each table's columns and, from
-    version 5 (``tails``), its tail's slot and length (schema.SEALED, SLOT, TAIL_BYTES);
+    version 5 (``tails``), its tail's generation and length (schema.SEALED, GENERATION, TAIL_BYTES);
     None in a schema-1 file, which has none."""
     if member(f, schema.COMMITTED, schema.COMMITTED, path) is None:
         return None

@@ -35,6 +35,7 @@ from hookdbg.read.checks import (
     checked_capture_data,
     checked_committed,
     checked_tables,
+    close_file,
     open_file,
     read_or_fail,
 )
@@ -44,7 +45,7 @@ from hookdbg.read.resolve import read_rows, resolve
 from hookdbg.read.runinfo import RunInfo, run_info
 from hookdbg.read.shards import Place, Shard, shard_places
 from hookdbg.read.table import Table
-from hookdbg.read.tails import TableState, tail_reader
+from hookdbg.read.tails import TableState, Tails
 from hookdbg.store import schema
 from hookdbg.text import utf8
 
@@ -158,6 +159,7 @@ class Recording:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._file, _ = open_file(path)
+        self._closed = False
         try:
             self.info = run_info(self._file, path)
             version = self.info.schema_version
@@ -171,6 +173,8 @@ class Recording:
                 self._file, path, len([n for n in dtypes if n in schema.TABLES]), tails
             )
             optional = _optional_columns(self._file, path)
+            self._tails = self._tail_reader(dtypes, optional) if tails else None
+            states = self._snapshot()
             self._tables = {
                 n: Table(
                     n,
@@ -180,20 +184,22 @@ class Recording:
                     derived.get(n),
                     None if tails else self._committed_length(n),
                     optional.get(n),
-                    self._state(n, dtypes[n], optional.get(n)) if tails else None,
+                    states.get(n),
                 )
                 for n in dtypes
             }
             self._capture_data = checked_capture_data(self._file, path)
             self._load_small()
         except BaseException:
-            self._file.close()
+            close_file(self._file)
             raise
 
     # -- lifecycle ------------------------------------------------------------------
 
     def close(self) -> None:
-        self._file.close()
+        if not self._closed:
+            self._closed = True
+            close_file(self._file)
 
     def __enter__(self) -> Recording:
         return self
@@ -211,30 +217,53 @@ class Recording:
         index = list(schema.TABLES).index(table)
         return lambda: int(read_or_fail(self.path, schema.COMMITTED, lambda: committed[index]))
 
-    def _state(
-        self, table: str, dtype: np.dtype, optional: dict[str, tuple[h5py.Dataset, np.dtype]] | None
-    ) -> Callable[[], TableState] | None:
-        """What reads how many rows of ``table`` its columns hold and the rows after its
-        last whole chunk (the end row has none); its rows hold the optional columns too
-        (a histogram)."""
-        if table not in schema.TABLES or self._committed is None:
+    def _tail_reader(
+        self,
+        dtypes: dict[str, np.dtype],
+        optional: dict[str, dict[str, tuple[h5py.Dataset, np.dtype]]],
+    ) -> Tails | None:
+        """What reads the tables' tails (the end row has none); a tail's rows hold the
+        optional columns too (a histogram)."""
+        if self._committed is None:
             return None
-        if optional:
-            dtype = np.dtype(
-                [*dtype.descr, *((n, (d.base, d.shape)) for n, (_, d) in optional.items())]
+        rows = {}
+        for table, dtype in dtypes.items():
+            if table not in schema.TABLES:
+                continue
+            extra = optional.get(table) or {}
+            rows[table] = np.dtype(
+                [*dtype.descr, *((n, (d.base, d.shape)) for n, (_, d) in extra.items())]
             )
-        return tail_reader(self._file, self.path, table, self._committed, dtype)
+        return Tails(self._file, self.path, self._committed, rows)
+
+    def _snapshot(self) -> dict[str, TableState]:
+        """Every table's rows in its columns and its tail, as of one commit ({} before
+        version 5: the tables read their committed lengths themselves)."""
+        if self._tails is None:
+            return {}
+        sealed, tails = self._tails.snapshot()
+        return {table: (sealed[table], tails[table]) for table in sealed}
 
     def refresh(self) -> bool:
         """Pick up what a live recorder wrote since; True if anything is new."""
-        new = False
-        if self._committed is not None and self._file.swmr_mode:
+        if not self._file.swmr_mode:
+            return False  # a file closed by its writer does not change
+        if self._committed is not None:
             read_or_fail(self.path, schema.COMMITTED, self._committed.refresh)
-        for table in self._tables.values():
-            new = table.refresh() or new
-        if new:
+        states = self._snapshot()
+        new = False
+        for name, table in self._tables.items():
+            new = table.refresh(states.get(name)) or new
+        # closing adds no row where the last ones were already in the tails: the end
+        # row, written in place, says the recording ended
+        ended = self.end is None and self._ended()
+        if new or ended:
             self._load_small()
-        return new
+        return new or ended
+
+    def _ended(self) -> bool:
+        end = self._tables[schema.END_TABLE].read(rows=slice(0, 1))
+        return bool(len(end) and end["status"].any())
 
     def _load_small(self) -> None:
         """The small tables, read whole: all but progress (only its last row matters,

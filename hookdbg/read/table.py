@@ -35,9 +35,10 @@ class Table:
     """``columns`` are the stored ones (an older schema may lack some of ``dtype``'s);
     ``derived`` fills those it lacks: name -> the column to copy, or a constant.
     ``committed`` says how many rows of the columns the writer vouched for: rows past it
-    were being written when writing stopped. From schema version 4 ``state`` says it
+    were being written when writing stopped. From schema version 5 ``state`` says it
     instead, with the rows after those, the table's tail (a structured array holding at
-    least the stored and optional columns), read together as one consistent state."""
+    least the stored and optional columns), both from one snapshot of the file
+    (hookdbg/read/tails.py) that ``refresh`` is given anew."""
 
     def __init__(
         self,
@@ -48,7 +49,7 @@ class Table:
         derived: dict[str, str | float | bytes] | None = None,
         committed: Callable[[], int] | None = None,
         optional: dict[str, tuple[h5py.Dataset, np.dtype]] | None = None,
-        state: Callable[[], TableState] | None = None,
+        state: TableState | None = None,
     ) -> None:
         self.name = name
         self._columns = columns  # checked by hookdbg/read/checks.py
@@ -61,11 +62,10 @@ class Table:
         self._derived = derived or {}
         self._stored = [n for n in dtype.names or () if n not in self._derived]
         self._committed = committed
-        self._state = state
         self._swmr = next(iter(columns.values())).file.swmr_mode
         self._main = 0  # rows read from the columns; the tail's follow them
         self._tail: np.ndarray | None = None
-        self._length = self._measure(refresh=False)
+        self._length = self._measure(state, refresh=False)
         self._cache: dict[str, np.ndarray] = {}
 
     def _h5(self, what: str, read: Callable[[], T]) -> T:
@@ -83,20 +83,21 @@ class Table:
     def __len__(self) -> int:
         return self._length
 
-    def refresh(self) -> bool:
-        """See rows appended since the last look; True if there are new ones."""
+    def refresh(self, state: TableState | None = None) -> bool:
+        """See rows appended since the last look (``state``: as of a new snapshot of a
+        version 5 file); True if there are new ones."""
         if not self._swmr:
             return False  # a file closed by its writer does not change
         before = self._length
-        self._length = self._measure(refresh=True)
+        self._length = self._measure(state, refresh=True)
         if self._length != before:  # rows are only ever added: a new length is new rows
             self._cache.clear()
         return self._length != before
 
-    def _measure(self, refresh: bool) -> int:
+    def _measure(self, state: TableState | None, refresh: bool) -> int:
         """The table's rows now: the committed state first, then the columns, which the
         writer wrote before it committed them."""
-        sealed, self._tail = (None, None) if self._state is None else self._state()
+        sealed, self._tail = (None, None) if state is None else state
         if refresh:
             for name in [*self._stored, *self.optional]:
                 self._h5(name, self._columns[name].refresh)

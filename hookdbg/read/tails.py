@@ -1,16 +1,19 @@
-"""A table's tail: its rows after the last whole chunk of its columns, while the file is
-written or after it was cut short (hookdbg/store/schema.py: TAIL_SLOTS).
+"""Tables' tails: their rows after the last whole chunk of their columns, while the file
+is written or after it was cut short (hookdbg/store/schema.py: TAIL_SLOTS).
 
-The writer keeps them as a zlib stream of the rows (a numpy array of the table's row
-dtype) in one of two byte slots, and ``committed`` names the slot and its length. The
-writer only ever writes the slot ``committed`` does not name, so a reader that finds
-``committed`` unchanged after reading a slot has read a whole tail; if the writer moved
-on meanwhile, the read is repeated.
+The writer keeps a table's tail as a zlib stream of its rows (a numpy array of the
+table's row dtype) in one of three byte slots, and ``committed`` says, per table, how
+many rows its columns hold, how many times its tail was written (its slot is that
+count modulo 3) and how long it is. A slot is rewritten two commits after it was named.
+So a reader takes one snapshot of ``committed``, reads every table's tail it names,
+and reads ``committed`` again: if no table's count moved by more than one, every tail
+it read was whole and all of them belong to the one snapshot (one moment of the run:
+no step with half its rows); else it reads again.
 
-Like everything in a file, a tail is untrusted: its slot must be one of the two, its
-length inside the slot, and the stream must inflate, completely, to whole rows and at
-most a chunk of them (the writer seals a full chunk into the columns): a few bytes
-claiming a gigabyte are refused, not inflated.
+Like everything in a file, a tail is untrusted: its length must lie inside its slot,
+and the stream must inflate, completely, to whole rows and at most a chunk of them (the
+writer seals a full chunk into the columns): a few bytes claiming a gigabyte are
+refused, not inflated.
 """
 
 from __future__ import annotations
@@ -27,18 +30,10 @@ import numpy as np
 from hookdbg.read.checks import RecordingError, checked_dataset, member, read_or_fail
 from hookdbg.store import schema
 
-# (rows in the columns that the writer vouched for, the rows after them or None)
+# a table's rows in its columns, and the rows after them (None: none)
 TableState = tuple[int, np.ndarray | None]
 
-_TRIES = 5  # reads of a live file's tail that the writer may overtake before giving up
-
-
-def _uncached(group: h5py.Group, name: str) -> h5py.Dataset:
-    """``group[name]`` read from the file at every read: the writer rewrites a slot's
-    chunks in place, and HDF5 would serve a chunk it cached at an earlier read."""
-    access = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
-    access.set_chunk_cache(0, 0, 1.0)
-    return h5py.Dataset(h5py.h5d.open(group.id, name.encode(), access))
+_TRIES = 5  # snapshots of a live file the writer may overtake before giving up
 
 
 def _committed_reader(
@@ -99,48 +94,76 @@ def _chunk_bytes(ds: h5py.Dataset, nbytes: int, path: Path, name: str, live: boo
     return b"".join(parts)
 
 
-def tail_reader(
-    f: h5py.File,
-    path: Path,
-    table: str,
-    committed: h5py.Dataset,
-    dtype: np.dtype,
-) -> Callable[[], TableState]:
-    """What reads ``table``'s committed state now: its sealed rows and its tail."""
-    index = list(schema.TABLES).index(table)
-    group = member(f, table, f"table {table!r}", path)
-    assert isinstance(group, h5py.Group), "checked_tables has checked the table"
-    size = os.path.getsize(path)
-    for slot in schema.TAIL_SLOTS:
-        checked_dataset(group, slot, f"{table}/{slot}", np.dtype("u1"), path, size)
-    slots = [
-        read_or_fail(path, f"{table}/{slot}", partial(_uncached, group, slot))
-        for slot in schema.TAIL_SLOTS
-    ]
-    most = schema.TABLES[table][1] * dtype.itemsize  # a chunk of rows
-    where = f"the tail of table {table!r}"
-    live = f.swmr_mode
+class Tails:
+    """Reads every table's tail from one consistent snapshot of ``committed``."""
 
-    read_committed = _committed_reader(f, path, committed)
+    def __init__(
+        self, f: h5py.File, path: Path, committed: h5py.Dataset, dtypes: dict[str, np.dtype]
+    ) -> None:
+        self.path = path
+        self.live = f.swmr_mode
+        self._committed = _committed_reader(f, path, committed)
+        size = os.path.getsize(path)
+        self._slots: dict[str, list[h5py.Dataset]] = {}
+        for table in dtypes:
+            group = member(f, table, f"table {table!r}", path)
+            assert isinstance(group, h5py.Group), "checked_tables has checked the table"
+            self._slots[table] = [
+                checked_dataset(group, slot, f"{table}/{slot}", np.dtype("u1"), path, size)
+                for slot in schema.TAIL_SLOTS
+            ]
+        self._dtypes = dtypes
 
-    def state() -> np.ndarray:
-        return read_committed()[:, index]
+    def snapshot(self) -> tuple[dict[str, int], dict[str, np.ndarray | None]]:
+        """Each table's rows in its columns and its tail, as of one commit."""
+        for _ in range(_TRIES):
+            before = self._committed()
+            error: RecordingError | None = None
+            tails: dict[str, np.ndarray | None] = {}
+            try:
+                for i, table in enumerate(self._dtypes):
+                    generation, nbytes = (
+                        int(before[schema.GENERATION, i]),
+                        int(before[schema.TAIL_BYTES, i]),
+                    )
+                    tails[table] = self._inflate(table, generation, nbytes) if nbytes else None
+            except RecordingError as exc:
+                error = exc
+            if not self.live:
+                if error is not None:
+                    raise error
+                break
+            moved = self._committed()[schema.GENERATION] - before[schema.GENERATION]
+            if (moved <= 1).all():  # no slot read was rewritten meanwhile
+                if error is not None:
+                    raise error
+                break
+        else:
+            raise RecordingError(
+                f"{self.path}: its writer changed it at every read ({_TRIES} tries)"
+            )
+        sealed = {table: int(before[schema.SEALED, i]) for i, table in enumerate(self._dtypes)}
+        return sealed, tails
 
-    def inflate(slot: int, nbytes: int) -> np.ndarray:
-        if slot not in (0, 1) or nbytes < 0:
-            raise RecordingError(f"{path} is damaged: {where} names slot {slot}")
-        ds = slots[slot]
-        if live and nbytes > ds.shape[0]:  # the writer grew the slot for a longer tail
-            # (only then: HDF5 reads wrong chunks after a refresh of a dataset that is
-            # open twice in one process, as two readers of one file have it)
-            read_or_fail(path, f"{table}/{schema.TAIL_SLOTS[slot]}", ds.refresh)
+    def _inflate(self, table: str, generation: int, nbytes: int) -> np.ndarray:
+        path, where = self.path, f"the tail of table {table!r}"
+        if generation < 0 or nbytes < 0:
+            raise RecordingError(
+                f"{path} is damaged: {where} has generation {generation}, {nbytes:,} bytes"
+            )
+        index = generation % len(schema.TAIL_SLOTS)
+        name = f"{table}/{schema.TAIL_SLOTS[index]}"
+        ds = self._slots[table][index]
+        if self.live and nbytes > ds.shape[0]:  # the writer grew the slot for a longer tail
+            read_or_fail(path, name, ds.refresh)
         if nbytes > ds.shape[0]:
             raise RecordingError(
                 f"{path} is damaged: {where} claims {nbytes:,} bytes, its slot holds "
                 f"{ds.shape[0]:,}"
             )
-        name = f"{table}/{schema.TAIL_SLOTS[slot]}"
-        data = _chunk_bytes(ds, nbytes, path, name, live)
+        data = _chunk_bytes(ds, nbytes, path, name, self.live)
+        dtype = self._dtypes[table]
+        most = schema.TABLES[table][1] * dtype.itemsize  # a chunk of rows
         stream = zlib.decompressobj()
         try:
             raw = stream.decompress(data, most + 1)
@@ -152,23 +175,3 @@ def tail_reader(
                 f"{path} is damaged: {where} does not hold whole rows, at most a chunk of them"
             )
         return np.frombuffer(raw, dtype=dtype)
-
-    def read() -> TableState:
-        for attempt in range(_TRIES):
-            before = state()
-            sealed, slot, nbytes = (
-                int(before[i]) for i in (schema.SEALED, schema.SLOT, schema.TAIL_BYTES)
-            )
-            if nbytes == 0:
-                return sealed, None
-            try:
-                rows = inflate(slot, nbytes)
-            except RecordingError:
-                if not live or attempt == _TRIES - 1 or (state() == before).all():
-                    raise
-                continue  # the writer rewrote the slot as it was read: read it again
-            if not live or (state() == before).all():
-                return sealed, rows
-        raise RecordingError(f"{path}: {where} changed at every read ({_TRIES} tries)")
-
-    return read

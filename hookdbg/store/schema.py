@@ -299,24 +299,27 @@ TABLES: dict[str, tuple[np.dtype, int]] = {
 # file is created, so that they can be written when the disk is full.
 #   end: one row, the recording's last word; its status is empty until it ends
 #   committed: for each table in TABLES (in that order), three numbers, one row each:
-#     its rows in its columns, known to be whole on disk (SEALED); which of its two tail
-#     slots holds the rows after those (SLOT); and how many bytes of it (TAIL_BYTES)
+#     its rows in its columns, known to be whole on disk (SEALED); how many times its
+#     tail was written (GENERATION: the tail is in slot GENERATION % 3); and how many
+#     bytes the tail is (TAIL_BYTES, 0: none)
 #     (before version 5, one row: the rows known to be whole, all in the columns)
 END_TABLE = "end"
 COMMITTED = "committed"
-SEALED, SLOT, TAIL_BYTES = range(3)
+SEALED, GENERATION, TAIL_BYTES = range(3)
 
 # Rows reach the file every flush interval, but a table's columns get only whole chunks,
 # each compressed and written once: under SWMR HDF5 never reuses file space, so a chunk
 # rewritten at every flush as it fills would leave a copy behind each time, and the
 # file would grow with wall time rather than with what it holds. The rows after the
-# last whole chunk, its *tail*, are kept in one of two byte datasets of the table's
-# group, ``tail0`` and ``tail1``: a zlib stream of those rows as a numpy array of the
+# last whole chunk, its *tail*, are kept in one of three byte datasets of the table's
+# group, ``tail0`` to ``tail2``: a zlib stream of those rows as a numpy array of the
 # table's row dtype (``np.frombuffer(zlib.decompress(data), dtype)``), rewritten in
-# place (uncompressed datasets keep their space) into the slot the committed state does
-# not name, which then names it. A closed recording has empty tails: every row is in
-# the columns, its last chunk partly filled.
-TAIL_SLOTS = ("tail0", "tail1")
+# place (uncompressed datasets keep their space). Each flush writes the next slot
+# round, then ``committed`` names it: a slot is rewritten two commits after it was
+# named, so a reader that sees ``committed`` move on by at most one while it read has
+# read whole tails. A closed recording has empty tails: every row is in the columns,
+# its last chunk partly filled.
+TAIL_SLOTS = ("tail0", "tail1", "tail2")
 # the table group's attribute naming its columns in the order of a tail row's fields
 # (each field as its column's dtype and per-row shape)
 TAIL_COLUMNS = "columns"

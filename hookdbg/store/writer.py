@@ -9,7 +9,7 @@ file is in SWMR mode from the start, so it can be read while it grows and surviv
 ``kill -9`` of the writer process, losing at most what was gathered since the last
 flush. Under SWMR HDF5 never reuses file space, so each table's columns only ever get
 whole chunks, compressed and written once; the rows after them, the table's tail, go
-compressed into one of two fixed byte slots rewritten in place (schema.TAIL_SLOTS), and
+compressed into one of three fixed byte slots rewritten in place (schema.TAIL_SLOTS), and
 one in-place write of ``committed`` names what is whole: the file grows with what it
 holds, not with wall time.
 
@@ -123,7 +123,7 @@ class Writer:
         self._tails: dict[str, tuple[h5py.Dataset, ...]] = {}
         self._sealed = {name: 0 for name in schema.TABLES}  # rows in the columns
         self._tail = {name: np.zeros(0, self._tables[name][0]) for name in schema.TABLES}
-        self._slot = {name: 0 for name in schema.TABLES}  # the slot committed names
+        self._generation = {name: 0 for name in schema.TABLES}  # tails written so far
         self._tail_bytes = {name: 0 for name in schema.TABLES}
         self._changed: set[str] = set()  # tables whose tail changed since it was written
         self._file = self._create(meta)
@@ -379,7 +379,7 @@ class Writer:
         self._file.flush()  # the rows first, then what vouches for them
         state = np.zeros((3, len(schema.TABLES)), dtype=np.int64)
         for i, name in enumerate(schema.TABLES):
-            state[:, i] = (self._sealed[name], self._slot[name], self._tail_bytes[name])
+            state[:, i] = (self._sealed[name], self._generation[name], self._tail_bytes[name])
         self._committed[:] = state
         self._file.flush()
         self._changed.clear()
@@ -400,16 +400,16 @@ class Writer:
             self._tail_bytes[table] = 0
 
     def _write_tail(self, table: str) -> None:
-        """The table's tail, compressed, into the slot ``committed`` does not name."""
+        """The table's tail, compressed, into the next slot (``committed`` names it next)."""
         tail = self._tail[table]
         blob = np.frombuffer(zlib.compress(tail.tobytes(), 1), dtype="u1") if len(tail) else None
-        slot = 1 - self._slot[table]
+        generation = self._generation[table] + 1
         if blob is not None:
-            ds = self._tails[table][slot]
+            ds = self._tails[table][generation % len(schema.TAIL_SLOTS)]
             if ds.shape[0] < len(blob):  # room for it, in whole chunks, kept from then on
                 ds.resize((-(-len(blob) // schema.TAIL_CHUNK) * schema.TAIL_CHUNK,))
             ds[: len(blob)] = blob
-        self._slot[table] = slot
+        self._generation[table] = generation
         self._tail_bytes[table] = 0 if blob is None else len(blob)
 
     def _store_capture_bytes(self, rows: list) -> list:
