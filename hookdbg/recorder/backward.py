@@ -119,7 +119,7 @@ class BackwardWatch:
         # once an internal error stopped the recording: passes counted, not recorded
         self.counting = False
         self.unrecorded = 0
-        self._sites: dict[tuple[types.CodeType, int], LossSite] = {}
+        self._sites: dict[tuple[types.CodeType, int] | None, LossSite] = {}
         self._originals: dict[str, Callable[..., Any]] = {
             "backward": torch.autograd.backward,
             "grad": torch.autograd.grad,
@@ -313,24 +313,26 @@ class BackwardWatch:
         stands for the script's ``training_step`` only when no frame of the script is
         there)."""
         frame: types.FrameType | None = sys._getframe(1)
-        first = None
+        first = unnamed = None  # (code without a file: ``python -c``, exec'd strings)
         while frame is not None:
             filename = frame.f_code.co_filename
-            if not filename.startswith((_TORCH_DIR, _HOOKDBG_DIR)) and filename[:1] != "<":
-                if first is None:
-                    first = frame
-                if not any(lib in filename for lib in _LIBRARIES):
-                    break
+            if not filename.startswith((_TORCH_DIR, _HOOKDBG_DIR)):
+                if filename[:1] == "<":
+                    unnamed = unnamed or frame
+                else:
+                    if first is None:
+                        first = frame
+                    if not any(lib in filename for lib in _LIBRARIES):
+                        break
             frame = frame.f_back
-        frame = frame or first
+        frame = frame or first or unnamed
         key = (frame.f_code, frame.f_lineno) if frame is not None else None
-        site = self._sites.get(key) if key is not None else None
-        if site is None:
+        site = self._sites.get(key)
+        if site is None:  # one site per place, however often it runs
             site = LossSite()
             name, where = _describe(frame)
             site.info = self.observer.registry.loss_site(site, name, where)
-            if key is not None:
-                self._sites[key] = site
+            self._sites[key] = site
         assert site.info is not None
         return site.info
 

@@ -1,12 +1,15 @@
 """Module names: what users call their modules, stable across runs and ranks."""
 
 import json
+import subprocess
+import sys
 import types
 
 import torch
 from torch import nn
 
 import hookdbg
+from hookdbg.store.schema import ModuleKind
 from tests.helpers import hookdbg as run_hookdbg
 from tests.helpers import module_names, tables
 
@@ -145,3 +148,22 @@ def test_a_loss_module_made_in_each_forward_is_one_module(tmp_path):
         module = next(i for i, n in names.items() if n == name)
         calls = t["calls"][(t["calls"]["module"] == module) & (t["calls"]["phase"] == 0)]
         assert sorted(calls["step"].tolist()) == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_loss_site_in_code_without_a_file_is_one_module(tmp_path):
+    """``python -c``, a notebook's exec'd cell: the line that calls backward has no file
+    to name it by, but it is one place, not a new module every step."""
+    code = (
+        "import torch, hookdbg\n"
+        "model = torch.nn.Linear(4, 2)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        f"with hookdbg.record({str(tmp_path / 'run.h5')!r}, quiet=True):\n"
+        "    for _ in range(5):\n"
+        "        opt.zero_grad()\n"
+        "        model(torch.randn(3, 4)).sum().backward()\n"
+        "        opt.step()\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    t = tables(tmp_path / "run.h5")
+    sites = t["modules"][t["modules"]["kind"] == ModuleKind.LOSS]
+    assert len(sites) == 1 and len(t["steps"]) == 5, module_names(t)
