@@ -275,6 +275,7 @@ def _shared(group: h5py.Group, name: str, opened: h5py.Dataset) -> h5py.Dataset:
     held = _SHARED.get(key)
     if held is not None and held.id.valid:
         opened.id.close()
+        held.refresh()  # as the file is now, not as the first reader opened it
         return held
     _SHARED[key] = opened
     return opened

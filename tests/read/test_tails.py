@@ -196,7 +196,9 @@ def test_two_readers_of_one_live_file_read_the_same_rows(tmp_path):
     chunk = schema.TABLES["tensors"][1]
     with live_recording(path, calls=1000):
         a = open_recording(path)
-        b = open_recording(path)
+        time.sleep(2)  # rows come that ``a`` has not looked for
+        b = open_recording(path)  # sees them, though it shares ``a``'s handles
+        assert len(b.tensors_table) > len(a.tensors_table)
         seen, deadline = len(a.tensors_table), time.time() + 90
         while len(b.tensors_table) < seen + 2 * chunk:  # a chunk sealed after a opened
             assert time.time() < deadline, "the writer wrote no chunk of rows"
