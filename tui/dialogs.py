@@ -1,4 +1,5 @@
-"""Small screens: help, go to step, and waiting for a recording that does not exist yet."""
+"""Small screens: help, go to step, record the next steps, and waiting for a recording
+that does not exist yet."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ KEYS = (
     ("e", "eval batches (validation, test) instead of training steps, and back"),
     ("r", "next rank of a distributed run"),
     ("F", "follow a recording that is still being written"),
+    ("R", "record the next N steps of a live run in full detail (hookdbg ctl)"),
     ("y", "copy the module's name, or the table cell (OSC 52)"),
     ("ctrl+p", "command palette; type a module's name to go to it"),
     ("?", "this help; q quits"),
@@ -95,6 +97,26 @@ class GotoStepScreen(ModalScreen[int | None]):
         with Vertical(id="goto"):
             yield Static(f"go to step ({self.first}-{self.last}), Enter goes, esc cancels")
             yield Input(id="goto-step", type="integer", placeholder=str(self.first))
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(int(event.value) if event.value.strip().lstrip("-").isdigit() else None)
+
+
+class RecordStepsScreen(ModalScreen[int | None]):
+    """How many steps to record in full detail from the next one (``hookdbg ctl record``)."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "cancel")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="goto"):
+            yield Static(
+                "record the next N steps at the recording's level (every rank from the "
+                "same step); Enter sends, esc cancels"
+            )
+            yield Input("5", id="record-steps", type="integer")
 
     def on_mount(self) -> None:
         self.query_one(Input).focus()

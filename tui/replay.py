@@ -23,11 +23,12 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
+from hookdbg.analysis.steer import SteerError, steer
 from hookdbg.read import Status
 from hookdbg.text import plural, printable
 
 from .detail import DetailPane, DetailTable
-from .dialogs import GotoStepScreen, HelpScreen
+from .dialogs import GotoStepScreen, HelpScreen, RecordStepsScreen
 from .messages import DetailLoaded, DiffReady, Goto, NewData, SeriesLoaded, StepLoaded
 from .model import (
     PLOT_STATS,
@@ -66,6 +67,7 @@ class ReplayScreen(Screen[None]):
         Binding("N", "hit(-1)", "previous match", show=False),
         Binding("F", "toggle_follow", "follow", show=False),
         Binding("r", "next_rank", "rank", show=False),
+        Binding("R", "record_next", "record next steps", show=False),
         Binding("y", "copy", "copy", show=False),
         Binding("e", "toggle_evals", "eval batches", show=False),
     ]
@@ -93,6 +95,7 @@ class ReplayScreen(Screen[None]):
         self.hit = -1
         self.query_text = ""
         self.known_alerts = 0
+        self.known_answers = 0  # the recorder's answers to steering commands, seen
         self._start_following = follow
         self._moved = False  # the user went somewhere before the comparison was ready
 
@@ -122,6 +125,7 @@ class ReplayScreen(Screen[None]):
         self.set_reactive(ReplayScreen.stat, 0 if len(self.run.rec.losses) else 1)
         self.steps = self.run.steps
         self.known_alerts = len(self.run.rec.alerts)
+        self.known_answers = len(self.run.rec.answers)
         self._show_steps()
         tree = self.query_one(ModuleTree)
         tree.focus()
@@ -340,6 +344,9 @@ class ReplayScreen(Screen[None]):
                 markup=False,
             )
         self.known_alerts = len(alerts)
+        for _, seq, answer in self.run.rec.answers[self.known_answers :]:
+            self.notify(answer, title=f"the recorder, to command {seq}", markup=False)
+        self.known_answers = len(self.run.rec.answers)
         ended = self.run.ended()
         if ended is not None or self.run.status is Status.CUT_SHORT:
             self.following = False
@@ -473,6 +480,26 @@ class ReplayScreen(Screen[None]):
             if self.following
             else "stopped following"
         )
+
+    def action_record_next(self) -> None:
+        if self.run.status is not Status.LIVE:
+            self.notify(
+                f"this recording is not being written ({self.run.status.value}): "
+                "R steers a live run"
+            )
+            return
+        self.app.push_screen(RecordStepsScreen(), self._record_next)
+
+    def _record_next(self, count: int | None) -> None:
+        if count is None:
+            return
+        try:
+            command = steer([view.rec for view in self.ranks], op="record", steps=count)
+        except SteerError as exc:
+            self.notify(str(exc), severity="error", markup=False)
+            return
+        self.notify(f"sent: {command.describe()}; the steps appear as they are written")
+        self.following = True  # to show them, and the recorder's answer
 
     def action_next_rank(self) -> None:
         if len(self.ranks) < 2:

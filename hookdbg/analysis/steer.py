@@ -9,9 +9,36 @@ import time
 
 import numpy as np
 
-from hookdbg.read import Recording
+from hookdbg import control
+from hookdbg.control import Command
+from hookdbg.options import OptionError
+from hookdbg.read import Recording, Status
 
 _MOST_AHEAD = 100_000  # steps: a run whose steps take no time is not waited for longer
+
+
+class SteerError(Exception):
+    """A command that cannot be sent, in one line for the user."""
+
+
+def steer(recs: list[Recording], **fields: object) -> Command:
+    """Send a command to every rank of a live run (``recs``: one recording per rank);
+    ``record`` and ``level`` start at a step every rank reaches after hearing of it."""
+    ended = [rec for rec in recs if rec.status is not Status.LIVE]
+    if ended:
+        rec = ended[0]
+        raise SteerError(
+            f"{rec.path} is not being recorded ({rec.status.value}): there is nothing to steer"
+        )
+    if fields["op"] in ("record", "level") and len(recs) > 1:
+        fields["first"] = common_step(recs)
+    target = control.control_path(recs[0].path)
+    try:
+        return control.send(target, **fields)
+    except OptionError as exc:
+        raise SteerError(str(exc)) from None
+    except OSError as exc:
+        raise SteerError(f"cannot write {target}: {exc.strerror or exc}") from None
 
 
 def common_step(recs: list[Recording]) -> int:

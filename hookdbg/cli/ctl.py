@@ -15,11 +15,9 @@ from pathlib import Path
 
 import click
 
-from hookdbg import control
-from hookdbg.analysis.steer import common_step, current_step
+from hookdbg.analysis.steer import SteerError, current_step, steer
 from hookdbg.cli.common import BadInput, human_bytes, plural
 from hookdbg.control import LEVELS, Command
-from hookdbg.options import OptionError
 from hookdbg.ranks import rank_files
 from hookdbg.read import Recording, RecordingError, Status, open_recording
 
@@ -147,21 +145,10 @@ def _open(recording: str) -> dict[int, Recording]:
 
 def _steer(recording: str, wait: float, **fields: object) -> None:
     ranks = _open(recording)
-    ended = [rec for rec in ranks.values() if rec.status is not Status.LIVE]
-    if ended:
-        rec = ended[0]
-        raise BadInput(
-            f"{rec.path} is not being recorded ({rec.status.value}): there is nothing to steer"
-        )
-    if fields["op"] in ("record", "level") and len(ranks) > 1:
-        fields["first"] = common_step(list(ranks.values()))
-    target = control.control_path(next(iter(ranks.values())).path)
     try:
-        command = control.send(target, **fields)
-    except OptionError as exc:
+        command = steer(list(ranks.values()), **fields)
+    except SteerError as exc:
         raise BadInput(str(exc)) from None
-    except OSError as exc:
-        raise BadInput(f"cannot write {target}: {exc.strerror or exc}") from None
     who = "" if len(ranks) == 1 else f" to {len(ranks)} ranks"
     click.echo(f"sent command {command.seq}{who}: {command.describe()}")
     if wait > 0:

@@ -11,7 +11,7 @@ from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.dialogs import WaitScreen
 from hookdbg.tui.replay import ReplayScreen
 from hookdbg.tui.stepbar import StepBar
-from tests.helpers import LIVE_WRITER, live_recording
+from tests.helpers import LIVE_WRITER, ROOT, live_recording
 from tests.tui.pilot import SIZE, notices, settle, text, until
 
 ENDS = """
@@ -100,3 +100,43 @@ async def test_a_cut_short_recording_says_so(tmp_path):
         await settle(app, pilot)
         notice = app.screen.query_one("#notice")
         assert "cut short" in text(notice) and notice.display
+
+
+async def test_R_records_the_next_steps_of_an_idle_run(tmp_path):
+    """A run started idle, steered from the TUI as from `hookdbg ctl`: R, a count,
+    Enter; the recorder answers, and the steps it recorded appear."""
+    path, enough = tmp_path / "long.h5", tmp_path / "enough"
+    record = [sys.executable, "-m", "hookdbg", "record", "-q", "--idle", "--flush-interval", "0.2"]
+    script = [str(ROOT / "samples" / "long_run.py"), "--until", str(enough), "--pause", "0.02"]
+    proc = subprocess.Popen([*record, "-o", str(path), *script])
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                rec = open_recording(path)
+                break
+            except RecordingError:
+                assert time.time() < deadline, "the recorder never wrote a readable file"
+                time.sleep(0.2)
+        app = HookdbgApp(rec, follow=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(app, pilot)
+            screen = app.screen
+            assert isinstance(screen, ReplayScreen) and screen.steps == []  # idle
+            await pilot.press("R")
+            await pilot.press("backspace", "3", "enter")
+            assert any("sent: record 3 steps" in n for n in notices(app)), notices(app)
+            assert await until(app, pilot, lambda: len(screen.steps) == 3, 60), screen.steps
+            assert await until(
+                app, pilot, lambda: any("recording steps" in n for n in notices(app)), 30
+            )
+            assert screen.steps == list(range(screen.steps[0], screen.steps[0] + 3))
+    finally:
+        enough.touch()
+        assert proc.wait(timeout=60) == 0
+    # a finished recording cannot be steered, and says so
+    app = HookdbgApp(open_recording(path))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        await pilot.press("R")
+        assert any("R steers a live run" in n for n in notices(app)), notices(app)
