@@ -40,11 +40,18 @@ void hookdbg_dump(void) { CALLGRIND_DUMP_STATS_AT("loop"); }
 """
 
 
+def configs() -> dict[str, dict[str, object]]:
+    """versus.py's configurations, and ``idle`` (``record --idle``: no step recorded, the
+    loss watched), which older revisions lack."""
+    from versus import CONFIGS
+
+    return {**CONFIGS, "idle": {"idle": True}}
+
+
 def child(config: str, steps: int, control: str) -> None:
     """Run inside callgrind: warm up, count ``steps`` steps of the MLP, dump."""
     import torch
     from overhead import fwd_bwd_timing_hooks, mlp
-    from versus import CONFIGS
 
     import hookdbg
 
@@ -57,7 +64,7 @@ def child(config: str, steps: int, control: str) -> None:
             recording = fwd_bwd_timing_hooks(Path(tmp))
         elif config != "none":
             recording = hookdbg.record(
-                Path(tmp) / "run.h5", quiet=True, force=True, **CONFIGS[config]
+                Path(tmp) / "run.h5", quiet=True, force=True, **configs()[config]
             )
         with recording:
             for _ in range(5):
@@ -100,10 +107,9 @@ def count(config: str, steps: int, control: Path, workdir: Path) -> int:
 
 def main() -> None:
     from overhead import mlp
-    from versus import CONFIGS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    choices = [FLOOR, *CONFIGS]
+    choices = [FLOOR, *configs()]
     parser.add_argument("--only", default=",".join(choices), help="configurations, comma-separated")
     parser.add_argument("--steps", type=int, default=30, help="steps counted per configuration")
     parser.add_argument("--child", help=argparse.SUPPRESS)

@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
 from overhead import Costs, keep_freed_memory, measure, mlp, resnet18
 
 from hookdbg.read import Status, open_recording
@@ -39,19 +40,27 @@ def idle(workdir: Path) -> contextlib.AbstractContextManager[object]:
     return record(workdir / "idle.h5", idle=True, force=True, quiet=True)
 
 
+def unrecorded_steps(workdir: Path) -> contextlib.AbstractContextManager[object]:
+    """For reference: steps a recording skips (``--every``), the loss not watched."""
+    return record(workdir / "every.h5", every=10**9, force=True, quiet=True)
+
+
 def cost(rounds: int) -> None:
     for name, make, steps, warmup in (("mlp", mlp, 400, 20), ("resnet18", resnet18, 8, 4)):
         step, calls = make()
-        runs: dict[str, list[Costs]] = {"unrecorded": [], "idle": []}
+        contexts = {"unrecorded": None, "--every": unrecorded_steps, "idle": idle}
+        runs: dict[str, list[Costs]] = {k: [] for k in contexts}
         with tempfile.TemporaryDirectory() as tmp:
             for _ in range(rounds):
-                runs["unrecorded"].append(measure(step, None, warmup, steps, Path(tmp)))
-                runs["idle"].append(measure(step, idle, warmup, steps, Path(tmp)))
-        base, steered = (statistics.median(c.per_step[1] for c in runs[k]) for k in runs)
+                for key, context in contexts.items():
+                    runs[key].append(measure(step, context, warmup, steps, Path(tmp)))
+        base, skipped, steered = (statistics.median(c.per_step[1] for c in runs[k]) for k in runs)
         print(
             f"{name}: {calls} module calls per step, unrecorded {base * 1e3:.3f} ms CPU; "
             f"idle {steered / base:.3f}x, {(steered - base) / calls * 1e6:+.2f} us per call "
-            f"(median of {rounds} rounds of {steps} steps)"
+            f"(steps skipped by --every: {skipped / base:.3f}x, "
+            f"{(skipped - base) / calls * 1e6:+.2f} us per call; median of {rounds} rounds "
+            f"of {steps} steps, 1 thread)"
         )
 
 
@@ -103,6 +112,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20_000, help="of the long run")
     args = parser.parse_args()
     keep_freed_memory()
+    torch.set_num_threads(1)  # as benchmarks/overhead.py: less noise on a shared machine
     cost(args.rounds)
     steered_run(args.steps)
 
