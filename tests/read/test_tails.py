@@ -38,7 +38,7 @@ def cut_short(tmp_path_factory) -> Path:
     """A real recording killed with -9 while its calls table's rows were all in its
     tail (fewer than a chunk)."""
     path = tmp_path_factory.mktemp("tails") / "killed.h5"
-    with live_recording(path, calls=200):
+    with live_recording(path, pause=0.005, calls=200):  # slow: far from a chunk of calls
         pass
     state = committed(path)
     assert state[schema.SEALED, CALLS] == 0 and state[schema.TAIL_BYTES, CALLS] > 0
