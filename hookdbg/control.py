@@ -173,12 +173,15 @@ class Reader:
     since: float
     offset: int = 0
     _size: int = -1
+    _inode: int = -1
     _seen: float = 0.0
     problems: list[str] = field(default_factory=list)  # what was refused, to say once
 
     def __post_init__(self) -> None:
         with contextlib.suppress(OSError):
-            self.offset = self._size = os.lstat(self.path).st_size
+            info = os.lstat(self.path)
+            self.offset = self._size = info.st_size
+            self._inode = info.st_ino
 
     def poll(self, now: float, every: float = 0.1) -> list[Command]:
         """New commands, at most every ``every`` seconds (a ``stat`` when none)."""
@@ -189,9 +192,11 @@ class Reader:
             info = os.lstat(self.path)
         except OSError:
             return []
-        if info.st_size == self._size:
+        if (info.st_size, info.st_ino) == (self._size, self._inode):
             return []
-        self._size = info.st_size
+        if info.st_ino != self._inode:  # removed and made anew: its lines start over
+            self.offset = 0
+        self._size, self._inode = info.st_size, info.st_ino
         if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
             return self._refuse("it is not a regular file of this user")
         if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):

@@ -114,3 +114,15 @@ def test_an_invalid_command_leaves_no_file(tmp_path):
     with pytest.raises(OptionError):
         send(path, op="record", steps=-1)
     assert not path.exists()
+
+
+def test_a_control_file_removed_and_made_anew_is_read_from_its_start(tmp_path):
+    path = tmp_path / "run.h5.ctl"
+    reader = Reader(path, since=0)
+    send(path, op="dump")
+    send(path, op="dump")
+    assert len(reader.poll(time.monotonic())) == 2
+    path.unlink()
+    send(path, op="stop")  # number 1 again, in a new, shorter file
+    assert [c.op for c in reader.poll(time.monotonic() + 1)] == ["stop"]
+    assert reader.problems == []

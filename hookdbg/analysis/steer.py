@@ -23,14 +23,15 @@ class SteerError(Exception):
 
 def steer(recs: list[Recording], **fields: object) -> Command:
     """Send a command to every rank of a live run (``recs``: one recording per rank);
-    ``record`` and ``level`` start at a step every rank reaches after hearing of it."""
+    ``record``, ``level`` and ``stop`` take effect at a step every rank reaches after
+    hearing of it."""
     ended = [rec for rec in recs if rec.status is not Status.LIVE]
     if ended:
         rec = ended[0]
         raise SteerError(
             f"{rec.path} is not being recorded ({rec.status.value}): there is nothing to steer"
         )
-    if fields["op"] in ("record", "level") and len(recs) > 1:
+    if fields["op"] in ("record", "level", "stop") and len(recs) > 1:
         fields["first"] = common_step(recs)
     target = control.control_path(recs[0].path)
     try:

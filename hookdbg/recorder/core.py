@@ -222,6 +222,7 @@ class Recorder:
                 meta,
                 flush_interval=self.options.flush_interval,
                 max_backlog_bytes=self.options.max_backlog_bytes,
+                keep_last=self.options.keep_last or None,
                 warn=self.warn,
                 pull=self._pull,
                 **writer_layout(self.options.histograms),  # converters, tables
@@ -359,10 +360,14 @@ class Recorder:
         self._submit("level", level=level)
 
     def _submit(self, op: str, **fields: object) -> None:
+        if self._closed:
+            raise RecordError(f"the recording to {self.path} has ended: there is nothing to steer")
         try:
             self.steering.submit(op, **fields)
         except OptionError as exc:
             raise exc.as_keywords() from None
+        except TypeError as exc:  # a glob that is not text (modules=5)
+            raise RecordError(f"modules and capture take globs (text): {exc}") from None
 
     def _steer(self, step: int) -> bool:
         """At a step boundary (``step`` begins): apply the commands that arrived, answer
@@ -372,13 +377,29 @@ class Recorder:
         for problem in steering.problems():
             self.warn(problem)
         for command in commands:
-            if command.op == "stop":
-                self._answer(command, f"stopped at step {step}: training goes on unrecorded")
-                self.close("detached", 0, f"stopped by hookdbg ctl before step {step}")
-                return True
             text = self._dump_flight() if command.op == "dump" else steering.apply(command, step)
-            self._answer(command, text)
+            if text and command.op == "record":
+                text += self._unmatched(command)
+            if text:
+                self._answer(command, text)
+        if steering.stop is not None and step >= steering.stop[0]:
+            self._answer(steering.stop[1], f"stopped at step {step}: training goes on unrecorded")
+            self.close("detached", 0, f"stopped by hookdbg ctl before step {step}")
+            return True
         return False
+
+    def _unmatched(self, command: Command) -> str:
+        """A warning for a ``record --modules`` glob that matches no module seen so far
+        (almost always a typo: the window would record nothing)."""
+        seen = [(i.name, i.path) for i in self._registry.infos if i.kind == ModuleKind.MODULE]
+        globs = ModuleFilter.parse(list(command.modules)).unmatched(seen) if seen else []
+        if not command.modules or not globs:
+            return ""
+        examples = ", ".join(repr(n) for n, _ in seen[1:3])
+        return (
+            f"; --modules {', '.join(map(repr, globs))} matched none of the {len(seen)} "
+            f"modules (names look like {examples})"
+        )
 
     def _answer(self, command: Command, text: str) -> None:
         """What a command did: in the file (``ctl`` reads it back) and on stderr."""

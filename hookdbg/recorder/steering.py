@@ -2,9 +2,10 @@
 ``Recorder.record_next``, ``Recorder.set_level``).
 
 The launch options give the standing rule (``--level``, ``--steps``, ``--every``, or
-``--idle``: no step). ``level`` commands replace it from a step on; ``record``
-commands add windows of steps recorded in a given detail (level, modules, captures),
-which win over it. Commands arrive through the control file (hookdbg/control.py) or
+``--idle``: no step). ``level`` commands replace it from a step on (the rule before
+holds until then); ``record`` commands add windows of steps recorded in a given detail
+(level, modules, captures), which win over it; a window asked while another is still to
+come or running starts after it. Commands arrive through the control file (hookdbg/control.py) or
 the Python API and take effect at a step boundary: the step named in the command (so
 every rank of a run starts at the same one), or the next step this process begins.
 """
@@ -50,10 +51,11 @@ class Steering:
     def __init__(self, options: RecordOptions, control_file: Path | None) -> None:
         self.options = options
         self.control_file = control_file  # None: steered through the Python API only
-        # the standing rule once a ``level`` command replaced the launch one: (from
-        # step, level or None for idle)
-        self.standing: tuple[int, Level | None] | None = (0, None) if options.idle else None
+        # the standing rules ``level`` commands set, in step order: (from step, level or
+        # None for idle); before the first, the launch rule
+        self.standing: list[tuple[int, Level | None]] = [(0, None)] if options.idle else []
         self.windows: list[Window] = []
+        self.stop: tuple[int, Command] | None = None  # the step a ``stop`` closes at
         self.reader: control.Reader | None = None
         self.queue: list[Command] = []  # from the Python API (number 0), in order
 
@@ -91,26 +93,32 @@ class Steering:
         first = step if command.first is None else max(command.first, step)
         late = command.first is not None and command.first < step
         since = f" (asked from step {command.first}: this process was past it)" if late else ""
+        if command.op == "stop":  # the recorder closes the recording at that step
+            self.stop = (first, command)
+            return ""
         if command.op == "record":
+            start = max([first, *(w.stop for w in self.windows if w.stop > first)])
             level = Level.parse(command.level) if command.level else self.options.level
             window = Window(
-                first,
-                first + command.steps,
+                start,
+                start + command.steps,
                 level,
                 ModuleFilter.parse(list(command.modules)) if command.modules else None,
                 ModuleFilter.parse(list(command.capture)) if command.capture else None,
             )
             self.windows = [w for w in self.windows if w.stop > step] + [window]
             last = window.stop - 1
-            span = f"step {first}" if last == first else f"steps {first}-{last}"
-            return f"recording {span} at {level.name.lower()}{since}"
+            span = f"step {start}" if last == start else f"steps {start}-{last}"
+            queued = " (after the window asked before it)" if start > first else ""
+            return f"recording {span} at {level.name.lower()}{queued}{since}"
         if command.op == "level":
-            if command.level == IDLE:
-                self.standing = (first, None)
+            new = None if command.level == IDLE else Level.parse(command.level or "stats")
+            current = [rule for rule in self.standing if rule[0] <= step][-1:]
+            later = [rule for rule in self.standing if step < rule[0] < first]
+            self.standing = [*current, *later, (first, new)]
+            if new is None:
                 return f"idle from step {first}: no step recorded, the loss watched{since}"
-            level = Level.parse(command.level or "stats")
-            self.standing = (first, level)
-            return f"recording every step at {level.name.lower()} from step {first}{since}"
+            return f"recording every step at {new.name.lower()} from step {first}{since}"
         return ""
 
     # -- the schedule -----------------------------------------------------------------
@@ -126,9 +134,9 @@ class Steering:
                     window.modules or options.modules,
                     window.capture or self._launch_capture(step),
                 )
-        standing = self.standing
-        if standing is not None and step >= standing[0]:
-            level = standing[1]
+        rules = [level for first, level in self.standing if first <= step]
+        if rules:
+            level = rules[-1]
             if level is None:
                 return Plan(False, options.level, options.modules, None)
             return Plan(True, level, options.modules, self._launch_capture(step))
@@ -147,7 +155,7 @@ class Steering:
     def idle(self) -> bool:
         """No step will be recorded unless a command asks for some."""
         standing = self.standing
-        return standing is not None and standing[1] is None and not self.windows
+        return bool(standing) and all(level is None for _, level in standing) and not self.windows
 
 
 def _local(op: str, **fields: object) -> Command:

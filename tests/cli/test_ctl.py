@@ -124,10 +124,16 @@ def test_one_command_steers_every_rank_from_the_same_step(tmp_path):
         steps = window(answers["rank 0"])
         assert window(answers["rank 1"]) == steps and len(steps) == 2
         wait_recorded(files, steps, proc)
+        stopped = hookdbg("ctl", out, "stop")  # every rank at one step too
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        answers = dict(line.split(": ", 1) for line in stopped.stdout.strip().splitlines()[1:])
+        assert answers["rank 0"] == answers["rank 1"], answers
     finally:
         finish(proc, until)
     for file in files:
-        assert open_recording(file).recorded_steps.tolist() == steps
+        rec = open_recording(file)
+        assert rec.recorded_steps.tolist() == steps and rec.end is not None
+        assert rec.end["status"] == b"detached"
 
 
 def test_a_bad_recording_gets_one_line(tmp_path):

@@ -12,9 +12,11 @@ import torch
 from torch import nn
 
 import hookdbg
-from hookdbg.control import control_path, send
+from hookdbg.control import Command, control_path, send
+from hookdbg.options import Level
 from hookdbg.read import open_recording
 from hookdbg.recorder import Recorder, RecordOptions, accelerated
+from hookdbg.recorder.steering import Steering
 from hookdbg.store.schema import CaptureReason, Phase
 
 PATHS = [pytest.param(False, id="c"), pytest.param(True, id="python")]
@@ -193,3 +195,43 @@ def test_a_bad_api_call_says_which_keyword(tmp_path):
             rec.record_next(0)
         with pytest.raises(hookdbg.recorder.OptionError, match="unknown level"):
             rec.set_level("loud")
+
+
+def _command(op: str, first: int | None = None, **fields):
+    return Command(seq=1, op=op, first=first, **fields)
+
+
+def test_a_level_from_a_later_step_keeps_the_one_before_until_then():
+    """Under torchrun a level starts at a step ahead; the steps before it are recorded
+    as the level before said, not as the launch rule."""
+    steering = Steering(RecordOptions(idle=True), None)
+    steering.apply(_command("level", 10, level="timing"), step=5)
+    steering.apply(_command("level", 24, level="shapes"), step=12)
+    plans = {step: steering.plan(step) for step in range(5, 30)}
+    assert [s for s, p in plans.items() if not p.recording] == [5, 6, 7, 8, 9]
+    assert {plans[s].level for s in range(10, 24)} == {Level.TIMING}
+    assert {plans[s].level for s in range(24, 30)} == {Level.SHAPES}
+
+
+def test_a_window_asked_during_another_starts_after_it():
+    steering = Steering(RecordOptions(idle=True), None)
+    first = steering.apply(_command("record", steps=3, level="stats"), step=5)
+    second = steering.apply(_command("record", steps=4, level="timing"), step=5)
+    assert first == "recording steps 5-7 at stats"
+    assert second == "recording steps 8-11 at timing (after the window asked before it)"
+    levels = [steering.plan(s).level for s in range(5, 12)]
+    assert levels == [Level.STATS] * 3 + [Level.TIMING] * 4
+    assert not steering.plan(12).recording
+
+
+def test_stop_from_a_later_step_waits_for_it():
+    steering = Steering(RecordOptions(), None)
+    assert steering.apply(_command("stop", 20), step=12) == ""
+    assert steering.stop is not None and steering.stop[0] == 20
+
+
+def test_a_recording_that_ended_cannot_be_steered(tmp_path):
+    with steered(tmp_path) as rec:
+        Trainer().steps(1)
+    with pytest.raises(hookdbg.recorder.RecordError, match="has ended"):
+        rec.record_next(2)
