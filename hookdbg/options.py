@@ -216,6 +216,7 @@ class RecordOptions:
     quiet: bool = False
     histograms: int = 0  # bins of each tensor's value histogram (0: none)
     idle: bool = False  # no step recorded until steered (hookdbg ctl); the loss watched
+    keep_last: int = 0  # recorded steps whose detail the file keeps (0: all)
 
     def __post_init__(self) -> None:
         if isinstance(self.every, bool) or not isinstance(self.every, numbers.Integral):
@@ -236,6 +237,14 @@ class RecordOptions:
         if self.idle and (self.steps != StepRange() or self.every != 1):
             raise OptionError(
                 "--idle records no step until `hookdbg ctl` asks: drop --steps and --every"
+            )
+        if (
+            isinstance(self.keep_last, bool)
+            or not isinstance(self.keep_last, numbers.Integral)
+            or self.keep_last < 0
+        ):
+            raise OptionError(
+                f"--keep-last must be a whole number of steps (0: keep all), not {self.keep_last!r}"
             )
         if self.histograms is not None and self.histograms != 0:
             object.__setattr__(self, "histograms", histogram_bins(self.histograms))
@@ -299,4 +308,5 @@ class RecordOptions:
             "flush_interval": self.flush_interval,
             "histograms": self.histograms,
             "idle": self.idle,
+            "keep_last": self.keep_last,
         }

@@ -40,7 +40,7 @@ from hookdbg.read import (
     rank_files,
 )
 from hookdbg.store.schema import SUMMARY_COLUMNS, Phase, Slot
-from hookdbg.text import printable, utf8
+from hookdbg.text import plural, printable, utf8
 
 
 def open_or_fail(path: str, *, quiet: bool = False, rank: int | None = None) -> Recording:
@@ -188,6 +188,12 @@ def check_steps(recording: Recording, steps: tuple[int | None, int | None]) -> t
     if first > last:
         recorded = recording.recorded_steps
         have = f"steps {recorded[0]}..{recorded[-1]}" if len(recorded) else "no steps"
+        if recording.dropped:
+            have += (
+                f" (--keep-last kept the detail of the last recorded steps only: "
+                f"{plural(recording.dropped, 'earlier step')} kept their step row, loss "
+                "and alerts)"
+            )
         raise BadInput(f"no recorded step in the range asked for; {recording.path} has {have}")
     return first, last
 

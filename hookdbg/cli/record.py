@@ -74,6 +74,15 @@ Examples:
     "terminal) asks; the loss is still watched for NaN/inf. For long runs.",
 )
 @click.option(
+    "--keep-last",
+    type=int,
+    default=0,
+    metavar="N",
+    help="Keep the full detail (module calls, tensors, captures) of the last N recorded "
+    "steps only; every step's row, loss and alert and every flight-recorder dump stay. "
+    "Bounds a long run's file (at most 2N steps' detail in it). 0: keep all.",
+)
+@click.option(
     "--on-nan",
     type=click.Choice(ON_NAN_ACTIONS),
     default="warn",

@@ -103,6 +103,7 @@ def _summary_json(rec: Recording, view: Overview) -> dict[str, object]:
         "world_size": info.world_size,
         "steps": view.steps,
         "recorded_steps": view.recorded_steps,
+        "detail_dropped_steps": rec.dropped,
         "eval_batches": view.eval_batches,
         "module_calls": view.module_calls,
         "step_seconds_median": view.step_median,
@@ -232,6 +233,18 @@ def _how_run(rec: Recording) -> list[tuple[str, str]]:
         *(
             [("steered", f"{plural(len(rec.answers), 'command')}, the last: {rec.answers[-1][2]}")]
             if rec.answers
+            else []
+        ),
+        *(
+            [
+                (
+                    "kept",
+                    f"the detail of the last {opts.get('keep_last')} recorded steps "
+                    f"(--keep-last): {plural(rec.dropped, 'earlier recorded step')} kept "
+                    "their step row, loss and alerts only",
+                )
+            ]
+            if rec.dropped
             else []
         ),
     ]

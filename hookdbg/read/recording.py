@@ -47,6 +47,7 @@ from hookdbg.read.shards import Place, Shard, shard_places
 from hookdbg.read.table import Table
 from hookdbg.read.tails import TableState, Tails
 from hookdbg.store import schema
+from hookdbg.store.retention import KEPT
 from hookdbg.text import utf8
 
 if TYPE_CHECKING:  # pandas is optional: to_pandas imports it
@@ -160,6 +161,8 @@ class Recording:
         self.path = path
         self._file, _ = open_file(path)
         self._closed = False
+        opened = os.fstat(self._file.id.get_vfd_handle())
+        self._identity = (opened.st_dev, opened.st_ino)
         try:
             self.info = run_info(self._file, path)
             version = self.info.schema_version
@@ -248,6 +251,8 @@ class Recording:
         """Pick up what a live recorder wrote since; True if anything is new."""
         if not self._file.swmr_mode:
             return False  # a file closed by its writer does not change
+        if self._replaced():
+            return True
         if self._committed is not None:
             read_or_fail(self.path, schema.COMMITTED, self._committed.refresh)
         states = self._snapshot()
@@ -261,6 +266,24 @@ class Recording:
             self._load_small()
         return new or ended
 
+    def _replaced(self) -> bool:
+        """The file at the path is another than the one open: the writer replaced it
+        (``--keep-last`` wrote it anew without older detail; a closed file compacted).
+        Then this recording reads the new one from now on."""
+        try:
+            now = os.stat(self.path)
+        except OSError:
+            return False  # removed: what is open stays readable
+        if (now.st_dev, now.st_ino) == self._identity:
+            return False
+        try:
+            fresh = Recording(self.path)
+        except RecordingError:
+            return False  # not readable yet: looked at again at the next refresh
+        self.close()
+        self.__dict__.update(fresh.__dict__)
+        return True
+
     def _ended(self) -> bool:
         end = self._tables[schema.END_TABLE].read(rows=slice(0, 1))
         return bool(len(end) and end["status"].any())
@@ -269,6 +292,13 @@ class Recording:
         """The small tables, read whole: all but progress (only its last row matters,
         and a damaged file may claim 10^8 of them), end (one row) and info (bounded)."""
         t = self._tables
+        facts = t["info"].read(rows=slice(0, _MAX_FACTS))
+        self.facts = {utf8(r["key"]): utf8(r["value"]) for r in facts}
+        self.compiled = [utf8(r["value"]) for r in facts if r["key"] == b"compiled"]
+        # what steering commands did (hookdbg ctl): (time, command number, answer)
+        self.answers = [
+            (float(r["time"]), *_answer(utf8(r["value"]))) for r in facts if r["key"] == b"ctl"
+        ]
         modules = t["modules"].read()
         check_module_rows(modules, self.path)
         self.module_rows = modules
@@ -279,6 +309,7 @@ class Recording:
         # (live) or have been cut short (a crash): then ``unfinished`` is its id
         self.unfinished = None if unfinished is None else int(unfinished["segment"])
         self.segments = ended if unfinished is None else np.concatenate([ended, [unfinished]])
+        self.kept_from, self.dropped = self._kept(self.segments)
         training = self.segments["kind"] == schema.StepKind.TRAIN
         self.steps = _one_row_per_step(self.segments[training])
         self.evals = self.segments[~training]
@@ -296,13 +327,20 @@ class Recording:
         n = len(t["progress"])
         progress = t["progress"].read(rows=slice(max(n - 1, 0), n))
         self.last_progress = progress[-1] if len(progress) else None
-        facts = t["info"].read(rows=slice(0, _MAX_FACTS))
-        self.facts = {utf8(r["key"]): utf8(r["value"]) for r in facts}
-        self.compiled = [utf8(r["value"]) for r in facts if r["key"] == b"compiled"]
-        # what steering commands did (hookdbg ctl): (time, command number, answer)
-        self.answers = [
-            (float(r["time"]), *_answer(utf8(r["value"]))) for r in facts if r["key"] == b"ctl"
-        ]
+
+    def _kept(self, segments: np.ndarray) -> tuple[int, int]:
+        """Under ``--keep-last``, the segment the detail starts at, and how many recorded
+        segments before it had theirs dropped: those read as not recorded ((0, 0): all
+        kept)."""
+        text = self.facts.get(KEPT)
+        if text is None:
+            return 0, 0
+        if not text.isdigit():
+            raise RecordingError(f"{self.path} is damaged: its info {KEPT!r} is {text[:40]!r}")
+        first = int(text)
+        before = (segments["segment"] < first) & (segments["recorded"] == 1)
+        segments["recorded"][before] = 0
+        return first, int(before.sum())
 
     def _unfinished_segment(self, ended: np.ndarray) -> np.void | None:
         """A steps row for the segment whose calls are in the file but whose own row is

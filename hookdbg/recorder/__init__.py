@@ -40,6 +40,7 @@ def record(
     flush_interval: float = 1.0,
     histograms: int | None = None,
     idle: bool = False,
+    keep_last: int = 0,
 ) -> Recorder:
     """A recorder for ``with hookdbg.record("run.h5"): train()``.
 
@@ -47,7 +48,8 @@ def record(
     globs (``!glob`` excludes), ``every`` N steps, ``steps`` "A:B", ``on_nan``
     warn|break|raise|stop, ``capture`` globs of modules whose full tensors to store,
     ``histograms`` N bins of each summarised tensor's values (None: none), ``idle``:
-    record no step until steered (``rec.record_next(5)``, ``hookdbg ctl``).
+    record no step until steered (``rec.record_next(5)``, ``hookdbg ctl``), ``keep_last``
+    N: keep the detail of the last N recorded steps only (0: all).
     On one of several ranks (torchrun) it records into that rank's file, as the CLI
     does: ``run.h5`` becomes ``run.rank1.h5`` (the recorder's ``path`` says which).
     """
@@ -68,6 +70,7 @@ def record(
             flush_interval=flush_interval,
             histograms=histograms,
             idle=idle,
+            keep_last=keep_last,
         )
     except OptionError as exc:
         raise exc.as_keywords() from None

@@ -47,7 +47,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from hookdbg.store import schema
+from hookdbg.store import retention, schema
 from hookdbg.store.rows import Columns, Packed, Taken, joined, rows_in
 
 
@@ -92,8 +92,12 @@ class Writer:
         warn: Callable[[str], None] | None = None,
         pull: Callable[[], None] | None = None,
         tables: dict[str, tuple[np.dtype, int]] | None = None,
+        keep_last: int | None = None,
     ) -> None:
         self.path = Path(path)
+        self._meta = meta
+        self._keep_last = keep_last  # recorded segments whose detail is kept (retention.py)
+        self._recorded: list[int] = []  # the recorded segments in the file
         self._tables = tables or schema.TABLES  # schema.tables(): with histograms or not
         self._row_bytes = dict(ROW_BYTES)
         tensors = self._tables["tensors"][0]
@@ -191,11 +195,19 @@ class Writer:
 
     # -- writer thread ---------------------------------------------------------------
 
-    def _create(self, meta: dict[str, str | int]) -> h5py.File:
+    def _create(
+        self,
+        meta: dict[str, str | int],
+        path: Path | None = None,
+        fill: Callable[[], None] | None = None,
+    ) -> h5py.File:
+        """The file at ``path`` (default: the recording's), its tables made, ``fill``
+        run before SWMR starts, one progress row committed."""
+        path = path or self.path
         try:
-            f = h5py.File(self.path, "w", libver=("v110", "v110"))
+            f = h5py.File(path, "w", libver=("v110", "v110"))
         except OSError as exc:
-            raise WriterError(f"cannot create {self.path}: {_reason(exc)}") from None
+            raise WriterError(f"cannot create {path}: {_reason(exc)}") from None
         try:
             for key, value in meta.items():
                 f.attrs[key] = value
@@ -250,12 +262,14 @@ class Writer:
             # a first heartbeat before SWMR starts: a reader that opens the file before
             # the first flush still sees a live writer
             self._file = f
-            self._append_raw("progress", [(time.time(), 0, 0, 0)])
+            if fill is not None:
+                fill()
+            self._append_raw("progress", [self._progress_row()])
             self._commit()
             f.swmr_mode = True
         except Exception as exc:
             f.close()
-            raise WriterError(f"cannot create {self.path}: {_reason(exc)}") from None
+            raise WriterError(f"cannot create {path}: {_reason(exc)}") from None
         # one handle per dataset (self._columns) for the file's lifetime: cheaper than a
         # lookup per append, and no handle is freed while HDF5 is in an error state
         self._end_columns = {field: f[schema.END_TABLE][field] for field in _END_FIELDS}
@@ -314,7 +328,9 @@ class Writer:
                 self._append(table, parts)
             self._written_rows += rows
             self._append_raw("progress", [self._progress_row()])
-            self._commit()
+            keep = retention.first_kept(self._recorded, self._keep_last or 0)
+            if keep is None or not self._roll(keep):
+                self._commit()
         except Exception as exc:
             self.dropped_rows += rows
             self._fail(exc)
@@ -343,6 +359,9 @@ class Writer:
         self._append_columns(table, columns)
         if table == "steps":
             self.steps_written += rows_in(columns)
+            if self._keep_last:
+                recorded = np.asarray(columns["recorded"]) == 1
+                self._recorded.extend(np.asarray(columns["segment"])[recorded].tolist())
 
     def _convert(self, table: str, rows: list) -> np.ndarray:
         if table == "captures":
@@ -411,6 +430,92 @@ class Writer:
             ds[: len(blob)] = blob
         self._generation[table] = generation
         self._tail_bytes[table] = 0 if blob is None else len(blob)
+
+    # -- --keep-last: the file written anew without the detail of older segments --------
+
+    # what belongs to the file being written, set anew for the file that replaces it
+    _PER_FILE = (
+        "_file",
+        "_columns",
+        "_tails",
+        "_committed",
+        "_capture_data",
+        "_end_columns",
+        "_offsets",
+        "_sealed",
+        "_tail",
+        "_generation",
+        "_tail_bytes",
+        "_changed",
+    )
+
+    def _roll(self, first: int) -> bool:
+        """Replace the file by a copy that keeps the detail of segments ``first`` on and
+        everything else (hookdbg/store/retention.py), the rows appended since the last
+        commit included. The copy is written beside the file and renamed over it: a
+        reader holding the old file reads on, and reopens the new one when it looks
+        again. If the copy fails (a full disk), the file goes on whole, says so, and
+        the rows are committed to it as usual (False)."""
+        old = {name: getattr(self, name) for name in self._PER_FILE}
+        tables = self._tables
+        self._tails = {}
+        self._sealed = {name: 0 for name in tables}
+        self._tail = {name: np.zeros(0, tables[name][0]) for name in tables}
+        self._generation = {name: 0 for name in tables}
+        self._tail_bytes = {name: 0 for name in tables}
+        self._changed = set()
+        tmp = self.path.with_name(self.path.name + ".keeping")
+        try:
+            meta = dict(old["_file"].attrs.items())
+            self._file = self._create(meta, tmp, lambda: self._copy_kept(old, first))
+            os.replace(tmp, self.path)
+        except Exception as exc:
+            if self._file is not old["_file"]:
+                with contextlib.suppress(Exception):
+                    self._file.close()
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            for name, value in old.items():
+                setattr(self, name, value)
+            self._keep_last = None
+            text = f"keeping the last steps stopped ({_reason(exc)}): the file keeps them all"
+            self._warn(f"{text}, {self.path}")
+            self._append_raw("info", [(time.time(), "keep_last", text)])
+            return False
+        with contextlib.suppress(Exception):
+            old["_file"].close()
+        self._recorded = [s for s in self._recorded if s >= first]
+        return True
+
+    def _copy_kept(self, old: dict[str, object], first: int) -> None:
+        """Into the new file: what ``retention.kept`` keeps of each table, captured
+        bytes with the captures that keep them, and where the detail now starts."""
+        columns = old["_columns"]
+        sealed = old["_sealed"]
+        tails = old["_tail"]
+        assert isinstance(columns, dict) and isinstance(sealed, dict) and isinstance(tails, dict)
+        for table, (_, chunk) in self._tables.items():
+            for block in retention.rows(columns[table], sealed[table], tails[table], chunk):
+                block = retention.kept(table, block, first)
+                if table == "captures" and len(block):
+                    block = self._copy_capture_bytes(block, old["_capture_data"])
+                if len(block):
+                    self._append_array(table, block)
+                    self._seal(table, last=False)
+        self._append_raw("info", [(time.time(), retention.KEPT, str(first))])
+
+    def _copy_capture_bytes(self, block: np.ndarray, source: object) -> np.ndarray:
+        """``block``'s captured bytes from ``source`` into this file, offsets set anew."""
+        assert isinstance(source, h5py.Dataset)
+        ds, out = self._capture_data, block.copy()
+        offset = -(-ds.shape[0] // schema.CAPTURE_CHUNK) * schema.CAPTURE_CHUNK
+        ds.resize((offset + int(block["nbytes"].sum()),))
+        for i, row in enumerate(block):
+            start, size = int(row["offset"]), int(row["nbytes"])
+            ds[offset : offset + size] = source[start : start + size]
+            out["offset"][i] = offset
+            offset += size
+        return out
 
     def _store_capture_bytes(self, rows: list) -> list:
         """Capture rows arrive as (fields..., payload bytes); append payloads, set offsets.
