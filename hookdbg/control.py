@@ -174,6 +174,7 @@ class Reader:
     offset: int = 0
     _size: int = -1
     _inode: int = -1
+    _head: bytes = b""  # its first bytes: a file made anew (same inode or not) differs
     _seen: float = 0.0
     problems: list[str] = field(default_factory=list)  # what was refused, to say once
 
@@ -182,6 +183,8 @@ class Reader:
             info = os.lstat(self.path)
             self.offset = self._size = info.st_size
             self._inode = info.st_ino
+            if stat.S_ISREG(info.st_mode):
+                self._head = self._first_bytes()
 
     def poll(self, now: float, every: float = 0.1) -> list[Command]:
         """New commands, at most every ``every`` seconds (a ``stat`` when none)."""
@@ -194,13 +197,15 @@ class Reader:
             return []
         if (info.st_size, info.st_ino) == (self._size, self._inode):
             return []
-        if info.st_ino != self._inode:  # removed and made anew: its lines start over
-            self.offset = 0
-        self._size, self._inode = info.st_size, info.st_ino
+        self._size = info.st_size
         if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
             return self._refuse("it is not a regular file of this user")
         if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
             return self._refuse("others may write it")
+        head = self._first_bytes()
+        if (info.st_ino, head[: len(self._head)]) != (self._inode, self._head):
+            self.offset = 0  # removed and made anew (the inode may be reused): start over
+        self._inode, self._head = info.st_ino, head
         if info.st_size < self.offset:  # replaced by a shorter one
             self.offset = 0
         return list(self._read())
@@ -224,6 +229,20 @@ class Reader:
                 continue
             if command.sent >= self.since:
                 yield command
+
+    def _first_bytes(self) -> bytes:
+        """(Of a regular file: O_NOFOLLOW, O_NONBLOCK, as a link or a pipe put there
+        since the check is not followed or waited on.)"""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return b""
+        try:
+            return os.read(fd, 64)
+        except OSError:
+            return b""
+        finally:
+            os.close(fd)
 
     def _refuse(self, why: str) -> list[Command]:
         self.problems.append(f"not reading {self.path}: {why}")

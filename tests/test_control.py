@@ -126,3 +126,16 @@ def test_a_control_file_removed_and_made_anew_is_read_from_its_start(tmp_path):
     send(path, op="stop")  # number 1 again, in a new, shorter file
     assert [c.op for c in reader.poll(time.monotonic() + 1)] == ["stop"]
     assert reader.problems == []
+
+
+def test_a_control_file_written_anew_in_place_is_read_from_its_start(tmp_path):
+    """The same inode made anew (a removed file's inode is reused at once on ext4): its
+    first bytes tell."""
+    path = tmp_path / "run.h5.ctl"
+    reader = Reader(path, since=0)
+    send(path, op="dump")
+    assert len(reader.poll(time.monotonic())) == 1
+    longer = Command(seq=1, op="record", steps=3, level="timing").line()
+    path.write_bytes(longer + Command(seq=2, op="stop").line())  # same inode, longer
+    assert [c.op for c in reader.poll(time.monotonic() + 1)] == ["record", "stop"]
+    assert reader.problems == []

@@ -383,7 +383,8 @@ class Recorder:
             if text:
                 self._answer(command, text)
         if steering.stop is not None and step >= steering.stop[0]:
-            self._answer(steering.stop[1], f"stopped at step {step}: training goes on unrecorded")
+            for command in steering.stop[1]:
+                self._answer(command, f"stopped at step {step}: training goes on unrecorded")
             self.close("detached", 0, f"stopped by hookdbg ctl before step {step}")
             return True
         return False

@@ -55,7 +55,9 @@ class Steering:
         # None for idle); before the first, the launch rule
         self.standing: list[tuple[int, Level | None]] = [(0, None)] if options.idle else []
         self.windows: list[Window] = []
-        self.stop: tuple[int, Command] | None = None  # the step a ``stop`` closes at
+        # the step ``stop`` commands close the recording at (the earliest asked), and
+        # those commands, each answered then
+        self.stop: tuple[int, list[Command]] | None = None
         self.reader: control.Reader | None = None
         self.queue: list[Command] = []  # from the Python API (number 0), in order
 
@@ -94,7 +96,8 @@ class Steering:
         late = command.first is not None and command.first < step
         since = f" (asked from step {command.first}: this process was past it)" if late else ""
         if command.op == "stop":  # the recorder closes the recording at that step
-            self.stop = (first, command)
+            at, asked = self.stop or (first, [])
+            self.stop = (min(at, first), [*asked, command])
             return ""
         if command.op == "record":
             start = max([first, *(w.stop for w in self.windows if w.stop > first)])

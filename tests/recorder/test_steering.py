@@ -227,7 +227,8 @@ def test_a_window_asked_during_another_starts_after_it():
 def test_stop_from_a_later_step_waits_for_it():
     steering = Steering(RecordOptions(), None)
     assert steering.apply(_command("stop", 20), step=12) == ""
-    assert steering.stop is not None and steering.stop[0] == 20
+    assert steering.apply(_command("stop", 25), step=13) == ""  # the earlier one holds
+    assert steering.stop is not None and steering.stop[0] == 20 and len(steering.stop[1]) == 2
 
 
 def test_a_recording_that_ended_cannot_be_steered(tmp_path):
