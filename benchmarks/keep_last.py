@@ -2,8 +2,8 @@
 
 samples/long_run.py (Linear 16-64-1) recorded at ``--level stats`` for every step, for
 two run lengths, with and without ``--keep-last``: the closed file's size, and the run's
-wall time (imports included). With ``--keep-last`` the size grows only by each step's
-row and loss (the slope per step is printed), whatever the run's length.
+wall time (imports included). With ``--keep-last`` the size grows by each step's row and
+loss, and older detail not yet dropped (the slope per step is printed).
 
     python benchmarks/keep_last.py
     python benchmarks/keep_last.py --keep 20 --steps 2000,8000
@@ -53,7 +53,7 @@ def main() -> None:
     if len(lengths) > 1:
         a, b = lengths[0], lengths[-1]
         slope = (sizes[b] - sizes[a]) / (b - a)
-        print(f"kept file grows by {slope:.1f} bytes per step (its row and its loss)")
+        print(f"kept file grows by {slope:.1f} bytes per step")
 
 
 if __name__ == "__main__":

@@ -80,7 +80,7 @@ Examples:
     metavar="N",
     help="Keep the full detail (module calls, tensors, captures) of the last N recorded "
     "steps only; every step's row, loss and alert and every flight-recorder dump stay. "
-    "Bounds a long run's file (at most 2N steps' detail in it). 0: keep all.",
+    "Bounds a long run's file (about twice what it keeps). 0: keep all.",
 )
 @click.option(
     "--on-nan",

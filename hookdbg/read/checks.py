@@ -168,17 +168,18 @@ _LIVE_LOCK = threading.Lock()
 
 
 def _open_swmr(path: Path) -> h5py.File:
-    st = os.stat(path)
-    key = (st.st_dev, st.st_ino)
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    _limit_read_attempts(fapl, _SWMR_READ_ATTEMPTS)
+    flags = h5py.h5f.ACC_RDONLY | h5py.h5f.ACC_SWMR_READ
     with _LIVE_LOCK:
+        f = h5py.File(h5py.h5f.open(os.fsencode(path), flags, fapl=fapl))
+        st = os.fstat(f.id.get_vfd_handle())  # the file opened, whatever the path names now
+        key = (st.st_dev, st.st_ino)
         held = _LIVE.get(key)
         if held is not None and held[0].id.valid:
+            f.close()
             held[1] += 1
             return held[0]
-        fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
-        _limit_read_attempts(fapl, _SWMR_READ_ATTEMPTS)
-        flags = h5py.h5f.ACC_RDONLY | h5py.h5f.ACC_SWMR_READ
-        f = h5py.File(h5py.h5f.open(os.fsencode(path), flags, fapl=fapl))
         _LIVE[key] = [f, 1]
         return f
 

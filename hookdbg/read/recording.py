@@ -161,6 +161,7 @@ class Recording:
         self.path = path
         self._file, _ = open_file(path)
         self._closed = False
+        self._retired: list[h5py.File] = []  # files the path named before (_replaced)
         opened = os.fstat(self._file.id.get_vfd_handle())
         self._identity = (opened.st_dev, opened.st_ino)
         try:
@@ -202,7 +203,9 @@ class Recording:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            close_file(self._file)
+            for f in [*self._retired, self._file]:
+                close_file(f)
+            self._retired = []
 
     def __enter__(self) -> Recording:
         return self
@@ -280,8 +283,13 @@ class Recording:
             fresh = Recording(self.path)
         except RecordingError:
             return False  # not readable yet: looked at again at the next refresh
-        self.close()
+        # the old file stays open until close(): other threads may be reading it now
+        # (the TUI's workers); the one before it is done with by now
+        retired = [*self._retired[-1:], self._file]
+        for old in self._retired[:-1]:
+            close_file(old)
         self.__dict__.update(fresh.__dict__)
+        self._retired = retired
         return True
 
     def _ended(self) -> bool:
@@ -327,6 +335,18 @@ class Recording:
         n = len(t["progress"])
         progress = t["progress"].read(rows=slice(max(n - 1, 0), n))
         self.last_progress = progress[-1] if len(progress) else None
+
+    def _current(self, capture: Capture) -> Capture:
+        def key(c: Capture) -> tuple:
+            return (c.segment, c.call, c.module.id, c.phase, c.slot, c.path, c.reason)
+
+        found = next((c for c in self._stored if key(c) == key(capture)), None)
+        if found is None:
+            raise RecordingError(
+                f"{self.path} no longer holds {capture.module.name} {capture.label} of step "
+                f"{capture.step}: --keep-last kept the detail of later steps only"
+            )
+        return found
 
     def _kept(self, segments: np.ndarray) -> tuple[int, int]:
         """Under ``--keep-last``, the segment the detail starts at, and how many recorded
@@ -583,7 +603,9 @@ class Recording:
         ]
 
     def tensor(self, capture: Capture) -> np.ndarray:
-        """The values of a stored tensor."""
+        """The values of a stored tensor (found again if the file was written anew since
+        ``capture`` was read: ``--keep-last`` moves the bytes it keeps)."""
+        capture = self._current(capture)
         ds = self._capture_data
         if self._file.swmr_mode:
             read_or_fail(self.path, schema.CAPTURE_DATA, ds.refresh)

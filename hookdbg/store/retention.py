@@ -1,12 +1,13 @@
 """What a recording keeps under ``--keep-last N``: the full detail of its last N recorded
-segments (training steps and eval batches), and the whole run's step rows, losses,
-alerts, flight-recorder dumps and everything else.
+training steps (and of the eval batches among and after them), and the whole run's step
+rows, losses, alerts, flight-recorder dumps and everything else.
 
 Under SWMR HDF5 never frees file space, so dropping rows means writing the file anew:
-the writer (hookdbg/store/writer.py) does so each time the file holds 2N recorded
-segments, copying what is kept into a new file that then replaces the old one, so a
-file holds at most 2N segments' detail and each row is copied about once. This module
-says which rows are kept; the writer owns the files.
+the writer (hookdbg/store/writer.py) copies what is kept into a new file that then
+replaces the old one. It does so when the detail it would drop is at least as large as
+what it must copy (``Ledger``), so each row is copied about once on average however
+long the run, and the file stays within about twice what it keeps. This module says
+which rows are kept and when; the writer owns the files.
 """
 
 from __future__ import annotations
@@ -51,10 +52,57 @@ def kept(table: str, block: np.ndarray, first: int) -> np.ndarray:
     return block
 
 
-def first_kept(recorded: list[int], keep_last: int) -> int | None:
-    """The segment the detail is kept from, once the file holds ``2 * keep_last``
-    recorded segments (their ids in ``recorded``, in order); None before, and when
-    every segment is kept (``keep_last`` 0)."""
-    if not keep_last or len(recorded) < 2 * keep_last:
-        return None
-    return recorded[-keep_last]
+class Ledger:
+    """What the file holds, as ``--keep-last`` weighs it: its recorded segments
+    (segment, step, whether a training step), the bytes of each segment's detail rows,
+    and the bytes of everything else (rows as the writer holds them, captured bytes)."""
+
+    def __init__(self, keep_last: int) -> None:
+        self.keep_last = keep_last
+        self.recorded: list[tuple[int, int, bool]] = []
+        self.detail: dict[int, int] = {}
+        self.other = 0
+
+    def add(self, table: str, rows: np.ndarray) -> None:
+        """Rows the writer appended to ``table``."""
+        size = rows.dtype.itemsize
+        if table == "steps":
+            chosen = rows[rows["recorded"] == 1]
+            self.recorded += zip(
+                chosen["segment"].tolist(),
+                chosen["step"].tolist(),
+                (chosen["kind"] == schema.StepKind.TRAIN).tolist(),
+                strict=True,
+            )
+        if table not in DETAIL:
+            self.other += size * len(rows)
+            return
+        bytes_per_row = np.full(len(rows), size, dtype=np.int64)
+        if table == "captures":
+            bytes_per_row += rows["nbytes"]
+            flight = rows["reason"] == schema.CaptureReason.FLIGHT
+            self.other += int(bytes_per_row[flight].sum())
+            rows, bytes_per_row = rows[~flight], bytes_per_row[~flight]
+        segments, where = np.unique(rows["segment"], return_inverse=True)
+        for segment, total in zip(
+            segments.tolist(), np.bincount(where, bytes_per_row).tolist(), strict=True
+        ):
+            self.detail[segment] = self.detail.get(segment, 0) + int(total)
+
+    def first_kept(self) -> int | None:
+        """The segment to keep the detail from, when writing the file anew is due: the
+        first segment of the Nth last recorded training step, once the detail before
+        it outweighs what a new file would copy; None before."""
+        training = [step for _, step, train in self.recorded if train]
+        if len(training) <= self.keep_last:
+            return None
+        from_step = training[-self.keep_last]
+        first = min(segment for segment, step, _ in self.recorded if step >= from_step)
+        dropped = sum(n for segment, n in self.detail.items() if segment < first)
+        copied = self.other + sum(n for segment, n in self.detail.items() if segment >= first)
+        return first if dropped and dropped >= copied else None
+
+    def kept_from(self, first: int) -> None:
+        """The file was written anew keeping the detail of segments ``first`` on."""
+        self.recorded = [r for r in self.recorded if r[0] >= first]
+        self.detail = {s: n for s, n in self.detail.items() if s >= first}

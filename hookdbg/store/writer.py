@@ -96,8 +96,9 @@ class Writer:
     ) -> None:
         self.path = Path(path)
         self._meta = meta
-        self._keep_last = keep_last  # recorded segments whose detail is kept (retention.py)
-        self._recorded: list[int] = []  # the recorded segments in the file
+        # --keep-last: what the file holds, to know when to write it anew (retention.py)
+        self._ledger = retention.Ledger(keep_last) if keep_last else None
+        self._rolling = False
         self._tables = tables or schema.TABLES  # schema.tables(): with histograms or not
         self._row_bytes = dict(ROW_BYTES)
         tensors = self._tables["tensors"][0]
@@ -328,9 +329,10 @@ class Writer:
                 self._append(table, parts)
             self._written_rows += rows
             self._append_raw("progress", [self._progress_row()])
-            keep = retention.first_kept(self._recorded, self._keep_last or 0)
-            if keep is None or not self._roll(keep):
-                self._commit()
+            self._commit()
+            first = self._ledger.first_kept() if self._ledger is not None else None
+            if first is not None:
+                self._roll(first)
         except Exception as exc:
             self.dropped_rows += rows
             self._fail(exc)
@@ -359,9 +361,6 @@ class Writer:
         self._append_columns(table, columns)
         if table == "steps":
             self.steps_written += rows_in(columns)
-            if self._keep_last:
-                recorded = np.asarray(columns["recorded"]) == 1
-                self._recorded.extend(np.asarray(columns["segment"])[recorded].tolist())
 
     def _convert(self, table: str, rows: list) -> np.ndarray:
         if table == "captures":
@@ -383,6 +382,8 @@ class Writer:
         rows = np.empty(count, dtype=self._tables[table][0])
         for name in rows.dtype.names or ():
             rows[name] = columns[name]
+        if self._ledger is not None and not self._rolling:
+            self._ledger.add(table, rows)
         tail = self._tail[table]
         self._tail[table] = np.concatenate([tail, rows]) if len(tail) else rows
         self._changed.add(table)
@@ -449,13 +450,13 @@ class Writer:
         "_changed",
     )
 
-    def _roll(self, first: int) -> bool:
-        """Replace the file by a copy that keeps the detail of segments ``first`` on and
-        everything else (hookdbg/store/retention.py), the rows appended since the last
-        commit included. The copy is written beside the file and renamed over it: a
-        reader holding the old file reads on, and reopens the new one when it looks
-        again. If the copy fails (a full disk), the file goes on whole, says so, and
-        the rows are committed to it as usual (False)."""
+    def _roll(self, first: int) -> None:
+        """Replace the file, just committed, by a copy that keeps the detail of segments
+        ``first`` on and everything else (hookdbg/store/retention.py). The copy is
+        written beside the file and renamed over it: a reader holding the old file
+        reads on, and reopens the new one when it looks again; a kill meanwhile leaves
+        the old file as committed. If the copy fails (a full disk), the file goes on
+        whole, and says so."""
         old = {name: getattr(self, name) for name in self._PER_FILE}
         tables = self._tables
         self._tails = {}
@@ -465,6 +466,7 @@ class Writer:
         self._tail_bytes = {name: 0 for name in tables}
         self._changed = set()
         tmp = self.path.with_name(self.path.name + ".keeping")
+        self._rolling = True  # the rows copied are in the ledger already
         try:
             meta = dict(old["_file"].attrs.items())
             self._file = self._create(meta, tmp, lambda: self._copy_kept(old, first))
@@ -477,15 +479,17 @@ class Writer:
                 tmp.unlink()
             for name, value in old.items():
                 setattr(self, name, value)
-            self._keep_last = None
+            self._ledger = None
             text = f"keeping the last steps stopped ({_reason(exc)}): the file keeps them all"
             self._warn(f"{text}, {self.path}")
             self._append_raw("info", [(time.time(), "keep_last", text)])
-            return False
+            return
+        finally:
+            self._rolling = False
         with contextlib.suppress(Exception):
             old["_file"].close()
-        self._recorded = [s for s in self._recorded if s >= first]
-        return True
+        if self._ledger is not None:
+            self._ledger.kept_from(first)
 
     def _copy_kept(self, old: dict[str, object], first: int) -> None:
         """Into the new file: what ``retention.kept`` keeps of each table, captured

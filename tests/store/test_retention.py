@@ -15,8 +15,8 @@ import torch
 
 import hookdbg
 from hookdbg.read import RecordingError, Status, open_recording
-from hookdbg.store import retention
-from hookdbg.store.schema import CaptureReason
+from hookdbg.store import retention, schema
+from hookdbg.store.schema import CaptureReason, StepKind
 from hookdbg.store.writer import Writer
 from tests.helpers import ROOT, SAMPLES, tables
 from tests.helpers import hookdbg as run_hookdbg
@@ -90,17 +90,17 @@ def test_a_follower_reads_on_across_the_rewrites(tmp_path):
                 rec.close()
             assert time.time() < deadline, "the recording never became live"
             time.sleep(0.2)
-        seen = set()
+        seen, most = set(), 0
         while proc.poll() is None:
             rec.refresh()
-            recorded = rec.recorded_steps.tolist()
-            assert len(recorded) <= 6, recorded  # 2N, the step being written included
+            most = max(most, len(rec.recorded_steps))
+            assert rec.recorded_steps.tolist()[-3:] == list(range(len(rec.steps)))[-3:]
             seen.add(rec.kept_from)
             time.sleep(0.1)
         assert proc.returncode == 0
         rec.refresh()
         assert rec.status is Status.COMPLETE and len(rec.steps) == 150
-        assert len(seen) > 3  # it saw several rewrites
+        assert len(seen) > 3 and most < 50  # it saw several rewrites, never all steps
         rec.close()
     finally:
         proc.kill()
@@ -135,10 +135,89 @@ def test_rows_are_read_in_blocks_and_only_the_kept_ones_stay():
     block = np.array([(1, CaptureReason.FLIGHT), (2, 0), (4, 0)], dtype)
     assert retention.kept("captures", block, 3)["segment"].tolist() == [1, 4]
     assert retention.kept("calls", block, 3)["segment"].tolist() == [4]
-    assert retention.first_kept([1, 2, 3], 2) is None
-    assert retention.first_kept([1, 2, 3, 4], 2) == 3
+
+
+def _steps_rows(*segments: tuple[int, int, int]) -> np.ndarray:
+    """steps rows: (segment, step, kind), all recorded."""
+    rows = np.zeros(len(segments), schema.STEPS)
+    for i, (segment, step, kind) in enumerate(segments):
+        rows[i]["segment"], rows[i]["step"], rows[i]["kind"] = segment, step, kind
+    rows["recorded"] = 1
+    return rows
+
+
+def _calls(segment: int, n: int) -> np.ndarray:
+    rows = np.zeros(n, schema.CALLS)
+    rows["segment"] = segment
+    return rows
+
+
+def test_a_rewrite_is_due_when_what_it_drops_outweighs_what_it_copies():
+    ledger = retention.Ledger(keep_last=2)
+    for segment in range(3):
+        ledger.add("steps", _steps_rows((segment, segment, StepKind.TRAIN)))
+        ledger.add("calls", _calls(segment, 100))
+    assert ledger.first_kept() is None  # one step's detail to drop, two to copy
+    for segment in (3, 4):
+        ledger.add("steps", _steps_rows((segment, segment, StepKind.TRAIN)))
+        ledger.add("calls", _calls(segment, 100))
+        due = ledger.first_kept()
+    # with step 4: three steps' detail to drop, two to copy with the five step rows
+    assert due == 3
+    ledger.kept_from(3)
+    assert ledger.first_kept() is None and sorted(ledger.detail) == [3, 4]
+
+
+def test_eval_batches_are_kept_with_the_steps_they_follow_not_counted_as_steps():
+    ledger = retention.Ledger(keep_last=1)
+    segments = [(0, 0, StepKind.TRAIN), (1, 1, StepKind.TRAIN), (2, 1, StepKind.EVAL)]
+    segments += [(3, 1, StepKind.TRAIN), (4, 2, StepKind.EVAL), (5, 2, StepKind.EVAL)]
+    for segment, step, kind in segments:
+        ledger.add("steps", _steps_rows((segment, step, kind)))
+        ledger.add("calls", _calls(segment, 1000 if segment == 0 else 100))
+    # the last training step is step 1: its segments (1, 3) and the eval between them
+    # and after it are kept, however many eval batches there were
+    assert ledger.first_kept() == 1
 
 
 def test_keep_last_must_be_a_whole_number():
     out = run_hookdbg("record", "--keep-last", "-2", "x.py")
     assert out.returncode == 2 and "--keep-last must be a whole number" in out.stderr
+
+
+def test_a_capture_read_before_a_rewrite_is_found_again_or_said_gone(tmp_path):
+    """A rewrite moves the captured bytes it keeps: a capture listed before it reads
+    the same values after it, and one whose step was dropped says so."""
+    path = tmp_path / "long.h5"
+    command = [sys.executable, "-m", "hookdbg", "record", "-q", "--keep-last", "2"]
+    command += ["--capture", "*", "--flush-interval", "0.1", "-o", str(path)]
+    script = [str(ROOT / "samples" / "long_run.py"), "--steps", "120", "--pause", "0.03"]
+    proc = subprocess.Popen([*command, *script])
+    try:
+        deadline = time.time() + 90
+        rec = None
+        while rec is None or not rec.captures.size:
+            assert time.time() < deadline and proc.poll() is None, "nothing captured"
+            time.sleep(0.2)
+            with contextlib.suppress(RecordingError):
+                rec = rec or open_recording(path)
+                rec.refresh()
+        first = rec.captured(rec.modules.resolve("0").id)[-1]
+        values = rec.tensor(first)
+        moved = gone = False
+        while proc.poll() is None and not gone:
+            time.sleep(0.1)
+            if not rec.refresh() or rec.kept_from == 0:
+                continue
+            if rec.kept_from <= first.segment:
+                np.testing.assert_array_equal(rec.tensor(first), values)
+                moved = True
+            else:
+                with pytest.raises(RecordingError, match="--keep-last kept the detail"):
+                    rec.tensor(first)
+                gone = True
+        assert moved or gone, "no rewrite was seen"
+        rec.close()
+    finally:
+        proc.kill()
+        proc.wait()
