@@ -212,9 +212,12 @@ def _print_status(rank: int, rec: Recording) -> None:
         f"{rec.path}: {rec.status.value}, {where}step {current_step(rec)}, pid {info.pid} "
         f"on {info.host}, {size}"
     )
+    segments = rec.segments
+    now = "recording" if len(segments) and segments["recorded"][-1] else "not recording"
+    alerts = f"; {plural(len(rec.alerts), 'NaN/inf alert')}" if len(rec.alerts) else ""
     click.echo(
-        f"  launched {launched}; {plural(len(recorded), 'step')} recorded{last}; "
-        f"steering: {plural(len(rec.answers), 'command')} answered"
+        f"  launched {launched}, {now} now; {plural(len(recorded), 'step')} recorded{last}"
+        f"{alerts}; steering: {plural(len(rec.answers), 'command')} answered"
     )
     for when, seq, text in rec.answers[-5:]:
         stamp = time.strftime("%H:%M:%S", time.localtime(when))

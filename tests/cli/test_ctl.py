@@ -79,7 +79,8 @@ def test_an_idle_run_is_recorded_when_asked_and_stopped_while_it_trains(tmp_path
         wait_live([out], proc)
         status = hookdbg("ctl", out, "status")
         assert status.returncode == 0, status.stderr
-        assert "live" in status.stdout and "launched idle; 0 steps recorded" in status.stdout
+        assert "live" in status.stdout
+        assert "launched idle, not recording now; 0 steps recorded" in status.stdout
         asked = hookdbg("ctl", out, "record", "--steps", "3", "--level", "shapes")
         assert asked.returncode == 0, asked.stderr
         sent, answer = asked.stdout.strip().splitlines()
