@@ -23,7 +23,7 @@ from hookdbg.cli import (
 )
 from hookdbg.cli.common import BadInput
 from hookdbg.read.checks import RecordingError
-from hookdbg.version import __version__
+from hookdbg.version import __version__, per_call_path
 
 COMMANDS: tuple[click.Command, ...] = (
     record.record,
@@ -52,7 +52,11 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="hookdbg")
+@click.version_option(
+    __version__,
+    prog_name="hookdbg",
+    message=f"%(prog)s, version %(version)s; per-call path: {per_call_path()}",
+)
 def cli() -> None:
     """hookdbg: record, inspect and debug PyTorch training.
 

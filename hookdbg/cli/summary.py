@@ -218,7 +218,8 @@ def _how_run(rec: Recording) -> list[tuple[str, str]]:
         (
             "recorded",
             f"{info.created} on {info.host}, torch {info.torch_version}, "
-            f"hookdbg {info.hookdbg_version}",
+            f"hookdbg {info.hookdbg_version}"
+            + (f" ({info.per_call_path} per-call path)" if info.per_call_path else ""),
         ),
         (
             "options",

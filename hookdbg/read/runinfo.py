@@ -35,6 +35,7 @@ class RunInfo:
     local_rank: int
     backend: str
     schema_version: int
+    per_call_path: str = ""  # C or Python ("" before it was recorded)
 
     @property
     def command(self) -> str:
@@ -72,6 +73,7 @@ def run_info(f: h5py.File, path: Path) -> RunInfo:
         local_rank=attrs.integer("local_rank", 0, _MAX_WORLD),
         backend=attrs.text("backend"),
         schema_version=version,
+        per_call_path=taken if isinstance(taken := attrs.get("per_call_path"), str) else "",
     )
 
 

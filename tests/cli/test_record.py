@@ -232,3 +232,21 @@ def test_numeric_options_are_refused_alike_by_the_cli_and_the_api(
     assert str(api.value).startswith(f"{keyword} must be")
     assert str(api.value).replace(keyword, option, 1) in out.stderr
     assert not list(tmp_path.glob("*.h5"))
+
+
+def test_which_per_call_path_runs_is_said_by_version_and_the_recording(tmp_path):
+    """A build without a C compiler records on the slower Python path: hookdbg says
+    which path it takes, in --version and in each recording."""
+    from hookdbg.recorder import accelerated
+
+    built = "C" if accelerated.enabled() else "Python"  # (C wherever a compiler was)
+    assert f"per-call path: {built}" in hookdbg("--version").stdout
+    env = {**os.environ, "HOOKDBG_PURE_PYTHON": "1"}
+    shown = hookdbg("--version", env=env)
+    assert "per-call path: Python (HOOKDBG_PURE_PYTHON is set)" in shown.stdout
+    for name, extra in (("c", {}), ("python", {"HOOKDBG_PURE_PYTHON": "1"})):
+        out = tmp_path / f"{name}.h5"
+        args = ("record", "-q", "-o", out, SAMPLES / "nan_blowup.py", "--steps", "2")
+        assert hookdbg(*args, env={**os.environ, **extra}).returncode == 0
+        path = built if name == "c" else "Python"
+        assert f"({path} per-call path)" in hookdbg("summary", out).stdout
