@@ -20,6 +20,8 @@ import click
 from hookdbg.cli.common import BadInput, human_bytes, plural
 from hookdbg.options import ON_NAN_ACTIONS, OptionError, RecordOptions
 from hookdbg.ranks import placement, rank_path
+from hookdbg.store import owner
+from hookdbg.store.owner import busy
 
 if TYPE_CHECKING:  # the recorder imports torch: only once the arguments are known good
     from hookdbg.recorder import Recorder
@@ -252,6 +254,8 @@ def _check_output(path: Path, force: bool) -> bool:
         raise BadInput(f"{path} is a directory; give a file name like run.h5")
     if path.exists() and not force:
         raise BadInput(f"{path} already exists; pass --force to overwrite it")
+    if owner.written_by_another(path):
+        raise BadInput(busy(path))
     folder = path.parent
     if not folder.is_dir():
         reason = errno.ENOTDIR if folder.exists() else errno.ENOENT

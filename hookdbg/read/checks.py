@@ -220,6 +220,11 @@ def read_or_fail(path: Path, what: str, read: Callable[[], T]) -> T:
 
 
 def damaged(path: Path, exc: BaseException) -> RecordingError:
+    if getattr(exc, "errno", None) == 11 and "lock" in str(exc):  # HDF5's file lock
+        return RecordingError(
+            f"{path} is being created by its recorder (it holds the file's lock until "
+            "the file can be read): try again in a moment"
+        )
     return RecordingError(
         f"{path} is damaged and cannot be read (truncated or corrupt: {reason(exc)})"
     )

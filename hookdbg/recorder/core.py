@@ -66,7 +66,8 @@ from hookdbg.recorder.segments import Segments
 from hookdbg.recorder.signals import TerminationSignals
 from hookdbg.recorder.steering import Plan, Steering
 from hookdbg.recorder.steps import StepTracker
-from hookdbg.store import schema
+from hookdbg.store import owner, schema
+from hookdbg.store.owner import busy
 from hookdbg.store.rows import Rows
 from hookdbg.store.schema import ModuleKind
 from hookdbg.store.writer import Writer, WriterError
@@ -130,6 +131,8 @@ class Recorder:
             raise RecordError(f"{self.path} is a directory; give a file name like run.h5")
         if self.path.exists() and not force:
             raise RecordError(f"{self.path} already exists; pass --force to overwrite it")
+        if owner.written_by_another(self.path):
+            raise RecordError(busy(self.path))
         self._argv = list(sys.argv if argv is None else argv)
         self.guard = guard = Guard()
         self.rows = rows = Rows(schema.tables(options.histograms))
@@ -216,6 +219,7 @@ class Recorder:
             raise RecordError("a hookdbg recording is already running in this process")
         self._started = True
         meta = run_metadata(self._argv, self.options)
+        meta["per_call_path"] = "C" if accelerated.enabled() else "Python"
         try:
             self._writer = Writer(
                 self.path,

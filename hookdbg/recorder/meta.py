@@ -12,7 +12,6 @@ import torch
 
 from hookdbg.options import RecordOptions
 from hookdbg.ranks import placement
-from hookdbg.recorder import accelerated
 from hookdbg.store import schema
 from hookdbg.version import __version__
 
@@ -36,7 +35,6 @@ def run_metadata(argv: list[str], options: RecordOptions) -> dict[str, str | int
         "world_size": where.world_size,
         "local_rank": where.local_rank,
         "backend": _backend(),
-        "per_call_path": "C" if accelerated.enabled() else "Python",
     }
 
 

@@ -47,7 +47,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from hookdbg.store import retention, schema
+from hookdbg.store import owner, retention, schema
 from hookdbg.store.rows import Columns, Packed, Taken, joined, rows_in
 
 
@@ -271,6 +271,7 @@ class Writer:
         except Exception as exc:
             f.close()
             raise WriterError(f"cannot create {path}: {_reason(exc)}") from None
+        owner.hold(f.id.get_vfd_handle())  # no other recorder truncates it meanwhile
         # one handle per dataset (self._columns) for the file's lifetime: cheaper than a
         # lookup per append, and no handle is freed while HDF5 is in an error state
         self._end_columns = {field: f[schema.END_TABLE][field] for field in _END_FIELDS}
@@ -721,6 +722,11 @@ def _reason(exc: BaseException) -> str:
     if not errno:
         found = re.search(r"errno = (\d+)", str(exc))
         errno = int(found.group(1)) if found else None
+    if errno == 11 and "lock" in str(exc):  # HDF5's lock: a reader has the file open
+        return (
+            "another process has it open (a reader: `hookdbg tui`, a notebook); close it "
+            "or record to another file"
+        )
     if errno:
         return os.strerror(errno)
     text = str(exc) or type(exc).__name__

@@ -3,6 +3,8 @@
 import hashlib
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -178,3 +180,21 @@ def test_a_version_3_recording_reads_with_no_losses(mlp_h5, tmp_path):
     assert len(open_recording(mlp_h5).losses) == 4  # one backward pass per step
     out = hookdbg("summary", old)
     assert out.returncode == 0 and "loss " not in out.stdout, out.stdout
+
+
+def test_a_file_its_writer_still_holds_locked_is_said_being_created(tmp_path):
+    """Before SWMR starts, HDF5 holds the file's lock: a reader is told to wait, not
+    that the file is damaged."""
+    path = tmp_path / "new.h5"
+    code = (
+        f"import h5py, time\nf = h5py.File({str(path)!r}, 'w')\n"
+        "print('open', flush=True)\ntime.sleep(20)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+        with pytest.raises(RecordingError, match="is being created by its recorder"):
+            open_recording(path)
+    finally:
+        holder.kill()
+        holder.wait()
