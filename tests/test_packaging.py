@@ -9,6 +9,8 @@ import sys
 import tarfile
 import zipfile
 
+import pytest
+
 from tests.helpers import ROOT
 
 BUILD = """
@@ -32,6 +34,9 @@ def _build(kind: str, source, out) -> str:
 
 
 def test_the_sdist_has_samples_docs_and_license_and_the_wheel_no_c_sources(tmp_path):
+    setuptools = pytest.importorskip("setuptools")
+    if tuple(int(p) for p in setuptools.__version__.split(".")[:2]) < (77, 0):
+        pytest.skip("pyproject.toml's build needs setuptools >= 77 (pip builds in isolation)")
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
         cwd=ROOT,
