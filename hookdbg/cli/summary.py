@@ -367,6 +367,13 @@ def _print_ranks(run: RankSet, view: RanksOverview) -> None:
         + literal(f"{len(run.ranks)} of {run.world_size} ranks{backend}")
     )
     out.print(f"  [dim]{'command':<10}[/dim] {literal(rank0.info.command)}")
+    endings = {ending(run[rank]) for rank in run.ranks} - {""}
+    if endings:
+        ended = "; ".join(sorted(endings)) if len(endings) > 1 else endings.pop() + " (every rank)"
+        out.print(f"  [dim]{'ended':<10}[/dim] {literal(ended)}")
+    if rank0.answers:
+        steered = f"{plural(len(rank0.answers), 'command')}, the last: {rank0.answers[-1][2]}"
+        out.print(f"  [dim]{'steered':<10}[/dim] {literal(steered)}")
     out.print(_ranks_table(view))
     for line in _stragglers(view):
         out.print(literal(line))

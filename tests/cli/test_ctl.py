@@ -135,6 +135,10 @@ def test_one_command_steers_every_rank_from_the_same_step(tmp_path):
         rec = open_recording(file)
         assert rec.recorded_steps.tolist() == steps and rec.end is not None
         assert rec.end["status"] == b"detached"
+    summary = hookdbg("summary", out)  # every rank's
+    assert summary.returncode == 0, summary.stderr
+    assert "stopped by hookdbg ctl before step" in summary.stdout
+    assert "(every rank)" in summary.stdout and "steered" in summary.stdout
 
 
 def test_a_bad_recording_gets_one_line(tmp_path):
