@@ -355,14 +355,10 @@ class OriginDetector:
             if model is not None
             else "(no recorded module ran before it)"
         )
-        return Alert(
-            seg,
-            -1,
+        return _loss_alert(
             site,
-            Phase.FWD,
-            Slot.LOSS,
-            "",
             summary,
+            seg,
             now,
             "every module output of the step was finite: it was born in the loss "
             f"computation {after}",
@@ -380,14 +376,10 @@ class OriginDetector:
             if weights
             else "every weight was finite: it came from this step's data or computation"
         )
-        return Alert(
-            seg,
-            -1,
+        return _loss_alert(
             site,
-            Phase.FWD,
-            Slot.LOSS,
-            "",
             summary,
+            seg,
             now,
             f"in a step that was not recorded, so where it was born is unknown; {held}. "
             "Record the steps around it (`hookdbg ctl FILE record --steps N`, or --steps) "
@@ -518,3 +510,8 @@ def nonfinite_weights(modules: list[ModuleInfo]) -> list[str]:
                 if v.is_floating_point() and not bool(torch.isfinite(v).all()):
                     found.append(f"{info.name}.{name}")
     return found
+
+
+def _loss_alert(site: ModuleInfo, summary: Summary, seg: Segment, now: float, why: str) -> Alert:
+    """An alert on what a backward pass started from (no call: the loss site's)."""
+    return Alert(seg, -1, site, Phase.FWD, Slot.LOSS, "", summary, now, why)
