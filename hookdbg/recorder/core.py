@@ -396,7 +396,7 @@ class Recorder:
     def _unmatched(self, command: Command) -> str:
         """A warning for a ``record --modules`` glob that matches no module seen so far
         (almost always a typo: the window would record nothing)."""
-        seen = [(i.name, i.path) for i in self._registry.infos if i.kind == ModuleKind.MODULE]
+        seen = self._registry.module_names()
         globs = ModuleFilter.parse(list(command.modules)).unmatched(seen) if seen else []
         if not command.modules or not globs:
             return ""

@@ -171,6 +171,10 @@ class ModuleRegistry:
         for info in self.infos:
             info.selected = info.kind == ModuleKind.MODULE and select(info.name, info.path)
 
+    def module_names(self) -> list[tuple[str, str]]:
+        """(name, path) of every module seen so far, what --modules globs match."""
+        return [(i.name, i.path) for i in self.infos if i.kind == ModuleKind.MODULE]
+
     def known(self, obj: object) -> ModuleInfo | None:
         info = self.by_id.get(id(obj))
         return info if info is not None and info.ref() is obj else None

@@ -36,7 +36,7 @@ from hookdbg.recorder.optimizer import OptimizerObserver
 from hookdbg.recorder.steps import RootKind, StepTracker, root_kind
 from hookdbg.recorder.timing import BackwardRows, backward_rows
 from hookdbg.store.rows import Rows
-from hookdbg.store.schema import ModuleKind, StepKind
+from hookdbg.store.schema import StepKind
 
 
 class Segments:
@@ -228,7 +228,7 @@ class Segments:
     def _check_globs(self) -> None:
         """Say at once, not when the run ends, that a --modules glob matched nothing in
         the first step (almost always a typo)."""
-        seen = [(i.name, i.path) for i in self.registry.infos if i.kind == ModuleKind.MODULE]
+        seen = self.registry.module_names()
         self.unmatched_globs = self.options.modules.unmatched(seen)
         for glob in self.unmatched_globs:
             examples = ", ".join(repr(n) for n, _ in seen[1:3]) or "none so far"
