@@ -62,20 +62,24 @@ async def test_follow_waits_for_a_recording_that_does_not_exist_yet(tmp_path):
             writer.wait()
 
 
+def first_readable(path):
+    """The recording a recorder in another process is writing, once it can be read."""
+    deadline = time.time() + 90
+    while True:
+        try:
+            return open_recording(path)
+        except RecordingError:
+            assert time.time() < deadline, "the recorder never wrote a readable file"
+            time.sleep(0.2)
+
+
 async def test_the_bar_says_when_the_recording_finished(tmp_path):
     script, path = tmp_path / "ends.py", tmp_path / "ends.h5"
     script.write_text(ENDS)
     record = [sys.executable, "-m", "hookdbg", "record", "-q", "--flush-interval", "0.1"]
     proc = subprocess.Popen([*record, "-o", str(path), str(script), "30"])
     try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                rec = open_recording(path)
-                break
-            except RecordingError:
-                assert time.time() < deadline, "the recorder never wrote a readable file"
-                time.sleep(0.2)
+        rec = first_readable(path)
         app = HookdbgApp(rec, follow=True)
         async with app.run_test(size=SIZE) as pilot:
             await settle(app, pilot)
@@ -110,14 +114,7 @@ async def test_R_records_the_next_steps_of_an_idle_run(tmp_path):
     script = [str(ROOT / "samples" / "long_run.py"), "--until", str(enough), "--pause", "0.02"]
     proc = subprocess.Popen([*record, "-o", str(path), *script])
     try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                rec = open_recording(path)
-                break
-            except RecordingError:
-                assert time.time() < deadline, "the recorder never wrote a readable file"
-                time.sleep(0.2)
+        rec = first_readable(path)
         app = HookdbgApp(rec, follow=True)
         async with app.run_test(size=SIZE) as pilot:
             await settle(app, pilot)
