@@ -279,7 +279,9 @@ def _shared(group: h5py.Group, name: str, opened: h5py.Dataset) -> h5py.Dataset:
         return opened
     key = (group.id.fileno, f"{group.name.rstrip('/')}/{name}")
     held = _SHARED.get(key)
-    if held is not None and held.id.valid:
+    # (only a handle of this very file: a number HDF5 gave a file closed since may be
+    # given to another)
+    if held is not None and held.id.valid and held.file.id == group.file.id:
         opened.id.close()
         held.refresh()  # as the file is now, not as the first reader opened it
         return held
