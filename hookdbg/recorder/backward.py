@@ -235,6 +235,8 @@ class BackwardWatch:
         wall = now - run.start
         outside = max(wall - observer.bwd_attributed, 0.0)
         observer.bwd_mark_task = NO_PASS  # its last interval stays the pass's own
+        if state.batch is not None:  # gradients are final: summarised before clipping,
+            state.batch.summarise_held()  # a GradScaler's unscale_ or zero_grad change them
         observer.bwd_current = observer.bwd_last = None
         opened = self.calls._open
         if opened is not None:  # a pass inside a module's forward: not its own time

@@ -1,29 +1,61 @@
-"""The Triton kernel of hookdbg/recorder/blockstats.py, in a module of its own so that
-triton is imported only when the first large device tensor is summarised (importing it
-takes 0.1-0.3 s, and CPU-only recordings never need it).
+"""The Triton kernels of hookdbg/recorder/blockstats.py, in a module of their own so that
+triton is imported only when device statistics are first taken (importing it takes
+0.1-0.3 s, and CPU-only recordings never need it).
 
 ``TRITON_INTERPRET=1``, set before triton is first imported, makes ``triton.jit`` run
-the kernel in Triton's interpreter on CPU tensors: the tests check its arithmetic that
-way on machines without a GPU.
+the kernels in Triton's interpreter on CPU tensors: the tests check their arithmetic
+that way on machines without a GPU.
 """
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
+
+# the dtypes of hookdbg/recorder/blockstats.py's DTYPES, as table_stats reads them
+TRITON_DTYPES = {
+    torch.float16: tl.float16,
+    torch.bfloat16: tl.bfloat16,
+    torch.float32: tl.float32,
+    torch.float64: tl.float64,
+}
 
 
 @triton.jit(do_not_specialize=["first_row"])
 def block_stats(x, rows, first_row, numel, per_program, BLOCK: tl.constexpr, COLUMNS: tl.constexpr):
     """Program ``p`` summarises ``x[p * per_program : (p + 1) * per_program]`` (a flat
-    view in the tensor's own dtype) into row ``first_row + p`` of ``rows`` (float64,
-    ``COLUMNS`` wide: min, max, sum, M2, NaN, +inf, -inf, zeros, element count, and
-    the sum of x - shift).
+    view in the tensor's own dtype) into row ``first_row + p`` of ``rows`` (see
+    ``summarise_range``)."""
+    program = tl.program_id(0).to(tl.int64)
+    start = program * per_program
+    end = tl.minimum(start + per_program, numel)
+    summarise_range(x, start, end, rows + (first_row + program) * COLUMNS, BLOCK)
+
+
+@triton.jit
+def table_stats(table, rows, DTYPE: tl.constexpr, BLOCK: tl.constexpr, COLUMNS: tl.constexpr):
+    """Program ``p`` summarises the range that entry ``p`` of ``table`` names into row
+    ``p`` of ``rows``: many tensors of one dtype in one launch. An entry is three int64:
+    the address of a tensor's first element in memory, and the first and the end
+    offset of the range, in elements (whole ``BLOCK``-sized chunks from its start)."""
+    program = tl.program_id(0).to(tl.int64)
+    entry = table + program * 3
+    x = tl.load(entry).to(tl.pointer_type(DTYPE))
+    start = tl.load(entry + 1)
+    end = tl.load(entry + 2)
+    summarise_range(x, start, end, rows + program * COLUMNS, BLOCK)
+
+
+@triton.jit
+def summarise_range(x, start, end, row, BLOCK: tl.constexpr):
+    """Summarise ``x[start:end]`` into ``row`` (float64: min, max, sum, M2, NaN, +inf,
+    -inf, zeros, element count, and the sum of x - shift).
 
     Per BLOCK-sized chunk the mean and the sum of squared deviations are exact two-pass
-    values in float64; Chan's formula merges them into the program's running totals, so
+    values in float64; Chan's formula merges them into the range's running totals, so
     a large mean never cancels the spread. Its means are of x - shift, where the shift
-    is the tensor's first value in every program: the differences of means it takes
+    is the tensor's first value in every range: the differences of means it takes
     are then between numbers as small as the spread, not as large as the mean (a mean
     of 1e7 is rounded by 1e-9, which puts such a difference for 1e7 plus unit noise
     off by 1e-10 of the std). The sum of x is kept apart: rebuilt from x - shift it
@@ -31,9 +63,6 @@ def block_stats(x, rows, first_row, numel, per_program, BLOCK: tl.constexpr, COL
     and the counts are kept per lane and reduced once at the end. Lanes past the end
     are masked out of every statistic.
     """
-    program = tl.program_id(0).to(tl.int64)
-    start = program * per_program
-    end = tl.minimum(start + per_program, numel)
     shift = tl.load(x).to(tl.float64)
     lanes = tl.arange(0, BLOCK)
     lo = tl.full([BLOCK], float("inf"), tl.float64)
@@ -69,7 +98,6 @@ def block_stats(x, rows, first_row, numel, per_program, BLOCK: tl.constexpr, COL
         posinf += (v == float("inf")).to(tl.int32)
         neginf += (v == float("-inf")).to(tl.int32)
         zeros += (inside & (v == 0.0)).to(tl.int32)
-    row = rows + (first_row + program) * COLUMNS
     tl.store(row + 0, tl.min(lo, axis=0))
     tl.store(row + 1, tl.max(hi, axis=0))
     tl.store(row + 2, tl.sum(total, axis=0))

@@ -38,6 +38,7 @@ import functools
 import warnings
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ LARGE = 1 << 16  # elements: device tensors larger than this are summarised by t
 BLOCK = 1024  # elements per chunk: exact two-pass statistics within one
 WARPS = 8  # per program: 4 elements of a chunk per thread (92 registers on sm_90)
 PROGRAMS = 1024  # at most, per tensor: a few per streaming multiprocessor, several times over
+TABLE_PROGRAMS = 256  # at most, per tensor, in one launch over many (``summarise_table``)
 CAPACITY = 1 << 16  # rows of partials (4.5 MB of float64) combined at once
 # of a partial row: the 8 of deferred.arena_stats, the element count, the sum less the shift
 COLUMNS = 10
@@ -161,18 +163,115 @@ class Partials:
     def combine(self) -> torch.Tensor:
         """One raw row per tensor added ([tensors, 8], as ``deferred.arena_stats``), in
         a fixed number of launches and without reading anything back."""
-        rows = self.rows[: self.used]
-        programs = torch.tensor(self.programs, dtype=torch.int64)
-        programs = programs.to(rows.device, non_blocking=True)
-
-        def per_tensor(x: torch.Tensor, how: str) -> torch.Tensor:
-            return torch.segment_reduce(x, how, lengths=programs, unsafe=True)  # no sync
-
-        n = rows[:, 8]
-        sums = per_tensor(rows[:, 2:], "sum")  # sum, M2s, 4 counts, n, sum less the shift
-        mean = sums[:, 7] / sums[:, 6]  # less the shift, as each program's below
-        apart = rows[:, 9] / n - mean.repeat_interleave(programs, output_size=self.used)
-        m2 = sums[:, 1] + per_tensor(n * apart.square(), "sum")
-        lo, hi = per_tensor(rows[:, 0], "min"), per_tensor(rows[:, 1], "max")
-        raw = torch.stack([lo, hi, sums[:, 0], m2, *sums[:, 2:6].unbind(1)], dim=1)
+        raw = combine(self.rows[: self.used], torch.tensor(self.programs, dtype=torch.int64))
         return torch.cat([raw, torch.cat(self.extra)], dim=1) if self.extra else raw
+
+
+def combine(rows: torch.Tensor, programs: torch.Tensor) -> torch.Tensor:
+    """The raw row of each tensor ([tensors, 8], as ``deferred.arena_stats``) from the
+    partial rows of its programs, consecutive in ``rows``; ``programs`` (int64, on the
+    host) says how many each tensor has. A fixed number of launches, no read back."""
+    programs = programs.to(rows.device, non_blocking=True)
+
+    def per_tensor(x: torch.Tensor, how: str) -> torch.Tensor:
+        return torch.segment_reduce(x, how, lengths=programs, unsafe=True)  # no sync
+
+    n = rows[:, 8]
+    sums = per_tensor(rows[:, 2:], "sum")  # sum, M2s, 4 counts, n, sum less the shift
+    mean = sums[:, 7] / sums[:, 6]  # less the shift, as each program's below
+    apart = rows[:, 9] / n - mean.repeat_interleave(programs, output_size=rows.shape[0])
+    m2 = sums[:, 1] + per_tensor(n * apart.square(), "sum")
+    lo, hi = per_tensor(rows[:, 0], "min"), per_tensor(rows[:, 1], "max")
+    return torch.stack([lo, hi, sums[:, 0], m2, *sums[:, 2:6].unbind(1)], dim=1)
+
+
+# -- many tensors in one launch ---------------------------------------------------------
+
+
+@functools.cache
+def _table_kernel() -> KernelInterface | None:
+    try:
+        from hookdbg.recorder.blockkernel import table_stats
+    except ImportError:
+        return None
+    return table_stats
+
+
+def readable(t: torch.Tensor) -> bool:
+    """Whether ``summarise_table`` can read ``t`` where it is (its device and dtype; its
+    layout is looked at when it is read: ``address``)."""
+    return (
+        t.dtype in DTYPES
+        and t.device.type in KERNEL_DEVICES
+        and type(t) in _PLAIN
+        and _table_kernel() is not None
+    )
+
+
+# tensor types whose data_ptr is where their values are (not so for DTensor, FakeTensor)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def address(t: torch.Tensor) -> int | None:
+    """Where the first of ``t``'s elements is in memory, where they fill one dense block
+    of it in any order (contiguous, channels_last, a transpose); None otherwise (an
+    expanded or sliced view), and 0 where its memory was released (a storage resized
+    to nothing). Read from its metadata alone: no torch op."""
+    if not t.is_contiguous():
+        expected = 1
+        for stride, size in sorted(zip(t.stride(), t.shape, strict=True)):
+            if size == 1:
+                continue
+            if stride != expected:
+                return None
+            expected *= size
+    return int(t.data_ptr())
+
+
+def table(addresses: list[int], numels: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The entries of ``table_stats``'s table for tensors at these addresses with these
+    element counts (each cut into at most ``TABLE_PROGRAMS`` ranges of whole chunks),
+    and how many entries each tensor has."""
+    n = np.asarray(numels, dtype=np.int64)
+    chunks = -(-n // BLOCK)
+    per = -(-chunks // np.minimum(chunks, TABLE_PROGRAMS)) * BLOCK
+    programs = -(-n // per)
+    owner = np.repeat(np.arange(n.size), programs)
+    first = np.cumsum(programs) - programs
+    starts = (np.arange(owner.size) - first[owner]) * per[owner]
+    ends = np.minimum(starts + per[owner], n[owner])
+    where = np.asarray(addresses, dtype=np.uint64).astype(np.int64)
+    return np.stack([where[owner], starts, ends], axis=1), programs
+
+
+def summarise_table(
+    device: torch.device, dtype: torch.dtype, addresses: list[int], numels: list[int]
+) -> torch.Tensor | None:
+    """The raw rows ([tensors, 8], as ``deferred.arena_stats``) of tensors of one dtype
+    on one device, given by where they are and their element counts (none empty): one
+    kernel launch for all of them, a fixed number of torch ops to combine, no read back.
+    None where Triton cannot build or launch the kernel on this machine (then it is off
+    for the rest of the process)."""
+    kernel = _table_kernel()
+    assert kernel is not None
+    entries, programs = table(addresses, numels)
+    rows = torch.empty(entries.shape[0], COLUMNS, dtype=torch.float64, device=device)
+    where = torch.from_numpy(entries).to(device, non_blocking=True)
+    index = device.index if device.type == "cuda" else None
+    switch = index is not None and index != torch.cuda.current_device()
+    try:
+        with torch.cuda.device(index) if switch else contextlib.nullcontext():
+            kernel[(entries.shape[0],)](
+                where, rows, DTYPE=_triton_dtype(dtype), BLOCK=BLOCK, COLUMNS=COLUMNS,
+                num_warps=WARPS,
+            )  # fmt: skip
+    except Exception as error:  # a compiler or driver that does not fit this machine
+        _turn_off(error)
+        return None
+    return combine(rows, torch.from_numpy(programs))
+
+
+def _triton_dtype(dtype: torch.dtype) -> object:
+    from hookdbg.recorder.blockkernel import TRITON_DTYPES
+
+    return TRITON_DTYPES[dtype]

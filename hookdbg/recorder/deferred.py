@@ -46,6 +46,10 @@ import torch
 
 from hookdbg.recorder import blockstats, histograms, stats
 
+# bytes of device tensors held for their statistics before they are summarised early;
+# they stay alive until their kernel has run (about as many again at most)
+HELD = 1 << 30
+CHANGED = -1  # a Pending's group: its tensor changed in place before it was summarised
 ARENA = 1 << 21  # float64 elements (16 MB): larger tensors are summarised on their own
 # values summed one after another at most: torch's segment_reduce sums each segment in
 # one run on the CPU, which is off by 7e-12 on 2M squares; runs of 1024, then the runs'
@@ -166,6 +170,14 @@ def tensor_stats(t: torch.Tensor) -> torch.Tensor:
     return torch.stack([p.to(torch.float64) for p in parts])[None]
 
 
+def changed(meta: tuple, bins: int) -> tuple:
+    """The summary of a tensor changed in place between its hook and its statistics:
+    nothing is known of its values then (NaN statistics, counts of -1)."""
+    shape, dtype, device, n = meta
+    summary = (shape, dtype, device, n, *(_NAN,) * 5, -1, -1, -1, _NAN)
+    return (*summary, None) if bins else summary  # no histogram either
+
+
 def from_raw(meta: tuple, raw: list[float]) -> tuple:
     """Turn one row of raw statistics (read back to the host) into a summary tuple;
     ``meta`` is (shape, dtype name, device name, numel). Unlike the CPU path, a tensor
@@ -202,13 +214,23 @@ class StepBatch:
     """One step's device statistics, the rows waiting for them, and the checks to
     replay once they are read."""
 
-    def __init__(self, step: int, bins: int = 0) -> None:
+    def __init__(self, step: int, bins: int = 0, learned: set[tuple] | None = None) -> None:
         self.step = step
         self.bins = bins  # histogram bins per tensor (0: none)
+        # the tensors copied at their hook, as (place in the step, shape, dtype): they
+        # were changed in place before an earlier step's were summarised (shared by
+        # every step's batch)
+        self.learned: set[tuple] = set() if learned is None else learned
         self.pending: list[Pending] = []
         self.rows: list[tuple] = []  # tensor rows holding Pending summaries
         self.checks: list[tuple] = []  # (function, args) in the order the hooks ran
         self.grad_finite: dict[int, bool] = {}  # this step's parameter gradients
+        self.changed = 0  # tensors changed in place before they were summarised
+        # the tensors waiting to be summarised: (tensor, its version then, its Pending,
+        # its place in the step), and the bytes they hold
+        self._held: list[tuple[torch.Tensor, int, Pending, int]] = []
+        self._held_bytes = 0
+        self._summarised: list[list] = []  # held tensors kept alive until read back
         # raw statistics by group (None while the group fills), see the module docstring
         self._groups: list[torch.Tensor | None] = []
         self._arena: torch.Tensor | None = None
@@ -222,16 +244,81 @@ class StepBatch:
         self._keep: torch.Tensor | None = None
         self._event: torch.cuda.Event | None = None
 
-    def add(self, t: torch.Tensor) -> Pending:
-        """Queue ``t``'s statistics on its device, without waiting: one copy into the
-        arena, or for a large tensor one kernel launch (three with its histogram)."""
+    def add(self, t: torch.Tensor, hold: bool = True) -> Pending:
+        """Queue ``t``'s statistics, without waiting and without a torch op: ``t`` is
+        held until ``summarise_held`` (at the end of a backward pass, of the step, or
+        once the held tensors reach ``HELD`` bytes). A tensor without a version counter
+        (an inference tensor), or one whose place in the step was changed in place
+        before an earlier step's summary, is copied now instead (``summarise_now``), as
+        is one not to ``hold``."""
         n = t.numel()
-        pending = Pending((stats.shape_of(t), stats.dtype_name(t.dtype), stats.device_name(t), n))
+        shape, dtype = stats.shape_of(t), stats.dtype_name(t.dtype)
+        pending = Pending((shape, dtype, stats.device_name(t), n))
+        place = len(self.pending)
         self.pending.append(pending)
+        if hold and (place, shape, dtype) not in self.learned:
+            try:
+                version = t._version
+            except RuntimeError:  # an inference tensor
+                pass
+            else:
+                self._held.append((t, version, pending, place))
+                self._held_bytes += n * t.itemsize
+                if self._held_bytes > HELD:
+                    self.summarise_held()
+                return pending
+        with torch.no_grad():
+            self.summarise_now(pending, t)
+        return pending
+
+    def summarise_held(self) -> None:
+        """Summarise the tensors held so far: those of one dtype that the kernel reads
+        in one launch (blockstats.summarise_table), the others one by one. A tensor whose
+        version moved since its hook was changed in place: its summary says so, and its
+        place in the step is copied at its hook from the next step on."""
+        held, self._held, self._held_bytes = self._held, [], 0
+        if not held:
+            return
+        groups: dict[tuple[torch.device, torch.dtype], list] = {}
+        # no graph of the copies; at the end of a pass inside torch.func.grad, no wrappers
+        with torch.no_grad(), stats.outside_transforms():
+            for t, version, pending, place in held:
+                where = None
+                if t._version == version and self.bins == 0 and blockstats.readable(t):
+                    where = blockstats.address(t)
+                    if where == 0:  # its memory was released: its values are gone
+                        version = -1
+                if t._version != version:
+                    pending.group = CHANGED
+                    self.changed += 1
+                    self.learned.add((place, *pending.meta[:2]))
+                elif where is None:
+                    self.summarise_now(pending, t)
+                else:
+                    groups.setdefault((t.device, t.dtype), []).append((pending, where))
+            for (device, dtype), members in groups.items():
+                raw = blockstats.summarise_table(
+                    device, dtype, [w for _, w in members], [p.meta[3] for p, _ in members]
+                )
+                if raw is None:  # the kernel is off: one by one
+                    for pending, _ in members:
+                        t = next(h[0] for h in held if h[2] is pending)
+                        self.summarise_now(pending, t)
+                    continue
+                group = self._new_group()
+                self._groups[group] = raw
+                for i, (pending, _) in enumerate(members):
+                    pending.group, pending.index = group, i
+        self._summarised.append(held)  # their memory stays theirs until the kernel ran
+
+    def summarise_now(self, pending: Pending, t: torch.Tensor) -> None:
+        """Queue ``t``'s statistics by its own launches now: one copy into the arena, or
+        for a large tensor one kernel launch (three with its histogram)."""
+        n = t.numel()
         if n > blockstats.LARGE:
             flat = blockstats.flat_input(t)
             if flat is not None and self._add_large(pending, t, flat):
-                return pending
+                return
         if n > ARENA:
             raw = tensor_stats(t)
             if self.bins:
@@ -240,7 +327,6 @@ class StepBatch:
             self._groups[pending.group] = raw
         else:
             self._add_to_arena(pending, t)
-        return pending
 
     def _new_group(self) -> int:
         self._groups.append(None)
@@ -306,6 +392,7 @@ class StepBatch:
             self._launch()
 
     def _launch(self) -> None:
+        self.summarise_held()
         self._reduce_arena()
         self._combine_partials()
         groups = [g for g in self._groups if g is not None]
@@ -338,16 +425,24 @@ class StepBatch:
             self._event.synchronize()
         if self._host is not None:
             starts = self._starts
-            host = self._host.numpy()[[starts[p.group] + p.index for p in self.pending]]
+            pending = self.pending
+            if self.changed:
+                for p in pending:
+                    if p.group == CHANGED:
+                        p.value = changed(p.meta, self.bins)
+                pending = [p for p in pending if p.group != CHANGED]
+            host = self._host.numpy()[[starts[p.group] + p.index for p in pending]]
             if self.bins:
-                for pending, raw, extra in zip(
-                    self.pending, host[:, :8].tolist(), host[:, 8:], strict=True
-                ):
-                    pending.value = histograms.with_histogram(from_raw(pending.meta, raw), extra)
+                for p, raw, extra in zip(pending, host[:, :8].tolist(), host[:, 8:], strict=True):
+                    p.value = histograms.with_histogram(from_raw(p.meta, raw), extra)
             else:
-                for pending, raw in zip(self.pending, host.tolist(), strict=True):
-                    pending.value = from_raw(pending.meta, raw)
+                for p, raw in zip(pending, host.tolist(), strict=True):
+                    p.value = from_raw(p.meta, raw)
+        elif self.changed:  # every tensor of the step was changed
+            for p in self.pending:
+                p.value = changed(p.meta, self.bins)
         self._host = self._keep = self._event = None
+        self._summarised = []
 
     def finished_rows(self) -> list[tuple]:
         """The step's tensor rows, with their summaries read back."""

@@ -180,7 +180,7 @@ class TensorObserver:
             and stats.has_stats(t)
         ):
             if not stats.transforms_active():
-                return batch.add(t.detach())
+                return batch.add(t)  # held, not copied: no torch op (deferred.py)
             with stats.outside_transforms():  # there, t.detach() would be a wrapper
                 return batch.add(stats.physical(t).detach())
         summary = self.summary
@@ -197,11 +197,12 @@ class TensorObserver:
 
     def value(self, t: torch.Tensor) -> Summary | Pending:
         """The full statistics of a tensor the recorder itself needs to know (what a
-        GradScaler found), whatever the level; on a device, read back with the step's."""
+        GradScaler found), whatever the level; on a device, read back with the step's
+        (copied now: the scaler changes its tensors in place)."""
         t = stats.local(t).detach()
         batch = self.state.batch
         if batch is not None and (self.defer_all or not t.is_cpu):
-            return batch.add(t)
+            return batch.add(t, hold=False)
         return stats.summarise(t)
 
     def check(self, check: Callable[..., None], *args: object) -> None:

@@ -71,6 +71,7 @@ class Segments:
         self.defer = options.on_nan in ("warn", "stop") and options.checks_nan
         self.defer_all = defer_all
         self.inflight: collections.deque[StepBatch] = collections.deque()
+        self.learned: set[tuple] = set()  # tensors copied at their hook (StepBatch.learned)
         # steps rows wait here, in order, until what a GradScaler found is known
         self.step_rows: collections.deque[tuple[tuple, list[Decision], float]] = collections.deque()
         # set when the recording starts (``start``)
@@ -154,7 +155,7 @@ class Segments:
                     "which waits for the device each time; warn and stop do not"
                 )
         self.state = state = StepState(
-            seg, recording, now, StepBatch(seg.id, options.histograms) if deferring else None
+            seg, recording, now, StepBatch(seg.id, options.histograms, self.learned) if deferring else None
         )
         state.ovh = self.guard.ovh
         self.observer.begin(state)

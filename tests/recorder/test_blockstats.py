@@ -130,16 +130,13 @@ def a_mixed_step() -> list[torch.Tensor]:
 
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
 def test_a_step_of_large_and_small_tensors_gives_each_its_own_row(monkeypatch):
-    """More tensors than the partials hold (four combines), arena flushes between them
-    (three arenas): every Pending gets its own tensor's row back."""
+    """Four dtypes, each read by one launch over all its tensors, and a strided view
+    summarised alone: every Pending gets its own tensor's row back."""
     monkeypatch.setattr(deferred, "ARENA", 3050)
-    monkeypatch.setattr(blockstats, "CAPACITY", 6)
     tensors = a_mixed_step()
-    by_kernel = [
-        t.numel() > blockstats.LARGE and blockstats.flat_input(t) is not None for t in tensors
-    ]
+    by_kernel = [blockstats.address(t) is not None for t in tensors]
     got, batch = summaries(tensors)
-    assert len({p.group for p in batch.pending}) == 4 + 3 + 1  # + the strided one, alone
+    assert len({p.group for p in batch.pending}) == 4 + 1  # + the strided one, alone
     monkeypatch.setattr(blockstats, "KERNEL_DEVICES", frozenset())
     want, _ = summaries(tensors)
     for g, w, t, kernel in zip(got, want, tensors, by_kernel, strict=True):
@@ -150,7 +147,7 @@ def test_a_step_of_large_and_small_tensors_gives_each_its_own_row(monkeypatch):
         if kernel and not exact.isnan().any():
             assert g[stats.MEAN] == pytest.approx(exact.mean().item(), rel=1e-12, abs=1e-12)
             assert g[stats.STD] == pytest.approx(exact.std(correction=0).item(), rel=1e-10)
-    assert sum(by_kernel) == 4
+    assert sum(by_kernel) == 8
 
 
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
@@ -180,25 +177,60 @@ class CountedKernel:
         return launch
 
 
-def test_one_launch_per_large_tensor_and_a_fixed_number_per_flush(monkeypatch):
-    kernel = CountedKernel(blockstats._kernel())
-    monkeypatch.setattr(blockstats, "_kernel", lambda: kernel)
+def test_no_torch_op_per_tensor_and_a_launch_per_dtype_per_flush(monkeypatch):
+    """A tensor is held at its hook, not copied: ``add`` issues no torch op. A flush
+    launches the kernel once per dtype and a fixed number of torch ops however many
+    tensors it summarises."""
+    kernel = CountedKernel(blockstats._table_kernel())
+    monkeypatch.setattr(blockstats, "_table_kernel", lambda: kernel)
 
-    def count(tensors: list[torch.Tensor]) -> tuple[int, int]:
+    def count(tensors: list[torch.Tensor]) -> tuple[int, int, int]:
         batch, adding, flushing = StepBatch(0), KernelCounter(), KernelCounter()
+        launches = kernel.launches
         with adding:
             for t in tensors:
                 batch.add(t)
         with flushing:
             batch.launch()
-        return adding.count, flushing.count
+        return adding.count, flushing.count, kernel.launches - launches
 
-    few = [randn(5000 + i, seed=i) for i in range(2)]
-    many = [randn(5000 + i, seed=i) for i in range(6)]
-    launches = kernel.launches
-    assert count(few)[0] == count(many)[0] == 1  # the partials buffer, allocated once
-    assert kernel.launches - launches == 8
+    few = [randn(5000 + i, seed=i) for i in range(2)] + [randn(7, dtype=torch.float16)]
+    many = [randn(50 * i + 1, seed=i) for i in range(40)] + [randn(9, dtype=torch.float16)]
+    assert count(few)[::2] == count(many)[::2] == (0, 2)
     assert count(few)[1] == count(many)[1]
+
+
+def test_a_tensor_changed_in_place_says_so_and_is_copied_from_then_on():
+    """Its version moved between its hook and the flush: its summary is withheld (counts
+    of -1), and the next batch copies the tensor in that place at its hook."""
+    learned: set[tuple] = set()
+    t, kept = randn(3000, seed=1), randn(100, seed=2)
+    for step in range(2):
+        batch = StepBatch(step, 0, learned)
+        changed, same = batch.add(t), batch.add(kept)
+        t.mul_(2)  # as ReLU(inplace=True) after a batch norm's hook
+        batch.launch()
+        batch.read()
+        assert same.value[stats.MEAN] == pytest.approx(kept.double().mean().item())
+        if step == 0:
+            assert changed.value[stats.NAN : stats.NEGINF + 1] == (-1, -1, -1)
+            assert math.isnan(changed.value[stats.STD]) and batch.changed == 1
+            assert stats.is_finite(changed.value)  # nothing known: no alert
+        else:  # copied at its hook: the values it had then
+            assert changed.value[stats.MEAN] == pytest.approx(t.double().mean().item() / 2)
+            assert batch.changed == 0
+
+
+def test_held_tensors_are_summarised_early_past_the_budget(monkeypatch):
+    monkeypatch.setattr(deferred, "HELD", 50_000)  # bytes
+    batch = StepBatch(0)
+    tensors = [randn(5000, seed=i) for i in range(6)]  # 20 kB each
+    pending = [batch.add(t) for t in tensors]
+    assert len(batch._held) == 0 and len(batch._summarised) == 2  # after 3, after 6
+    batch.launch()
+    batch.read()
+    for p, t in zip(pending, tensors, strict=True):
+        assert p.value[stats.MEAN] == pytest.approx(t.double().mean().item(), rel=1e-12)
 
 
 class Broken:
@@ -214,6 +246,7 @@ class Broken:
 def test_a_kernel_that_cannot_run_here_leaves_the_earlier_path(monkeypatch):
     tensors = a_mixed_step()
     monkeypatch.setattr(blockstats, "_kernel", Broken)
+    monkeypatch.setattr(blockstats, "_table_kernel", Broken)
     with pytest.warns(RuntimeWarning, match="no compiler for this GPU"):
         got, _ = summaries(tensors)
     assert not blockstats.KERNEL_DEVICES  # off from then on
@@ -226,14 +259,19 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from hookdbg.recorder import blockstats
-from hookdbg.recorder.blockkernel import block_stats
+from hookdbg.recorder.blockkernel import TRITON_DTYPES, block_stats, table_stats
 
+options = {"num_warps": blockstats.WARPS}
+constants = {"BLOCK": blockstats.BLOCK, "COLUMNS": blockstats.COLUMNS}
 for dtype in ("fp32", "fp16", "bf16", "fp64"):
     signature = {"x": "*" + dtype, "rows": "*fp64", "first_row": "i32", "numel": "i64",
                  "per_program": "i32", "BLOCK": "constexpr", "COLUMNS": "constexpr"}
-    constants = {"BLOCK": blockstats.BLOCK, "COLUMNS": blockstats.COLUMNS}
     source = ASTSource(fn=block_stats, signature=signature, constexprs=constants)
-    options = {"num_warps": blockstats.WARPS}
+    assert triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["cubin"]
+for dtype in TRITON_DTYPES.values():
+    signature = {"table": "*i64", "rows": "*fp64", "DTYPE": "constexpr", "BLOCK": "constexpr",
+                 "COLUMNS": "constexpr"}
+    source = ASTSource(fn=table_stats, signature=signature, constexprs={**constants, "DTYPE": dtype})
     assert triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["cubin"]
 """
 
@@ -275,13 +313,49 @@ def test_a_recording_says_the_same_with_and_without_the_kernel(tmp_path, monkeyp
         record_convnet(path, RecordOptions.build(quiet=True))
         return tables(path)["tensors"]
 
-    kernel = CountedKernel(blockstats._kernel())
-    monkeypatch.setattr(blockstats, "_kernel", lambda: kernel)
+    kernel = CountedKernel(blockstats._table_kernel())
+    monkeypatch.setattr(blockstats, "_table_kernel", lambda: kernel)
     later = record(tmp_path / "kernel.h5", frozenset({DEVICE}))
-    assert kernel.launches >= 8  # once per tensor (an output is the next input)
+    assert kernel.launches == 2  # once a step, at the end of its backward pass
     before = record(tmp_path / "before.h5", frozenset())
     assert len(later) == len(before)
     for name in ("step", "module", "phase", "slot", "numel", "nan", "posinf", "neginf"):
         np.testing.assert_array_equal(later[name], before[name])
     for name in ("min", "max", "mean", "std", "norm", "zero_frac"):
         np.testing.assert_allclose(later[name], before[name], rtol=1e-9, atol=1e-12)
+
+
+def test_a_recorded_step_issues_a_fixed_number_of_torch_ops(tmp_path, monkeypatch):
+    """The device path forced onto CPU tensors: a 48-layer MLP's steps summarise about
+    400 tensors each, and cost no more torch ops than 0.05 per summarised tensor plus a
+    fixed number per step (the flushes' reductions, the parameters' norms, the copy to
+    the host), counted by a TorchDispatchMode."""
+    kernel = CountedKernel(blockstats._table_kernel())
+    monkeypatch.setattr(blockstats, "_table_kernel", lambda: kernel)
+
+    def train(path, steps: int) -> tuple[int, int]:
+        torch.manual_seed(0)
+        model = nn.Sequential(*(m for _ in range(48) for m in (nn.Linear(16, 16), nn.Tanh())))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x = torch.randn(4, 16)
+        recorder = Recorder(path, RecordOptions.build(quiet=True), defer_cpu=True) if path else None
+        counter = KernelCounter()
+        if recorder:
+            recorder.__enter__()
+        try:
+            with counter:
+                for _ in range(steps):
+                    opt.zero_grad()
+                    model(x).pow(2).mean().backward()
+                    opt.step()
+        finally:
+            if recorder:
+                recorder.__exit__(None, None, None)
+        return counter.count, 0 if path is None else len(tables(path)["tensors"])
+
+    plain, _ = train(None, 4)
+    recorded, summarised = train(tmp_path / "run.h5", 4)
+    assert summarised > 4 * 96 * 3  # inputs, outputs and gradients of 96 calls a step
+    per_step = 40
+    assert recorded - plain <= 0.05 * summarised + per_step * 4, (recorded - plain, summarised)
+    assert kernel.launches == 2 * 4  # the gradients after backward, the parameters' values

@@ -75,13 +75,18 @@ def test_deferred_recording_says_what_an_immediate_one_says(tmp_path, where):
 
 
 def test_deferred_resnet18_matches_and_changes_no_gradient(tmp_path):
+    """resnet18 changes tensors in place after their hooks (``ReLU(inplace=True)`` on a
+    batch norm's output, ``out += identity``): in the first step those rows say so
+    (counts of -1, no statistics); from the next step on they are copied at their hook
+    and every row says what the immediate path says."""
+
     def train(path, defer):
         torch.manual_seed(0)
         model = torchvision.models.resnet18(num_classes=10)
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
         x, y = torch.randn(2, 3, 32, 32), torch.tensor([1, 2])
         with Recorder(path, RecordOptions.build(quiet=True), defer_cpu=defer):
-            for _ in range(2):
+            for _ in range(3):
                 opt.zero_grad()
                 nn.functional.cross_entropy(model(x), y).backward()
                 opt.step()
@@ -89,8 +94,17 @@ def test_deferred_resnet18_matches_and_changes_no_gradient(tmp_path):
 
     now, later = train(tmp_path / "now.h5", False), train(tmp_path / "later.h5", True)
     assert all(torch.equal(p, q) for p, q in zip(now, later, strict=True))
-    a, b = tables(tmp_path / "now.h5")["tensors"], tables(tmp_path / "later.h5")["tensors"]
+    recorded = tables(tmp_path / "later.h5")
+    a, b = tables(tmp_path / "now.h5")["tensors"], recorded["tensors"]
     assert len(a) == len(b)
+    changed = b[b["nan"] == -1]
+    names = module_names(recorded)
+    places = {(names[int(r["module"])].rsplit(".", 1)[-1], int(r["slot"])) for r in changed}
+    assert set(changed["step"]) == {0} and len(changed) == 34  # 2 + 4 in each of 8 blocks
+    assert places == {("bn1", Slot.OUTPUT), ("bn2", Slot.OUTPUT), ("relu", Slot.INPUT)}
+    assert np.isnan(changed["std"]).all() and (changed["posinf"] == -1).all()
+    keep = b["nan"] != -1
+    a, b = a[keep], b[keep]
     finite = (a["slot"] != 5) & (a["nan"] == 0)  # param rows: norm-only vs full stats
     a, b = a[finite], b[finite]
     a, b = a[np.argsort(a["mean"])], b[np.argsort(b["mean"])]
