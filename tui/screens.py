@@ -60,10 +60,8 @@ class ProfileScreen(Screen[Jump | None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        table.add_columns("module", "type", "phase", "calls", "self ms", "total ms", "share")
         self._fill()
-        table.focus()
+        self.query_one(DataTable).focus()
 
     def _fill(self) -> None:
         p = self.profile
@@ -77,13 +75,25 @@ class ProfileScreen(Screen[Jump | None]):
             )
         )
         table = self.query_one(DataTable)
-        table.clear()
+        table.clear(columns=True)
+        device = p.on_device  # device times lead; the host's are the launches
+        table.add_columns(
+            "module",
+            "type",
+            "phase",
+            "calls",
+            *(("device self ms", "device total ms") if device else ()),
+            "host self ms" if device else "self ms",
+            "host total ms" if device else "total ms",
+            "share",
+        )
         for row in p.sorted(self._sort_key):
             table.add_row(
                 Text(printable(row.module.name)),
                 Text(printable(row.module.type), style="dim"),
                 Text(Phase(row.phase).label),
                 Text(f"{row.calls_per_step:g}", justify="right"),
+                *((_ms(row.device_self_mean), _ms(row.device_total_mean, "dim")) if device else ()),
                 Text(f"{row.self_mean * 1e3:.3f}", justify="right"),
                 Text(f"{row.total_mean * 1e3:.3f}", justify="right"),
                 Text(f"{row.share:.1%}", justify="right", style="cyan"),
@@ -117,6 +127,12 @@ class ProfileScreen(Screen[Jump | None]):
         module = int(str(event.row_key.value).split(":")[0])
         step = self.step if self.step is not None else self.profile.first
         self.dismiss(Jump(module, step))
+
+
+def _ms(seconds: float, style: str = "") -> Text:
+    """Milliseconds, or '-' for a call not timed on the device."""
+    text = "-" if seconds != seconds else f"{seconds * 1e3:.3f}"
+    return Text(text, justify="right", style=style)
 
 
 class AlertsScreen(Screen[Jump | None]):

@@ -26,7 +26,8 @@ def perfetto(
 ) -> int:
     """Write a Chrome trace-event JSON (loads in ui.perfetto.dev and chrome://tracing):
     one track of step spans, and forward, backward and optimizer tracks of module spans
-    nested by time. Returns the number of events written."""
+    nested by time (host times; a call timed on a CUDA device carries its device times
+    in its args). Returns the number of events written."""
     pid = recording.info.rank
     first, last = recording.segment_range(first, last)
     events: list[dict] = [
@@ -68,6 +69,8 @@ def _trace_events(recording: Recording, first: int, last: int, pid: int) -> Iter
         }
         calls = recording.calls(step, step, kind=None)
         calls = calls[calls["segment"] == segment]
+        timed = recording.device_times(step, step, kind=None)
+        device = {(int(r["call"]), int(r["phase"])): r for r in timed[timed["segment"] == segment]}
         for phase in (Phase.FWD, Phase.BWD, Phase.OPT):
             spans = calls[calls["phase"] == phase]
             for start, end, call in _nested(spans):
@@ -84,8 +87,15 @@ def _trace_events(recording: Recording, first: int, last: int, pid: int) -> Iter
                         "step": label,
                         "call": int(call["index"]),
                         "self_ms": float(call["self"]) * 1e3,
+                        **_device_args(device.get((int(call["call"]), int(phase)))),
                     },
                 }
+
+
+def _device_args(timed: np.void | None) -> dict[str, float]:
+    if timed is None:
+        return {}
+    return {"device_ms": float(timed["total"]) * 1e3, "device_self_ms": float(timed["self"]) * 1e3}
 
 
 def _nested(spans: np.ndarray) -> Iterator[tuple[float, float, np.void]]:

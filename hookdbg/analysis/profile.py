@@ -24,6 +24,10 @@ class ProfileRow:
     total_mean: float
     total_median: float
     share: float  # of all step time in the range, by self time
+    # the same on the device (CUDA events: recorder/devicetime.py); NaN where the calls
+    # were not timed there (a model on the CPU, an older recording)
+    device_self_mean: float = float("nan")
+    device_total_mean: float = float("nan")
 
 
 @dataclass(frozen=True)
@@ -63,11 +67,17 @@ class Profile:
     step_median: float
     rows: list[ProfileRow]
     time: StepTime
+    on_device: bool = False  # its calls have device times: they sort and lead
 
     def sorted(self, key: str = "self", top: int | None = None) -> list[ProfileRow]:
+        device = self.on_device
+
+        def mean(host: float, on_device: float) -> float:
+            return (0.0 if on_device != on_device else on_device) if device else host
+
         order = {
-            "self": lambda r: -r.self_mean * r.steps,
-            "total": lambda r: -r.total_mean * r.steps,
+            "self": lambda r: -mean(r.self_mean, r.device_self_mean) * r.steps,
+            "total": lambda r: -mean(r.total_mean, r.device_total_mean) * r.steps,
             "calls": lambda r: -r.calls_per_step,
             "name": lambda r: (r.module.name, r.phase),
         }[key]
@@ -84,7 +94,8 @@ def profile(
     """Per (module, phase): time per step (mean and median over the steps it ran in),
     calls per step, and its share of the total step time of the range."""
     first, last = recording.step_range(first, last)
-    calls = recording.calls(first, last, ["step", "module", "phase", "total", "self"])
+    calls = recording.calls(first, last, ["call", "step", "module", "phase", "total", "self"])
+    device = _device_times(recording, calls, first, last)
     steps = recording.steps
     in_range = steps[(steps["step"] >= first) & (steps["step"] <= last) & (steps["recorded"] == 1)]
     durations = in_range["end"] - in_range["start"]
@@ -98,6 +109,9 @@ def profile(
         inverse = inverse.ravel()
         self_sum = np.bincount(inverse, weights=calls["self"])
         total_sum = np.bincount(inverse, weights=calls["total"])
+        if device is not None:  # a call not timed on the device leaves its sums NaN
+            device_self = np.bincount(inverse, weights=device[0])
+            device_total = np.bincount(inverse, weights=device[1])
         groups: dict[tuple[int, int], list[int]] = {}
         for i, (module, phase, _) in enumerate(uniq):
             groups.setdefault((int(module), int(phase)), []).append(i)
@@ -117,6 +131,14 @@ def profile(
                     total_mean=float(t.mean()),
                     total_median=float(np.median(t)),
                     share=float(s.sum()) / all_step_time,
+                    **(
+                        {}
+                        if device is None
+                        else {
+                            "device_self_mean": float(device_self[idx].mean()),
+                            "device_total_mean": float(device_total[idx].mean()),
+                        }
+                    ),
                 )
             )
     return Profile(
@@ -127,6 +149,28 @@ def profile(
         step_median=float(np.median(durations)) if len(durations) else 0.0,
         rows=rows if phases is None else [r for r in rows if r.phase in phases],
         time=_step_time(rows, in_range),
+        on_device=device is not None,
+    )
+
+
+def _device_times(
+    recording: Recording, calls: np.ndarray, first: int, last: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each call row's device self and total time (NaN where it has none), or None
+    where no call in the range was timed on a device."""
+    timed = recording.device_times(first, last)
+    if not len(timed) or not len(calls):
+        return None
+    key = calls["call"].astype(np.int64) * 4 + calls["phase"]
+    timed_key = timed["call"].astype(np.int64) * 4 + timed["phase"]
+    order = np.argsort(timed_key, kind="stable")
+    at = np.searchsorted(timed_key[order], key).clip(0, len(timed) - 1)
+    found = timed_key[order][at] == key
+    rows = order[at]
+    nan = np.full(len(calls), np.nan)
+    return (
+        np.where(found, timed["self"][rows], nan),
+        np.where(found, timed["total"][rows], nan),
     )
 
 

@@ -28,7 +28,7 @@ from hookdbg.read.resolve import row_span
 from hookdbg.store.schema import HISTOGRAM, Phase, StepKind, slot_label
 
 STATS = ("min", "max", "mean", "std", "norm", "zero_frac", "nan", "posinf", "neginf")
-TIMES = ("fwd_ms", "bwd_ms")
+TIMES = ("fwd_ms", "bwd_ms", "fwd_device_ms", "bwd_device_ms")
 DEFAULT_STATS = (
     "output/std",
     "output/norm",
@@ -36,6 +36,8 @@ DEFAULT_STATS = (
     "param_grad*/norm",
     "fwd_ms",
     "bwd_ms",
+    "fwd_device_ms",  # on a CUDA device (none elsewhere)
+    "bwd_device_ms",
     # TensorBoard histograms, in recordings made with --histograms (analysis/histograms.py)
     "output/histogram",
     "grad_output/histogram",
@@ -159,20 +161,44 @@ def _groups(rows: np.ndarray, keys: list[str]) -> list[np.ndarray]:
 def _time_series(
     recording: Recording, ids: np.ndarray, stats: StatSelection, first: int | None, last: int | None
 ) -> list[Series]:
+    """Each module's forward and backward time per step (``fwd_ms``, ``bwd_ms``), and on
+    a CUDA device its device time (``fwd_device_ms``, ``bwd_device_ms``)."""
     times = ((Phase.FWD, "fwd_ms"), (Phase.BWD, "bwd_ms"))
+    on_device = ((Phase.FWD, "fwd_device_ms"), (Phase.BWD, "bwd_device_ms"))
     phases = [(p, name) for p, name in times if stats.matches(name)]
-    if not phases:
+    device = [(p, name) for p, name in on_device if stats.matches(name)]
+    if not phases and not device:
         return []
     rows = recording.calls_table.read(
-        ["step", "segment", "module", "phase", "total"], row_span(recording, "calls", first, last)
+        ["call", "step", "segment", "module", "phase", "total"],
+        row_span(recording, "calls", first, last),
     )
-    rows = rows[np.isin(rows["module"], ids) & np.isin(rows["phase"], [p for p, _ in phases])]
-    suffix = dict(phases)
+    rows = rows[np.isin(rows["module"], ids)]
     out = []
-    for mine in _groups(rows, ["module", "phase"]):
-        name = recording.modules.name(int(mine["module"][0]))
-        tag = f"{name}/{suffix[Phase(int(mine['phase'][0]))]}"
-        out += _per_step(recording, tag, "time", mine, mine["total"] * 1e3, "sum")
+    for chosen, table in ((phases, rows), (device, _on_device(recording, rows, first, last))):
+        mine_rows = table[np.isin(table["phase"], [p for p, _ in chosen])]
+        suffix = dict(chosen)
+        for mine in _groups(mine_rows, ["module", "phase"]) if chosen else []:
+            name = recording.modules.name(int(mine["module"][0]))
+            tag = f"{name}/{suffix[Phase(int(mine['phase'][0]))]}"
+            out += _per_step(recording, tag, "time", mine, mine["total"] * 1e3, "sum")
+    return out
+
+
+def _on_device(
+    recording: Recording, calls: np.ndarray, first: int | None, last: int | None
+) -> np.ndarray:
+    """``calls``' rows with their device totals in place of their host ones, for the
+    calls timed on a device."""
+    timed = recording.device_times(first, last, kind=None)
+    if not len(timed) or not len(calls):
+        return calls[:0]
+    key = calls["call"].astype(np.int64) * 4 + calls["phase"]
+    timed_key = timed["call"].astype(np.int64) * 4 + timed["phase"]
+    found = np.isin(key, timed_key)
+    out = calls[found].copy()
+    order = np.argsort(timed_key)
+    out["total"] = timed["total"][order][np.searchsorted(timed_key[order], key[found])]
     return out
 
 

@@ -77,7 +77,9 @@ Examples:
     multiple=True,
     metavar="SLOT/STAT",
     help="tensorboard: statistics to export, as globs: output/std, 'param_grad*/norm', "
-    "'*/max', fwd_ms, bwd_ms (repeatable) [default: " + ", ".join(DEFAULT_STATS) + "].",
+    "'*/max', fwd_ms, bwd_ms, fwd_device_ms, bwd_device_ms (repeatable) [default: "
+    + ", ".join(DEFAULT_STATS)
+    + "].",
 )
 @step_options
 @click.option("-f", "--force", is_flag=True, help="Overwrite what an earlier export wrote.")

@@ -67,7 +67,9 @@ def profile_command(
     time per step, mean and median over the steps, calls per step, and share of the
     step time; then where each step's time went (forward, backward, optimizer, outside
     modules), parts that add up to the step. Every second is counted once; times
-    exclude hookdbg's own, which is given apart."""
+    exclude hookdbg's own, which is given apart. A model on a CUDA device also has each
+    call timed on the device (CUDA events): those columns come first and sort the
+    rows; the host's times beside them are the time to launch its kernels."""
     rec = open_or_fail(recording, quiet=as_json, rank=rank)
     require_calls(rec)
     first, last = check_steps(rec, steps)
@@ -104,6 +106,10 @@ def _profile_json(rec: Recording, prof: Profile, rows: list[ProfileRow]) -> dict
                 "total_mean": r.total_mean,
                 "total_median": r.total_median,
                 "share": r.share,
+                "device_self_mean": None if math.isnan(r.device_self_mean) else r.device_self_mean,
+                "device_total_mean": (
+                    None if math.isnan(r.device_total_mean) else r.device_total_mean
+                ),
             }
             for r in rows
         ],
@@ -121,6 +127,11 @@ def _print_profile(rec: Recording, prof: Profile, rows: list[ProfileRow], sort: 
         "outside recorded modules (the loss computation's backward, tensor code between "
         "modules, a DDP all-reduce)[/dim]"
     )
+    if prof.on_device:
+        out.print(
+            "  [dim]device: the same times on the GPU (CUDA events on the current stream, "
+            "the step's wall time there); host: the time to queue its kernels[/dim]"
+        )
     hidden = len(prof.rows) - len(rows)
     if hidden > 0:
         out.print(f"  ... {hidden} more rows (--top {len(prof.rows)} shows all)")
@@ -146,6 +157,7 @@ def _profile_table(rec: Recording, prof: Profile, rows: list[ProfileRow], sort: 
         f"{rec.path}: {span} ({prof.steps} recorded), {ms(prof.step_median)} ms per step "
         f"(median), sorted by {sort}"
     )
+    device = prof.on_device
     t = table(
         title,
         [
@@ -153,9 +165,10 @@ def _profile_table(rec: Recording, prof: Profile, rows: list[ProfileRow], sort: 
             "type",
             "phase",
             ("calls", "right"),
-            ("self ms mean", "right"),
+            *((("device self ms", "right"), ("device total ms", "right")) if device else ()),
+            ("host self ms" if device else "self ms mean", "right"),
             ("median", "right"),
-            ("total ms mean", "right"),
+            ("host total ms" if device else "total ms mean", "right"),
             ("median", "right"),
             ("self share", "right"),
         ],
@@ -166,6 +179,7 @@ def _profile_table(rec: Recording, prof: Profile, rows: list[ProfileRow], sort: 
             f"backward() at {r.module.type}" if r.module.is_loss else r.module.type,
             Phase(r.phase).label,
             f"{r.calls_per_step:g}",
+            *((_or_dash(r.device_self_mean), _or_dash(r.device_total_mean)) if device else ()),
             ms(r.self_mean),
             ms(r.self_median),
             ms(r.total_mean),
@@ -173,3 +187,7 @@ def _profile_table(rec: Recording, prof: Profile, rows: list[ProfileRow], sort: 
             f"{r.share:.1%}",
         )
     return t
+
+
+def _or_dash(seconds: float) -> str:
+    return "-" if math.isnan(seconds) else ms(seconds)

@@ -79,7 +79,7 @@ _ADDED: dict[int, Derived] = {
     4: {"steps": {"overhead": math.nan}},
 }
 # Tables older schema versions did not have, by the version that added them: read as empty.
-_ADDED_TABLES: dict[int, tuple[str, ...]] = {4: ("losses", "shards")}
+_ADDED_TABLES: dict[int, tuple[str, ...]] = {4: ("losses", "shards"), 6: ("device_times",)}
 _TAILS = 5  # the version from which a table's last rows may be kept apart (its tail)
 
 
@@ -547,6 +547,19 @@ class Recording:
         """Call rows of steps ``first``..``last`` (default: all) of training steps, or of
         eval batches (``kind=EVAL``, by the step they came after), or both (None)."""
         return self._rows("calls", first, last, columns, kind)
+
+    def device_times(
+        self,
+        first: int | None = None,
+        last: int | None = None,
+        kind: schema.StepKind | None = schema.StepKind.TRAIN,
+    ) -> np.ndarray:
+        """Device times of the calls of steps ``first``..``last`` (schema.DEVICE_TIMES:
+        one row per call and phase timed on a CUDA device, joined to ``calls`` by call
+        and phase); empty where none was (a model on the CPU, an older recording)."""
+        if "device_times" not in self._tables:
+            return np.zeros(0, schema.DEVICE_TIMES)
+        return self._rows("device_times", first, last, None, kind)
 
     def tensors(
         self,

@@ -1001,6 +1001,7 @@ typedef struct {
     double bwd_mark, bwd_attributed;
     long long bwd_mark_task;
     PyObject *bwd_current, *bwd_last; /* Calls, or NULL (None) */
+    PyObject *device_mark; /* devicetime.DeviceClock.mark while timing on a GPU, or NULL */
 } TensorPath;
 
 static PyTypeObject TensorPathType;
@@ -1020,6 +1021,7 @@ static int TensorPath_traverse(TensorPath *self, visitproc visit, void *arg) {
     Py_VISIT(self->flight_sizes);
     Py_VISIT(self->bwd_current);
     Py_VISIT(self->bwd_last);
+    Py_VISIT(self->device_mark);
     return 0;
 }
 
@@ -1037,6 +1039,7 @@ static int TensorPath_clear(TensorPath *self) {
     Py_CLEAR(self->flight_sizes);
     Py_CLEAR(self->bwd_current);
     Py_CLEAR(self->bwd_last);
+    Py_CLEAR(self->device_mark);
     return 0;
 }
 
@@ -1713,13 +1716,16 @@ static PyObject *TensorPath_outputs(TensorPath *self, PyObject *const *args, Py_
 #define NO_PASS (-3) /* timing.NO_PASS */
 
 /* timing.attribute: an event at v of graph task ``task``; the interval since the last
- * one goes to the call whose work it was; the next will be ``then``'s (NULL: the pass's) */
-static void attribute(TensorPath *o, double v, long long task, Call *then) {
+ * one goes to the call whose work it was; the next will be ``then``'s (NULL: the pass's).
+ * -1 where the device clock's mark raised. */
+static int attribute(TensorPath *o, double v, long long task, Call *then) {
     long long held = o->bwd_mark_task;
+    PyObject *receiver = Py_None; /* the call given the interval (borrowed) */
     if (held == task || held == STARTED) {
         double dt = v - o->bwd_mark;
         Call *call = (Call *)o->bwd_current;
         if (call != NULL && (PyObject *)call != Py_None) {
+            receiver = (PyObject *)call;
             Py_XSETREF(o->bwd_last, Py_NewRef((PyObject *)call));
             if (dt > 0.0) {
                 call->bwd_self += dt;
@@ -1730,9 +1736,15 @@ static void attribute(TensorPath *o, double v, long long task, Call *then) {
     } else {
         Py_CLEAR(o->bwd_last); /* a pass that began without hookdbg hearing of it */
     }
+    if (o->device_mark != NULL && o->device_mark != Py_None) {
+        PyObject *r = PyObject_CallOneArg(o->device_mark, receiver);
+        if (r == NULL) return -1;
+        Py_DECREF(r);
+    }
     Py_XSETREF(o->bwd_current, then != NULL ? Py_NewRef((PyObject *)then) : NULL);
     o->bwd_mark = v;
     o->bwd_mark_task = task;
+    return 0;
 }
 
 /* GradientObserver.grad: a gradient w.r.t. the tensor ``seen`` stands for arrived */
@@ -1795,8 +1807,9 @@ static int grad_body(TensorPath *o, double t0, Seen *seen, PyObject *grad) {
             }
         }
     }
-    attribute(o, v, task, then); /* the slots list holds ``then``: before it is let go */
+    int marked = attribute(o, v, task, then); /* the slots list holds ``then`` */
     Py_DECREF(slots);
+    if (marked < 0) goto done;
     if (!timing_only && o->check_nan && summary != Py_None) {
         int finite = is_pending(summary) ? 0 : summary_finite(summary);
         if (finite < 0) goto done;
@@ -1941,7 +1954,7 @@ static int param_body(ParamHook *h, double t0, PyObject *param) {
     Py_ssize_t ncalls = calls == NULL ? 0 : PyList_GET_SIZE(calls);
     owner = in_pass(calls, task); /* the last call of the module in this backward pass */
     if (ncalls > 0) {
-        attribute(o, v, task, owner);
+        if (attribute(o, v, task, owner) < 0) goto done;
     } else { /* not called itself (inside a compiled model): its work is its caller's */
         if ((enclosing = call_method1(h->gradients, s__enclosing_calls, h->info)) == NULL)
             goto done;
@@ -1949,7 +1962,7 @@ static int param_body(ParamHook *h, double t0, PyObject *param) {
             PyErr_SetString(PyExc_TypeError, "_enclosing_calls gives a list");
             goto done;
         }
-        attribute(o, v, task, in_pass(enclosing, task));
+        if (attribute(o, v, task, in_pass(enclosing, task)) < 0) goto done;
     }
     if (o->summary != Py_None) {
         if ((summary = summarise(o, grad)) == NULL) goto done;
@@ -2194,6 +2207,7 @@ static PyMemberDef TensorPath_members[] = {
     {"bwd_attributed", T_DOUBLE, offsetof(TensorPath, bwd_attributed), 0, NULL},
     {"bwd_current", T_OBJECT, offsetof(TensorPath, bwd_current), 0, NULL},
     {"bwd_last", T_OBJECT, offsetof(TensorPath, bwd_last), 0, NULL},
+    {"device_mark", T_OBJECT, offsetof(TensorPath, device_mark), 0, NULL},
     {NULL},
 };
 

@@ -54,7 +54,7 @@ from hookdbg.store.rows import RowBuffer
 from hookdbg.store.schema import Phase, Slot
 
 if TYPE_CHECKING:
-    from hookdbg.recorder.calls import Seen
+    from hookdbg.recorder.calls import Call, Seen
 
 try:
     import hookdbg.recorder._hot as _hot
@@ -153,14 +153,34 @@ if _hot is not None:
         def pre(self, module: torch.nn.Module, args: tuple) -> None:
             if _traced():
                 return
+            opened = self._open
             self.fast_pre(module, args)
+            clock = self.device_clock  # (a segment this call began may have set it)
+            if clock is not None:
+                call = self._open
+                if call is not opened and call is not None:  # a call recorded: it starts
+                    self._device(clock.start, call)
 
         def post(
             self, module: torch.nn.Module, args: tuple, kwargs: dict, result: object = _RAISED
         ) -> None:
             if _traced():
                 return
+            clock = self.device_clock
+            if clock is not None:
+                call = self._open
+                stack = self.stack
+                if call is not None and stack and stack[-1] is call:  # it ends
+                    self._device(clock.end, call)
             self.fast_post(module, args, kwargs, result)
+
+        def _device(self, mark: Callable[[Call], None], call: Call) -> None:
+            """A device clock's mark, counted as hookdbg's time (as the C path's own)."""
+            guard = self.guard
+            t0 = time.perf_counter()
+            with guard.lock:
+                mark(call)
+            guard.ovh += time.perf_counter() - t0
 
     run_eagerly(FastModuleHooks.pre.__code__)
     run_eagerly(FastModuleHooks.post.__code__)

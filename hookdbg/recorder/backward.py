@@ -179,10 +179,13 @@ class BackwardWatch:
         guard = self.guard
         with guard.lock:
             observer = self.observer
-            run.start = observer.bwd_mark = perf_counter() - guard.ovh
             observer.bwd_mark_task = STARTED
             observer.bwd_attributed = 0.0
             observer.bwd_current = observer.bwd_last = None
+            clock = self.calls.device_clock
+            if clock is not None:
+                clock.pass_started()
+            run.start = observer.bwd_mark = perf_counter() - guard.ovh
 
     def end(self, run: Pass) -> None:
         """The pass returned (or raised): its time, as a call of its loss site."""
@@ -235,6 +238,9 @@ class BackwardWatch:
         wall = now - run.start
         outside = max(wall - observer.bwd_attributed, 0.0)
         observer.bwd_mark_task = NO_PASS  # its last interval stays the pass's own
+        clock = self.calls.device_clock
+        if clock is not None:
+            clock.pass_ended(run.call)
         if state.batch is not None:  # gradients are final: summarised before clipping,
             state.batch.summarise_held()  # a GradScaler's unscale_ or zero_grad change them
         observer.bwd_current = observer.bwd_last = None

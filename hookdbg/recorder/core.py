@@ -196,6 +196,7 @@ class Recorder:
         self._calls = per_call.hooks(
             guard, registry, observer, segments, rows, handoff, self._call_ids
         )
+        segments.hooks = self._calls
         self._writer: Writer | None = None
         self._elsewhere: Elsewhere | None = None  # forked children's word (from start)
         self._backward: BackwardWatch | None = None  # set by start

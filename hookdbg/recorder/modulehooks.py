@@ -24,6 +24,7 @@ import torch
 from torch.compiler import is_compiling
 
 from hookdbg.recorder.calls import Call
+from hookdbg.recorder.devicetime import DeviceClock
 from hookdbg.recorder.envelope import Guard, inner_hook, run_eagerly
 from hookdbg.recorder.handoff import Handoff
 from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry
@@ -83,6 +84,8 @@ class ModuleHooks:
         # clock: an optimizer step's self time leaves out what ran inside it (timing.py)
         self.root_time = 0.0
         self.elsewhere: dict[int, int] = {}  # module calls on other threads, by thread
+        # while a recorded segment's model runs on CUDA: its calls' device times
+        self.device_clock: DeviceClock | None = None
 
     def start(self, origin: float) -> None:
         """The recording starts now, on this thread, at ``origin`` on its clock."""
@@ -146,6 +149,8 @@ class ModuleHooks:
         self._open = call
         if args:
             self.observer.inputs(call, module, args)
+        if self.device_clock is not None:
+            self.device_clock.start(call)
 
     def _elsewhere(self) -> None:
         """A module call on a thread other than the one recording: not recorded, but
@@ -243,6 +248,8 @@ class ModuleHooks:
             self._leave_other(frame, result)
             return
         call: Call = frame
+        if self.device_clock is not None:
+            self.device_clock.end(call)
         total = call.total = t0 - self.guard.ovh - call.vstart
         parent = self._open = call.parent
         if parent is not None:

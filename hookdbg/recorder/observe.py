@@ -92,6 +92,7 @@ class TensorObserver:
         self.bwd_attributed = 0.0
         self.bwd_current: Call | None = None
         self.bwd_last: Call | None = None
+        self.device_mark: Callable[[Call | None], None] | None = None  # timing.Mark
         self.shards = ShardPlaces(rows)  # where DTensors' summarised shards lie
         self.gradients = self.gradient_observer(self)  # hooks of tensors and parameters
 

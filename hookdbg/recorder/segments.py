@@ -8,7 +8,8 @@ batch if its statistics are read back later (deferred.py), the flight recorder's
 step, the lazy modules' new parameters watched, and torch.distributed noted once the
 script has set it up. When one ends: its calls' backward rows (timing.py), its
 ``steps`` row, which waits until what a GradScaler found is known (gradscaler.py), its
-device batch launched, its rows handed to the writer at once. Earlier segments'
+device batch launched, its CUDA events queued (devicetime.py), its rows handed to
+the writer at once. Earlier segments'
 batches are read once their copy to the host is done: that completes their tensor rows
 and replays their NaN/inf checks, in the order the hooks ran.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -25,6 +27,7 @@ from hookdbg.options import RecordOptions
 from hookdbg.recorder.calls import Segment, StepState
 from hookdbg.recorder.capture import FlightRecorder
 from hookdbg.recorder.deferred import StepBatch
+from hookdbg.recorder.devicetime import DeviceClock
 from hookdbg.recorder.envelope import Guard
 from hookdbg.recorder.gradscaler import Decision, ScalerWatch, step_columns
 from hookdbg.recorder.handoff import Handoff
@@ -37,6 +40,9 @@ from hookdbg.recorder.steps import RootKind, StepTracker, root_kind
 from hookdbg.recorder.timing import BackwardRows, backward_rows
 from hookdbg.store.rows import Rows
 from hookdbg.store.schema import StepKind
+
+if TYPE_CHECKING:
+    from hookdbg.recorder.modulehooks import ModuleHooks
 
 
 class Segments:
@@ -72,6 +78,10 @@ class Segments:
         self.defer_all = defer_all
         self.inflight: collections.deque[StepBatch] = collections.deque()
         self.learned: set[tuple] = set()  # tensors copied at their hook (StepBatch.learned)
+        # CUDA events of recorded segments whose model runs on CUDA (devicetime.py), and
+        # the module hooks that mark their calls (set by the recorder)
+        self.clock: DeviceClock | None = None
+        self.hooks: ModuleHooks | None = None
         # steps rows wait here, in order, until what a GradScaler found is known
         self.step_rows: collections.deque[tuple[tuple, list[Decision], float]] = collections.deque()
         # set when the recording starts (``start``)
@@ -142,21 +152,23 @@ class Segments:
         seg = Segment(steps.segment, steps.step, None, steps.evals)
         recording = self.plan(seg.step)
         on_device = recording and _on_device(module)
+        on_cuda = recording and _on_cuda(module)  # its calls timed with CUDA events
         deferring = recording and self.defer and (self.defer_all or on_device)
         if on_device and not self.warned_device:
             self.warned_device = True
-            self.warn(
-                "the model runs on an accelerator: module times are measured on the host "
-                "(kernel launches, and any waits), not on the device"
-            )
+            if not on_cuda:  # elsewhere no events time the device
+                self.warn(
+                    "the model runs on an accelerator: module times are measured on the "
+                    "host (kernel launches, and any waits), not on the device"
+                )
             if not self.defer and options.checks_nan:
                 self.warn(
                     f"--on-nan {options.on_nan} checks every tensor inside its hook, "
                     "which waits for the device each time; warn and stop do not"
                 )
-        self.state = state = StepState(
-            seg, recording, now, StepBatch(seg.id, options.histograms, self.learned) if deferring else None
-        )
+        batch = StepBatch(seg.id, options.histograms, self.learned) if deferring else None
+        self.state = state = StepState(seg, recording, now, batch)
+        self._time_on_device(on_cuda, state)
         state.ovh = self.guard.ovh
         self.observer.begin(state)
         if self.flight is not None:
@@ -165,6 +177,20 @@ class Segments:
         self.detector.watched = seg.id > 0 and self._all_recorded
         self._all_recorded = self._all_recorded and recording
         self.open = True
+
+    def _time_on_device(self, timed: bool, state: StepState) -> None:
+        """Mark this segment's calls with CUDA events (``timed``), or nothing of it."""
+        clock = self.clock
+        if timed and clock is None:
+            clock = self.clock = DeviceClock(self.rows.device_times)
+        if clock is None:
+            return
+        if timed:
+            clock.begin(state.step, state.id, state.calls)
+        hooks = self.hooks
+        if hooks is not None:
+            hooks.device_clock = clock if timed else None
+        self.observer.device_mark = clock.mark if timed else None
 
     def end(self, now: float, cut: bool = False) -> None:
         self.open = False
@@ -197,6 +223,8 @@ class Segments:
         if state.batch is not None:
             state.batch.launch()
             self.inflight.append(state.batch)
+        if self.clock is not None:
+            self.clock.end_segment()
         if state.recording:
             self.handoff()  # a finished step is on its way to disk at once
         else:  # its steps row only: with the next hand-over, at most ``every`` away
@@ -207,6 +235,8 @@ class Segments:
     def read_batches(self, wait: bool) -> None:
         """Complete the steps whose device statistics have reached the host: rows to the
         writer, NaN/inf checks replayed in order (their alerts acted on by the hook)."""
+        if self.clock is not None:
+            self.clock.read(wait)
         while self.inflight and (wait or self.inflight[0].ready()):
             batch = self.inflight.popleft()
             batch.read()
@@ -253,6 +283,13 @@ class Segments:
                     (now, "world_size", str(dist.get_world_size())),
                 ]
             )
+
+
+def _on_cuda(module: torch.nn.Module) -> bool:
+    """Whether a model computes on a CUDA device (judged by its first parameter)."""
+    for p in module.parameters():
+        return p.is_cuda
+    return False
 
 
 def _on_device(module: torch.nn.Module) -> bool:

@@ -58,15 +58,19 @@ class Mark(Protocol):
     bwd_attributed: float  # seconds given to calls since the pass began
     bwd_current: Call | None  # whose work the interval since the mark is (None: the pass's)
     bwd_last: Call | None  # the last call whose work an interval ended, in this pass
+    # while timing on a GPU, told of each event and the call given the interval it ends
+    # (recorder/devicetime.py)
+    device_mark: Callable[[Call | None], None] | None
 
 
 def attribute(mark: Mark, v: float, task: int, then: Call | None) -> None:
     """An event at ``v`` of graph task ``task``: the interval since the last one goes to
     the call whose work it was; the next one will be ``then``'s (None: the pass's)."""
     held = mark.bwd_mark_task
+    receiver = None
     if held in (task, STARTED):
         dt = v - mark.bwd_mark
-        call = mark.bwd_current
+        call = receiver = mark.bwd_current
         if call is not None:
             mark.bwd_last = call
             if dt > 0.0:
@@ -76,6 +80,8 @@ def attribute(mark: Mark, v: float, task: int, then: Call | None) -> None:
                     call.bwd_first = v - dt
     else:
         mark.bwd_last = None  # a pass that began without hookdbg hearing of it
+    if mark.device_mark is not None:
+        mark.device_mark(receiver)
     mark.bwd_current = then
     mark.bwd_mark = v
     mark.bwd_mark_task = task

@@ -20,7 +20,7 @@ import numpy as np
 from hookdbg.store import schema
 
 # the tables whose rows belong to one module call or tensor of one segment
-DETAIL = frozenset({"calls", "tensors", "captures"})
+DETAIL = frozenset({"calls", "device_times", "tensors", "captures"})
 # the info row that says from which segment on the detail is kept
 KEPT = "kept_from"
 

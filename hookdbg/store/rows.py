@@ -42,6 +42,7 @@ TABLE_NAMES = (
     "info",
     "losses",
     "shards",
+    "device_times",
 )
 
 
@@ -124,6 +125,7 @@ class Rows:
         self.info: RowSink = []
         self.losses: RowSink = []
         self.shards: RowSink = []
+        self.device_times: RowSink = []
 
     def take(self) -> dict[str, Taken]:
         """The rows gathered so far, by table (empty tables left out); starts afresh."""
@@ -318,6 +320,7 @@ def _numbers(dtype: np.dtype) -> Callable[[list], np.ndarray]:
 CONVERTERS = {
     "tensors": tensor_rows,
     "calls": _numbers(schema.CALLS),
+    "device_times": _numbers(schema.DEVICE_TIMES),
     "modules": _texts_encoded(schema.MODULES),
     "alerts": _texts_encoded(schema.ALERTS),
     "captures": _texts_encoded(schema.CAPTURES),  # a path may be any text: a dict's key

@@ -25,8 +25,8 @@ import numpy as np
 FORMAT = "hookdbg-recording"
 # 2: segments (training steps and eval batches); 3: the GradScaler's steps.scale, .skipped;
 # 4: the losses and shards tables, loss sites in modules, steps.overhead, loss alerts;
-# 5: each table's tail kept apart while the file is written (TAIL_SLOTS)
-SCHEMA_VERSION = 5
+# 5: each table's tail kept apart while the file is written (TAIL_SLOTS); 6: device_times
+SCHEMA_VERSION = 6
 
 
 class StepKind(IntEnum):
@@ -122,6 +122,20 @@ CALLS = np.dtype(
         ("parent", "<i8"),
         ("depth", "<i2"),
         ("start", "<f8"),
+        ("total", "<f8"),
+        ("self", "<f8"),
+    ]
+)
+
+# One row per recorded module call (and loss site) timed on a CUDA device, by phase:
+# seconds between CUDA events on the current stream (hookdbg/recorder/devicetime.py),
+# written a step after the call's calls row. Joined to it by (call, phase).
+DEVICE_TIMES = np.dtype(
+    [
+        ("call", "<i8"),
+        ("phase", "u1"),
+        ("step", "<i4"),
+        ("segment", "<i4"),
         ("total", "<f8"),
         ("self", "<f8"),
     ]
@@ -294,6 +308,7 @@ TABLES: dict[str, tuple[np.dtype, int]] = {
     "info": (INFO, 64),  # facts learned during the run (e.g. the distributed backend)
     "losses": (LOSSES, 4096),
     "shards": (SHARDS, 256),
+    "device_times": (DEVICE_TIMES, 8192),  # the order is the committed table's: new last
 }
 # Written in place, never appended: their file space is allocated (and filled) when the
 # file is created, so that they can be written when the disk is full.

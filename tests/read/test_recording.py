@@ -116,16 +116,18 @@ def test_live_recording_refreshes_then_reads_as_cut_short_after_kill_9(tmp_path)
 
 
 def _as_version_4(new: Path, old: Path) -> None:
-    """A copy of a new recording as a version 4 recorder wrote it: no tails, one
-    committed length per table (a closed file's tails are empty: every row is sealed)."""
+    """A copy of a new recording as a version 4 recorder wrote it: no device_times, no
+    tails, one committed length per table (a closed file's tails are empty: every row
+    is sealed)."""
     shutil.copy(new, old)
     with h5py.File(old, "r+") as f:
         f.attrs["schema_version"] = 4
         committed = f[schema.COMMITTED][()]
         assert not committed[schema.TAIL_BYTES].any()
-        del f[schema.COMMITTED]
-        f[schema.COMMITTED] = committed[schema.SEALED]
-        for table in schema.TABLES:
+        assert list(schema.TABLES)[-1] == "device_times"
+        del f[schema.COMMITTED], f["device_times"]
+        f[schema.COMMITTED] = committed[schema.SEALED][:-1]
+        for table in list(schema.TABLES)[:-1]:
             del f[table].attrs[schema.TAIL_COLUMNS]
             for slot in schema.TAIL_SLOTS:
                 del f[table][slot]

@@ -27,6 +27,7 @@ pytestmark = pytest.mark.skipif(
 # columns that hold times (they differ between any two runs)
 TIMES = {
     "calls": {"start", "total", "self"},
+    "device_times": {"total", "self"},
     "steps": {"start", "end", "overhead"},
     "alerts": {"time"},
 }

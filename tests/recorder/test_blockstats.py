@@ -271,7 +271,8 @@ for dtype in ("fp32", "fp16", "bf16", "fp64"):
 for dtype in TRITON_DTYPES.values():
     signature = {"table": "*i64", "rows": "*fp64", "DTYPE": "constexpr", "BLOCK": "constexpr",
                  "COLUMNS": "constexpr"}
-    source = ASTSource(fn=table_stats, signature=signature, constexprs={**constants, "DTYPE": dtype})
+    source = ASTSource(fn=table_stats, signature=signature,
+                       constexprs={**constants, "DTYPE": dtype})
     assert triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["cubin"]
 """
 
@@ -336,8 +337,9 @@ def test_a_recorded_step_issues_a_fixed_number_of_torch_ops(tmp_path, monkeypatc
     def train(path, steps: int) -> tuple[int, int]:
         torch.manual_seed(0)
         model = nn.Sequential(*(m for _ in range(48) for m in (nn.Linear(16, 16), nn.Tanh())))
+        model.to(DEVICE)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        x = torch.randn(4, 16)
+        x = torch.randn(4, 16, device=DEVICE)
         recorder = Recorder(path, RecordOptions.build(quiet=True), defer_cpu=True) if path else None
         counter = KernelCounter()
         if recorder:
