@@ -409,6 +409,38 @@ def check_speed(tmp: Path) -> bool:
     return ok
 
 
+def check_host(tmp: Path) -> bool:
+    """Where the host's time goes in recorded steps (INFO: cProfile of 6 steps of resnet18
+    64x3x224x224 at each level, the functions that take most of it)."""
+    import cProfile
+    import pstats
+
+    step = resnet_step(64, 224, False)
+    for level in ("timing", "stats"):
+        with hookdbg.record(tmp / "host.h5", force=True, quiet=True, level=level):
+            for _ in range(3):
+                step()
+            torch.cuda.synchronize()
+            profiler = cProfile.Profile()
+            t0 = time.perf_counter()
+            profiler.enable()
+            for _ in range(6):
+                step()
+                torch.cuda.synchronize()
+            profiler.disable()
+            wall = (time.perf_counter() - t0) / 6
+        stats = pstats.Stats(profiler)
+        print(f"INFO host: {level}, {wall * 1e3:.1f} ms per step under cProfile; top by own time:")
+        rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:22]  # type: ignore[attr-defined]
+        for (file, line, name), (_, calls, own, cumulative, _) in rows:
+            where = f"{Path(file).name}:{line}({name})"
+            print(
+                f"      {own / 6 * 1e3:7.2f} ms own {cumulative / 6 * 1e3:7.2f} cum "
+                f"{calls // 6:6d} calls  {where}"
+            )
+    return True
+
+
 CHECKS: dict[str, Callable[[Path], bool]] = {
     "parity": check_parity,
     "identical": check_identical,
@@ -418,6 +450,7 @@ CHECKS: dict[str, Callable[[Path], bool]] = {
     "amp": check_amp,
     "profiler": check_profiler,
     "speed": check_speed,
+    "host": check_host,
 }
 
 

@@ -243,6 +243,10 @@ class BackwardWatch:
             clock.pass_ended(run.call)
         if state.batch is not None:  # gradients are final: summarised before clipping,
             state.batch.summarise_held()  # a GradScaler's unscale_ or zero_grad change them
+        if state.recording and (state.batch is not None or clock is not None):
+            # the earlier steps' statistics and times, read while the device runs this
+            # pass's kernels (at the next step's first call, it would wait for the host)
+            self.calls.segments.read_batches(wait=False)
         observer.bwd_current = observer.bwd_last = None
         opened = self.calls._open
         if opened is not None:  # a pass inside a module's forward: not its own time

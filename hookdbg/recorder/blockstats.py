@@ -244,14 +244,14 @@ def table(addresses: list[int], numels: list[int]) -> tuple[np.ndarray, np.ndarr
     return np.stack([where[owner], starts, ends], axis=1), programs
 
 
-def summarise_table(
+def table_partials(
     device: torch.device, dtype: torch.dtype, addresses: list[int], numels: list[int]
-) -> torch.Tensor | None:
-    """The raw rows ([tensors, 8], as ``deferred.arena_stats``) of tensors of one dtype
-    on one device, given by where they are and their element counts (none empty): one
-    kernel launch for all of them, a fixed number of torch ops to combine, no read back.
-    None where Triton cannot build or launch the kernel on this machine (then it is off
-    for the rest of the process)."""
+) -> tuple[torch.Tensor, np.ndarray] | None:
+    """The partial rows of tensors of one dtype on one device, given by where they are
+    and their element counts (none empty), from one kernel launch for all of them, and
+    how many rows each tensor has: ``combine`` makes them raw rows ([tensors, 8], as
+    ``deferred.arena_stats``), for many launches at once. None where Triton cannot build
+    or launch the kernel on this machine (then it is off for the rest of the process)."""
     kernel = _table_kernel()
     assert kernel is not None
     entries, programs = table(addresses, numels)
@@ -268,7 +268,7 @@ def summarise_table(
     except Exception as error:  # a compiler or driver that does not fit this machine
         _turn_off(error)
         return None
-    return combine(rows, torch.from_numpy(programs))
+    return rows, programs
 
 
 def _triton_dtype(dtype: torch.dtype) -> object:

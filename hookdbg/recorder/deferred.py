@@ -50,6 +50,7 @@ from hookdbg.recorder import blockstats, histograms, stats
 # they stay alive until their kernel has run (about as many again at most)
 HELD = 1 << 30
 CHANGED = -1  # a Pending's group: its tensor changed in place before it was summarised
+COPIED = -2  # a held tensor's version: a copy made at its hook, which nothing else changes
 ARENA = 1 << 21  # float64 elements (16 MB): larger tensors are summarised on their own
 # values summed one after another at most: torch's segment_reduce sums each segment in
 # one run on the CPU, which is off by 7e-12 on 2M squares; runs of 1024, then the runs'
@@ -231,6 +232,8 @@ class StepBatch:
         self._held: list[tuple[torch.Tensor, int, Pending, int]] = []
         self._held_bytes = 0
         self._summarised: list[list] = []  # held tensors kept alive until read back
+        # the table kernel's partial rows: (rows, rows per tensor, the tensors' Pendings)
+        self._tables: list[tuple[torch.Tensor, np.ndarray, list[Pending]]] = []
         # raw statistics by group (None while the group fills), see the module docstring
         self._groups: list[torch.Tensor | None] = []
         self._arena: torch.Tensor | None = None
@@ -248,68 +251,79 @@ class StepBatch:
         """Queue ``t``'s statistics, without waiting and without a torch op: ``t`` is
         held until ``summarise_held`` (at the end of a backward pass, of the step, or
         once the held tensors reach ``HELD`` bytes). A tensor without a version counter
-        (an inference tensor), or one whose place in the step was changed in place
-        before an earlier step's summary, is copied now instead (``summarise_now``), as
-        is one not to ``hold``."""
+        (an inference tensor), one whose place in the step was changed in place before
+        an earlier step's summary, or one not to ``hold``, is copied now (one launch),
+        and the copy held."""
         n = t.numel()
         shape, dtype = stats.shape_of(t), stats.dtype_name(t.dtype)
         pending = Pending((shape, dtype, stats.device_name(t), n))
         place = len(self.pending)
         self.pending.append(pending)
-        if hold and (place, shape, dtype) not in self.learned:
-            try:
-                version = t._version
-            except RuntimeError:  # an inference tensor
-                pass
-            else:
-                self._held.append((t, version, pending, place))
-                self._held_bytes += n * t.itemsize
-                if self._held_bytes > HELD:
-                    self.summarise_held()
-                return pending
-        with torch.no_grad():
-            self.summarise_now(pending, t)
+        try:  # an inference tensor has no version counter
+            version = t._version if hold and (place, shape, dtype) not in self.learned else COPIED
+        except RuntimeError:
+            version = COPIED
+        if version == COPIED:
+            with torch.no_grad():
+                t = t.clone()
+        self._held.append((t, version, pending, place))
+        self._held_bytes += n * t.itemsize
+        if self._held_bytes > HELD:
+            self.summarise_held()
         return pending
 
     def summarise_held(self) -> None:
         """Summarise the tensors held so far: those of one dtype that the kernel reads
-        in one launch (blockstats.summarise_table), the others one by one. A tensor whose
-        version moved since its hook was changed in place: its summary says so, and its
-        place in the step is copied at its hook from the next step on."""
+        in one launch (blockstats.table_partials, combined with the step's others at its
+        end), the others one by one. A tensor whose version moved since its hook was
+        changed in place: its summary says so, and its place in the step is copied at
+        its hook from the next step on."""
         held, self._held, self._held_bytes = self._held, [], 0
         if not held:
             return
-        groups: dict[tuple[torch.device, torch.dtype], list] = {}
+        groups: dict[tuple[torch.dtype, int], list] = {}
         # no graph of the copies; at the end of a pass inside torch.func.grad, no wrappers
         with torch.no_grad(), stats.outside_transforms():
             for t, version, pending, place in held:
-                where = None
-                if t._version == version and self.bins == 0 and blockstats.readable(t):
-                    where = blockstats.address(t)
-                    if where == 0:  # its memory was released: its values are gone
-                        version = -1
-                if t._version != version:
+                if version != COPIED and t._version != version:
                     pending.group = CHANGED
                     self.changed += 1
                     self.learned.add((place, *pending.meta[:2]))
-                elif where is None:
-                    self.summarise_now(pending, t)
-                else:
-                    groups.setdefault((t.device, t.dtype), []).append((pending, where))
-            for (device, dtype), members in groups.items():
-                raw = blockstats.summarise_table(
-                    device, dtype, [w for _, w in members], [p.meta[3] for p, _ in members]
-                )
-                if raw is None:  # the kernel is off: one by one
-                    for pending, _ in members:
-                        t = next(h[0] for h in held if h[2] is pending)
-                        self.summarise_now(pending, t)
                     continue
-                group = self._new_group()
-                self._groups[group] = raw
-                for i, (pending, _) in enumerate(members):
-                    pending.group, pending.index = group, i
+                members = groups.get((t.dtype, t.get_device()))
+                if members is None:
+                    members = groups[(t.dtype, t.get_device())] = []
+                members.append((t, pending))
+            for members in groups.values():
+                if self.bins == 0 and blockstats.readable(members[0][0]):
+                    members = self._summarise_table(members)
+                for t, pending in members:
+                    self.summarise_now(pending, t)
         self._summarised.append(held)  # their memory stays theirs until the kernel ran
+
+    def _summarise_table(self, members: list[tuple[torch.Tensor, Pending]]) -> list:
+        """One kernel launch over the tensors of ``members`` (of one dtype, on one device)
+        whose elements fill one dense block; the others are returned."""
+        read, left, addresses = [], [], []
+        for t, pending in members:
+            where = blockstats.address(t)
+            if where is None:
+                left.append((t, pending))
+            elif where == 0:  # its memory was released: its values are gone
+                pending.group = CHANGED
+                self.changed += 1
+            else:
+                read.append(pending)
+                addresses.append(where)
+        if read:
+            t = members[0][0]
+            partials = blockstats.table_partials(
+                t.device, t.dtype, addresses, [p.meta[3] for p in read]
+            )
+            if partials is None:  # the kernel is off: one by one
+                return members
+            self._tables.append((*partials, read))
+        return left
 
     def summarise_now(self, pending: Pending, t: torch.Tensor) -> None:
         """Queue ``t``'s statistics by its own launches now: one copy into the arena, or
@@ -380,6 +394,19 @@ class StepBatch:
             self._groups[self._arena_group] = raw
         self._arena, self._used, self._lengths = None, 0, []
 
+    def _combine_tables(self) -> None:
+        """The raw rows of every tensor the table kernel read in this step, in a fixed
+        number of torch ops (blockstats.combine) whatever the launches."""
+        tables, self._tables = self._tables, []
+        if not tables:
+            return
+        group = self._new_group()
+        rows = torch.cat([rows for rows, _, _ in tables]) if len(tables) > 1 else tables[0][0]
+        programs = np.concatenate([programs for _, programs, _ in tables])
+        self._groups[group] = blockstats.combine(rows, torch.from_numpy(programs))
+        for i, pending in enumerate(p for _, _, read in tables for p in read):
+            pending.group, pending.index = group, i
+
     def _combine_partials(self) -> None:
         if self._partials is not None and len(self._partials):
             self._groups[self._partials_group] = self._partials.combine()
@@ -391,8 +418,18 @@ class StepBatch:
         with stats.outside_transforms():
             self._launch()
 
+    def settle(self) -> None:
+        """Queue the statistics of every tensor added so far (after an optimizer step,
+        while the device still runs it), so that ``launch`` has only the copy left."""
+        with stats.outside_transforms():
+            self.summarise_held()
+            self._combine_tables()
+            self._reduce_arena()
+            self._combine_partials()
+
     def _launch(self) -> None:
         self.summarise_held()
+        self._combine_tables()
         self._reduce_arena()
         self._combine_partials()
         groups = [g for g in self._groups if g is not None]

@@ -5,6 +5,8 @@ a call (recorder/timing.py) is the time to launch them, not to run them. So whil
 recorded segment's model runs on CUDA, the same points the host clock reads are also
 marked on the device, by a CUDA event recorded on the current stream:
 
+Events are recorded on the stream that was current when the segment began.
+
 * **forward**: one event as a call starts (after its pre-hook) and one as it ends
   (before its forward hook's work), so that hookdbg's own work in the hooks falls
   outside the call. A call's device total is the time between them; its self time is
@@ -38,7 +40,7 @@ from hookdbg.store.schema import Phase
 
 if TYPE_CHECKING:
     from hookdbg.recorder.calls import Call
-    from hookdbg.store.rows import RowSink
+    from hookdbg.store.rows import Rows
 
 _FWD, _BWD = int(Phase.FWD), int(Phase.BWD)
 _MS = 1e-3  # CUDA events measure milliseconds
@@ -63,17 +65,20 @@ class SegmentTimes:
 class DeviceClock:
     """The events of the segments being recorded and of those not read back yet."""
 
-    def __init__(self, rows: RowSink) -> None:
-        self.rows = rows  # the device_times table's sink
+    def __init__(self, rows: Rows) -> None:
+        self.rows = rows  # rows.device_times is a new list after each hand-over
         self.current: SegmentTimes | None = None
         self.waiting: collections.deque[SegmentTimes] = collections.deque()
         self._pool: list[torch.cuda.Event] = []
         self._previous: torch.cuda.Event | None = None  # the backward pass's last event
+        # where events are recorded: the stream current when the segment began (asking
+        # for each event would cost the host more than the event)
+        self._stream: torch.cuda.Stream | None = None
 
     def _event(self, seg: SegmentTimes) -> torch.cuda.Event:
         pool = self._pool
         event = pool.pop() if pool else torch.cuda.Event(enable_timing=True)
-        event.record()
+        event.record(self._stream)
         seg.events.append(event)
         return event
 
@@ -82,6 +87,7 @@ class DeviceClock:
     def begin(self, step: int, segment: int, calls: list[Call]) -> None:
         self.current = SegmentTimes(step, segment, calls)
         self._previous = None
+        self._stream = torch.cuda.current_stream() if torch.cuda.is_available() else None
 
     def start(self, call: Call) -> None:
         current = self.current
@@ -160,7 +166,7 @@ class DeviceClock:
                 own[call.id] = own.get(call.id, 0.0) + dt
                 if run >= 0:
                     given[run] += dt
-        add = self.rows.append
+        add = self.rows.device_times.append
         step, segment = seg.step, seg.segment
         for call in seg.calls:
             total = fwd.get(call.id)

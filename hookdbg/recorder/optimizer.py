@@ -98,6 +98,8 @@ class OptimizerObserver:
             )
             if self.tensors.level == Level.STATS or self.tensors.check_nan:
                 self._param_values(opt, info, call)  # below stats: checked, not kept
+            if state.batch is not None:
+                state.batch.settle()
         self.steps.optimizer_end(opt)
         state.seg.training = True
 

@@ -182,7 +182,7 @@ class Segments:
         """Mark this segment's calls with CUDA events (``timed``), or nothing of it."""
         clock = self.clock
         if timed and clock is None:
-            clock = self.clock = DeviceClock(self.rows.device_times)
+            clock = self.clock = DeviceClock(self.rows)
         if clock is None:
             return
         if timed:

@@ -94,7 +94,18 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def device_name(t: torch.Tensor) -> str:
-    return "cpu" if t.is_cpu else str(t.device)
+    if t.is_cpu:
+        return "cpu"
+    if t.is_cuda:  # memoised: str(t.device) makes a device object each time
+        index = t.get_device()
+        name = _CUDA_NAMES.get(index)
+        if name is None:
+            name = _CUDA_NAMES[index] = f"cuda:{index}"
+        return name
+    return str(t.device)
+
+
+_CUDA_NAMES: dict[int, str] = {}
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
