@@ -44,6 +44,7 @@ import torchvision
 from torch import nn
 
 import hookdbg
+from hookdbg.store.schema import CHANGED_IN_PLACE
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -94,7 +95,7 @@ def check_parity(tmp: Path) -> bool:
     a = {tuple(r[k] for k in KEY): r for r in now}
     b = {tuple(r[k] for k in KEY): r for r in later}
     differences = []
-    changed = [key for key, y in b.items() if y["nan"] == -1]  # in place before summarised
+    changed = [key for key, y in b.items() if y["nan"] == CHANGED_IN_PLACE]
     if any(key[0] != 0 for key in changed):
         print(f"FAIL parity: rows changed in place after the first step: {changed[:4]}")
         return False

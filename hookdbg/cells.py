@@ -18,11 +18,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hookdbg.store.schema import SUMMARY_COLUMNS, WHERE_COLUMNS, Phase, slot_label
+from hookdbg.store.schema import (
+    CHANGED_IN_PLACE,
+    SUMMARY_COLUMNS,
+    WHERE_COLUMNS,
+    Phase,
+    slot_label,
+)
 from hookdbg.text import printable, utf8
 
 __all__ = [
     "CALL_COLUMNS",
+    "CHANGED",
+    "CHANGED_NOTE",
     "STATS",
     "TENSOR_COLUMNS",
     "TensorText",
@@ -65,8 +73,10 @@ def shape_text(shape: bytes | str) -> str:
 
 
 def nonfinite_count(row: np.void) -> int:
-    """NaN and inf elements of one tensors row together; -1 when values were not looked at."""
-    return int(row["nan"]) + int(row["posinf"]) + int(row["neginf"]) if row["nan"] >= 0 else -1
+    """NaN and inf elements of one tensors row together; below 0 where none were counted
+    (schema.NOT_LOOKED, schema.CHANGED_IN_PLACE)."""
+    nan = int(row["nan"])
+    return nan + int(row["posinf"]) + int(row["neginf"]) if nan >= 0 else nan
 
 
 def stat_text(value: float) -> str:
@@ -83,8 +93,21 @@ def cell_text(value: float, nonfinite: int) -> str:
     return stat_text(value)
 
 
+# what ``count_text`` writes for a tensor whose values changed in place before its
+# statistics were taken, and what it means
+CHANGED = "changed"
+CHANGED_NOTE = (
+    "changed: its values changed in place between its hook and its statistics (taken "
+    "later on a GPU: at the end of the backward pass or of the step); nothing is known of "
+    "them in that step, and from the next step on that tensor is copied at its hook"
+)
+
+
 def count_text(count: int) -> str:
-    """NaN/inf elements of a tensor: ``-`` when values were not looked at."""
+    """NaN/inf elements of a tensor: ``-`` when values were not looked at, ``changed``
+    when they changed in place before they were counted."""
+    if count == CHANGED_IN_PLACE:
+        return CHANGED
     return "-" if count < 0 else f"{count:,}"
 
 

@@ -26,7 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hookdbg.analysis.stepview import eval_range
-from hookdbg.cells import STATS, num, shape_text, tensor_text
+from hookdbg.cells import CHANGED_NOTE, STATS, num, shape_text, tensor_text
 from hookdbg.cli.common import BadInput
 from hookdbg.options import OptionError, StepRange
 from hookdbg.read import (
@@ -39,7 +39,7 @@ from hookdbg.read import (
     open_run,
     rank_files,
 )
-from hookdbg.store.schema import SUMMARY_COLUMNS, Phase, Slot
+from hookdbg.store.schema import CHANGED_IN_PLACE, SUMMARY_COLUMNS, Phase, Slot
 from hookdbg.text import plural, printable, utf8
 
 
@@ -334,6 +334,8 @@ def tensor_table(
             Text(text.count, style="bold red") if text.nonfinite > 0 else text.count,
             text.zeros,
         ]
+        if text.nonfinite == CHANGED_IN_PLACE:
+            t.caption = CHANGED_NOTE
         t.add_row(*cells)
     return t
 
@@ -352,4 +354,6 @@ def tensor_json(row: Any, rec: Recording) -> dict[str, object]:
         if name in row.dtype.names and name != "device":
             value = row[name]
             out[name] = shape_text(value) if name == "shape" else value
+    if "nan" in row.dtype.names:
+        out["changed_in_place"] = bool(row["nan"] == CHANGED_IN_PLACE)
     return out

@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 from hookdbg.recorder import blockstats, histograms, stats
+from hookdbg.store.schema import CHANGED_IN_PLACE
 
 # bytes of device tensors held for their statistics before they are summarised early;
 # they stay alive until their kernel has run (about as many again at most)
@@ -173,9 +174,10 @@ def tensor_stats(t: torch.Tensor) -> torch.Tensor:
 
 def changed(meta: tuple, bins: int) -> tuple:
     """The summary of a tensor changed in place between its hook and its statistics:
-    nothing is known of its values then (NaN statistics, counts of -1)."""
+    nothing is known of its values then (NaN statistics, counts CHANGED_IN_PLACE)."""
     shape, dtype, device, n = meta
-    summary = (shape, dtype, device, n, *(_NAN,) * 5, -1, -1, -1, _NAN)
+    gone = CHANGED_IN_PLACE
+    summary = (shape, dtype, device, n, *(_NAN,) * 5, gone, gone, gone, _NAN)
     return (*summary, None) if bins else summary  # no histogram either
 
 

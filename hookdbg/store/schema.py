@@ -166,6 +166,12 @@ TENSORS = np.dtype(
     ]
 )
 
+# What a tensor row's nan, posinf and neginf hold where no count was taken: its values
+# were not looked at (``--level shapes``, integer tensors), or, on a device, they changed
+# in place between the hook that saw the tensor and its statistics (recorder/deferred.py)
+NOT_LOOKED = -1
+CHANGED_IN_PLACE = -2
+
 # Where a tensor row is, and what its summary holds (the recorder builds summary tuples
 # in exactly this order: hookdbg/recorder/stats.py).
 WHERE_COLUMNS = ("call", "step", "segment", "module", "phase", "slot", "path")

@@ -18,6 +18,7 @@ from hookdbg.options import RecordOptions
 from hookdbg.recorder import Recorder, blockstats, deferred, stats
 from hookdbg.recorder.deferred import StepBatch
 from hookdbg.recorder.histograms import HISTOGRAM
+from hookdbg.store.schema import CHANGED_IN_PLACE
 from tests.helpers import ROOT, tables
 from tests.recorder.test_deferred import KernelCounter
 
@@ -213,7 +214,7 @@ def test_a_tensor_changed_in_place_says_so_and_is_copied_from_then_on():
         batch.read()
         assert same.value[stats.MEAN] == pytest.approx(kept.double().mean().item())
         if step == 0:
-            assert changed.value[stats.NAN : stats.NEGINF + 1] == (-1, -1, -1)
+            assert changed.value[stats.NAN : stats.NEGINF + 1] == (CHANGED_IN_PLACE,) * 3
             assert math.isnan(changed.value[stats.STD]) and batch.changed == 1
             assert stats.is_finite(changed.value)  # nothing known: no alert
         else:  # copied at its hook: the values it had then

@@ -3,6 +3,7 @@
 made that way must say what an immediate one says."""
 
 import contextlib
+import json
 import math
 import runpy
 import sys
@@ -19,8 +20,8 @@ from hookdbg.options import RecordOptions
 from hookdbg.read import open_recording
 from hookdbg.recorder import NonFiniteStop, Recorder, deferred, stats
 from hookdbg.recorder.deferred import StepBatch
-from hookdbg.store.schema import Slot
-from tests.helpers import SAMPLES, module_names, tables
+from hookdbg.store.schema import CHANGED_IN_PLACE, Slot
+from tests.helpers import SAMPLES, hookdbg, module_names, tables
 
 KEY = ("step", "module", "phase", "slot", "path")
 
@@ -77,7 +78,7 @@ def test_deferred_recording_says_what_an_immediate_one_says(tmp_path, where):
 def test_deferred_resnet18_matches_and_changes_no_gradient(tmp_path):
     """resnet18 changes tensors in place after their hooks (``ReLU(inplace=True)`` on a
     batch norm's output, ``out += identity``): in the first step those rows say so
-    (counts of -1, no statistics); from the next step on they are copied at their hook
+    (counts of CHANGED_IN_PLACE, no statistics); from the next step on they are copied at their hook
     and every row says what the immediate path says."""
 
     def train(path, defer):
@@ -97,13 +98,13 @@ def test_deferred_resnet18_matches_and_changes_no_gradient(tmp_path):
     recorded = tables(tmp_path / "later.h5")
     a, b = tables(tmp_path / "now.h5")["tensors"], recorded["tensors"]
     assert len(a) == len(b)
-    changed = b[b["nan"] == -1]
+    changed = b[b["nan"] == CHANGED_IN_PLACE]
     names = module_names(recorded)
     places = {(names[int(r["module"])].rsplit(".", 1)[-1], int(r["slot"])) for r in changed}
     assert set(changed["step"]) == {0} and len(changed) == 34  # 2 + 4 in each of 8 blocks
     assert places == {("bn1", Slot.OUTPUT), ("bn2", Slot.OUTPUT), ("relu", Slot.INPUT)}
-    assert np.isnan(changed["std"]).all() and (changed["posinf"] == -1).all()
-    keep = b["nan"] != -1
+    assert np.isnan(changed["std"]).all() and (changed["posinf"] == CHANGED_IN_PLACE).all()
+    keep = b["nan"] != CHANGED_IN_PLACE
     a, b = a[keep], b[keep]
     finite = (a["slot"] != 5) & (a["nan"] == 0)  # param rows: norm-only vs full stats
     a, b = a[finite], b[finite]
@@ -319,3 +320,28 @@ def test_what_linearize_traces_holds_nothing_of_hookdbg(tmp_path, defer):
 
     assert ops_of_jvp(True) == ops_of_jvp(False)
     assert len(tables(tmp_path / f"{defer}.h5")["tensors"]) > 0  # the run itself recorded
+
+
+def test_reports_say_a_row_changed_in_place_before_its_statistics(tmp_path):
+    """``show`` writes 'changed' where the counts are, with a note that says what it
+    means, and its JSON says so per row."""
+    path = tmp_path / "run.h5"
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.ReLU(inplace=True))
+    with Recorder(path, RecordOptions.build(quiet=True), defer_cpu=True):
+        for _ in range(2):
+            model(torch.randn(4, 8)).sum().backward()
+    out = hookdbg("show", path, "model.1", "--steps", "0")
+    assert out.returncode == 0, out.stderr
+    row = next(line for line in out.stdout.splitlines() if " output " in line)
+    assert "changed" in row and "changed in place between its hook and its statistics" in (
+        " ".join(out.stdout.split())
+    )
+    rows = json.loads(hookdbg("show", path, "model.1", "--json").stdout)["rows"]
+    flags = {(r["step"], r["slot"]): r["changed_in_place"] for r in rows if r["phase"] == "fwd"}
+    assert flags == {
+        (0, "input"): False,
+        (0, "output"): True,
+        (1, "input"): False,
+        (1, "output"): False,
+    }
