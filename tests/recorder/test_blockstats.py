@@ -88,6 +88,33 @@ def test_statistics_match_float64(dtype):
         assert got[3] == pytest.approx(want[3], rel=1e-10)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_one_launch_over_many_tensors_matches_float64(dtype):
+    """The table kernel: tensors of one dtype, of any size and dense layout, read in one
+    launch through their addresses, each its own row."""
+    tensors = [
+        randn(100_003, seed=1, dtype=dtype) * 3 + 1000,
+        randn(77, 129, seed=2, dtype=dtype).t(),  # dense but transposed
+        -(randn(9001, seed=3, dtype=dtype).abs() + 1),  # all < 0: a masked lane is no max
+        randn(5000, seed=4, dtype=dtype).abs() + 1,  # all > 0: nor a min
+        randn(1, seed=5, dtype=dtype),
+        randn(3, 5, 7, seed=6, dtype=dtype).to(memory_format=torch.contiguous_format),
+    ]
+    tensors[0][::97] = 0
+    batch = StepBatch(0)
+    pending = [batch.add(t) for t in tensors]
+    batch.launch()
+    batch.read()
+    assert len({p.group for p in pending}) == 1  # one combine for all of them
+    for p, t in zip(pending, tensors, strict=True):
+        want = deferred.from_raw(p.meta, deferred.exact_row(t))
+        got = p.value
+        assert got[stats.MIN : stats.MAX + 1] == want[stats.MIN : stats.MAX + 1]
+        assert got[stats.NAN :] == want[stats.NAN :]
+        assert got[stats.MEAN] == pytest.approx(want[stats.MEAN], rel=1e-12, abs=1e-12)
+        assert got[stats.STD] == pytest.approx(want[stats.STD], rel=1e-10, abs=1e-12)
+
+
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the interpreter's numpy
 def test_nan_and_infinities_are_counted_exactly_and_stats_withheld():
     t = randn(20_000, seed=5)
