@@ -22,7 +22,7 @@ from textual.widgets import DataTable, Static
 from hookdbg.analysis.histograms import has_histogram, sparkline
 from hookdbg.cells import STATS, stat_text, tensor_text
 from hookdbg.store.schema import HISTOGRAM, Phase
-from hookdbg.text import printable
+from hookdbg.text import plural, printable, utf8
 
 from .model import Detail
 
@@ -49,6 +49,7 @@ COLUMNS = (
     Column("zeros", "zeros", 30),
     Column("shape", "shape", 40, right=False),
     Column("dtype", "dtype", 20, right=False),
+    Column("placement", "global", 85, right=False),  # the global view's rows only
 )
 
 
@@ -79,6 +80,7 @@ def summary_rows(
                 "dtype": text.dtype,
                 "zeros": text.zeros,
                 "histogram": histogram_cell(r),
+                "placement": placement_cell(r),
             },
             nonfinite=text.nonfinite,
             divergent=(int(r["phase"]), int(r["slot"]), text.path) in (divergent or ()),
@@ -90,6 +92,21 @@ def summary_rows(
                 row.bad.add(stat)
         out.append(row)
     return out
+
+
+def placement_cell(row: np.void) -> str:
+    """In the global view: how a DTensor's row was made ('S(0) from ranks 0,1', or
+    this rank's own shard where its global values cannot be had); '' for the others."""
+    names = row.dtype.names or ()
+    if "placement" not in names or not row["placement"]:
+        return ""
+    placement = printable(utf8(row["placement"]))
+    ranks = utf8(row["ranks"])
+    if ranks:
+        return f"{placement} from ranks {ranks}"
+    if "P" in placement:
+        return f"{placement}: a partial sum, this rank's"
+    return f"{placement}: this rank's"
 
 
 def histogram_cell(row: np.void) -> str:
@@ -160,8 +177,9 @@ class DetailPane(Vertical):
         table = self.query_one(DetailTable)
         two = any(r.cells["run"] for r in self._rows)
         columns = [c for c in COLUMNS if c.key != "run" or two]
-        if not any(r.cells["histogram"] for r in self._rows):
-            columns = [c for c in columns if c.key != "histogram"]
+        for optional in ("histogram", "placement"):
+            if not any(r.cells[optional] for r in self._rows):
+                columns = [c for c in columns if c.key != optional]
         widths = {
             c.key: max(len(c.label), *(len(r.cells[c.key]) for r in self._rows))
             if self._rows
@@ -236,6 +254,12 @@ def _title(detail: Detail) -> Text:
     bwd = detail.timings[detail.timings["phase"] == Phase.BWD]
     title = Text(printable(module.name), style="bold")
     title.append(f"  {printable(module.type)}  {detail.label}", style="dim")
+    if detail.merged:
+        merged = int((detail.rows["ranks"] != b"").sum())
+        title.append(
+            f"  global: {plural(merged, 'row')} merged from the ranks' shards",
+            style="cyan",
+        )
     if len(fwd):
         title.append(
             f"\nforward {fwd['total'].sum() * 1e3:.3f} ms total, "

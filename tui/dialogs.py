@@ -36,6 +36,7 @@ KEYS = (
     ("f", "first divergence (two runs) or first NaN/inf origin (all ranks)"),
     ("e", "eval batches (validation, test) instead of training steps, and back"),
     ("r", "next rank of a distributed run"),
+    ("G", "global statistics of sharded tensors (DTensor shards merged across ranks)"),
     ("F", "follow a recording that is still being written"),
     ("R", "record the next N steps of a live run in full detail (hookdbg ctl)"),
     ("y", "copy the module's name, or the table cell (OSC 52)"),

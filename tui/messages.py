@@ -37,9 +37,9 @@ class StepLoaded(Message):
 @dataclass
 class DetailLoaded(Message):
     """The detail of one module in one step: ``key`` is (rank, step, evals, module,
-    compared)."""
+    compared, merged)."""
 
-    key: tuple[int, int, bool, int, bool]
+    key: tuple[int, int, bool, int, bool, bool]
     detail: Detail
     other: Detail | None
     divergent: set[tuple[int, int, str]] | None

@@ -9,6 +9,7 @@ app calls them from worker threads only; widgets receive the plain results.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +29,7 @@ from hookdbg.analysis.stepview import (
     series,
     step_table,
 )
-from hookdbg.read import Recording, Status
+from hookdbg.read import RankSet, Recording, Status
 from hookdbg.text import plural
 
 __all__ = [
@@ -104,8 +105,16 @@ class RunView:
     def step_table(self, step: int, evals: bool = False) -> dict[int, ModuleStep]:
         return step_table(self.rec, step, evals)
 
-    def detail(self, module: int, step: int, evals: bool = False) -> Detail:
-        return module_detail(self.rec, module, step, evals)
+    def detail(
+        self, module: int, step: int, evals: bool = False, run: RankSet | None = None
+    ) -> Detail:
+        """The module's rows in the step; with ``run`` (the distributed run this rank
+        belongs to), each DTensor shard's row as its global tensor's."""
+        detail = module_detail(self.rec, module, step, evals)
+        if run is None:
+            return detail
+        rows = run.global_tensors(self.rec.info.rank, detail.rows)
+        return dataclasses.replace(detail, rows=rows, merged=True)
 
     def series(
         self, module: int, stat: PlotStat, evals: bool = False

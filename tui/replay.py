@@ -24,7 +24,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from hookdbg.analysis.steer import SteerError, steer
-from hookdbg.read import Status
+from hookdbg.read import RankSet, Status
 from hookdbg.text import plural, printable
 
 from .detail import DetailPane, DetailTable
@@ -67,6 +67,7 @@ class ReplayScreen(Screen[None]):
         Binding("N", "hit(-1)", "previous match", show=False),
         Binding("F", "toggle_follow", "follow", show=False),
         Binding("r", "next_rank", "rank", show=False),
+        Binding("G", "toggle_global", "global", show=False),
         Binding("R", "record_next", "record next steps", show=False),
         Binding("y", "copy", "copy", show=False),
         Binding("e", "toggle_evals", "eval batches", show=False),
@@ -77,6 +78,8 @@ class ReplayScreen(Screen[None]):
     stat: reactive[int] = reactive(0, init=False)
     following: reactive[bool] = reactive(False, init=False)
     rank: reactive[int] = reactive(0, init=False)  # index into ranks
+    # a distributed run's DTensor rows as their global tensors, merged from the shards
+    merged: reactive[bool] = reactive(False, init=False)
     evals: reactive[bool] = reactive(False, init=False)  # eval batches instead of steps
 
     def __init__(
@@ -233,7 +236,9 @@ class ReplayScreen(Screen[None]):
 
     def _load_detail(self) -> None:
         if self.step is not None and self.module is not None:
-            self.load_detail(self.rank, self.step, self.evals, self.module, self._compared())
+            self.load_detail(
+                self.rank, self.step, self.evals, self.module, self._compared(), self.merged
+            )
 
     def _load_series(self) -> None:
         if self.module is not None:
@@ -252,9 +257,11 @@ class ReplayScreen(Screen[None]):
             self.query_one(ModuleTree).badge(message.table, message.divergence)
 
     @work(thread=True, exclusive=True, group="detail")
-    def load_detail(self, rank: int, step: int, evals: bool, module: int, compared: bool) -> None:
+    def load_detail(
+        self, rank: int, step: int, evals: bool, module: int, compared: bool, merged: bool
+    ) -> None:
         run = self.ranks[rank]
-        detail = run.detail(module, step, evals)
+        detail = run.detail(module, step, evals, self._rank_set() if merged else None)
         other = divergent = None
         if self.other is not None:
             twin = self.other.rec.modules.by_name(detail.module.name)
@@ -262,11 +269,12 @@ class ReplayScreen(Screen[None]):
                 other = self.other.detail(twin.id, step, evals)
             if self.diff is not None and compared and not evals:
                 divergent = self.diff.divergent_slots(detail.module.name, step)
-        key = (rank, step, evals, module, compared)
+        key = (rank, step, evals, module, compared, merged)
         self.post_message(DetailLoaded(key, detail, other, divergent))
 
     def on_detail_loaded(self, message: DetailLoaded) -> None:
-        if message.key == (self.rank, self.step, self.evals, self.module, self._compared()):
+        now = (self.rank, self.step, self.evals, self.module, self._compared(), self.merged)
+        if message.key == now:
             self.query_one(DetailPane).show(message.detail, message.other, message.divergent)
 
     @work(thread=True, exclusive=True, group="series")
@@ -500,6 +508,28 @@ class ReplayScreen(Screen[None]):
             return
         self.notify(f"sent: {command.describe()}; the steps appear as they are written")
         self.following = True  # to show them, and the recorder's answer
+
+    def _rank_set(self) -> RankSet:
+        """The distributed run the ranks make up (their shards merge across it)."""
+        recordings = {view.rec.info.rank: view.rec for view in self.ranks}
+        return RankSet(self.ranks[0].rec.path, recordings)
+
+    def action_toggle_global(self) -> None:
+        if len(self.ranks) < 2:
+            self.notify(
+                "G merges the DTensor shards of a distributed run's ranks into global "
+                "statistics; this recording is one rank"
+            )
+            return
+        self.merged = not self.merged
+        self.notify(
+            "global statistics: DTensor shards merged across the ranks"
+            if self.merged
+            else "each rank's own shard statistics"
+        )
+
+    def watch_merged(self) -> None:
+        self._load_detail()
 
     def action_next_rank(self) -> None:
         if len(self.ranks) < 2:

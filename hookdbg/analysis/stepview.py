@@ -65,6 +65,9 @@ class Detail:
     timings: np.ndarray  # its call rows
     captures: list[Capture]
     histogram: tuple[list[float], float, float] | None  # counts, low, high of a capture
+    # ``rows`` hold the global tensors merged from the ranks' shards (read/ranks.py's
+    # RankSet.global_tensors: with their ``placement`` and ``ranks``)
+    merged: bool = False
 
 
 def segment_rows(

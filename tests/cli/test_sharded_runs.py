@@ -130,3 +130,40 @@ def test_the_tensor_parallel_nan_alert_counts_this_ranks_shard(two_ranks):
     out, _ = two_ranks
     found = json.loads(hookdbg("alerts", out / "tp_nan.h5", "--json").stdout)["alerts"]
     assert "1 NaN of 128 values" in found[0]["message"]  # its shard: half the weight
+
+
+async def test_the_tui_shows_global_statistics_with_g(two_ranks):
+    """G in the TUI turns each rank's shard rows of the selected module into the global
+    tensors' (their placement and ranks in a column of their own), and back."""
+    from hookdbg.cells import num, shape_text
+    from hookdbg.tui.app import HookdbgApp
+    from hookdbg.tui.messages import Goto
+    from tests.tui.pilot import notices, records, settle, text, until
+
+    out, _ = two_ranks
+    with open_run(out / "fsdp.h5") as run:
+        rec, more = run[0], [run[r] for r in run.ranks[1:]]
+        module = rec.modules.resolve("net.0.q").id
+        last = int(rec.steps["step"][-1])
+        merged = run.global_tensors(0, rec.tensors(last, last))
+        app = HookdbgApp(rec, more_ranks=more)
+        async with app.run_test(size=(220, 50)) as pilot:  # wide: every column shown
+            await settle(app, pilot)
+            app.screen.post_message(Goto(module=module, step=last))
+            await settle(app, pilot)
+            table = app.screen.query_one("#detail-table")
+            local = records(table)
+            assert "global" not in local[0]
+            shard = next(r for r in local if r["slot"] == "param[weight]")
+            await pilot.press("G")
+            assert await until(app, pilot, lambda: "global" in records(table)[0])
+            title = text(app.screen.query_one("#detail-title"))
+            assert "merged from the ranks' shards" in title
+            weight = next(r for r in records(table) if r["slot"] == "param[weight]")
+            assert weight["global"].startswith("S(0) from ranks 0,1")
+            row = merged[(merged["module"] == module) & (merged["slot"] == Slot.PARAM)]
+            assert weight["max"] == num(float(row["max"][0]))  # the global tensor's
+            assert weight["shape"] == shape_text(row["shape"][0]) != shard["shape"]
+            await pilot.press("G")
+            assert await until(app, pilot, lambda: "global" not in records(table)[0])
+            assert "each rank's own shard statistics" in notices(app)
