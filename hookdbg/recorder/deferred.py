@@ -217,13 +217,13 @@ class StepBatch:
     """One step's device statistics, the rows waiting for them, and the checks to
     replay once they are read."""
 
-    def __init__(self, step: int, bins: int = 0, learned: set[tuple] | None = None) -> None:
+    def __init__(self, step: int, bins: int = 0, learned: dict[int, tuple] | None = None) -> None:
         self.step = step
         self.bins = bins  # histogram bins per tensor (0: none)
-        # the tensors copied at their hook, as (place in the step, shape, dtype): they
-        # were changed in place before an earlier step's were summarised (shared by
-        # every step's batch)
-        self.learned: set[tuple] = set() if learned is None else learned
+        # the tensors copied at their hook: place in the step -> (shape, dtype); they were
+        # changed in place before an earlier step's were summarised (shared by every
+        # step's batch)
+        self.learned: dict[int, tuple] = {} if learned is None else learned
         self.pending: list[Pending] = []
         self.rows: list[tuple] = []  # tensor rows holding Pending summaries
         self.checks: list[tuple] = []  # (function, args) in the order the hooks ran
@@ -257,19 +257,24 @@ class StepBatch:
         an earlier step's summary, or one not to ``hold``, is copied now (one launch),
         and the copy held."""
         n = t.numel()
-        shape, dtype = stats.shape_of(t), stats.dtype_name(t.dtype)
+        kind = t.dtype
+        shape, dtype = stats.shape_of(t), stats.dtype_name(kind)
         pending = Pending((shape, dtype, stats.device_name(t), n))
         place = len(self.pending)
         self.pending.append(pending)
+        learned = self.learned
         try:  # an inference tensor has no version counter
-            version = t._version if hold and (place, shape, dtype) not in self.learned else COPIED
+            if hold and (place not in learned or learned[place] != (shape, dtype)):
+                version = t._version
+            else:
+                version = COPIED
         except RuntimeError:
             version = COPIED
         if version == COPIED:
             with torch.no_grad():
                 t = t.clone()
         self._held.append((t, version, pending, place))
-        self._held_bytes += n * t.itemsize
+        self._held_bytes += n * kind.itemsize
         if self._held_bytes > HELD:
             self.summarise_held()
         return pending
@@ -290,7 +295,7 @@ class StepBatch:
                 if version != COPIED and t._version != version:
                     pending.group = CHANGED
                     self.changed += 1
-                    self.learned.add((place, *pending.meta[:2]))
+                    self.learned[place] = pending.meta[:2]
                     continue
                 members = groups.get((t.dtype, t.get_device()))
                 if members is None:
@@ -485,4 +490,6 @@ class StepBatch:
 
     def finished_rows(self) -> list[tuple]:
         """The step's tensor rows, with their summaries read back."""
-        return [(*row[:-1], resolved(row[-1])) for row in self.rows]
+        return [
+            (*row[:-1], row[-1].value if type(row[-1]) is Pending else row[-1]) for row in self.rows
+        ]

@@ -77,7 +77,7 @@ class Segments:
         self.defer = options.on_nan in ("warn", "stop") and options.checks_nan
         self.defer_all = defer_all
         self.inflight: collections.deque[StepBatch] = collections.deque()
-        self.learned: set[tuple] = set()  # tensors copied at their hook (StepBatch.learned)
+        self.learned: dict[int, tuple] = {}  # tensors copied at their hook (StepBatch.learned)
         # CUDA events of recorded segments whose model runs on CUDA (devicetime.py), and
         # the module hooks that mark their calls (set by the recorder)
         self.clock: DeviceClock | None = None

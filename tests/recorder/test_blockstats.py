@@ -231,7 +231,7 @@ def test_no_torch_op_per_tensor_and_a_launch_per_dtype_per_flush(monkeypatch):
 def test_a_tensor_changed_in_place_says_so_and_is_copied_from_then_on():
     """Its version moved between its hook and the flush: its summary is withheld (counts
     of -1), and the next batch copies the tensor in that place at its hook."""
-    learned: set[tuple] = set()
+    learned: dict[int, tuple] = {}
     t, kept = randn(3000, seed=1), randn(100, seed=2)
     for step in range(2):
         batch = StepBatch(step, 0, learned)
