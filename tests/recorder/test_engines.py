@@ -1,8 +1,10 @@
 """Every engine that summarises a tensor, against one float64 reference, on tensors
 chosen to break them: the C pass (stats._one_pass), the torch fallback
 (stats._torch_summary), the device path's arena (deferred.arena_stats) and its
-tensor-at-a-time reductions (deferred.tensor_stats), and the Triton kernel
-(blockkernel.py, in Triton's interpreter on CPU tensors where there is no GPU).
+tensor-at-a-time reductions (deferred.tensor_stats), and the two Triton kernels
+(blockkernel.py, in Triton's interpreter on CPU tensors where there is no GPU): the one
+over many tensors a launch that every held tensor goes through (table_stats), and the
+one over a tensor at a time (block_stats, where histograms are asked for).
 
 The contract: min and max exact; mean, population std (ddof 0) and L2 norm within
 1e-12 (relative) of numpy's on the values converted to float64, over the finite
@@ -144,17 +146,31 @@ def tensor_at_a_time(t: torch.Tensor, monkeypatch: pytest.MonkeyPatch) -> stats.
     return on_device(t)
 
 
-def triton_kernel(t: torch.Tensor, monkeypatch: pytest.MonkeyPatch) -> stats.Summary:
-    """Every tensor through the kernel, at most 4 programs of about 4 chunks each (of
-    256 values at least), so that even small tensors cross chunk and program
-    boundaries, and the interpreter (a few ms a chunk) is quick."""
+def _small_kernel_chunks(t: torch.Tensor, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most 4 programs of about 4 chunks each (of 256 values at least), so that even
+    small tensors cross chunk and program boundaries, and the interpreter (a few ms a
+    chunk) is quick."""
     pytest.importorskip("triton")
     if DEVICE == "cpu":
         assert os.environ.get("TRITON_INTERPRET") == "1", "set before triton is imported"
     monkeypatch.setattr(blockstats, "KERNEL_DEVICES", frozenset({DEVICE}))
-    monkeypatch.setattr(blockstats, "LARGE", 0)
     monkeypatch.setattr(blockstats, "BLOCK", max(256, 1 << (t.numel() // 16).bit_length()))
     monkeypatch.setattr(blockstats, "PROGRAMS", 4)
+    monkeypatch.setattr(blockstats, "TABLE_PROGRAMS", 4)
+
+
+def table_kernel(t: torch.Tensor, monkeypatch: pytest.MonkeyPatch) -> stats.Summary:
+    """The held tensor read in place by the kernel over a table of tensors."""
+    _small_kernel_chunks(t, monkeypatch)
+    assert blockstats.readable(t.to(DEVICE)) and blockstats.address(t.to(DEVICE))
+    return on_device(t)
+
+
+def triton_kernel(t: torch.Tensor, monkeypatch: pytest.MonkeyPatch) -> stats.Summary:
+    """Every tensor through the kernel over one tensor, as with --histograms."""
+    _small_kernel_chunks(t, monkeypatch)
+    monkeypatch.setattr(blockstats, "LARGE", 0)
+    monkeypatch.setattr(blockstats, "readable", lambda t: False)  # not the table's
     assert blockstats.flat_input(t.to(DEVICE)) is not None
     return on_device(t)
 
@@ -165,6 +181,7 @@ ENGINES: dict[str, tuple[Engine, bool]] = {  # the engine, and whether it is the
     "arena": (arena, True),
     "tensor_stats": (tensor_at_a_time, True),
     "triton": (triton_kernel, True),
+    "table": (table_kernel, True),
 }
 
 
