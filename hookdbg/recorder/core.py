@@ -34,6 +34,7 @@ import itertools
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -73,7 +74,8 @@ from hookdbg.store.schema import ModuleKind
 from hookdbg.store.writer import Writer, WriterError
 from hookdbg.text import plural
 
-_active: Recorder | None = None
+_active: Recorder | None = None  # the recording of this process, from its start
+_starting = threading.Lock()  # claiming ``_active``: one start at a time
 _HOOKDBG_DIR = str(Path(__file__).resolve().parent.parent)
 _COMPILE_WARNING = r"Using `torch.compile\(module\)` when there are global hooks"
 
@@ -206,19 +208,42 @@ class Recorder:
         self._started = False
         self._froze = False
         self._warning_filter: tuple | None = None
+        self.thread = ""  # the name of the thread it records (set by start)
 
     # -- lifecycle ------------------------------------------------------------------
 
     def start(self) -> Recorder:
+        """Create the file and install the hooks: from here on this thread's module
+        calls are recorded. One recording at a time per process (torch's hooks are
+        global): a second ``start``, on any thread, is refused at once."""
         global _active
-        if self._started:
-            raise RecordError(
-                f"this recorder already recorded to {self.path}; make a new one for "
-                "another recording (hookdbg.record(...))"
-            )
-        if _active is not None:
-            raise RecordError("a hookdbg recording is already running in this process")
-        self._started = True
+        with _starting:
+            if self._started:
+                raise RecordError(
+                    f"this recorder already recorded to {self.path}; make a new one for "
+                    "another recording (hookdbg.record(...))"
+                )
+            if _active is not None:
+                raise RecordError(
+                    "a hookdbg recording is already running in this process (to "
+                    f"{_active.path}, started on thread {_active.thread!r}); it records "
+                    "that thread only: record another in a process of its own"
+                )
+            self.thread = threading.current_thread().name
+            _active = self
+            self._started = True
+        try:
+            self._start()
+        except BaseException as exc:
+            if self._writer is None:  # nothing made: the process may record again
+                with _starting:
+                    _active = None
+            else:
+                self.close("exception", 1, f"{type(exc).__name__}: {exc}")
+            raise
+        return self
+
+    def _start(self) -> None:
         meta = run_metadata(self._argv, self.options)
         meta["per_call_path"] = "C" if accelerated.enabled() else "Python"
         try:
@@ -269,7 +294,13 @@ class Recorder:
             gc.freeze()
         hooks.add(InPlaceCompiled, calls.pre, calls.post)
         scaler = hooks.add(
-            ScalerWatch, self.guard, self.observer, self._steps, self.actions.release, self.warn
+            ScalerWatch,
+            self.guard,
+            self.observer,
+            self._steps,
+            self.actions.release,
+            self.warn,
+            calls.on_other_thread,
         )
         self._backward = hooks.add(BackwardWatch, calls, self._call_ids, origin, scaler)
         hooks.add(TerminationSignals, self._terminated)
@@ -278,9 +309,7 @@ class Recorder:
         # are hookdbg's, which expects that (recorder/naming.py), not the script's
         warnings.filterwarnings("ignore", message=_COMPILE_WARNING, category=UserWarning)
         self._warning_filter = warnings.filters[0]
-        _active = self
         self.guard.live = True
-        return self
 
     def close(self, status: str = "complete", exit_code: int = 0, message: str = "") -> None:
         """Remove every hook, write what is pending and the end row, close the file. A
@@ -518,7 +547,7 @@ class Recorder:
         self._elsewhere = None
         try:
             facts = {
-                "other_threads": unrecorded_threads(dict(self._calls.elsewhere)),
+                "other_threads": unrecorded_threads(self._calls.others, self.thread),
                 "child_processes": unrecorded_processes(*found.children()),
             }
         finally:

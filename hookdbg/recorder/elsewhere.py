@@ -1,20 +1,22 @@
 """Work that hookdbg does not record, counted so that the recording can say so.
 
-hookdbg records the thread and the process it started in. Module calls on other threads
-(a model run by a thread pool, Hogwild with threads) are counted per thread by the
-module hooks (modulehooks.py). A child process forked while recording (DataLoader
-workers running per-sample transforms, ``torch.multiprocessing`` trainers as in Hogwild)
-inherits the hooks, disabled (core.py); here it also gets two hooks of its own that tell
-the parent, through a pipe made when recording starts, the first time it runs a module
-and the first time it steps an optimizer: one short write each, never waited for. A
-child started with the ``spawn`` or ``forkserver`` method is a new interpreter that
-hookdbg never sees.
+hookdbg records the thread and the process it started in. Module calls and optimizer
+steps on other threads (a model run by a thread pool, Hogwild with threads, a second
+training loop in a thread of its own) are dropped by the hooks and counted per thread
+(``OtherThreads``), so that the recording can say how many ran where. A child process
+forked while recording (DataLoader workers running per-sample transforms,
+``torch.multiprocessing`` trainers as in Hogwild) inherits the hooks, disabled
+(core.py); here it also gets two hooks of its own that tell the parent, through a pipe
+made when recording starts, the first time it runs a module and the first time it
+steps an optimizer: one short write each, never waited for. A child started with the
+``spawn`` or ``forkserver`` method is a new interpreter that hookdbg never sees.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable
 
 from torch.nn.modules import module as module_hooks
@@ -70,15 +72,66 @@ class Elsewhere:
                 os.close(fd)
 
 
-def unrecorded_threads(calls: dict[int, int]) -> str | None:
-    """What the module hooks counted on other threads, in words (None: nothing)."""
-    if not calls:
+class OtherThreads:
+    """Module calls and optimizer steps on threads other than the recording one, counted
+    per thread as the hooks drop them."""
+
+    def __init__(self) -> None:
+        # each thread (kept to the end: a thread's ident is reused once it ends) ->
+        # [module calls, optimizer steps]
+        self.counts: dict[threading.Thread, list[int]] = {}
+
+    def module_call(self) -> None:
+        self._count(0)
+
+    def optimizer_step(self) -> None:
+        self._count(1)
+
+    def _count(self, what: int) -> None:
+        thread = threading.current_thread()
+        counts = self.counts.get(thread)
+        if counts is None:
+            counts = self.counts[thread] = [0, 0]
+        counts[what] += 1
+
+
+_NAMED = 3  # thread names given in the words, the busiest first
+
+
+def unrecorded_threads(others: OtherThreads, recording: str) -> str | None:
+    """What the hooks counted on threads other than the one named ``recording``, in
+    words: how many calls and steps, on how many threads, by their names (a name
+    several threads had, as a pool's workers, once). None: nothing."""
+    if not others.counts:
         return None
-    total = sum(calls.values())
-    return (
-        f"{plural(total, 'module call')} on {plural(len(calls), 'other thread')} "
-        "were not recorded (hookdbg records the thread that started recording)"
+    by_name: dict[str, list[int]] = {}  # name -> [threads, module calls, optimizer steps]
+    for thread, (calls, steps) in others.counts.items():
+        total = by_name.setdefault(thread.name, [0, 0, 0])
+        total[0] += 1
+        total[1] += calls
+        total[2] += steps
+    threads, calls, steps = (sum(t[i] for t in by_name.values()) for i in range(3))
+    what = " and ".join(
+        [plural(calls, "module call")] * bool(calls or not steps)
+        + [plural(steps, "optimizer step")] * bool(steps)
     )
+    busiest = sorted(by_name.items(), key=lambda item: (-item[1][1] - item[1][2], item[0]))
+    named = []
+    for name, (n, c, s) in busiest[:_NAMED]:
+        parts = [f"{n:,} threads"] * (n > 1) + [plural(c, "call")] * bool(c)
+        named.append(f"{_short(name)!r} ({', '.join(parts + [plural(s, 'step')] * bool(s))})")
+    if len(busiest) > _NAMED:
+        named.append(plural(len(busiest) - _NAMED, "more thread name"))
+    were = "was" if calls + steps == 1 else "were"
+    return (
+        f"{what} on {plural(threads, 'other thread')} {were} not recorded: {', '.join(named)}; "
+        f"hookdbg records the thread that started recording ({_short(recording)!r})"
+    )
+
+
+def _short(name: str, most: int = 40) -> str:
+    """A thread's name, cut to ``most`` characters: the words must fit the file's row."""
+    return name if len(name) <= most else name[: most - 1] + "\u2026"
 
 
 def unrecorded_processes(ran: int, trained: int) -> str | None:

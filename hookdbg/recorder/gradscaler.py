@@ -59,8 +59,10 @@ class ScalerWatch:
         steps: StepTracker,
         release: Callable[[Alert, dict[str, object]], None],
         warn: Callable[[str], None],
+        elsewhere: Callable[[], bool],
     ) -> None:
         self.guard = guard
+        self.elsewhere = elsewhere  # whether a scaler is used on another thread than ours
         self.observer = observer
         self.steps = steps
         self.release = release  # queue a held alert as a real one (recorder/actions.py)
@@ -106,7 +108,7 @@ class ScalerWatch:
     def scaled(self, scaler: torch.amp.GradScaler, outputs: object, result: object) -> None:
         """The loss of the current step was scaled: hold its non-finite gradients."""
         guard = self.guard
-        if not guard.live:
+        if not guard.live or self.elsewhere():
             return
         with guard.lock:
             seg = self.observer.state.seg
@@ -130,7 +132,7 @@ class ScalerWatch:
         """``scaler.step(optimizer)`` returned: note whether the optimizer stepped (the
         step's end depends on it) and queue the check of what the scaler found."""
         guard = self.guard
-        if not guard.live:
+        if not guard.live or self.elsewhere():
             return
         with guard.lock:
             try:

@@ -25,6 +25,7 @@ from torch.compiler import is_compiling
 
 from hookdbg.recorder.calls import Call
 from hookdbg.recorder.devicetime import DeviceClock
+from hookdbg.recorder.elsewhere import OtherThreads
 from hookdbg.recorder.envelope import Guard, inner_hook, run_eagerly
 from hookdbg.recorder.handoff import Handoff
 from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry
@@ -83,7 +84,7 @@ class ModuleHooks:
         # the time of top-level calls and backward passes so far, on the recorder's
         # clock: an optimizer step's self time leaves out what ran inside it (timing.py)
         self.root_time = 0.0
-        self.elsewhere: dict[int, int] = {}  # module calls on other threads, by thread
+        self.others = OtherThreads()  # what ran on other threads, not recorded
         # while a recorded segment's model runs on CUDA: its calls' device times
         self.device_clock: DeviceClock | None = None
 
@@ -91,6 +92,10 @@ class ModuleHooks:
         """The recording starts now, on this thread, at ``origin`` on its clock."""
         self._v0 = origin
         self._tid = _get_ident()
+
+    def on_other_thread(self) -> bool:
+        """Whether the hook asking runs on a thread other than the one recording."""
+        return _get_ident() != self._tid
 
     def pre(self, module: torch.nn.Module, args: tuple) -> None:
         """Inside a call that is not recorded (a step --every skips, an eval batch left
@@ -155,8 +160,7 @@ class ModuleHooks:
     def _elsewhere(self) -> None:
         """A module call on a thread other than the one recording: not recorded, but
         counted, so that the recording can say so."""
-        ident = _get_ident()
-        self.elsewhere[ident] = self.elsewhere.get(ident, 0) + 1
+        self.others.module_call()
 
     def _root(self, info: ModuleInfo, module: torch.nn.Module, args: tuple, now: float) -> bool:
         """A call with no module call around it, at ``now`` on the recorder's clock: a

@@ -58,6 +58,9 @@ class OptimizerObserver:
 
     @hook
     def pre(self, t0: float, opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        if self.calls.on_other_thread():  # another training loop's: counted, not recorded
+            self.calls.others.optimizer_step()
+            return
         self.steps.optimizer_begin()
         gradients = self.tensors.gradients
         if gradients.lazy:  # modules met only inside functional_call hold their own now
@@ -69,6 +72,8 @@ class OptimizerObserver:
 
     @hook
     def post(self, t0: float, opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        if self.calls.on_other_thread():
+            return
         v = t0 - self.guard.ovh
         start, before = self._started.pop(id(opt), (v, self.calls.root_time))
         inside = self.calls.root_time - before  # LBFGS's closure: forwards, backwards

@@ -47,7 +47,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from hookdbg.store import owner, retention, schema
+from hookdbg.store import newfile, owner, retention, schema
 from hookdbg.store.rows import Columns, Packed, Taken, joined, rows_in
 
 
@@ -203,82 +203,133 @@ class Writer:
         fill: Callable[[], None] | None = None,
     ) -> h5py.File:
         """The file at ``path`` (default: the recording's), its tables made, ``fill``
-        run before SWMR starts, one progress row committed."""
+        run before SWMR starts, one progress row committed.
+
+        The recording's own file is laid out in memory and put on disk whole
+        (store/newfile.py): HDF5 must never meet a full disk while it makes a file,
+        or it cannot close it again. A file that ``fill`` copies rows into (``_roll``)
+        is made on disk, as it may be as large as the recording."""
         path = path or self.path
+        if fill is None:
+            try:
+                newfile.put(path, self._image(meta))
+            except newfile.DiskFull as exc:
+                raise WriterError(f"cannot create {path}: {exc}") from None
+            except Exception as exc:
+                raise WriterError(f"cannot create {path}: {_reason(exc)}") from None
+            try:
+                f = h5py.File(path, "r+", libver=newfile.LIBVER)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                raise WriterError(f"cannot create {path}: {_reason(exc)}") from None
+        else:
+            try:
+                f = h5py.File(path, "w", libver=newfile.LIBVER)
+            except OSError as exc:
+                raise WriterError(f"cannot create {path}: {_reason(exc)}") from None
         try:
-            f = h5py.File(path, "w", libver=("v110", "v110"))
-        except OSError as exc:
-            raise WriterError(f"cannot create {path}: {_reason(exc)}") from None
-        try:
-            for key, value in meta.items():
-                f.attrs[key] = value
-            self._columns = {}
-            for name, (dtype, chunk) in self._tables.items():
-                group = f.create_group(name)
-                group.attrs[schema.TAIL_COLUMNS] = list(dtype.names or ())  # a tail row
-                self._tails[name] = tuple(
-                    group.create_dataset(
-                        slot, shape=(0,), maxshape=(None,), dtype="u1", chunks=(schema.TAIL_CHUNK,)
-                    )
-                    for slot in schema.TAIL_SLOTS
-                )
-                self._columns[name] = [
-                    (
-                        field,
-                        group.create_dataset(
-                            field,
-                            # a field holding an array per row (a histogram): 2-D
-                            shape=(0, *dtype[field].shape),
-                            maxshape=(None, *dtype[field].shape),
-                            dtype=dtype[field].base,
-                            chunks=(_rows_per_chunk(chunk, dtype[field]), *dtype[field].shape),
-                            **_filters(dtype[field]),
-                            # appends touch the last chunk only: cache that one, not the
-                            # default 1 MB of old chunks per column (~80 MB in all)
-                            rdcc_nbytes=_rows_per_chunk(chunk, dtype[field]) * dtype[field].itemsize
-                            + 1024,
-                            rdcc_nslots=11,
-                        ),
-                    )
-                    for field in dtype.names or ()
-                ]
-            end = f.create_group(schema.END_TABLE)
-            for field in _END_FIELDS:
-                _allocated(end, field, schema.END[field], 1)
-            end["write_failed"][0] = math.nan
-            self._committed = _allocated(
-                f, schema.COMMITTED, np.dtype("<i8"), (3, len(schema.TABLES))
-            )
-            self._capture_data = f.create_dataset(
-                schema.CAPTURE_DATA,
-                shape=(0,),
-                maxshape=(None,),
-                dtype="u1",
-                chunks=(schema.CAPTURE_CHUNK,),
-                compression="gzip",
-                compression_opts=1,
-                rdcc_nbytes=schema.CAPTURE_CHUNK + 1024,
-                rdcc_nslots=11,
-            )
-            # a first heartbeat before SWMR starts: a reader that opens the file before
-            # the first flush still sees a live writer
-            self._file = f
-            if fill is not None:
-                fill()
-            self._append_raw("progress", [self._progress_row()])
-            self._commit()
+            if fill is None:
+                self._bind(f)
+            else:
+                self._lay_out(f, meta, fill)
             f.swmr_mode = True
         except Exception as exc:
-            f.close()
+            _discard(f, path)
             raise WriterError(f"cannot create {path}: {_reason(exc)}") from None
         owner.hold(f.id.get_vfd_handle())  # no other recorder truncates it meanwhile
+        return f
+
+    def _image(self, meta: dict[str, str | int]) -> bytes:
+        """The new file's bytes, laid out in memory."""
+        memory = newfile.in_memory()
+        try:
+            self._lay_out(memory, meta, None)
+            return newfile.image(memory)
+        finally:
+            memory.close()
+
+    def _lay_out(
+        self, f: h5py.File, meta: dict[str, str | int], fill: Callable[[], None] | None
+    ) -> None:
+        """The tables and the end row's bytes made in ``f``, ``fill`` run, one progress
+        row committed: a first heartbeat, so that a reader that opens the file before
+        the first flush still sees a live writer."""
+        for key, value in meta.items():
+            f.attrs[key] = value
+        self._file = f
+        self._columns = {}
+        for name, (dtype, chunk) in self._tables.items():
+            group = f.create_group(name)
+            group.attrs[schema.TAIL_COLUMNS] = list(dtype.names or ())  # a tail row
+            self._tails[name] = tuple(
+                group.create_dataset(
+                    slot, shape=(0,), maxshape=(None,), dtype="u1", chunks=(schema.TAIL_CHUNK,)
+                )
+                for slot in schema.TAIL_SLOTS
+            )
+            self._columns[name] = [
+                (
+                    field,
+                    group.create_dataset(
+                        field,
+                        # a field holding an array per row (a histogram): 2-D
+                        shape=(0, *dtype[field].shape),
+                        maxshape=(None, *dtype[field].shape),
+                        dtype=dtype[field].base,
+                        chunks=(_rows_per_chunk(chunk, dtype[field]), *dtype[field].shape),
+                        **_filters(dtype[field]),
+                        rdcc_nbytes=_cache_bytes(chunk, dtype[field]),
+                        rdcc_nslots=11,
+                    ),
+                )
+                for field in dtype.names or ()
+            ]
+        end = f.create_group(schema.END_TABLE)
+        for field in _END_FIELDS:
+            _allocated(end, field, schema.END[field], 1)
+        end["write_failed"][0] = math.nan
+        self._committed = _allocated(f, schema.COMMITTED, np.dtype("<i8"), (3, len(schema.TABLES)))
+        self._capture_data = f.create_dataset(
+            schema.CAPTURE_DATA,
+            shape=(0,),
+            maxshape=(None,),
+            dtype="u1",
+            chunks=(schema.CAPTURE_CHUNK,),
+            compression="gzip",
+            compression_opts=1,
+            rdcc_nbytes=schema.CAPTURE_CHUNK + 1024,
+            rdcc_nslots=11,
+        )
+        self._locate_end(f)
+        if fill is not None:
+            fill()
+        self._append_raw("progress", [self._progress_row()])
+        self._commit()
+
+    def _bind(self, f: h5py.File) -> None:
+        """The handles ``_lay_out`` holds, for the file it laid out, opened anew in ``f``
+        (the same file, put on disk)."""
+        self._file = f
+        self._columns = {}
+        for name, (dtype, chunk) in self._tables.items():
+            group = f[name]
+            self._tails[name] = tuple(group[slot] for slot in schema.TAIL_SLOTS)
+            self._columns[name] = [
+                (field, _opened(group, field, _cache_bytes(chunk, dtype[field])))
+                for field in dtype.names or ()
+            ]
+        self._committed = f[schema.COMMITTED]
+        self._capture_data = _opened(f, schema.CAPTURE_DATA, schema.CAPTURE_CHUNK + 1024)
+        self._locate_end(f)
+
+    def _locate_end(self, f: h5py.File) -> None:
         # one handle per dataset (self._columns) for the file's lifetime: cheaper than a
         # lookup per append, and no handle is freed while HDF5 is in an error state
         self._end_columns = {field: f[schema.END_TABLE][field] for field in _END_FIELDS}
         # where the in-place datasets are in the file: written there directly, bypassing
         # HDF5, once HDF5 itself can no longer write
         self._offsets = {field: ds.id.get_offset() for field, ds in self._end_columns.items()}
-        return f
 
     def _run(self) -> None:
         try:
@@ -591,18 +642,9 @@ class Writer:
             os.fsync(fd)
 
     def _abandon(self) -> None:
-        """After a write error, point the file's descriptor at /dev/null before closing.
-
-        HDF5 retries its metadata flush on close and at exit; on a full disk that
-        fails again, and HDF5 2.0 then crashes the process (measured: SIGSEGV at
-        exit), which would change the script's exit status. Writes to /dev/null
-        succeed, so nothing more reaches the file, which keeps what was flushed.
-        """
-        with contextlib.suppress(Exception):
-            fd = self._file.id.get_vfd_handle()
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, fd)
-            os.close(null)
+        """After a write error, point the file's descriptor at /dev/null before closing
+        (``_silence``)."""
+        _silence(self._file)
 
     def _fail(self, exc: BaseException) -> None:
         self.failed = _reason(exc)
@@ -659,6 +701,44 @@ def compact(path: Path) -> bool:
         with contextlib.suppress(OSError):
             tmp.unlink()
         return False
+
+
+def _silence(f: h5py.File) -> None:
+    """Point the descriptor of ``f``, which HDF5 failed to write, at /dev/null.
+
+    HDF5 retries its metadata flush on close and at exit; on a full disk that fails
+    again, and HDF5 2.0 then crashes the process (measured: SIGSEGV at exit), which
+    would change the script's exit status. Writes to /dev/null succeed, so nothing more
+    reaches the file, which keeps what was flushed.
+    """
+    with contextlib.suppress(Exception):
+        fd = f.id.get_vfd_handle()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+
+
+def _discard(f: h5py.File, path: Path) -> None:
+    """A file that could not be set up: closed without a word from HDF5 (``_silence``),
+    and removed."""
+    _silence(f)
+    with contextlib.suppress(Exception):
+        f.close()
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+def _opened(group: h5py.Group, name: str, cache_bytes: int) -> h5py.Dataset:
+    """``group[name]`` with a chunk cache of ``cache_bytes`` (``_cache_bytes``)."""
+    dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
+    dapl.set_chunk_cache(11, cache_bytes, 0.75)
+    return h5py.Dataset(h5py.h5d.open(group.id, name.encode(), dapl))
+
+
+def _cache_bytes(chunk: int, dtype: np.dtype) -> int:
+    """A column's chunk cache: appends touch the last chunk only, so cache that one, not
+    the default 1 MB of old chunks per column (~80 MB in all)."""
+    return _rows_per_chunk(chunk, dtype) * dtype.itemsize + 1024
 
 
 def _append_at(ds: h5py.Dataset, n: int, values: np.ndarray) -> None:

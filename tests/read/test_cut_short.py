@@ -18,13 +18,21 @@ from tests.helpers import hookdbg, live_recording
 KILLED_WHILE_CREATING = """
 import os, signal, sys, h5py, hookdbg
 where = sys.argv[2]
-if where == "tables":  # half of the tables created
+if where == "tables":  # half of the tables created (in memory)
     create_group = h5py.Group.create_group
     def dying(self, name, *args, **kwargs):
         if name == "tensors":
             os.kill(os.getpid(), signal.SIGKILL)
         return create_group(self, name, *args, **kwargs)
     h5py.Group.create_group = dying
+elif where == "writing":  # half of the file's bytes on disk
+    write = os.write
+    def dying(fd, data):
+        if len(data) > 10_000:
+            write(fd, bytes(data[: len(data) // 2]))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return write(fd, data)
+    os.write = dying
 else:  # every table created, about to switch to SWMR
     swmr = h5py.File.swmr_mode
     h5py.File.swmr_mode = property(swmr.fget, lambda self, on: os.kill(os.getpid(), signal.SIGKILL))
@@ -41,7 +49,16 @@ with hookdbg.record(sys.argv[1], quiet=True), torch.no_grad():
 """
 
 
-@pytest.mark.parametrize("where", ["tables", "swmr"])
+def test_killed_while_laying_out_the_file_leaves_nothing(tmp_path):
+    """The file is laid out in memory and put on disk whole (store/newfile.py)."""
+    path = tmp_path / "run.h5"
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_WHILE_CREATING, str(path), "tables"], timeout=120
+    )
+    assert proc.returncode == -signal.SIGKILL and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["writing", "swmr"])
 def test_killed_while_creating_the_file(tmp_path, where):
     path = tmp_path / "run.h5"
     proc = subprocess.run(
