@@ -99,10 +99,14 @@ class Table:
         writer wrote before it committed them."""
         sealed, self._tail = (None, None) if state is None else state
         if refresh:
-            for name in [*self._stored, *self.optional]:
-                self._h5(name, self._columns[name].refresh)
+            self._refresh_columns()
         # while a file is written one column may be a batch ahead of another
-        shortest = min(self._h5(n, partial(_length, self._columns[n])) for n in self._stored)
+        shortest = self._shortest()
+        if sealed is not None and shortest < sealed and self._swmr and not refresh:
+            # a live file's column handles, shared with an earlier reader, may still
+            # hold the lengths they had then: the committed state read since is newer
+            self._refresh_columns()
+            shortest = self._shortest()
         if sealed is None:
             self._main = shortest if self._committed is None else min(shortest, self._committed())
         elif shortest < sealed:
@@ -113,6 +117,13 @@ class Table:
         else:
             self._main = sealed
         return self._main + (0 if self._tail is None else len(self._tail))
+
+    def _refresh_columns(self) -> None:
+        for name in [*self._stored, *self.optional]:
+            self._h5(name, self._columns[name].refresh)
+
+    def _shortest(self) -> int:
+        return min(self._h5(n, partial(_length, self._columns[n])) for n in self._stored)
 
     def column(self, name: str, rows: slice | None = None) -> np.ndarray:
         """One column (whole, cached, or a row range)."""

@@ -245,3 +245,22 @@ def test_a_follower_sees_the_end_when_closing_adds_no_rows(tmp_path):
     assert rec.refresh(), "the end is news"
     assert rec.status is Status.COMPLETE and len(rec.steps) == 1
     rec.close()
+
+
+def test_readers_opened_one_after_another_on_a_live_file_never_call_it_damaged(tmp_path):
+    """Readers of one live file in one process share its column handles; a reader
+    opened later reads a newer committed state than the lengths those handles last
+    saw, and must look again rather than call the file damaged."""
+    path = tmp_path / "live.h5"
+    opened: list = []
+    with live_recording(path):
+        deadline = time.time() + 12
+        while time.time() < deadline:
+            rec = open_recording(path)  # raises RecordingError if it calls it damaged
+            assert len(rec.tensors_table) >= 0
+            opened.append(rec)
+            if len(opened) > 3:  # earlier readers stay open: their handles are shared
+                opened.pop(0).close()
+    for rec in opened:
+        rec.close()
+    assert len(opened) == 3
