@@ -101,6 +101,7 @@ class ReplayScreen(Screen[None]):
         self.known_answers = 0  # the recorder's answers to steering commands, seen
         self._start_following = follow
         self._moved = False  # the user went somewhere before the comparison was ready
+        self._stat_picked = False  # the user chose what the plot shows
 
     @property
     def run(self) -> RunView:
@@ -355,6 +356,7 @@ class ReplayScreen(Screen[None]):
         for _, seq, answer in self.run.rec.answers[self.known_answers :]:
             self.notify(answer, title=f"the recorder, to command {seq}", markup=False)
         self.known_answers = len(self.run.rec.answers)
+        self._new_modules()
         ended = self.run.ended()
         if ended is not None or self.run.status is Status.CUT_SHORT:
             self.following = False
@@ -366,6 +368,19 @@ class ReplayScreen(Screen[None]):
             self._load_step()
             self._load_detail()
         self._load_series()
+
+    def _new_modules(self) -> None:
+        """Modules recorded since the tree was built: show them, and the first one if
+        none was shown yet; the loss once there is one, unless the user picked a plot."""
+        tree = self.query_one(ModuleTree)
+        if not tree.update_modules(self.run.rec.modules):
+            return
+        if self.module is None:
+            self.module = tree.first_module
+        else:
+            tree.select_module(self.module)
+        if not self._stat_picked and self.stat != 0 and len(self.run.rec.losses):
+            self.stat = 0
 
     # -- reacting to the user --------------------------------------------------------
 
@@ -406,7 +421,12 @@ class ReplayScreen(Screen[None]):
             self.go_to(step)
 
     def action_next_stat(self) -> None:
-        self.stat = (self.stat + 1) % len(PLOT_STATS)
+        self.plot_stat((self.stat + 1) % len(PLOT_STATS))
+
+    def plot_stat(self, index: int) -> None:
+        """Plot ``PLOT_STATS[index]`` (``s``, the command palette)."""
+        self._stat_picked = True
+        self.stat = index
 
     def action_profile(self) -> None:
         self._open_profile(self.step)
