@@ -56,7 +56,8 @@ forward pass (`≠ bwd only`: only its gradients differ, which a divergence furt
 causes; `≠ weights`: only its weights after the step), `★` the first divergence.
 
 **Plots**: `×` marks steps whose value is NaN/inf, `▲` the current step; two runs
-share one scale.
+share one scale. A module returning a dict or tuple is plotted by its first tensor
+output (the title says which).
 """
 
 

@@ -26,6 +26,7 @@ from hookdbg.analysis.stepview import (
     ModuleStep,
     PlotStat,
     module_detail,
+    plotted_path,
     series,
     step_table,
 )
@@ -117,9 +118,12 @@ class RunView:
         return dataclasses.replace(detail, rows=rows, merged=True)
 
     def series(
-        self, module: int, stat: PlotStat, evals: bool = False
+        self, module: int, stat: PlotStat, evals: bool = False, path: str | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        return series(self.rec, module, stat, evals)
+        return series(self.rec, module, stat, evals, path)
+
+    def plotted_path(self, module: int, stat: PlotStat) -> str | None:
+        return plotted_path(self.rec, module, stat)
 
     def loss_label(self) -> str:
         """What the loss plot is of: ``loss (train.py:42)``, and how many other sites."""

@@ -163,15 +163,19 @@ class PlotPane(Vertical):
 
     def __init__(self, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
-        self._shown: tuple[PlotStat, str, Series, Series | None] | None = None
+        self._shown: tuple[PlotStat, str, Series, Series | None, str] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="plot-title")
         yield Plot(id="plot-a")
         yield Plot(id="plot-b", classes="hidden")
 
-    def show(self, stat: PlotStat, module: str, series: Series, other: Series | None) -> None:
-        self._shown = (stat, module, series, other)
+    def show(
+        self, stat: PlotStat, module: str, series: Series, other: Series | None, tensor: str = ""
+    ) -> None:
+        """Plot ``series`` (and ``other``, the second run's); ``tensor`` says which of
+        the module's tensors it is of, where it returned several ("output[logits]")."""
+        self._shown = (stat, module, series, other, tensor)
         scale = value_range(series, other)
         self.query_one("#plot-a", Plot).show(series, scale)
         second = self.query_one("#plot-b", Plot)
@@ -190,9 +194,11 @@ class PlotPane(Vertical):
     def _title(self) -> None:
         if self._shown is None:
             return
-        stat, module, (steps, values), other = self._shown
+        stat, module, (steps, values), other, tensor = self._shown
         shown = "{} over the run" if stat.of_run else f"{stat.label} of {{}}"
         title = Text(shown.format(printable(module)), style="bold")
+        if tensor:
+            title.append(f" ({printable(tensor)})", style="bold")
         if not len(values):
             missing = "not recorded" if stat.of_run else "not recorded for this module"
             title.append(f"   {missing}", style="dim")

@@ -25,6 +25,7 @@ from textual.widgets import Footer, Header, Static
 
 from hookdbg.analysis.steer import SteerError, steer
 from hookdbg.read import RankSet, Status
+from hookdbg.store.schema import slot_label
 from hookdbg.text import plural, printable
 
 from .detail import DetailPane, DetailTable
@@ -281,22 +282,28 @@ class ReplayScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="series")
     def load_series(self, rank: int, module: int, evals: bool, stat_index: int) -> None:
         run, stat = self.ranks[rank], PLOT_STATS[stat_index]
-        series = run.series(module, stat, evals)
+        path = None if stat.of_run else run.plotted_path(module, stat)
+        series = run.series(module, stat, evals, path)
         name = run.loss_label() if stat.of_run else run.rec.modules.name(module)
         other = None
         if self.other is not None:
             twin = self.other.rec.modules.by_name(name)
             if stat.of_run:
                 other = self.other.series(module, stat, evals)
-            elif twin is not None:
-                other = self.other.series(twin.id, stat, evals)
+            elif twin is not None:  # the same tensor of the same module
+                other = self.other.series(twin.id, stat, evals, path)
+        # say which tensor, where the module returned several (a parameter's statistic
+        # names its tensor in its own label)
+        tensor = ""
+        if stat.slot is not None and stat.path is None and path:
+            tensor = slot_label(stat.slot, path)
         key = (rank, module, evals, stat_index)
-        self.post_message(SeriesLoaded(key, stat, name, series, other))
+        self.post_message(SeriesLoaded(key, stat, name, series, other, tensor))
 
     def on_series_loaded(self, message: SeriesLoaded) -> None:
         if message.key == (self.rank, self.module, self.evals, self.stat):
             self.query_one(PlotPane).show(
-                message.stat, message.module, message.series, message.other
+                message.stat, message.module, message.series, message.other, message.tensor
             )
 
     @work(thread=True, group="diff")

@@ -9,6 +9,7 @@ from hookdbg.read import open_recording
 from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.dialogs import HelpScreen
 from hookdbg.tui.messages import Goto
+from hookdbg.tui.plot import Plot
 from hookdbg.tui.screens import AlertsScreen, ProfileScreen, SearchScreen
 from hookdbg.tui.stepbar import StepBar
 from hookdbg.tui.tree import ModuleTree
@@ -63,6 +64,32 @@ async def test_replay_tree_detail_and_steps(mlp_h5):
         await pilot.press("end")
         await settle(app, pilot)
         assert "step 3" in text(app.screen.query_one(StepBar))
+
+
+async def test_plots_of_a_module_returning_a_dict_or_tuple_show_its_first_tensor(
+    dict_output_h5,
+):
+    """A Hugging Face style model returns {"loss", "logits"} and attention a tuple: their
+    output statistics are plotted of the first tensor output, and the title says which."""
+    rec = open_recording(dict_output_h5)
+    app = HookdbgApp(rec)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        plot_title = app.screen.query_one("#plot-title")
+        await pilot.press("s")  # output std
+        await settle(app, pilot)
+        assert "output std of model (output[loss])   steps 0-4" in text(plot_title)
+        app.screen.go_to(module=rec.modules.resolve("attn").id)
+        await settle(app, pilot)
+        assert "output std of model.attn (output[0])   steps 0-4" in text(plot_title)
+        assert app.screen.query_one("#plot-a", Plot)._buckets  # drawn
+        await pilot.press("s", "s", "s")  # grad norm (w.r.t. output)
+        await settle(app, pilot)
+        assert "grad norm (w.r.t. output) of model.attn (grad_output[0])" in text(plot_title)
+        assert "not recorded" not in text(plot_title)
+        app.screen.go_to(module=rec.modules.resolve("head").id)  # a plain output: as it is
+        await settle(app, pilot)
+        assert "grad norm (w.r.t. output) of model.head   steps 0-4" in text(plot_title)
 
 
 async def test_alerts_screen_jumps_to_the_origin(nan_h5):
