@@ -130,15 +130,24 @@ class Plot(Widget):
         return BLOCKS[min(8, max(0, eighths))], self._style("here" if here else "bar")
 
     def _step_axis(self) -> Text:
-        """The first and last step at the ends, ▲ under the current step."""
-        cells = [" "] * (len(self._buckets) * self._cells)
+        """The first and last step at the ends, ▲ under the current step; a label the ▲
+        would cover is left out rather than cut (the title says the current step)."""
+        width = len(self._buckets) * self._cells
+        here = range(0)
+        if self._here is not None:
+            here = range(self._here * self._cells, (self._here + 1) * self._cells)
         first, last = str(int(self._buckets[0].steps[0])), str(int(self._buckets[-1].steps[-1]))
-        if len(first) + len(last) + 1 < len(cells):
-            cells[: len(first)] = first
-            cells[len(cells) - len(last) :] = last
+        cells = [" "] * width
+        if len(first) + len(last) + 1 < width:
+            for span, label in (
+                (range(len(first)), first),
+                (range(width - len(last), width), last),
+            ):
+                if not set(span) & set(here):
+                    cells[span.start : span.stop] = label
         line = Text(" " * self._axis, self._style("axis"))
         for i, c in enumerate(cells):
-            if i // self._cells == self._here:
+            if i in here:
                 line.append("▲", self._style("here"))
             else:
                 line.append(c, self._style("axis"))
