@@ -23,7 +23,7 @@ from .messages import Opened
 KEYS = (
     ("← → (h l)", "previous / next recorded step"),
     ("pgup pgdn", "10 steps back / on (with shift: 100)"),
-    ("home end", "first / last step"),
+    ("home end", "first / last step (end: follow a live recording again)"),
     ("g or :", "go to a step by number"),
     ("↑ ↓ enter", "move in the module tree, fold / unfold"),
     ("tab", "between the tree and the tensor table"),
@@ -37,7 +37,7 @@ KEYS = (
     ("e", "eval batches (validation, test) instead of training steps, and back"),
     ("r", "next rank of a distributed run"),
     ("G", "global statistics of sharded tensors (DTensor shards merged across ranks)"),
-    ("F", "follow a recording that is still being written"),
+    ("F", "follow a recording still being written; stepping back stops"),
     ("R", "record the next N steps of a live run in full detail (hookdbg ctl)"),
     ("y", "copy the module's name, or the table cell (OSC 52)"),
     ("ctrl+p", "command palette; type a module's name to go to it"),

@@ -406,6 +406,9 @@ class ReplayScreen(Screen[None]):
             self.step = nearest_step(self.steps, step)
             if self.step != step:
                 self.notify(f"step {step} was not recorded: showing step {self.step}")
+            if self.following and self.step != self.steps[-1]:
+                self.following = False  # End or F goes back to the newest step
+                self.notify("stopped following: End or F follows again", timeout=3)
         if module is not None:
             self.module = module
 
@@ -416,7 +419,9 @@ class ReplayScreen(Screen[None]):
         self.go_to(self.steps[max(0, min(len(self.steps) - 1, i + delta))])
 
     def action_edge(self, index: int) -> None:
-        if self.steps:
+        if index == -1 and not self.following and self.run.status is Status.LIVE:
+            self.following = True  # the newest step of a live run: follow it on
+        elif self.steps:
             self.go_to(self.steps[index])
 
     def action_goto(self) -> None:

@@ -56,6 +56,35 @@ async def test_follow_shows_steps_as_they_are_written(tmp_path):
             assert "● following" in text(app.screen.query_one(StepBar))
 
 
+async def test_leaving_the_newest_step_stops_following_and_end_or_F_resumes(tmp_path):
+    path = tmp_path / "live.h5"
+    with live_recording(path, pause=0.05):
+        app = HookdbgApp(open_recording(path), follow=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(app, pilot)
+            screen, bar = app.screen, app.screen.query_one(StepBar)
+            assert await until(app, pilot, lambda: len(screen.steps) > 3)
+            await pilot.press("left")
+            await settle(app, pilot)
+            assert not screen.following and "following" not in text(bar)
+            assert screen.step != screen.steps[-1]
+            assert "press F to follow it" in text(screen.query_one("#notice"))
+            left = screen.step
+            await pilot.pause(1.5)  # new steps are written; the step shown stays
+            assert screen.step == left
+            await pilot.press("end")
+            await settle(app, pilot)
+            assert screen.following and "● following" in text(bar)
+            assert await until(app, pilot, lambda: screen.step == screen.steps[-1] > left)
+            await pilot.press("home")
+            await settle(app, pilot)
+            assert not screen.following and "following" not in text(bar)
+            await pilot.press("F")
+            await settle(app, pilot)
+            assert screen.following and "● following" in text(bar)
+            assert screen.step == screen.steps[-1]
+
+
 async def test_follow_waits_for_a_recording_that_does_not_exist_yet(tmp_path):
     path = tmp_path / "later.h5"
     app = HookdbgApp(None, follow=True, wait_for=path)
