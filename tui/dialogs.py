@@ -29,7 +29,7 @@ KEYS = (
     ("tab", "between the tree and the tensor table"),
     ("shift+← →", "across the table's columns"),
     ("s", "plot another statistic over steps"),
-    ("p", "profile (a in it: all steps)"),
+    ("p", "profile; in it: enter goes to a module, a all steps, s t c n sort"),
     ("a", "NaN/inf alerts; enter jumps to one"),
     ("/", "search"),
     ("n N", "next / previous module the search found"),

@@ -511,8 +511,7 @@ class ReplayScreen(Screen[None]):
 
     def action_toggle_follow(self) -> None:
         if not self.following and self.run.status is Status.COMPLETE:
-            ended = self.run.ended() or "recording finished"
-            self.notify(f"this recording is complete ({ended}): nothing more will be written")
+            self.notify(f"nothing to follow: {self.run.ended() or 'recording finished'}")
             return
         self.following = not self.following
         self.notify(

@@ -19,7 +19,7 @@ from hookdbg.analysis.query import Query, QueryError, parse
 from hookdbg.analysis.search import SearchResult
 from hookdbg.cells import count_text, slot_label, tensor_text
 from hookdbg.store.schema import Phase
-from hookdbg.text import printable, utf8
+from hookdbg.text import plural, printable, utf8
 
 from .model import RunView
 
@@ -71,7 +71,7 @@ class ProfileScreen(Screen[Jump | None]):
             Text.assemble(
                 (f"profile of {span}", "bold"),
                 ": milliseconds per step, self = without recorded submodules",
-                (f"   a: {other}", "dim"),
+                (f"   a: {other}, enter: go to the module", "dim"),
             )
         )
         table = self.query_one(DataTable)
@@ -145,8 +145,9 @@ class AlertsScreen(Screen[Jump | None]):
         self.reports = reports
 
     def compose(self) -> ComposeResult:
+        where = "where it was born" if len(self.reports) == 1 else "where each was born"
         yield Static(
-            Text(f"{len(self.reports)} NaN/inf alerts: where each was born", style="bold"),
+            Text(f"{plural(len(self.reports), 'NaN/inf alert')}: {where}", style="bold"),
             id="screen-title",
         )
         yield DataTable(id="alerts-table", cursor_type="row", zebra_stripes=True)
@@ -248,12 +249,11 @@ class SearchScreen(Screen[Jump | None]):
                 key=str(i),
             )
         shown = f" (first {len(result.rows):,})" if result.total > len(result.rows) else ""
+        found = f"{plural(result.total, 'match', 'matches')} for {query!r}{shown}"
+        if result.total:
+            found += "; Enter jumps, n/N in the replay go to the next / previous matching module"
         self.query_one("#search-status", Static).update(
-            Text(
-                f"{result.total:,} matches for {query!r}{shown}; Enter jumps, n/N in the replay "
-                "go to the next / previous matching module",
-                style="green" if result.total else "yellow",
-            )
+            Text(found, style="green" if result.total else "yellow")
         )
         if result.total:
             table.focus()

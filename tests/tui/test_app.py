@@ -103,6 +103,7 @@ async def test_alerts_screen_jumps_to_the_origin(nan_h5):
         await pilot.press("a")
         await settle(app, pilot)
         assert isinstance(app.screen, AlertsScreen)
+        assert text(app.screen.query_one("#screen-title")) == "1 NaN/inf alert: where it was born"
         [alert] = rows(app.screen.query_one(DataTable))
         assert alert[0] == "★ first" and alert[1:4] == ["3", "model.standardize", "fwd"]
         await pilot.press("enter")
@@ -124,7 +125,7 @@ async def test_search_jumps_and_n_walks_through_matching_modules(nan_h5):
         assert isinstance(app.screen, SearchScreen)
         await pilot.press(*"std<0", "enter")
         await settle(app, pilot)
-        assert "0 matches" in text(app.screen.query_one("#search-status"))
+        assert text(app.screen.query_one("#search-status")) == "0 matches for 'std<0'"
         await pilot.press("escape")
         await pilot.press("slash")
         app.screen.query_one("#query").value = ""
@@ -132,6 +133,7 @@ async def test_search_jumps_and_n_walks_through_matching_modules(nan_h5):
         await settle(app, pilot)
         hits = rows(app.screen.query_one(DataTable))
         assert hits[0][:3] == ["3", "model.standardize", "fwd"] and len(hits) > 2
+        assert "; Enter jumps, n/N" in text(app.screen.query_one("#search-status"))
         places = list(dict.fromkeys((h[0], h[1]) for h in hits))
         await pilot.press("enter")  # the first hit
         await settle(app, pilot)
@@ -160,6 +162,7 @@ async def test_profile_sorts_covers_all_steps_with_a_and_help_opens(resnet_h5):
         await settle(app, pilot)
         assert isinstance(app.screen, ProfileScreen)
         assert "profile of step 0" in text(app.screen.query_one("#screen-title"))
+        assert "enter: go to the module" in text(app.screen.query_one("#screen-title"))
         by_self = rows(app.screen.query_one(DataTable))
         selfs = [float(r[4]) for r in by_self]
         assert selfs == sorted(selfs, reverse=True) and len(by_self) > 50
@@ -178,6 +181,8 @@ async def test_profile_sorts_covers_all_steps_with_a_and_help_opens(resnet_h5):
         await pilot.press("escape", "question_mark")
         await settle(app, pilot)
         assert isinstance(app.screen, HelpScreen)
+        keys = text(app.screen.query_one("#help-keys"))
+        assert "profile; in it: enter goes to a module" in keys
         await pilot.press("escape")
         await pilot.press("q")
 

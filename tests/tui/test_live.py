@@ -165,7 +165,7 @@ async def test_the_bar_says_when_the_recording_finished(tmp_path):
             assert "following" not in text(bar) and not app.screen.following
             assert app.screen.step == 29  # it stayed on the newest step to the end
             await pilot.press("F")
-            assert any("this recording is complete" in n for n in notices(app))
+            assert "nothing to follow: recording finished (30 steps, exit status 3)" in notices(app)
             assert not app.screen.following
     finally:
         assert proc.wait(timeout=60) == 3
