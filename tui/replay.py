@@ -103,6 +103,7 @@ class ReplayScreen(Screen[None]):
         self._start_following = follow
         self._moved = False  # the user went somewhere before the comparison was ready
         self._stat_picked = False  # the user chose what the plot shows
+        self._diff_notes: list[str] = []  # what comparing the runs left out
 
     @property
     def run(self) -> RunView:
@@ -124,11 +125,19 @@ class ReplayScreen(Screen[None]):
     def _steps_of(self, view: RunView) -> list[int]:
         return view.eval_steps if self.evals else view.steps
 
+    def _shown_steps(self) -> list[int]:
+        """The steps to move through: comparing two runs, those of either (a step one
+        run lacks shows the other's rows alone)."""
+        steps = self._steps_of(self.run)
+        if self.other is None or self.evals:
+            return steps
+        return sorted(set(steps) | set(self.other.steps))
+
     def on_mount(self) -> None:
         self._title()
         # the plot opens on the loss over the run; a recording without one, on outputs
         self.set_reactive(ReplayScreen.stat, 0 if len(self.run.rec.losses) else 1)
-        self.steps = self.run.steps
+        self.steps = self._shown_steps()
         self.known_alerts = len(self.run.rec.alerts)
         self.known_answers = len(self.run.rec.answers)
         self._show_steps()
@@ -154,10 +163,13 @@ class ReplayScreen(Screen[None]):
         self.app.title = f"hookdbg  {printable(title)}"
 
     def _notice(self) -> None:
-        text = status_notice(self.run, self.following)
+        """The notice line: what is odd about the recording, and what comparing two
+        left out (steps or modules one run lacks)."""
+        lines = [status_notice(self.run, self.following), *self._diff_notes]
+        text = "\n".join(line for line in lines if line)
         notice = self.query_one("#notice", Static)
-        notice.set_class(text is None, "hidden")
-        notice.update(Text(text or ""))
+        notice.set_class(not text, "hidden")
+        notice.update(Text(text))
 
     def _announce_alerts(self) -> None:
         text = alerts_notice(self.ranks)
@@ -207,7 +219,7 @@ class ReplayScreen(Screen[None]):
         self._notice()
 
     def watch_evals(self, evals: bool) -> None:
-        self.steps = self._steps_of(self.run)
+        self.steps = self._shown_steps()
         self._show_steps()
         self.step = self.steps[0] if self.steps else None
         self.query_one(StepBar).current = self.step
@@ -217,7 +229,7 @@ class ReplayScreen(Screen[None]):
 
     def watch_rank(self, old: int, new: int) -> None:
         self._title()
-        self.steps = self._steps_of(self.run)
+        self.steps = self._shown_steps()
         self._show_steps()
         self._notice()
         if self.step not in self.steps:
@@ -318,8 +330,13 @@ class ReplayScreen(Screen[None]):
         first = self.diff.first()
         tree = self.query_one(ModuleTree)
         tree.mark_first_divergence(first[0] if first else None)
+        self._diff_notes = self.diff.notes()
+        self._notice()
         if first is None:
-            self.notify("the two recordings match within tolerance")
+            matched = self.diff.result.equal
+            self.notify(
+                self.diff.verdict(), severity="information" if matched else "warning", timeout=10
+            )
         else:
             self.notify(
                 f"first divergence: {printable(first[0])} at step {first[1]} "
@@ -348,7 +365,7 @@ class ReplayScreen(Screen[None]):
         if not self.following or message.rank != self.rank:
             return
         at_end = not self.steps or self.step == self.steps[-1]
-        self.steps = self._steps_of(self.run)
+        self.steps = self._shown_steps()
         self._show_steps()
         alerts = self.run.rec.alerts
         for row in alerts[self.known_alerts :]:
@@ -406,11 +423,21 @@ class ReplayScreen(Screen[None]):
             self.step = nearest_step(self.steps, step)
             if self.step != step:
                 self.notify(f"step {step} was not recorded: showing step {self.step}")
+            elif self.other is not None and not self.evals:
+                self._say_if_one_run_only(self.step)
             if self.following and self.step != self.steps[-1]:
                 self.following = False  # End or F goes back to the newest step
                 self.notify("stopped following: End or F follows again", timeout=3)
         if module is not None:
             self.module = module
+
+    def _say_if_one_run_only(self, step: int) -> None:
+        """Comparing two runs, a step only one of them recorded shows that one's rows."""
+        assert self.other is not None
+        in_a = step in self.run.rec.recorded_steps
+        in_b = step in self.other.rec.recorded_steps
+        if in_a != in_b:
+            self.notify(f"step {step} was recorded in {'a' if in_a else 'b'} only", timeout=3)
 
     def action_step(self, delta: int) -> None:
         if self.step is None or not self.steps:
@@ -504,7 +531,7 @@ class ReplayScreen(Screen[None]):
             return
         first = self.diff.first()
         if first is None:
-            self.notify("no divergence: the recordings match")
+            self.notify(self.diff.verdict())
             return
         module = self.run.rec.modules.by_name(first[0])
         self.go_to(first[1], module.id if module else None)
