@@ -48,7 +48,8 @@ NOTES = """\
 A click on the step bar or a plot goes to that step.
 
 **Search** uses the language of `hookdbg search`: `nan`, `inf`, `type:Conv2d`,
-`layer3.*`, `phase:bwd`, `slot:grad`, `step:3:7`, `max>1e4`, `std<1e-6`, `!type:Dropout`.
+`layer3.*`, `phase:bwd`, `slot:grad`, `step:3:7`, `max>1e4`, `std<1e-6`, `!type:Dropout`;
+the statistics a query names lead its table, and a query about modules only finds calls.
 
 **Badges** in the tree: share of the step's time, `×N` calls, `◆` a NaN/inf was born
 here, `⚠` non-finite values passed through, `≠` differs from the other run in the

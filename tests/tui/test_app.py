@@ -125,7 +125,7 @@ async def test_search_jumps_and_n_walks_through_matching_modules(nan_h5):
         assert isinstance(app.screen, SearchScreen)
         await pilot.press(*"std<0", "enter")
         await settle(app, pilot)
-        assert text(app.screen.query_one("#search-status")) == "0 matches for 'std<0'"
+        assert text(app.screen.query_one("#search-status")) == "0 tensor summaries match 'std<0'"
         await pilot.press("escape")
         await pilot.press("slash")
         app.screen.query_one("#query").value = ""
