@@ -54,9 +54,9 @@ async def test_late_results_of_earlier_steps_are_dropped(long_mlp_h5):
         view = app.screen.run
         read = view.detail
 
-        def slow_on_even_steps(module: int, step: int, evals: bool = False):
+        def slow_on_even_steps(module: int, step: int, evals: bool = False, run=None):
             time.sleep(0.5 if step % 2 == 0 else 0.0)
-            return read(module, step, evals)
+            return read(module, step, evals, run)
 
         view.detail = slow_on_even_steps
         app.screen.go_to(module=rec.modules.resolve("head").id)
