@@ -79,5 +79,5 @@ class HookdbgApp(App[None]):
         )
         for i, stat in enumerate(PLOT_STATS):
             yield SystemCommand(
-                f"Plot: {stat.label}", "over all steps", lambda i=i: setattr(replay, "stat", i)
+                f"Plot: {stat.label}", "over all steps", lambda i=i: replay.plot_stat(i)
             )

@@ -23,13 +23,13 @@ from .messages import Opened
 KEYS = (
     ("← → (h l)", "previous / next recorded step"),
     ("pgup pgdn", "10 steps back / on (with shift: 100)"),
-    ("home end", "first / last step"),
+    ("home end", "first / last step (end: follow a live recording again)"),
     ("g or :", "go to a step by number"),
     ("↑ ↓ enter", "move in the module tree, fold / unfold"),
     ("tab", "between the tree and the tensor table"),
     ("shift+← →", "across the table's columns"),
     ("s", "plot another statistic over steps"),
-    ("p", "profile (a in it: all steps)"),
+    ("p", "profile; in it: enter goes to a module, a all steps, s t c n sort"),
     ("a", "NaN/inf alerts; enter jumps to one"),
     ("/", "search"),
     ("n N", "next / previous module the search found"),
@@ -37,7 +37,7 @@ KEYS = (
     ("e", "eval batches (validation, test) instead of training steps, and back"),
     ("r", "next rank of a distributed run"),
     ("G", "global statistics of sharded tensors (DTensor shards merged across ranks)"),
-    ("F", "follow a recording that is still being written"),
+    ("F", "follow a recording still being written; stepping back stops"),
     ("R", "record the next N steps of a live run in full detail (hookdbg ctl)"),
     ("y", "copy the module's name, or the table cell (OSC 52)"),
     ("ctrl+p", "command palette; type a module's name to go to it"),
@@ -48,7 +48,8 @@ NOTES = """\
 A click on the step bar or a plot goes to that step.
 
 **Search** uses the language of `hookdbg search`: `nan`, `inf`, `type:Conv2d`,
-`layer3.*`, `phase:bwd`, `slot:grad`, `step:3:7`, `max>1e4`, `std<1e-6`, `!type:Dropout`.
+`layer3.*`, `phase:bwd`, `slot:grad`, `step:3:7`, `max>1e4`, `std<1e-6`, `!type:Dropout`;
+the statistics a query names lead its table, and a query about modules only finds calls.
 
 **Badges** in the tree: share of the step's time, `×N` calls, `◆` a NaN/inf was born
 here, `⚠` non-finite values passed through, `≠` differs from the other run in the
@@ -56,7 +57,8 @@ forward pass (`≠ bwd only`: only its gradients differ, which a divergence furt
 causes; `≠ weights`: only its weights after the step), `★` the first divergence.
 
 **Plots**: `×` marks steps whose value is NaN/inf, `▲` the current step; two runs
-share one scale.
+share one scale. A module returning a dict or tuple is plotted by its first tensor
+output (the title says which).
 """
 
 

@@ -54,6 +54,7 @@ class SeriesLoaded(Message):
     module: str
     series: tuple[np.ndarray, np.ndarray]
     other: tuple[np.ndarray, np.ndarray] | None
+    tensor: str = ""  # which tensor, where a module returns several: "output[logits]"
 
 
 @dataclass

@@ -26,6 +26,7 @@ from hookdbg.analysis.stepview import (
     ModuleStep,
     PlotStat,
     module_detail,
+    plotted_path,
     series,
     step_table,
 )
@@ -117,9 +118,12 @@ class RunView:
         return dataclasses.replace(detail, rows=rows, merged=True)
 
     def series(
-        self, module: int, stat: PlotStat, evals: bool = False
+        self, module: int, stat: PlotStat, evals: bool = False, path: str | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        return series(self.rec, module, stat, evals)
+        return series(self.rec, module, stat, evals, path)
+
+    def plotted_path(self, module: int, stat: PlotStat) -> str | None:
+        return plotted_path(self.rec, module, stat)
 
     def loss_label(self) -> str:
         """What the loss plot is of: ``loss (train.py:42)``, and how many other sites."""
@@ -226,3 +230,42 @@ class DiffView:
     def first(self) -> tuple[str, int] | None:
         d = self.result.first
         return (d.module, d.step) if d else None
+
+    def verdict(self) -> str:
+        """What a comparison without a first divergence found, as ``hookdbg diff`` says
+        it: a match only where both runs had steps and every row lined up."""
+        r = self.result
+        if not r.compared_steps:
+            return "no step was recorded in both runs: nothing was compared"
+        if r.equal:
+            within = "in the steps both recorded" if r.steps_a != r.steps_b else "within tolerance"
+            return f"no divergence: the two recordings match {within}"
+        return "the recordings do not line up (the notice at the top says why)"
+
+    def notes(self) -> list[str]:
+        """What the comparison leaves out or could not match, for the notice line:
+        steps, modules and rows that only one run has."""
+        r, notes = self.result, []
+        if r.steps_a != r.steps_b or not r.compared_steps:
+            notes.append(
+                f"recorded steps differ: {r.steps_a:,} in a, {r.steps_b:,} in b; "
+                + ("only steps in both were compared" if r.compared_steps else "none in both")
+            )
+        if r.values_from is not None:
+            notes.append(
+                f"{r.values_from} was recorded without --level stats: compared shapes and "
+                "dtypes only"
+            )
+        for side, names in (("a", r.only_a), ("b", r.only_b)):
+            if names:
+                more = f" and {len(names) - 5:,} more" if len(names) > 5 else ""
+                shown = ", ".join(names[:5]) + more
+                notes.append(f"{plural(len(names), 'module')} only in {side}: {shown}")
+        if r.unmatched_rows:
+            notes.append(
+                f"{plural(r.unmatched_rows, 'tensor summary', 'tensor summaries')} had no "
+                "counterpart in the other recording"
+                # those of modules one run lacks are said above
+                + (f", as {r.unmatched[0]}" if r.unmatched and not r.only_a + r.only_b else "")
+            )
+        return notes

@@ -130,15 +130,24 @@ class Plot(Widget):
         return BLOCKS[min(8, max(0, eighths))], self._style("here" if here else "bar")
 
     def _step_axis(self) -> Text:
-        """The first and last step at the ends, ▲ under the current step."""
-        cells = [" "] * (len(self._buckets) * self._cells)
+        """The first and last step at the ends, ▲ under the current step; a label the ▲
+        would cover is left out rather than cut (the title says the current step)."""
+        width = len(self._buckets) * self._cells
+        here = range(0)
+        if self._here is not None:
+            here = range(self._here * self._cells, (self._here + 1) * self._cells)
         first, last = str(int(self._buckets[0].steps[0])), str(int(self._buckets[-1].steps[-1]))
-        if len(first) + len(last) + 1 < len(cells):
-            cells[: len(first)] = first
-            cells[len(cells) - len(last) :] = last
+        cells = [" "] * width
+        if len(first) + len(last) + 1 < width:
+            for span, label in (
+                (range(len(first)), first),
+                (range(width - len(last), width), last),
+            ):
+                if not set(span) & set(here):
+                    cells[span.start : span.stop] = label
         line = Text(" " * self._axis, self._style("axis"))
         for i, c in enumerate(cells):
-            if i // self._cells == self._here:
+            if i in here:
                 line.append("▲", self._style("here"))
             else:
                 line.append(c, self._style("axis"))
@@ -163,15 +172,19 @@ class PlotPane(Vertical):
 
     def __init__(self, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
-        self._shown: tuple[PlotStat, str, Series, Series | None] | None = None
+        self._shown: tuple[PlotStat, str, Series, Series | None, str] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="plot-title")
         yield Plot(id="plot-a")
         yield Plot(id="plot-b", classes="hidden")
 
-    def show(self, stat: PlotStat, module: str, series: Series, other: Series | None) -> None:
-        self._shown = (stat, module, series, other)
+    def show(
+        self, stat: PlotStat, module: str, series: Series, other: Series | None, tensor: str = ""
+    ) -> None:
+        """Plot ``series`` (and ``other``, the second run's); ``tensor`` says which of
+        the module's tensors it is of, where it returned several ("output[logits]")."""
+        self._shown = (stat, module, series, other, tensor)
         scale = value_range(series, other)
         self.query_one("#plot-a", Plot).show(series, scale)
         second = self.query_one("#plot-b", Plot)
@@ -190,9 +203,11 @@ class PlotPane(Vertical):
     def _title(self) -> None:
         if self._shown is None:
             return
-        stat, module, (steps, values), other = self._shown
+        stat, module, (steps, values), other, tensor = self._shown
         shown = "{} over the run" if stat.of_run else f"{stat.label} of {{}}"
         title = Text(shown.format(printable(module)), style="bold")
+        if tensor:
+            title.append(f" ({printable(tensor)})", style="bold")
         if not len(values):
             missing = "not recorded" if stat.of_run else "not recorded for this module"
             title.append(f"   {missing}", style="dim")

@@ -25,6 +25,7 @@ from textual.widgets import Footer, Header, Static
 
 from hookdbg.analysis.steer import SteerError, steer
 from hookdbg.read import RankSet, Status
+from hookdbg.store.schema import slot_label
 from hookdbg.text import plural, printable
 
 from .detail import DetailPane, DetailTable
@@ -101,6 +102,8 @@ class ReplayScreen(Screen[None]):
         self.known_answers = 0  # the recorder's answers to steering commands, seen
         self._start_following = follow
         self._moved = False  # the user went somewhere before the comparison was ready
+        self._stat_picked = False  # the user chose what the plot shows
+        self._diff_notes: list[str] = []  # what comparing the runs left out
 
     @property
     def run(self) -> RunView:
@@ -122,11 +125,19 @@ class ReplayScreen(Screen[None]):
     def _steps_of(self, view: RunView) -> list[int]:
         return view.eval_steps if self.evals else view.steps
 
+    def _shown_steps(self) -> list[int]:
+        """The steps to move through: comparing two runs, those of either (a step one
+        run lacks shows the other's rows alone)."""
+        steps = self._steps_of(self.run)
+        if self.other is None or self.evals:
+            return steps
+        return sorted(set(steps) | set(self.other.steps))
+
     def on_mount(self) -> None:
         self._title()
         # the plot opens on the loss over the run; a recording without one, on outputs
         self.set_reactive(ReplayScreen.stat, 0 if len(self.run.rec.losses) else 1)
-        self.steps = self.run.steps
+        self.steps = self._shown_steps()
         self.known_alerts = len(self.run.rec.alerts)
         self.known_answers = len(self.run.rec.answers)
         self._show_steps()
@@ -152,10 +163,13 @@ class ReplayScreen(Screen[None]):
         self.app.title = f"hookdbg  {printable(title)}"
 
     def _notice(self) -> None:
-        text = status_notice(self.run, self.following)
+        """The notice line: what is odd about the recording, and what comparing two
+        left out (steps or modules one run lacks)."""
+        lines = [status_notice(self.run, self.following), *self._diff_notes]
+        text = "\n".join(line for line in lines if line)
         notice = self.query_one("#notice", Static)
-        notice.set_class(text is None, "hidden")
-        notice.update(Text(text or ""))
+        notice.set_class(not text, "hidden")
+        notice.update(Text(text))
 
     def _announce_alerts(self) -> None:
         text = alerts_notice(self.ranks)
@@ -205,7 +219,7 @@ class ReplayScreen(Screen[None]):
         self._notice()
 
     def watch_evals(self, evals: bool) -> None:
-        self.steps = self._steps_of(self.run)
+        self.steps = self._shown_steps()
         self._show_steps()
         self.step = self.steps[0] if self.steps else None
         self.query_one(StepBar).current = self.step
@@ -215,7 +229,7 @@ class ReplayScreen(Screen[None]):
 
     def watch_rank(self, old: int, new: int) -> None:
         self._title()
-        self.steps = self._steps_of(self.run)
+        self.steps = self._shown_steps()
         self._show_steps()
         self._notice()
         if self.step not in self.steps:
@@ -280,22 +294,28 @@ class ReplayScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="series")
     def load_series(self, rank: int, module: int, evals: bool, stat_index: int) -> None:
         run, stat = self.ranks[rank], PLOT_STATS[stat_index]
-        series = run.series(module, stat, evals)
+        path = None if stat.of_run else run.plotted_path(module, stat)
+        series = run.series(module, stat, evals, path)
         name = run.loss_label() if stat.of_run else run.rec.modules.name(module)
         other = None
         if self.other is not None:
             twin = self.other.rec.modules.by_name(name)
             if stat.of_run:
                 other = self.other.series(module, stat, evals)
-            elif twin is not None:
-                other = self.other.series(twin.id, stat, evals)
+            elif twin is not None:  # the same tensor of the same module
+                other = self.other.series(twin.id, stat, evals, path)
+        # say which tensor, where the module returned several (a parameter's statistic
+        # names its tensor in its own label)
+        tensor = ""
+        if stat.slot is not None and stat.path is None and path:
+            tensor = slot_label(stat.slot, path)
         key = (rank, module, evals, stat_index)
-        self.post_message(SeriesLoaded(key, stat, name, series, other))
+        self.post_message(SeriesLoaded(key, stat, name, series, other, tensor))
 
     def on_series_loaded(self, message: SeriesLoaded) -> None:
         if message.key == (self.rank, self.module, self.evals, self.stat):
             self.query_one(PlotPane).show(
-                message.stat, message.module, message.series, message.other
+                message.stat, message.module, message.series, message.other, message.tensor
             )
 
     @work(thread=True, group="diff")
@@ -310,8 +330,13 @@ class ReplayScreen(Screen[None]):
         first = self.diff.first()
         tree = self.query_one(ModuleTree)
         tree.mark_first_divergence(first[0] if first else None)
+        self._diff_notes = self.diff.notes()
+        self._notice()
         if first is None:
-            self.notify("the two recordings match within tolerance")
+            matched = self.diff.result.equal
+            self.notify(
+                self.diff.verdict(), severity="information" if matched else "warning", timeout=10
+            )
         else:
             self.notify(
                 f"first divergence: {printable(first[0])} at step {first[1]} "
@@ -340,7 +365,7 @@ class ReplayScreen(Screen[None]):
         if not self.following or message.rank != self.rank:
             return
         at_end = not self.steps or self.step == self.steps[-1]
-        self.steps = self._steps_of(self.run)
+        self.steps = self._shown_steps()
         self._show_steps()
         alerts = self.run.rec.alerts
         for row in alerts[self.known_alerts :]:
@@ -355,6 +380,7 @@ class ReplayScreen(Screen[None]):
         for _, seq, answer in self.run.rec.answers[self.known_answers :]:
             self.notify(answer, title=f"the recorder, to command {seq}", markup=False)
         self.known_answers = len(self.run.rec.answers)
+        self._new_modules()
         ended = self.run.ended()
         if ended is not None or self.run.status is Status.CUT_SHORT:
             self.following = False
@@ -366,6 +392,19 @@ class ReplayScreen(Screen[None]):
             self._load_step()
             self._load_detail()
         self._load_series()
+
+    def _new_modules(self) -> None:
+        """Modules recorded since the tree was built: show them, and the first one if
+        none was shown yet; the loss once there is one, unless the user picked a plot."""
+        tree = self.query_one(ModuleTree)
+        if not tree.update_modules(self.run.rec.modules):
+            return
+        if self.module is None:
+            self.module = tree.first_module
+        else:
+            tree.select_module(self.module)
+        if not self._stat_picked and self.stat != 0 and len(self.run.rec.losses):
+            self.stat = 0
 
     # -- reacting to the user --------------------------------------------------------
 
@@ -384,8 +423,21 @@ class ReplayScreen(Screen[None]):
             self.step = nearest_step(self.steps, step)
             if self.step != step:
                 self.notify(f"step {step} was not recorded: showing step {self.step}")
+            elif self.other is not None and not self.evals:
+                self._say_if_one_run_only(self.step)
+            if self.following and self.step != self.steps[-1]:
+                self.following = False  # End or F goes back to the newest step
+                self.notify("stopped following: End or F follows again", timeout=3)
         if module is not None:
             self.module = module
+
+    def _say_if_one_run_only(self, step: int) -> None:
+        """Comparing two runs, a step only one of them recorded shows that one's rows."""
+        assert self.other is not None
+        in_a = step in self.run.rec.recorded_steps
+        in_b = step in self.other.rec.recorded_steps
+        if in_a != in_b:
+            self.notify(f"step {step} was recorded in {'a' if in_a else 'b'} only", timeout=3)
 
     def action_step(self, delta: int) -> None:
         if self.step is None or not self.steps:
@@ -394,7 +446,9 @@ class ReplayScreen(Screen[None]):
         self.go_to(self.steps[max(0, min(len(self.steps) - 1, i + delta))])
 
     def action_edge(self, index: int) -> None:
-        if self.steps:
+        if index == -1 and not self.following and self.run.status is Status.LIVE:
+            self.following = True  # the newest step of a live run: follow it on
+        elif self.steps:
             self.go_to(self.steps[index])
 
     def action_goto(self) -> None:
@@ -406,7 +460,12 @@ class ReplayScreen(Screen[None]):
             self.go_to(step)
 
     def action_next_stat(self) -> None:
-        self.stat = (self.stat + 1) % len(PLOT_STATS)
+        self.plot_stat((self.stat + 1) % len(PLOT_STATS))
+
+    def plot_stat(self, index: int) -> None:
+        """Plot ``PLOT_STATS[index]`` (``s``, the command palette)."""
+        self._stat_picked = True
+        self.stat = index
 
     def action_profile(self) -> None:
         self._open_profile(self.step)
@@ -472,15 +531,14 @@ class ReplayScreen(Screen[None]):
             return
         first = self.diff.first()
         if first is None:
-            self.notify("no divergence: the recordings match")
+            self.notify(self.diff.verdict())
             return
         module = self.run.rec.modules.by_name(first[0])
         self.go_to(first[1], module.id if module else None)
 
     def action_toggle_follow(self) -> None:
         if not self.following and self.run.status is Status.COMPLETE:
-            ended = self.run.ended() or "recording finished"
-            self.notify(f"this recording is complete ({ended}): nothing more will be written")
+            self.notify(f"nothing to follow: {self.run.ended() or 'recording finished'}")
             return
         self.following = not self.following
         self.notify(

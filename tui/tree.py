@@ -83,6 +83,18 @@ class ModuleTree(Tree[int]):
             if module.is_model_part and module.id not in seen:
                 add(self.root, module)
 
+    def update_modules(self, modules: ModuleTable) -> bool:
+        """Rebuild the tree when a live recording's module table grew (a file opened
+        before its first forward pass has none); True if it did. Tables only grow."""
+        if len(modules) == len(self._module_table):
+            return False
+        self._module_table = modules
+        self._node_of = {}
+        self.clear()
+        self._add_modules()
+        self.badge(*self._badges)
+        return True
+
     @property
     def first_module(self) -> int | None:
         """The module on the tree's first line."""

@@ -85,6 +85,9 @@ class Term:
     columns: set[str]
     tensor_only: bool
     evaluate: Callable[[np.ndarray, ModuleTable], np.ndarray]
+    # the statistic a comparison is about (``norm`` in norm>10): a report of the matches
+    # shows it
+    stat: str | None = None
 
 
 @dataclass
@@ -223,7 +226,7 @@ def _comparison(body: str, negate: bool, stat: str, op: str, value: str) -> Term
         with np.errstate(invalid="ignore"):
             return compare(data, number) & ~np.isnan(data.astype(float))
 
-    return Term(body, negate, columns, True, evaluate)
+    return Term(body, negate, columns, True, evaluate, stat)
 
 
 def _module_ids(modules: ModuleTable, hit: Callable[[Module], bool]) -> np.ndarray:

@@ -14,7 +14,9 @@ from hookdbg.analysis.losses import loss_series
 from hookdbg.cells import TENSOR_COLUMNS
 from hookdbg.read import Capture, Recording
 from hookdbg.read.modules import Module
+from hookdbg.read.table import Table
 from hookdbg.store.schema import HISTOGRAM, Phase, Slot
+from hookdbg.text import utf8
 
 
 @dataclass(frozen=True)
@@ -208,12 +210,49 @@ def module_rows(rec: Recording, module: int, first: int, last: int, evals: bool)
     return ModuleRows(rec.modules[module], evals, first, last, rows, index)
 
 
+def plotted_path(rec: Recording, module: int, stat: PlotStat) -> str | None:
+    """Which tensor of its slot a statistic of a module is plotted of: the plain output
+    (""), or, for a module that returns a dict, tuple or list (a Hugging Face model's
+    ``output[loss]``, ``output[logits]``; attention's ``output[0]``), the first tensor in
+    it whose statistic was recorded. None for a timing or the loss."""
+    if stat.slot is None:
+        return None
+    if stat.path is not None:
+        return stat.path
+    table = rec.tensors_table
+    mask = (table.column("module") == module) & (table.column("slot") == stat.slot)
+    paths = table.column("path")[mask]
+    if not len(paths) or (paths == b"").any():
+        return ""
+    found, first = np.unique(paths, return_index=True)
+    ordered = found[np.argsort(first)].tolist()  # as the module returned them
+    for path in ordered:
+        if len(_tensor_values(table, mask & (table.column("path") == path), stat)[0]):
+            return utf8(path)
+    return utf8(ordered[0])
+
+
+def _tensor_values(table: Table, mask: np.ndarray, stat: PlotStat) -> tuple[np.ndarray, np.ndarray]:
+    """The statistic of the rows in ``mask`` that have it, and their mask."""
+    if stat.column == "absmax":
+        values = np.maximum(np.abs(table.column("min")[mask]), np.abs(table.column("max")[mask]))
+    else:
+        values = table.column(stat.column)[mask]
+    bad = sum(table.column(c)[mask] for c in ("nan", "posinf", "neginf"))
+    # a NaN of a tensor without NaN/inf is a statistic not recorded: leave it out
+    kept = (table.column("nan")[mask] >= 0) & ~(np.isnan(values) & (bad == 0))
+    mask = mask.copy()
+    mask[mask] = kept
+    return values[kept], mask
+
+
 def series(
-    rec: Recording, module: int, stat: PlotStat, evals: bool = False
+    rec: Recording, module: int, stat: PlotStat, evals: bool = False, path: str | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """(steps, values) of one statistic of one module (its first call per step), over
     the training steps, or over the eval batches (numbered among them); the loss is the
-    run's first loss site's (analysis/losses.py), whatever the module."""
+    run's first loss site's (analysis/losses.py), whatever the module. A tensor
+    statistic is of the tensor at ``path`` in its slot (default: ``plotted_path``)."""
     if stat.of_run:
         found = loss_series(rec)
         if evals or not found:
@@ -226,22 +265,11 @@ def series(
         values = table.column("total")[mask] * 1e3
     else:
         table = rec.tensors_table
+        if path is None:
+            path = plotted_path(rec, module, stat) or ""
         mask = (table.column("module") == module) & (table.column("slot") == stat.slot)
-        if stat.path is not None:
-            mask &= table.column("path") == stat.path.encode()
-        else:
-            mask &= table.column("path") == b""
-        if stat.column == "absmax":
-            values = np.maximum(
-                np.abs(table.column("min")[mask]), np.abs(table.column("max")[mask])
-            )
-        else:
-            values = table.column(stat.column)[mask]
-        bad = sum(table.column(c)[mask] for c in ("nan", "posinf", "neginf"))
-        # a NaN of a tensor without NaN/inf is a statistic not recorded: leave it out
-        kept = (table.column("nan")[mask] >= 0) & ~(np.isnan(values) & (bad == 0))
-        mask[mask] = kept
-        values = values[kept]
+        mask &= table.column("path") == path.encode()
+        values, mask = _tensor_values(table, mask, stat)
     segments = table.column("segment")[mask]
     is_eval = rec.is_eval(segments)
     if evals:

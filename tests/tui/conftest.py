@@ -13,6 +13,48 @@ def long_mlp_h5(tmp_path_factory):
     return _record(tmp_path_factory, "mlp60", SAMPLES / "numnet_mlp.py", "--steps", "60")
 
 
+# a model that returns a dict, as Hugging Face models do, around a MultiheadAttention,
+# which returns a tuple
+DICT_OUTPUT = """
+import torch
+from torch import nn
+
+
+class LM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 16), nn.Tanh())
+        self.attn = nn.MultiheadAttention(16, 2, batch_first=True)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x, labels):
+        h = self.body(x)
+        h, _ = self.attn(h, h, h)
+        logits = self.head(h).mean(1)
+        return {"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+
+torch.manual_seed(0)
+model = LM()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(5):
+    opt.zero_grad()
+    out = model(torch.randn(3, 5, 8), torch.randint(0, 4, (3,)))
+    out["loss"].backward()
+    opt.step()
+"""
+
+
+@pytest.fixture(scope="session")
+def dict_output_h5(tmp_path_factory):
+    """5 steps of a model returning {"loss", "logits"}, with a MultiheadAttention in it."""
+    from tests.conftest import _record
+
+    script = tmp_path_factory.mktemp("dict-output") / "dict_output.py"
+    script.write_text(DICT_OUTPUT)
+    return _record(tmp_path_factory, "dict_output", script)
+
+
 @pytest.fixture(scope="session")
 def rootless_h5(tmp_path_factory):
     """A recording whose modules have no root row, written as benchmarks/reader.py does."""

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import time
 from collections.abc import Callable
 
+from rich.console import Console
+from rich.table import Table
 from textual.app import App
 from textual.pilot import Pilot
 from textual.widget import Widget
@@ -45,9 +48,14 @@ async def until(
 
 
 def text(widget: Widget) -> str:
-    """What a widget shows, as plain text."""
+    """What a widget shows, as plain text (a Rich table drawn as a terminal would)."""
     if isinstance(widget, Static):
-        return str(widget.content)
+        content = widget.content
+        if isinstance(content, Table):
+            console = Console(width=widget.size.width or 200, file=io.StringIO(), record=True)
+            console.print(content)
+            return console.export_text()
+        return str(content)
     return str(widget.render())
 
 

@@ -9,6 +9,7 @@ from hookdbg.read import open_recording
 from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.dialogs import HelpScreen
 from hookdbg.tui.messages import Goto
+from hookdbg.tui.plot import Plot
 from hookdbg.tui.screens import AlertsScreen, ProfileScreen, SearchScreen
 from hookdbg.tui.stepbar import StepBar
 from hookdbg.tui.tree import ModuleTree
@@ -65,6 +66,32 @@ async def test_replay_tree_detail_and_steps(mlp_h5):
         assert "step 3" in text(app.screen.query_one(StepBar))
 
 
+async def test_plots_of_a_module_returning_a_dict_or_tuple_show_its_first_tensor(
+    dict_output_h5,
+):
+    """A Hugging Face style model returns {"loss", "logits"} and attention a tuple: their
+    output statistics are plotted of the first tensor output, and the title says which."""
+    rec = open_recording(dict_output_h5)
+    app = HookdbgApp(rec)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        plot_title = app.screen.query_one("#plot-title")
+        await pilot.press("s")  # output std
+        await settle(app, pilot)
+        assert "output std of model (output[loss])   steps 0-4" in text(plot_title)
+        app.screen.go_to(module=rec.modules.resolve("attn").id)
+        await settle(app, pilot)
+        assert "output std of model.attn (output[0])   steps 0-4" in text(plot_title)
+        assert app.screen.query_one("#plot-a", Plot)._buckets  # drawn
+        await pilot.press("s", "s", "s")  # grad norm (w.r.t. output)
+        await settle(app, pilot)
+        assert "grad norm (w.r.t. output) of model.attn (grad_output[0])" in text(plot_title)
+        assert "not recorded" not in text(plot_title)
+        app.screen.go_to(module=rec.modules.resolve("head").id)  # a plain output: as it is
+        await settle(app, pilot)
+        assert "grad norm (w.r.t. output) of model.head   steps 0-4" in text(plot_title)
+
+
 async def test_alerts_screen_jumps_to_the_origin(nan_h5):
     rec = open_recording(nan_h5)
     app = HookdbgApp(rec)
@@ -76,6 +103,7 @@ async def test_alerts_screen_jumps_to_the_origin(nan_h5):
         await pilot.press("a")
         await settle(app, pilot)
         assert isinstance(app.screen, AlertsScreen)
+        assert text(app.screen.query_one("#screen-title")) == "1 NaN/inf alert: where it was born"
         [alert] = rows(app.screen.query_one(DataTable))
         assert alert[0] == "★ first" and alert[1:4] == ["3", "model.standardize", "fwd"]
         await pilot.press("enter")
@@ -97,7 +125,7 @@ async def test_search_jumps_and_n_walks_through_matching_modules(nan_h5):
         assert isinstance(app.screen, SearchScreen)
         await pilot.press(*"std<0", "enter")
         await settle(app, pilot)
-        assert "0 matches" in text(app.screen.query_one("#search-status"))
+        assert text(app.screen.query_one("#search-status")) == "0 tensor summaries match 'std<0'"
         await pilot.press("escape")
         await pilot.press("slash")
         app.screen.query_one("#query").value = ""
@@ -105,6 +133,7 @@ async def test_search_jumps_and_n_walks_through_matching_modules(nan_h5):
         await settle(app, pilot)
         hits = rows(app.screen.query_one(DataTable))
         assert hits[0][:3] == ["3", "model.standardize", "fwd"] and len(hits) > 2
+        assert "; Enter jumps, n/N" in text(app.screen.query_one("#search-status"))
         places = list(dict.fromkeys((h[0], h[1]) for h in hits))
         await pilot.press("enter")  # the first hit
         await settle(app, pilot)
@@ -133,6 +162,7 @@ async def test_profile_sorts_covers_all_steps_with_a_and_help_opens(resnet_h5):
         await settle(app, pilot)
         assert isinstance(app.screen, ProfileScreen)
         assert "profile of step 0" in text(app.screen.query_one("#screen-title"))
+        assert "enter: go to the module" in text(app.screen.query_one("#screen-title"))
         by_self = rows(app.screen.query_one(DataTable))
         selfs = [float(r[4]) for r in by_self]
         assert selfs == sorted(selfs, reverse=True) and len(by_self) > 50
@@ -151,6 +181,8 @@ async def test_profile_sorts_covers_all_steps_with_a_and_help_opens(resnet_h5):
         await pilot.press("escape", "question_mark")
         await settle(app, pilot)
         assert isinstance(app.screen, HelpScreen)
+        keys = text(app.screen.query_one("#help-keys"))
+        assert "profile; in it: enter goes to a module" in keys
         await pilot.press("escape")
         await pilot.press("q")
 

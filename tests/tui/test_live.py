@@ -6,13 +6,16 @@ import subprocess
 import sys
 import time
 
+from textual.widgets import DataTable
+
 from hookdbg.read import RecordingError, open_recording
 from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.dialogs import WaitScreen
 from hookdbg.tui.replay import ReplayScreen
 from hookdbg.tui.stepbar import StepBar
+from hookdbg.tui.tree import ModuleTree
 from tests.helpers import LIVE_WRITER, ROOT, live_recording
-from tests.tui.pilot import SIZE, notices, settle, text, until
+from tests.tui.pilot import SIZE, notices, rows, settle, text, until
 
 ENDS = """
 import sys, time, torch
@@ -24,6 +27,19 @@ for _ in range(int(sys.argv[1])):
     opt.step()
     time.sleep(0.1)
 sys.exit(3)
+"""
+
+# the recorder creates the file at once; the model comes a second later
+LATE = """
+import time, torch
+time.sleep(1.0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for _ in range(8):
+    opt.zero_grad()
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    time.sleep(0.1)
 """
 
 
@@ -38,6 +54,35 @@ async def test_follow_shows_steps_as_they_are_written(tmp_path):
             # like tail -f, it stays on the newest step
             assert await until(app, pilot, lambda: app.screen.step == app.screen.steps[-1])
             assert "● following" in text(app.screen.query_one(StepBar))
+
+
+async def test_leaving_the_newest_step_stops_following_and_end_or_F_resumes(tmp_path):
+    path = tmp_path / "live.h5"
+    with live_recording(path, pause=0.05):
+        app = HookdbgApp(open_recording(path), follow=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(app, pilot)
+            screen, bar = app.screen, app.screen.query_one(StepBar)
+            assert await until(app, pilot, lambda: len(screen.steps) > 3)
+            await pilot.press("left")
+            await settle(app, pilot)
+            assert not screen.following and "following" not in text(bar)
+            assert screen.step != screen.steps[-1]
+            assert "press F to follow it" in text(screen.query_one("#notice"))
+            left = screen.step
+            await pilot.pause(1.5)  # new steps are written; the step shown stays
+            assert screen.step == left
+            await pilot.press("end")
+            await settle(app, pilot)
+            assert screen.following and "● following" in text(bar)
+            assert await until(app, pilot, lambda: screen.step == screen.steps[-1] > left)
+            await pilot.press("home")
+            await settle(app, pilot)
+            assert not screen.following and "following" not in text(bar)
+            await pilot.press("F")
+            await settle(app, pilot)
+            assert screen.following and "● following" in text(bar)
+            assert screen.step == screen.steps[-1]
 
 
 async def test_follow_waits_for_a_recording_that_does_not_exist_yet(tmp_path):
@@ -60,6 +105,37 @@ async def test_follow_waits_for_a_recording_that_does_not_exist_yet(tmp_path):
         finally:
             writer.send_signal(signal.SIGKILL)
             writer.wait()
+
+
+async def test_follow_from_before_the_first_module_fills_tree_table_and_plot(tmp_path):
+    """A file opened before its recorder saw a module has no modules yet: the tree, the
+    tensor table and the plot fill in as they are recorded, and stay after the end."""
+    script, path = tmp_path / "late.py", tmp_path / "late.h5"
+    script.write_text(LATE)
+    app = HookdbgApp(None, follow=True, wait_for=path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        record = [sys.executable, "-m", "hookdbg", "record", "-q", "--flush-interval", "0.1"]
+        proc = subprocess.Popen([*record, "-o", str(path), str(script)])
+        try:
+            opened = await until(
+                app, pilot, lambda: isinstance(app.screen, ReplayScreen), 90, workers=False
+            )
+            assert opened
+            screen = app.screen
+            assert len(screen.run.rec.modules) == 0  # opened before the first module call
+            bar = screen.query_one(StepBar)
+            assert await until(app, pilot, lambda: "recording finished" in text(bar), 90)
+            await settle(app, pilot)
+            tree = screen.query_one(ModuleTree)
+            modules = screen.run.rec.modules
+            assert {modules[m].name for m in tree._node_of} >= {"model", "model.0", "model.1"}
+            assert text(screen.query_one("#detail-title")).startswith("model ")
+            assert len(rows(screen.query_one("#detail-table", DataTable))) > 0
+            assert "loss" in text(screen.query_one("#plot-title"))
+            assert "steps 0-7" in text(screen.query_one("#plot-title"))
+        finally:
+            assert proc.wait(timeout=60) == 0
 
 
 def first_readable(path):
@@ -89,7 +165,7 @@ async def test_the_bar_says_when_the_recording_finished(tmp_path):
             assert "following" not in text(bar) and not app.screen.following
             assert app.screen.step == 29  # it stayed on the newest step to the end
             await pilot.press("F")
-            assert any("this recording is complete" in n for n in notices(app))
+            assert "nothing to follow: recording finished (30 steps, exit status 3)" in notices(app)
             assert not app.screen.following
     finally:
         assert proc.wait(timeout=60) == 3

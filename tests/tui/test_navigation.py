@@ -1,6 +1,7 @@
 """Moving through a recording fast and landing where asked: folded branches, late
 results, go to step, pages, clicks, the module finder, copy."""
 
+import re
 import time
 
 from textual.widgets import DataTable
@@ -53,9 +54,9 @@ async def test_late_results_of_earlier_steps_are_dropped(long_mlp_h5):
         view = app.screen.run
         read = view.detail
 
-        def slow_on_even_steps(module: int, step: int, evals: bool = False):
+        def slow_on_even_steps(module: int, step: int, evals: bool = False, run=None):
             time.sleep(0.5 if step % 2 == 0 else 0.0)
-            return read(module, step, evals)
+            return read(module, step, evals, run)
 
         view.detail = slow_on_even_steps
         app.screen.go_to(module=rec.modules.resolve("head").id)
@@ -105,6 +106,22 @@ async def test_go_to_step_pages_and_clicks(long_mlp_h5):
         await pilot.click("#plot-a", offset=(plot._axis + 5 * plot._cells, 1))
         await settle(app, pilot)
         assert bar_step(app) == 5 and "step 5" in title(app)
+
+
+async def test_the_plot_marker_never_covers_part_of_a_step_label(long_mlp_h5):
+    """▲ under the last steps would turn the label 59 into '5▲': a label the marker
+    would cover is left out whole."""
+    app = HookdbgApp(open_recording(long_mlp_h5))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        plot = app.screen.query_one("#plot-a", Plot)
+        for keys in (("end",), ("left",), ("home",), ("right",)):
+            await pilot.press(*keys)
+            await settle(app, pilot)
+            axis = plot.render().plain.splitlines()[-1]
+            assert "▲" in axis
+            assert set(re.findall(r"\d+", axis)) <= {"0", "59"}, axis
+        assert "59" in axis  # the labels the marker leaves alone stay
 
 
 async def test_the_palette_finds_modules_by_name(resnet_h5):
