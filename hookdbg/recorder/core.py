@@ -62,6 +62,7 @@ from hookdbg.recorder.meta import run_metadata
 from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry, compiled_model
 from hookdbg.recorder.nonfinite import OriginDetector
 from hookdbg.recorder.optimizer import OptimizerObserver
+from hookdbg.recorder.recursion import RecursionRoom
 from hookdbg.recorder.segments import Segments
 from hookdbg.recorder.signals import TerminationSignals
 from hookdbg.recorder.steering import Plan, Steering
@@ -190,7 +191,7 @@ class Recorder:
         self.steering = Steering(options, control_path(self.path) if steerable else None)
         self._plan = Plan(True, options.level, options.modules, options.capture)
         segments.plan = self._plan_step
-        segments.steer = self._steer
+        segments.boundary = self._boundary
         self._call_ids = itertools.count()
         segments.backward_rows = per_call.backward_rows
         self._calls = per_call.hooks(
@@ -200,6 +201,7 @@ class Recorder:
         self._writer: Writer | None = None
         self._elsewhere: Elsewhere | None = None  # forked children's word (from start)
         self._backward: BackwardWatch | None = None  # set by start
+        self._room: RecursionRoom | None = None  # set by start
         self.failure: str | None = None  # why an internal error stopped the recording
         guard.stopped = self._stopped
         self._closed = False
@@ -251,6 +253,7 @@ class Recorder:
         )
         calls = self._calls
         hooks = self._hooks
+        self._room = hooks.add(RecursionRoom)  # for the frame torch adds per nested call
         hooks.add(module_hooks.register_module_forward_pre_hook, calls.pre)
         hooks.add(
             module_hooks.register_module_forward_hook,
@@ -272,6 +275,7 @@ class Recorder:
             ScalerWatch, self.guard, self.observer, self._steps, self.actions.release, self.warn
         )
         self._backward = hooks.add(BackwardWatch, calls, self._call_ids, origin, scaler)
+        self._backward.going_on = self._pass_begins
         hooks.add(TerminationSignals, self._terminated)
         self._segments.start(origin, opt, scaler)
         # torch.compile(model) warns that global hooks fire for its wrapper too: they
@@ -373,6 +377,24 @@ class Recorder:
             raise exc.as_keywords() from None
         except TypeError as exc:  # a glob that is not text (modules=5)
             raise RecordError(f"modules and capture take globs (text): {exc}") from None
+
+    # -- at step boundaries, never per call -------------------------------------------
+
+    def _boundary(self, step: int) -> bool:
+        """As a segment begins (of ``step``), on the thread that records: the recursion
+        limit follows one the script set, steering commands are applied. True if the
+        recording stopped."""
+        if self._room is not None:
+            self._room.follow()
+        return self._steer(step)
+
+    def _pass_begins(self) -> bool:
+        """As a backward pass begins, on the thread that records: the recursion limit
+        follows one the script set. False: the recording stopped, the pass goes
+        unrecorded."""
+        if self._room is not None:
+            self._room.follow()
+        return True
 
     def _steer(self, step: int) -> bool:
         """At a step boundary (``step`` begins): apply the commands that arrived, answer
