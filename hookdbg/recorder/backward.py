@@ -169,6 +169,8 @@ class BackwardWatch:
             try:
                 if self.going_on():
                     run = self._begin(tensors)
+                else:
+                    self.unrecorded += 1  # the first pass the recording misses
             except Exception:
                 guard.broken()
             finally:

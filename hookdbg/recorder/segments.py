@@ -100,8 +100,8 @@ class Segments:
         self.open = False  # a segment has begun and not ended
         # set by the recorder: whether a step is recorded (its plan applied: the
         # level, modules and captures steering gave it, recorder/steering.py), and what
-        # it does as each segment begins: the recursion limit followed, steering
-        # commands applied (True: the recording was stopped)
+        # it does as each segment begins: the recursion limit followed, its hooks
+        # checked, steering commands applied (True: the recording was stopped)
         self.plan: Callable[[int], bool] = options.records_step
         self.boundary: Callable[[int], bool] = lambda step: False
 
