@@ -85,3 +85,14 @@ def resnet_h5(tmp_path_factory):
         "--size",
         "32",
     )
+
+
+@pytest.fixture(scope="session")
+def deep_h5(tmp_path_factory):
+    """tests/cli/nested_chain.py: a chain of modules 1000 deep, each calling the next, 2
+    steps, under the recursion limit python needs for it (the script sets it): deeper
+    than the default limit a reader runs under."""
+    from tests.helpers import ROOT
+
+    chain = ROOT / "tests" / "cli" / "nested_chain.py"
+    return _record(tmp_path_factory, "deep", chain, "1000", "--limit", "4500")

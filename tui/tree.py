@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -22,6 +23,18 @@ def top_modules(modules: ModuleTable) -> list[Module]:
     benchmarks/reader.py writes, would otherwise show nothing)."""
     parts = {m.id for m in modules if m.is_model_part}
     return [m for m in modules if m.is_model_part and (m.parent == m.id or m.parent not in parts)]
+
+
+_OWN_FRAMES = 1000  # python's default limit: what the app needs besides a tree's depth
+
+
+def _room_for(depth: int) -> None:
+    """Textual walks the expanded branches of a tree recursively (``Tree._build``,
+    expand all), a frame per level: room under the recursion limit for a model nested
+    ``depth`` deep, as long as the app runs (the limit is only ever raised)."""
+    wanted = _OWN_FRAMES + 2 * depth
+    if sys.getrecursionlimit() < wanted:
+        sys.setrecursionlimit(wanted)
 
 
 class ModuleTree(Tree[int]):
@@ -54,33 +67,38 @@ class ModuleTree(Tree[int]):
         self._badges: tuple[dict[int, ModuleStep], dict[str, Gap] | None] = ({}, None)
         self.first_divergence: str | None = None
         self._add_modules()
+        _room_for(max((m.depth for m in modules), default=0))
 
     def _add_modules(self) -> None:
-        seen: set[int] = set()  # a parent cycle must not recurse forever
+        """Every module under its parent, each before its children. A loop, not
+        recursion: a model may nest deeper than Python's recursion limit."""
+        seen: set[int] = set()  # a parent cycle must not loop forever
 
-        def add(parent: TreeNode[int], module: Module) -> None:
-            seen.add(module.id)
-            children = [
-                c
-                for c in self._module_table.children(module.id)
-                if c.is_model_part and c.id not in seen
-            ]
-            node = parent.add(
-                self._label(module, None, None),
-                data=module.id,
-                expand=module.depth < 2,
-                allow_expand=bool(children),
-            )
-            self._node_of[module.id] = node
-            for child in children:
-                if child.id not in seen:
-                    add(node, child)
+        def add(parent: TreeNode[int], top: Module) -> None:
+            todo = [(parent, top)]
+            while todo:
+                under, module = todo.pop()
+                if module.id in seen:
+                    continue
+                seen.add(module.id)
+                children = [
+                    c
+                    for c in self._module_table.children(module.id)
+                    if c.is_model_part and c.id not in seen
+                ]
+                node = under.add(
+                    self._label(module, None, None),
+                    data=module.id,
+                    expand=module.depth < 2,
+                    allow_expand=bool(children),
+                )
+                self._node_of[module.id] = node
+                todo.extend((node, child) for child in reversed(children))
 
         for top in top_modules(self._module_table):
-            if top.id not in seen:
-                add(self.root, top)
+            add(self.root, top)
         for module in self._module_table:  # left out by a parent cycle: show them anyway
-            if module.is_model_part and module.id not in seen:
+            if module.is_model_part:
                 add(self.root, module)
 
     def update_modules(self, modules: ModuleTable) -> bool:

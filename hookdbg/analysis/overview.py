@@ -173,15 +173,16 @@ def _module_lines(recording: Recording, step: int, modules: list[Module]) -> lis
 
 
 def _tree_order(recording: Recording, modules: list[Module]) -> list[Module]:
+    """``modules`` from each root down, each before its children, in the order they
+    were named. A loop, not recursion: a model nests as deep as its script's recursion
+    limit let it run, far deeper than a reader's own limit."""
     ids = {m.id for m in modules}
     out: list[Module] = []
-
-    def visit(m: Module) -> None:
+    todo = list(reversed(recording.modules.roots()))
+    while todo:
+        m = todo.pop()
         out.append(m)
-        for child in recording.modules.children(m.id):
-            if child.id in ids and child.id != m.id:
-                visit(child)
-
-    for root in recording.modules.roots():
-        visit(root)
+        todo.extend(
+            c for c in reversed(recording.modules.children(m.id)) if c.id in ids and c.id != m.id
+        )
     return out

@@ -23,6 +23,7 @@ from hookdbg.cli.output import (
     table,
 )
 from hookdbg.read import RankSet, Recording, Status
+from hookdbg.read.modules import Module
 from hookdbg.text import utf8
 
 
@@ -267,9 +268,8 @@ def _module_table(view: Overview) -> Table:
     )
     for line in view.lines:
         m = line.module
-        label = "  " * m.depth + (m.name.rpartition(".")[2] if m.depth else m.name)
         t.add_row(
-            label,
+            _tree_label(m),
             m.type,
             str(line.calls) if line.calls else "-",
             line.output_shape,
@@ -278,6 +278,19 @@ def _module_table(view: Overview) -> Table:
             ms(line.bwd) if line.bwd else "-",
         )
     return t
+
+
+_INDENTED = 20  # levels of indentation; a module nested deeper says its depth
+
+
+def _tree_label(m: Module) -> str:
+    """A module's name in the table, indented by its depth: ``    conv1``. Past
+    ``_INDENTED`` levels (a chain of hundreds of nested modules) the indentation stops
+    and the depth is written, so that the other columns still fit a terminal."""
+    name = m.name.rpartition(".")[2] if m.depth else m.name
+    if m.depth <= _INDENTED:
+        return "  " * m.depth + name
+    return "  " * _INDENTED + f"(depth {m.depth}) {name}"
 
 
 def lost_text(rec: Recording) -> str:

@@ -456,21 +456,19 @@ _CODE_LIMITS = {
 }
 
 
-_MAX_DEPTH = 500  # modules nested deeper than this are no model; readers recurse by depth
-
-
 def check_module_rows(rows: np.ndarray, path: Path) -> None:
-    """The module table must be a forest: unique ids, parents that exist, no cycles, a
-    sane depth. Reports and the TUI walk it recursively."""
+    """The module table must be a forest: unique ids, parents that exist, no cycles.
+    Any depth is one: a model nests as deep as its script's recursion limit let it run,
+    and readers walk the tree with loops, not recursion."""
     ids = rows["id"].tolist()
     if len(set(ids)) != len(ids):
         raise RecordingError(f"{path} is damaged: the modules table repeats module ids")
     parent = dict(zip(ids, rows["parent"].tolist(), strict=True))
-    depth: dict[int, int] = {}
+    rooted: set[int] = set()  # modules whose parents are known to lead to a root
     for start in ids:
         chain: list[int] = []
         node = start
-        while node != -1 and node not in depth:
+        while node != -1 and node not in rooted:
             if node not in parent:
                 raise RecordingError(
                     f"{path} is damaged: module {chain[-1]} has parent {node}, which is no module"
@@ -479,10 +477,4 @@ def check_module_rows(rows: np.ndarray, path: Path) -> None:
             if len(chain) > len(ids):
                 raise RecordingError(f"{path} is damaged: module {start}'s parents form a loop")
             node = parent[node]
-        below = -1 if node == -1 else depth[node]
-        if below + len(chain) > _MAX_DEPTH:
-            raise RecordingError(
-                f"{path} is damaged: module {start} is nested over {_MAX_DEPTH} deep"
-            )
-        for i, member_id in enumerate(reversed(chain)):
-            depth[member_id] = below + 1 + i
+        rooted.update(chain)

@@ -118,6 +118,8 @@ class BackwardWatch:
         self.scaler = scaler
         # once an internal error stopped the recording: passes counted, not recorded
         self.counting = False
+        # asked as each pass begins (set by the recorder): False, the recording stopped
+        self.going_on: Callable[[], bool] = lambda: True
         self.unrecorded = 0
         self._sites: dict[tuple[types.CodeType, int] | None, LossSite] = {}
         self._originals: dict[str, Callable[..., Any]] = {
@@ -165,7 +167,10 @@ class BackwardWatch:
         run = None
         with guard.lock:
             try:
-                run = self._begin(tensors)
+                if self.going_on():
+                    run = self._begin(tensors)
+                else:
+                    self.unrecorded += 1  # the first pass the recording misses
             except Exception:
                 guard.broken()
             finally:

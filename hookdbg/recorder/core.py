@@ -63,6 +63,7 @@ from hookdbg.recorder.meta import run_metadata
 from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry, compiled_model
 from hookdbg.recorder.nonfinite import OriginDetector
 from hookdbg.recorder.optimizer import OptimizerObserver
+from hookdbg.recorder.recursion import RecursionRoom
 from hookdbg.recorder.segments import Segments
 from hookdbg.recorder.signals import TerminationSignals
 from hookdbg.recorder.steering import Plan, Steering
@@ -192,7 +193,7 @@ class Recorder:
         self.steering = Steering(options, control_path(self.path) if steerable else None)
         self._plan = Plan(True, options.level, options.modules, options.capture)
         segments.plan = self._plan_step
-        segments.steer = self._steer
+        segments.boundary = self._boundary
         self._call_ids = itertools.count()
         segments.backward_rows = per_call.backward_rows
         self._calls = per_call.hooks(
@@ -202,7 +203,8 @@ class Recorder:
         self._writer: Writer | None = None
         self._elsewhere: Elsewhere | None = None  # forked children's word (from start)
         self._backward: BackwardWatch | None = None  # set by start
-        self.failure: str | None = None  # why an internal error stopped the recording
+        self._room: RecursionRoom | None = None  # set by start
+        self.failure: str | None = None  # why recording stopped while the script went on
         guard.stopped = self._stopped
         self._closed = False
         self._started = False
@@ -276,15 +278,33 @@ class Recorder:
         )
         calls = self._calls
         hooks = self._hooks
-        hooks.add(module_hooks.register_module_forward_pre_hook, calls.pre)
-        hooks.add(
+        self._room = hooks.add(RecursionRoom)  # for the frame torch adds per nested call
+        hooks.add_global(
+            module_hooks,
+            "_global_forward_pre_hooks",
+            module_hooks.register_module_forward_pre_hook,
+            calls.pre,
+        )
+        hooks.add_global(
+            module_hooks,
+            "_global_forward_hooks",
             module_hooks.register_module_forward_hook,
             calls.post,
             with_kwargs=True,
             always_call=True,
         )
-        hooks.add(optimizer_hooks.register_optimizer_step_pre_hook, opt.pre)
-        hooks.add(optimizer_hooks.register_optimizer_step_post_hook, opt.post)
+        hooks.add_global(
+            optimizer_hooks,
+            "_global_optimizer_pre_hooks",
+            optimizer_hooks.register_optimizer_step_pre_hook,
+            opt.pre,
+        )
+        hooks.add_global(
+            optimizer_hooks,
+            "_global_optimizer_post_hooks",
+            optimizer_hooks.register_optimizer_step_post_hook,
+            opt.post,
+        )
         # Full garbage collections scan every tracked object, ~300,000 of them torch's
         # own; the flight recorder makes them come sooner (it keeps tensors alive for
         # two steps). Objects from before the recording are frozen out of those scans
@@ -303,6 +323,7 @@ class Recorder:
             calls.on_other_thread,
         )
         self._backward = hooks.add(BackwardWatch, calls, self._call_ids, origin, scaler)
+        self._backward.going_on = self._pass_begins
         hooks.add(TerminationSignals, self._terminated)
         self._segments.start(origin, opt, scaler)
         # torch.compile(model) warns that global hooks fire for its wrapper too: they
@@ -320,6 +341,12 @@ class Recorder:
             return
         self._closed = True
         guard = self.guard
+        if guard.live:  # removed since the last check: the file must not say complete
+            with guard.lock:
+                try:
+                    self._unhooked()
+                except Exception:
+                    guard.broken()
         guard.live = False
         try:
             self._hooks.remove()
@@ -402,6 +429,56 @@ class Recorder:
             raise exc.as_keywords() from None
         except TypeError as exc:  # a glob that is not text (modules=5)
             raise RecordError(f"modules and capture take globs (text): {exc}") from None
+
+    # -- at step boundaries, never per call -------------------------------------------
+
+    def _boundary(self, step: int) -> bool:
+        """As a segment begins (of ``step``), on the thread that records: the recursion
+        limit follows one the script set, the hooks are checked, steering commands are
+        applied. True if the recording stopped."""
+        if self._room is not None:
+            self._room.follow()
+        if self._unhooked(f"before step {step}"):
+            return True
+        return self._steer(step)
+
+    def _pass_begins(self) -> bool:
+        """As a backward pass begins, on the thread that records: the checks of
+        ``_boundary`` where no module call may begin a segment (without the forward
+        pre-hook none does). False: the recording stopped, the pass goes unrecorded;
+        the segment open then ends now, not when the script does."""
+        if self._room is not None:
+            self._room.follow()
+        if not self._unhooked():
+            return True
+        segments = self._segments
+        if segments.open:
+            segments.end(perf_counter() - self.guard.ovh, cut=True)
+        return False
+
+    def _unhooked(self, at: str | None = None) -> bool:
+        """Whether a hook hookdbg put in torch's global registries is gone: the script,
+        or a library it uses, emptied one (``_global_forward_hooks.clear()``). Without
+        its forward pre-hook or forward hook, calls go unrecorded or never end (the
+        stack of open calls growing with every call), so the recording stops, training
+        goes on. A membership test per registry, asked at each segment's beginning and
+        backward pass and on the writer's timer, never per call."""
+        missing = self._hooks.missing()
+        if not missing:
+            return False
+        if self.failure is None:
+            if at is None:
+                state = self._segments.state
+                at = state.seg.when if state.id >= 0 else "before the first step"
+            self._stop(
+                f"{at}: hookdbg's hooks were removed from {' and '.join(missing)} "
+                "(the script or a library it uses cleared them)"
+            )
+            self.report(
+                f"{self.failure}; the recording stops here (status failed), training goes "
+                "on unrecorded"
+            )
+        return True
 
     def _steer(self, step: int) -> bool:
         """At a step boundary (``step`` begins): apply the commands that arrived, answer
@@ -514,17 +591,32 @@ class Recorder:
         keep why in the file at once (a reader of the live file sees it), and count from
         here what runs unrecorded."""
         exc = sys.exc_info()[1]
-        if self.failure is not None or exc is None:
+        if exc is None:
+            return
+        error = f"{type(exc).__name__}: {exc} ({_where(exc)})"
+        if self.failure is not None:  # stopped already: the file keeps the first reason
+            self.report(
+                f"internal error after the recording stopped: {error}. Please report this "
+                "with the traceback below:"
+            )
+            traceback.print_exc(file=sys.stderr)
             return
         state = self._segments.state
         at = state.seg.when if state.id >= 0 else "before the first step"
-        self.failure = f"internal error {at}: {type(exc).__name__}: {exc} ({_where(exc)})"
+        self._stop(f"internal error {at}: {error}")
         self.report(
             f"{self.failure}; the recording stops here (status failed), training goes on "
             "unrecorded. Please report this with the traceback below:"
         )
         traceback.print_exc(file=sys.stderr)
-        self.rows.info.append((time.time(), "failed", self.failure[: schema.MESSAGE_BYTES]))
+
+    def _stop(self, failure: str) -> None:
+        """Stop recording while the script goes on (status ``failed``): why, kept for
+        the end row and in the file at once (a reader of the live file sees it), and
+        from here a count of what runs unrecorded."""
+        self.guard.live = False
+        self.failure = failure
+        self.rows.info.append((time.time(), "failed", failure[: schema.MESSAGE_BYTES]))
         if self._backward is not None:
             self._backward.counting = True
 
@@ -570,6 +662,8 @@ class Recorder:
         lock = self.guard.lock
         if lock.acquire(timeout=0.2):
             try:
+                if self.guard.live:  # where no step boundary or backward pass comes
+                    self._unhooked()
                 self._handoff()
             finally:
                 lock.release()

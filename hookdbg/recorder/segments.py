@@ -99,10 +99,11 @@ class Segments:
         self._all_recorded = True  # every segment so far was recorded (and so checked)
         self.open = False  # a segment has begun and not ended
         # set by the recorder: whether a step is recorded (its plan applied: the
-        # level, modules and captures steering gave it, recorder/steering.py), and the
-        # commands read at each step boundary (True: the recording was stopped)
+        # level, modules and captures steering gave it, recorder/steering.py), and what
+        # it does as each segment begins: the recursion limit followed, its hooks
+        # checked, steering commands applied (True: the recording was stopped)
         self.plan: Callable[[int], bool] = options.records_step
-        self.steer: Callable[[int], bool] = lambda step: False
+        self.boundary: Callable[[int], bool] = lambda step: False
 
     def start(
         self, origin: float, optimizer: OptimizerObserver, scaler: ScalerWatch | None
@@ -122,7 +123,7 @@ class Segments:
             if steps.segment >= 0:
                 self.end(now)
             steps.begin()
-            if self.steer(steps.step):  # stopped: this call and all after go unrecorded
+            if self.boundary(steps.step):  # stopped: this call and all after go unrecorded
                 return StepState(Segment(-1, steps.step, None, 0), False, now, None)
             self.begin(now, module)
             self.read_batches(wait=False)

@@ -9,6 +9,7 @@ from textual.widgets import DataTable
 from hookdbg.read import open_recording
 from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.detail import DetailTable
+from hookdbg.tui.messages import Goto
 from hookdbg.tui.plot import Plot
 from hookdbg.tui.stepbar import StepBar
 from hookdbg.tui.tree import ModuleTree
@@ -205,3 +206,20 @@ async def test_eval_batches_are_marked_and_browsed_apart(eval_h5):
         assert text(bar).startswith(" step 0 ") and title(app).startswith(
             "model.head  Linear  step 0"
         )
+
+
+async def test_a_model_nested_1000_deep_opens_and_its_deepest_module_is_reached(deep_h5):
+    """The tree is built with a loop: a chain of modules deeper than Python's recursion
+    limit opens, and a jump to its innermost module unfolds every branch above it."""
+    rec = open_recording(deep_h5)
+    app = HookdbgApp(rec)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        tree = app.screen.query_one(ModuleTree)
+        assert len(tree._node_of) == 2000
+        deepest = max(rec.modules, key=lambda m: m.depth)
+        assert deepest.depth == 1000
+        app.screen.post_message(Goto(module=deepest.id))
+        assert await until(app, pilot, lambda: tree.cursor_node.data == deepest.id)
+        assert title(app).startswith("model.inner.inner.")
+        assert "Linear" in title(app)
