@@ -118,7 +118,8 @@ class Writer:
         self.dropped_rows = 0
         self.failed: str | None = None
         self.failed_at = math.nan
-        self.steps_written = 0
+        self._steps_appended = 0
+        self.steps_written = 0  # step rows committed: what the file holds
         self.died: str | None = None  # the writer thread itself broke (a bug)
         self._end: dict[str, object] | None = None
         # drains started and finished, for flush(): it waits for one started after it asked
@@ -361,7 +362,7 @@ class Writer:
             columns = {name: np.concatenate([p[name] for p in pieces]) for name in columns}
         self._append_columns(table, columns)
         if table == "steps":
-            self.steps_written += rows_in(columns)
+            self._steps_appended += rows_in(columns)
 
     def _convert(self, table: str, rows: list) -> np.ndarray:
         if table == "captures":
@@ -404,6 +405,7 @@ class Writer:
         self._committed[:] = state
         self._file.flush()
         self._changed.clear()
+        self.steps_written = self._steps_appended
 
     def _seal(self, table: str, last: bool) -> None:
         """The table's tail rows that fill whole chunks (``last``: all of them) into its
@@ -541,7 +543,8 @@ class Writer:
         return out
 
     def _progress_row(self) -> tuple:
-        return (time.time(), self.steps_written, self._written_rows, self.dropped_rows)
+        # committed with the steps appended so far
+        return (time.time(), self._steps_appended, self._written_rows, self.dropped_rows)
 
     def _end_row(self, status: str) -> np.ndarray:
         end = {

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ import pytest
 from hookdbg.store import rows, schema
 from hookdbg.store.schema import ModuleKind, Phase
 from hookdbg.store.writer import Writer, WriterError, batch_bytes
-from tests.helpers import live_recording, tables
+from tests.helpers import hookdbg, live_recording, tables
 
 # the end row of a run that completed with nothing in it (tests add their counts)
 END = {
@@ -189,6 +190,37 @@ def test_a_full_disk_stops_recording_but_not_training(tmp_path):
     # no phantom rows: every step row the committed state vouches for was written whole
     whole = tables(path)["steps"]
     assert len(whole) and np.all(whole["end"] > 0) and np.all(whole["calls"] > 0)
+
+
+FILLS_THE_DISK = """
+import os, resource, signal, sys, torch
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+full = os.path.getsize(sys.argv[1]) + 330_000  # some 20 steps in
+resource.setrlimit(resource.RLIMIT_FSIZE, (full, full))
+model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(4)])
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+steps_after_full = 0
+for _ in range(3000):  # until 20 steps after the file is full
+    opt.zero_grad()
+    model(torch.randn(8, 64)).pow(2).mean().backward()
+    opt.step()
+    steps_after_full += os.path.getsize(sys.argv[1]) >= full
+    if steps_after_full == 20:
+        break
+"""
+
+
+def test_a_full_disk_is_reported_with_the_steps_the_file_really_holds(tmp_path):
+    """The steps of the flush that failed never reached the file: the closing line
+    counts those that did."""
+    script, path = tmp_path / "train.py", tmp_path / "full.h5"
+    script.write_text(FILLS_THE_DISK)
+    out = hookdbg("record", "--flush-interval", "0.5", "-o", path, script, path)
+    assert out.returncode == 0, out.stderr
+    said = re.search(r"stopped early \(File too large\): it holds ([\d,]+) step", out.stderr)
+    assert said, out.stderr
+    held = len(tables(path)["steps"])
+    assert held > 1 and int(said.group(1).replace(",", "")) == held
 
 
 PAUSE_AFTER_STEPS = """
