@@ -257,6 +257,50 @@ def test_steps_finished_before_a_kill_9_are_in_the_file_whatever_the_script_does
     assert data["status"] in ("cut short", "live") and data["steps"] == 5
 
 
+CAPTURING = """
+import time, torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 512))
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+for step in range(1000):
+    opt.zero_grad()
+    model(torch.randn(256, 512)).pow(2).mean().backward()
+    opt.step()
+    print("finished", step, time.time(), flush=True)
+    time.sleep(0.05)
+"""
+
+
+def test_steps_finished_before_a_kill_9_are_in_the_file_with_captures_on(tmp_path):
+    """Every step captures about 15 MB, more than the writer compresses and writes in
+    that time: the steps' rows must not wait behind the captured bytes, so a kill -9
+    loses about a flush interval of finished steps, as without captures."""
+    script, path = tmp_path / "train.py", tmp_path / "run.h5"
+    script.write_text(CAPTURING)
+    cmd = [sys.executable, "-m", "hookdbg", "record", "-q", "--flush-interval", "0.2"]
+    cmd += ["--capture", "*", "--capture-budget", "100000", "-o", str(path), str(script)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    finished = {}
+    try:
+        while len(finished) < 6 or time.time() < finished[0] + 2.0:
+            line = proc.stdout.readline()
+            assert line, "the script ended before it trained 6 steps"
+            _, step, at = line.split()
+            finished[int(step)] = float(at)
+    finally:
+        proc.kill()
+        killed_at = time.time()
+        proc.wait()
+    t = tables(path)
+    steps = t["steps"]
+    held = set(steps["step"][steps["kind"] == schema.StepKind.TRAIN].tolist())
+    old = {step for step, at in finished.items() if at < killed_at - 1.0}  # 5 intervals
+    assert len(old) >= 3 and old <= held, (sorted(old), sorted(held))
+    assert len(t["captures"]) > 0  # and captured tensors with them
+
+
 @pytest.mark.skipif(rows.RowBuffer is None, reason="the compiled packer is not built")
 def test_packed_rows_and_row_tuples_are_written_in_the_order_they_came(tmp_path):
     """A table's rows may come packed (the recorder's row buffers) or as tuples (from
