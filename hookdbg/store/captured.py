@@ -1,7 +1,7 @@
 """Captured tensors on their way into the file, behind the rows that describe the steps.
 
 A step can capture more bytes than the writer compresses and writes in a flush interval
-(measured on a busy 2-core machine: gzip takes in 12-16 MB/s, and a 512-1024-512 MLP on
+(measured on a busy 2-core machine: gzip takes in 12-18 MB/s, and a 512-1024-512 MLP on
 batches of 256 captures 15 MB a step with ``--capture '*'``). Written in the order they
 came, with the rows, they would hold every row behind them until their last byte was
 in, and a ``kill -9`` would lose every step since the captures began. So the writer
