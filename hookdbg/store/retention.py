@@ -52,6 +52,12 @@ def kept(table: str, block: np.ndarray, first: int) -> np.ndarray:
     return block
 
 
+def keeps_capture(segment: int, reason: int, first: int) -> bool:
+    """Whether a file keeping the detail from segment ``first`` on holds a capture of
+    ``segment`` (``kept``'s rule for one row)."""
+    return segment >= first or reason == schema.CaptureReason.FLIGHT
+
+
 class Ledger:
     """What the file holds, as ``--keep-last`` weighs it: its recorded segments
     (segment, step, whether a training step), the bytes of each segment's detail rows,

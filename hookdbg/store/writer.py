@@ -13,6 +13,10 @@ compressed into one of three fixed byte slots rewritten in place (schema.TAIL_SL
 one in-place write of ``committed`` names what is whole: the file grows with what it
 holds, not with wall time.
 
+Captured tensors can outweigh everything else by far, and take the writer seconds to
+compress: they go in behind the rows, half a flush interval of writing between two
+commits (store/captured.py), so that no step's rows wait for them.
+
 Full-queue policy: batches handed over and not yet written are bounded in bytes
 (``max_backlog_bytes``, estimated from row counts plus the exact size of captured
 tensors); while the writer is that far behind (the disk cannot keep up), new batches
@@ -48,6 +52,7 @@ import h5py
 import numpy as np
 
 from hookdbg.store import newfile, owner, retention, schema
+from hookdbg.store.captured import CapturedQueue
 from hookdbg.store.rows import Columns, Packed, Taken, joined, rows_in
 
 
@@ -115,10 +120,14 @@ class Writer:
         self._submitted_bytes = 0  # written only by the training thread
         self._written_bytes = 0  # written only by the writer thread
         self._written_rows = 0
+        self._uncommitted = 0  # rows appended since the last commit: lost if writing fails
         self.dropped_rows = 0
         self.failed: str | None = None
         self.failed_at = math.nan
-        self.steps_written = 0
+        self._steps_appended = 0
+        self.steps_written = 0  # step rows committed: what the file holds
+        # captured tensors wait here, behind the rows, their bytes written a slice at a time
+        self._captured = CapturedQueue(self._row_bytes["captures"])
         self.died: str | None = None  # the writer thread itself broke (a bug)
         self._end: dict[str, object] | None = None
         # drains started and finished, for flush(): it waits for one started after it asked
@@ -335,8 +344,9 @@ class Writer:
         try:
             while True:
                 # twice per interval: gathering and writing take time too, and together
-                # they must stay within it (the most a kill -9 loses)
-                self._wake.wait(self.flush_interval / 2)
+                # they must stay within it (the most a kill -9 loses); at once while
+                # captured tensors wait (each drain commits every half interval)
+                self._wake.wait(0 if self._captured else self.flush_interval / 2)
                 self._wake.clear()
                 stopping = self._stop.is_set()  # nothing is submitted after close() sets it
                 with self._drains:
@@ -345,7 +355,7 @@ class Writer:
                 with self._drains:
                     self._drains_done += 1
                     self._drains.notify_all()
-                if stopping:
+                if stopping and not self._captured:
                     break
         except BaseException as exc:  # a bug in the writer: say so, keep the file readable
             self.died = f"{type(exc).__name__}: {exc}"
@@ -361,35 +371,79 @@ class Writer:
                 self._drains.notify_all()
 
     def _drain(self) -> None:
-        if self._pull is not None:
-            self._pull()  # the recorder hands over what it gathered: after the rest, in order
-        batches = []
-        while self._inbox:
-            batches.append(self._inbox.popleft())
-        rows = sum(len(r) for b, _ in batches for r in b.values())
-        size = sum(s for _, s in batches)
-        if self.failed is not None:
-            self.dropped_rows += rows
-            self._written_bytes += size
-            return
+        """What was handed over into the file: the rows at once, committed; then the
+        captured tensors taken with them, half a flush interval of writing at a time,
+        each slice committed with the rows handed over meanwhile. A step's rows never
+        wait behind captured bytes, and nothing waits more than about half an interval
+        for a commit (the most a kill -9 loses), however many bytes are captured."""
+        target = None
+        while True:
+            if self._pull is not None:
+                self._pull()  # the recorder hands over what it gathered: after the rest
+            try:
+                self._take_in()
+                if target is None:  # what was handed over when the drain began
+                    target = self._captured.taken
+                if self.failed is not None:
+                    return
+                self._commit_taken()
+                if self._captured.handled >= target:
+                    return
+                self._store_captured(time.monotonic() + self.flush_interval / 2)
+            except Exception as exc:
+                rows, size = self._captured.drop()
+                self.dropped_rows += self._uncommitted + rows
+                self._written_bytes += size
+                self._uncommitted = 0
+                self._fail(exc)
+                return
+
+    def _take_in(self) -> None:
+        """The batches handed over: rows into the tables' tails, captured tensors into
+        their queue. After a write error, counted as dropped."""
+        merged: dict[str, list[Taken]] = {}
+        size = 0  # what the rows taken held in memory (captured tensors: when written)
         try:
-            merged: dict[str, list[Taken]] = {}
-            for batch, _ in batches:
+            while self._inbox:
+                batch, batch_size = self._inbox.popleft()
+                size += batch_size
+                if self.failed is not None:
+                    self.dropped_rows += sum(len(rows) for rows in batch.values())
+                    continue
                 for table, table_rows in batch.items():
+                    if table == "captures":
+                        assert isinstance(table_rows, list)
+                        self._captured.add(table_rows)
+                        size -= sum(self._captured.cost(row) for row in table_rows)
+                        continue
                     merged.setdefault(table, []).append(table_rows)
+                    self._uncommitted += len(table_rows)
+                    self._written_rows += len(table_rows)
             for table, parts in merged.items():
                 self._append(table, parts)
-            self._written_rows += rows
-            self._append_raw("progress", [self._progress_row()])
-            self._commit()
-            first = self._ledger.first_kept() if self._ledger is not None else None
-            if first is not None:
-                self._roll(first)
-        except Exception as exc:
-            self.dropped_rows += rows
-            self._fail(exc)
         finally:
             self._written_bytes += size
+
+    def _store_captured(self, until: float) -> None:
+        """Captured bytes into the file until ``until`` (time.monotonic), and the rows of
+        the tensors whose bytes are all in."""
+        rows, size = self._captured.store(self._capture_data, until)
+        self._written_bytes += size
+        if not rows:
+            return
+        self._uncommitted += len(rows)
+        self._written_rows += len(rows)
+        self._append_array("captures", self._convert("captures", rows))
+
+    def _commit_taken(self) -> None:
+        """Commit what was appended, with a progress row; write the file anew when
+        --keep-last says so, but never with a tensor's bytes half in."""
+        self._append_raw("progress", [self._progress_row()])
+        self._commit()
+        if self._ledger is not None and not self._captured.partial:
+            first = self._ledger.first_kept()
+            if first is not None:
+                self._roll(first)
 
     def _append(self, table: str, parts: list[Taken]) -> None:
         """One table's rows from several batches, in order, in one append per column."""
@@ -412,11 +466,9 @@ class Writer:
             columns = {name: np.concatenate([p[name] for p in pieces]) for name in columns}
         self._append_columns(table, columns)
         if table == "steps":
-            self.steps_written += rows_in(columns)
+            self._steps_appended += rows_in(columns)
 
     def _convert(self, table: str, rows: list) -> np.ndarray:
-        if table == "captures":
-            rows = self._store_capture_bytes(rows)
         convert = self._converters.get(table)
         return convert(rows) if convert else np.array(rows, dtype=self._tables[table][0])
 
@@ -455,6 +507,9 @@ class Writer:
         self._committed[:] = state
         self._file.flush()
         self._changed.clear()
+        self._uncommitted = 0
+        self.steps_written = self._steps_appended
+        self._captured.committed()
 
     def _seal(self, table: str, last: bool) -> None:
         """The table's tail rows that fill whole chunks (``last``: all of them) into its
@@ -542,6 +597,7 @@ class Writer:
             old["_file"].close()
         if self._ledger is not None:
             self._ledger.kept_from(first)
+        self._written_bytes += self._captured.keep_from(first)
 
     def _copy_kept(self, old: dict[str, object], first: int) -> None:
         """Into the new file: what ``retention.kept`` keeps of each table, captured
@@ -573,26 +629,9 @@ class Writer:
             offset += size
         return out
 
-    def _store_capture_bytes(self, rows: list) -> list:
-        """Capture rows arrive as (fields..., payload bytes); append payloads, set offsets.
-        Each drain's bytes start a new chunk: a compressed chunk is written in one drain
-        and never again (under SWMR a rewrite would leave its old copy in the file); the
-        unused end of the last one stays unwritten, zeros that compress to almost
-        nothing."""
-        ds = self._capture_data
-        chunk = schema.CAPTURE_CHUNK
-        offset = -(-ds.shape[0] // chunk) * chunk
-        ds.resize((offset + sum(len(row[-1]) for row in rows),))
-        out = []
-        for row in rows:  # one tensor at a time: no second copy of them all in memory
-            *fields, data = row
-            ds[offset : offset + len(data)] = np.frombuffer(data, dtype="u1")
-            out.append((*fields[:-1], offset, len(data), fields[-1]))
-            offset += len(data)
-        return out
-
     def _progress_row(self) -> tuple:
-        return (time.time(), self.steps_written, self._written_rows, self.dropped_rows)
+        # committed with the steps appended so far
+        return (time.time(), self._steps_appended, self._written_rows, self.dropped_rows)
 
     def _end_row(self, status: str) -> np.ndarray:
         end = {
@@ -613,6 +652,9 @@ class Writer:
         return np.array([row], dtype=schema.END)
 
     def _finish(self) -> None:
+        rows, size = self._captured.drop()  # none, unless the writer thread broke
+        self.dropped_rows += rows
+        self._written_bytes += size
         status = str(self._end["status"]) if self._end is not None else ""
         if self.failed is None:
             try:

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ import pytest
 from hookdbg.store import rows, schema
 from hookdbg.store.schema import ModuleKind, Phase
 from hookdbg.store.writer import Writer, WriterError, batch_bytes
-from tests.helpers import live_recording, tables
+from tests.helpers import hookdbg, live_recording, tables
 
 # the end row of a run that completed with nothing in it (tests add their counts)
 END = {
@@ -191,6 +192,37 @@ def test_a_full_disk_stops_recording_but_not_training(tmp_path):
     assert len(whole) and np.all(whole["end"] > 0) and np.all(whole["calls"] > 0)
 
 
+FILLS_THE_DISK = """
+import os, resource, signal, sys, torch
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+full = os.path.getsize(sys.argv[1]) + 330_000  # some 20 steps in
+resource.setrlimit(resource.RLIMIT_FSIZE, (full, full))
+model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(4)])
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+steps_after_full = 0
+for _ in range(3000):  # until 20 steps after the file is full
+    opt.zero_grad()
+    model(torch.randn(8, 64)).pow(2).mean().backward()
+    opt.step()
+    steps_after_full += os.path.getsize(sys.argv[1]) >= full
+    if steps_after_full == 20:
+        break
+"""
+
+
+def test_a_full_disk_is_reported_with_the_steps_the_file_really_holds(tmp_path):
+    """The steps of the flush that failed never reached the file: the closing line
+    counts those that did."""
+    script, path = tmp_path / "train.py", tmp_path / "full.h5"
+    script.write_text(FILLS_THE_DISK)
+    out = hookdbg("record", "--flush-interval", "0.5", "-o", path, script, path)
+    assert out.returncode == 0, out.stderr
+    said = re.search(r"stopped early \(File too large\): it holds ([\d,]+) step", out.stderr)
+    assert said, out.stderr
+    held = len(tables(path)["steps"])
+    assert held > 1 and int(said.group(1).replace(",", "")) == held
+
+
 PAUSE_AFTER_STEPS = """
 import time, torch
 model = torch.nn.Linear(8, 8)
@@ -223,6 +255,50 @@ def test_steps_finished_before_a_kill_9_are_in_the_file_whatever_the_script_does
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["status"] in ("cut short", "live") and data["steps"] == 5
+
+
+CAPTURING = """
+import time, torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 512))
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+for step in range(1000):
+    opt.zero_grad()
+    model(torch.randn(256, 512)).pow(2).mean().backward()
+    opt.step()
+    print("finished", step, time.time(), flush=True)
+    time.sleep(0.05)
+"""
+
+
+def test_steps_finished_before_a_kill_9_are_in_the_file_with_captures_on(tmp_path):
+    """Every step captures about 15 MB, more than the writer compresses and writes in
+    that time: the steps' rows must not wait behind the captured bytes, so a kill -9
+    loses about a flush interval of finished steps, as without captures."""
+    script, path = tmp_path / "train.py", tmp_path / "run.h5"
+    script.write_text(CAPTURING)
+    cmd = [sys.executable, "-m", "hookdbg", "record", "-q", "--flush-interval", "0.2"]
+    cmd += ["--capture", "*", "--capture-budget", "100000", "-o", str(path), str(script)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    finished = {}
+    try:
+        while len(finished) < 6 or time.time() < finished[0] + 2.0:
+            line = proc.stdout.readline()
+            assert line, "the script ended before it trained 6 steps"
+            _, step, at = line.split()
+            finished[int(step)] = float(at)
+    finally:
+        proc.kill()
+        killed_at = time.time()
+        proc.wait()
+    t = tables(path)
+    steps = t["steps"]
+    held = set(steps["step"][steps["kind"] == schema.StepKind.TRAIN].tolist())
+    old = {step for step, at in finished.items() if at < killed_at - 1.0}  # 5 intervals
+    assert len(old) >= 3 and old <= held, (sorted(old), sorted(held))
+    assert len(t["captures"]) > 0  # and captured tensors with them
 
 
 @pytest.mark.skipif(rows.RowBuffer is None, reason="the compiled packer is not built")
