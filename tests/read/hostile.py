@@ -3,6 +3,7 @@ that damages an open (``r+``) copy of the file in one way."""
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,6 +15,25 @@ from hookdbg.store import schema
 Mutation = Callable[[h5py.File], None]
 
 HUGE = 10**12  # rows: a 100 kB file claiming this many is what the issue measured
+
+
+def commands(path: Path, other: Path, tmp: Path) -> list[list[str]]:
+    """Every reader command, each as a user would type it on this recording."""
+    p = str(path)
+    return [
+        ["summary", p],
+        ["summary", p, "--json"],
+        ["profile", p],
+        ["alerts", p],
+        ["show", p, "standardize"],
+        ["search", p, "nan"],
+        ["search", p, "type:Linear"],
+        ["diff", p, str(other)],
+        ["export", p, "--format", "perfetto", "-o", "-"],
+        ["export", p, "--format", "csv", "-o", "-"],
+        ["export", p, "--format", "json", "--table", "calls", "-f", "-o", str(tmp / "x.json")],
+        ["tensor", p, "standardize", "--step", "3", "--slot", "output"],
+    ]
 
 
 def _replace(f: h5py.File, where: str, data: np.ndarray, **kwargs: object) -> None:
@@ -206,6 +226,59 @@ def structure_variants(base: Path, other: Path, tmp: Path) -> Iterator[tuple[str
         h5py.Dataset(dsid)[...] = data
 
     yield "calls/total deflated twice", twice_deflated
+
+    def small_scaleoffset(f: h5py.File) -> None:  # a lossy filter on the column as it is
+        data = f["calls/call"][()]
+        _replace(f, "calls/call", data, chunks=True, maxshape=(None,), scaleoffset=0)
+
+    yield "calls/call scale-offset filtered", small_scaleoffset
+    yield "tensors/std compressed by filter 40000", unknown_filter("tensors/std")
+
+    def fletcher(f: h5py.File) -> None:
+        data = f["steps/step"][()]
+        _replace(f, "steps/step", data, chunks=True, maxshape=(None,), fletcher32=True)
+
+    yield "steps/step with fletcher32 checksums", fletcher
+
+    def huge_chunks(f: h5py.File) -> None:  # 2 MiB decompressed to read one row
+        data = f["calls/start"][()]
+        _replace(f, "calls/start", data, chunks=(1 << 18,), maxshape=(None,), compression="gzip")
+
+    yield "calls/start in chunks of 2 MiB", huge_chunks
+    yield "calls/total a chunk inflating to 128 MB", inflating_chunk("calls/total", 128 << 20)
+
+
+def unknown_filter(where: str, filter_id: int = 40000) -> Mutation:
+    """``where`` rewritten as compressed by a filter HDF5 lacks, which reading it would
+    make HDF5 look for as a plugin. HDF5 creates such a dataset when the filter is
+    optional, and the chunk is written as stored bytes, marked as filtered."""
+
+    def mutate(f: h5py.File) -> None:
+        data = f[where][()]
+        group, name = where.rsplit("/", 1)
+        del f[where]
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_chunk((max(len(data), 1),))
+        dcpl.set_filter(filter_id, h5py.h5z.FLAG_OPTIONAL, ())
+        space = h5py.h5s.create_simple((len(data),), (h5py.h5s.UNLIMITED,))
+        kind = h5py.h5t.py_create(data.dtype)
+        dsid = h5py.h5d.create(f[group].id, name.encode(), kind, space, dcpl=dcpl)
+        dsid.write_direct_chunk((0,), data.tobytes())
+
+    return mutate
+
+
+def inflating_chunk(where: str, nbytes: int) -> Mutation:
+    """``where``'s first chunk replaced by a deflate stream of ``nbytes`` zeros: HDF5
+    inflates a chunk's whole stream, however far past the chunk it goes."""
+
+    def mutate(f: h5py.File) -> None:
+        stream = zlib.compressobj(9)
+        block = bytes(1 << 20)
+        data = b"".join(stream.compress(block) for _ in range(nbytes >> 20)) + stream.flush()
+        f[where].id.write_direct_chunk((0,), data)
+
+    return mutate
 
 
 def _set(where: str, index: int, value: object) -> Mutation:
