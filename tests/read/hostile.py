@@ -353,6 +353,106 @@ def value_variants() -> Iterator[tuple[str, Mutation]]:
     yield "capture_data chunk corrupt", _GarbleChunk(schema.CAPTURE_DATA)
 
 
+# -- files that expand: a few MB on disk that hold far more --------------------------
+
+
+def _commit(f: h5py.File, table: str, rows: int) -> None:
+    """Say in ``committed`` that ``table``'s columns hold ``rows`` rows, and no tail."""
+    committed = f[schema.COMMITTED][()]
+    index = list(schema.TABLES).index(table)
+    committed[schema.SEALED, index] = rows
+    committed[schema.TAIL_BYTES, index] = 0
+    f[schema.COMMITTED][...] = committed
+
+
+def _fill(f: h5py.File, table: str, rows: int, columns: dict[str, object]) -> None:
+    """``table`` resized to ``rows`` rows holding ``columns`` (others: zeros), stored as
+    the writer stores them (the columns keep their filters and chunks)."""
+    group = f[table]
+    for name in [n for n in group if n not in schema.TAIL_SLOTS]:
+        ds = group[name]
+        ds.resize((rows, *ds.shape[1:]))
+        ds[...] = np.asarray(columns.get(name, 0), dtype=ds.dtype)
+    _commit(f, table, rows)
+
+
+def roots(n: int) -> Mutation:
+    """``n`` models of one module each, every one a root: a large module table that
+    compresses well, but no better than a recording's can."""
+
+    def mutate(f: h5py.File) -> None:
+        ids = np.arange(n)
+        names = np.char.add(b"m", ids.astype("S7"))
+        columns = {"id": ids, "parent": -1, "root": ids, "name": names, "type": b"Linear"}
+        _fill(f, "modules", n, columns)
+
+    return mutate
+
+
+def long_run(n: int) -> Mutation:
+    """A steps table of ``n`` steps as a long run records them, its times kept to 10 ms
+    (so that they compress as well as real ones can): legitimate, and long."""
+
+    def mutate(f: h5py.File) -> None:
+        steps = np.arange(n)
+        start = np.round(1.7e9 + 0.02 * steps, 2)
+        columns = {
+            "step": steps,
+            "segment": steps,
+            "start": start,
+            "end": start + 0.01,
+            "optimizer_steps": 1,
+            "backward": 1,
+            "recorded": steps < 5,
+            "scale": np.nan,
+            "overhead": np.nan,
+        }
+        _fill(f, "steps", n, columns)
+
+    return mutate
+
+
+def near_the_bound(n: int) -> Mutation:
+    """``n`` numbered steps, the first 5 recorded, every other value zero but for random
+    times in the first 2.9% of rows, in chunks of 1 MiB at deflate's best: 117:1,
+    nearly as well as a table may compress and still be read (hookdbg/read/storage.py:
+    TABLE_RATIO)."""
+
+    def mutate(f: h5py.File) -> None:
+        group = f["steps"]
+        times = np.random.default_rng(0).random(n * 29 // 1000)
+        for name in [c for c in group if c not in schema.TAIL_SLOTS]:
+            dtype = group[name].dtype
+            data = np.zeros(n, dtype)
+            if name in ("step", "segment"):
+                data[:] = np.arange(n)
+            elif name in ("start", "end"):
+                data[: len(times)] = times
+            elif name == "recorded":
+                data[:5] = 1
+            del group[name]
+            group.create_dataset(
+                name,
+                data=data,
+                maxshape=(None,),
+                chunks=(schema.MAX_CHUNK_BYTES // dtype.itemsize,),
+                compression="gzip",
+                compression_opts=9,
+                shuffle=True,
+            )
+        _commit(f, "steps", n)
+
+    return mutate
+
+
+def expanding_variants() -> Iterator[tuple[str, Mutation]]:
+    """Files as large as a reader takes: 200,000 root modules, a 2,000,000-step run,
+    and 4,000,000 steps compressed nearly as well as a recording's can."""
+    yield "modules: 200,000 roots", roots(200_000)
+    yield "steps: a 2,000,000-step run", long_run(2_000_000)
+    yield "steps: 4,000,000 rows compressed 117:1", near_the_bound(4_000_000)
+
+
 def make(base: Path, target: Path, mutate: Mutation) -> Path:
     """A copy of ``base`` at ``target``, damaged by ``mutate``."""
     target.write_bytes(base.read_bytes())

@@ -6,6 +6,7 @@ code path as the command line), and a few as real processes."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -164,6 +165,41 @@ def test_npy_into_a_missing_directory(tmp_path):
     saved = tmp_path / "x"  # saved exactly where asked (np.save would add .npy)
     out = hookdbg("tensor", BASE, "standardize", "--step", "3", "--slot", "output", "--npy", saved)
     assert out.returncode == 0 and saved.exists() and f"to {saved}" in out.stderr
+
+
+# -- small files that expand ------------------------------------------------------------
+
+LIMIT = 2 << 30  # the address space a file's commands get; a reader alone takes 180 MB
+EXPANDING = dict(hostile.expanding_variants())
+
+
+@pytest.mark.parametrize("name", EXPANDING)
+def test_files_that_expand_stay_within_memory_and_time(name, tmp_path, nan_h5):
+    """A few MB holding hundreds of MB of rows (200,000 modules, millions of steps),
+    every reader command on it in a real process limited to 2 GiB: answered within the
+    limit, and within a minute."""
+    path = hostile.make(nan_h5, tmp_path / "big.h5", EXPANDING[name])
+    assert path.stat().st_size < 4 << 20
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.read.bounded", str(LIMIT), path, BASE, tmp_path],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    *reports, peak = map(json.loads, out.stdout.splitlines())
+    for report in reports:
+        args = report["args"]
+        what = f"{name}: hookdbg {' '.join(args[:1] + args[2:])}"
+        assert report["exception"] is None, f"{what} raised {report['exception']}"
+        assert report["exit_code"] in (0, 1, 2), f"{what} exited {report['exit_code']}"
+        if report["exit_code"] == 2:
+            lines = report["stderr"].strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("Error: "), (what, lines)
+        assert report["seconds"] < 60, f"{what} took {report['seconds']:.0f} s"
+    assert reports[0]["exit_code"] == 0, reports[0]["stderr"]  # summary answers
+    assert peak["peak_rss"] < LIMIT
 
 
 # -- filters that load code --------------------------------------------------------------
