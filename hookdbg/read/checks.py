@@ -5,8 +5,8 @@ hand, or built to hurt. Before anything is read the reader checks, in order: the
 is a regular HDF5 file whose superblock says it is whole; its writer finished setting
 it up; every table and column it reads is a plain dataset inside this file (no soft or
 external link, no virtual or external storage: a recording holds none); every column is
-1-D with the schema's type; its filters and chunks are the writer's; and no column
-declares more rows than its stored bytes can hold (hookdbg/read/storage.py).
+1-D with the schema's type; its filters and chunks are the writer's; and no column, nor
+table, declares more rows than its stored bytes can hold (hookdbg/read/storage.py).
 Those checks run before anything is allocated: a 134 kB file that claims 10^12 rows is
 refused, not read into 312 TiB, and one naming a filter HDF5 lacks loads no plugin.
 
@@ -31,7 +31,7 @@ from typing import TypeVar
 import h5py
 import numpy as np
 
-from hookdbg.read.storage import forget_plugin_paths, storage_problem
+from hookdbg.read.storage import forget_plugin_paths, storage_problem, table_problem
 from hookdbg.store import schema
 from hookdbg.text import plural
 
@@ -378,6 +378,12 @@ def checked_tables(
             for column in dtype.names or ()
             if column not in derived.get(name, {})
         }
+        try:
+            problem = table_problem(name, out[name].values(), file_size)
+        except H5_ERRORS as exc:
+            raise damaged(path, exc) from None
+        if problem is not None:
+            raise RecordingError(f"{path} is damaged: {problem}")
     return out
 
 

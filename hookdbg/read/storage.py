@@ -15,7 +15,10 @@ the writer writes:
 * a chunk holds at most schema.MAX_CHUNK_BYTES, and each stored chunk is no larger than
   deflate or LZF leave data that does not compress, so it inflates to at most 1032
   times that (deflate's best ratio);
-* a column declares no more rows than its bytes can hold at that ratio.
+* a column declares no more rows than its bytes can hold at that ratio; a table's rows
+  take no more than ``TABLE_RATIO`` times its stored bytes, and the module table has at
+  most ``MAX_MODULES`` rows: what a command reads stays within a bounded multiple of the
+  file's size, whatever the file claims.
 
 The functions here return what is wrong, in words (None: nothing); the caller
 (hookdbg/read/checks.py) says it as one line, and turns an h5py error raised here into
@@ -38,6 +41,20 @@ from hookdbg.text import human_bytes
 BEST_RATIO = 1032
 _SLACK = 1 << 20  # a column may declare this much more than it stores (unwritten tail)
 _COMPRESSING = {schema.DEFLATE, schema.LZF}
+
+# A table's rows, all columns together, against its stored bytes. Recorded tables compress
+# 2-15:1; made up to compress as well as real ones can, they reach 61:1 (2,000,000 steps
+# whose times are kept to 10 ms) and 69:1 (20,000 alerts alike but for the step); rows
+# of zeros reach 400-1000:1. A table declaring up to TABLE_SLACK (600,000 steps) is read
+# whatever its ratio.
+TABLE_RATIO = 128
+TABLE_SLACK = 32 << 20
+# The module table is bounded by its rows instead: its fixed-width names are mostly zero
+# padding, so a real one compresses like zeros (123:1 for the 78,000 modules of a
+# mixture-of-experts transformer with 256 experts in 61 layers, 168:1 for 200,000 named
+# m0 to m199999). The cap is over three times that transformer; a million modules took
+# summary 3 GB and 50 s.
+MAX_MODULES = 1 << 18
 
 
 def forget_plugin_paths() -> None:
@@ -116,3 +133,31 @@ def _chunk_sizes(dsid: h5py.h5d.DatasetID) -> Iterable[int]:
         iterate(lambda info: sizes.append(info.size))
         return sizes
     return (dsid.get_chunk_info(i).size for i in range(dsid.get_num_chunks()))
+
+
+def table_problem(name: str, columns: Iterable[h5py.Dataset], file_size: int) -> str | None:
+    """A table whose rows, all columns together, take more than ``TABLE_RATIO`` times
+    its stored bytes: compressed that well, they are not rows a recorder wrote, and
+    reading them would cost far more than the file. The module table: over MAX_MODULES
+    rows."""
+    declared = stored = rows = 0
+    for ds in columns:
+        shape: tuple[int, ...] = ds.id.shape or (0,)
+        declared += int(np.prod(shape, dtype=np.int64)) * ds.id.dtype.itemsize
+        stored += ds.id.get_storage_size()
+        rows = max(rows, shape[0])
+    if name == "modules":
+        if rows <= MAX_MODULES:
+            return None
+        return (
+            f"table 'modules' claims {rows:,} modules, more than a model has (hookdbg reads "
+            f"up to {MAX_MODULES:,}); refusing to read it"
+        )
+    stored = min(stored, file_size)  # chunks may share their bytes
+    if declared <= TABLE_SLACK or declared <= stored * TABLE_RATIO:
+        return None
+    return (
+        f"table {name!r} claims {rows:,} rows ({human_bytes(declared)}) in "
+        f"{human_bytes(stored)} on disk, compressed {declared // max(stored, 1):,}:1 where a "
+        f"recording's compress at most {TABLE_RATIO}:1; refusing to read it"
+    )

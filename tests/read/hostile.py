@@ -3,8 +3,9 @@ that damages an open (``r+``) copy of the file in one way."""
 
 from __future__ import annotations
 
+import functools
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 import h5py
@@ -353,7 +354,12 @@ def value_variants() -> Iterator[tuple[str, Mutation]]:
     yield "capture_data chunk corrupt", _GarbleChunk(schema.CAPTURE_DATA)
 
 
-# -- files that expand: a few MB on disk that hold far more --------------------------
+# -- files that expand: a few MB on disk that claim far more --------------------------
+
+
+@functools.cache
+def _deflated_zeros(nbytes: int) -> bytes:
+    return zlib.compress(bytes(nbytes), 9)
 
 
 def _commit(f: h5py.File, table: str, rows: int) -> None:
@@ -363,6 +369,35 @@ def _commit(f: h5py.File, table: str, rows: int) -> None:
     committed[schema.SEALED, index] = rows
     committed[schema.TAIL_BYTES, index] = 0
     f[schema.COMMITTED][...] = committed
+
+
+def zero_rows(table: str, rows: int) -> Mutation:
+    """``table``'s columns rewritten to ``rows`` rows of zeros in chunks as large as the
+    reader takes (1 MiB), each a deflate stream of 1 kB written as stored bytes: a few
+    MB of file claiming gigabytes of rows."""
+
+    def mutate(f: h5py.File) -> None:
+        group = f[table]
+        for name in [n for n in group if n not in schema.TAIL_SLOTS]:
+            old = group[name]
+            dtype, width = old.dtype, old.shape[1:]
+            row = dtype.itemsize * int(np.prod(width, dtype=np.int64))
+            chunk = schema.MAX_CHUNK_BYTES // row
+            del group[name]
+            new = group.create_dataset(
+                name,
+                shape=(rows, *width),
+                maxshape=(None, *width),
+                dtype=dtype,
+                chunks=(chunk, *width),
+                compression="gzip",
+                shuffle=True,
+            )
+            for start in range(0, rows, chunk):
+                new.id.write_direct_chunk((start, *(0,) * len(width)), _deflated_zeros(chunk * row))
+        _commit(f, table, rows)
+
+    return mutate
 
 
 def _fill(f: h5py.File, table: str, rows: int, columns: dict[str, object]) -> None:
@@ -445,9 +480,14 @@ def near_the_bound(n: int) -> Mutation:
     return mutate
 
 
-def expanding_variants() -> Iterator[tuple[str, Mutation]]:
-    """Files as large as a reader takes: 200,000 root modules, a 2,000,000-step run,
-    and 4,000,000 steps compressed nearly as well as a recording's can."""
+def expanding_variants(tables: Collection[str]) -> Iterator[tuple[str, Mutation]]:
+    """Every table claiming 2 GiB of rows of zeros in a few MB; then files as large as
+    a reader takes: 200,000 root modules, a 2,000,000-step run, and 4,000,000 steps
+    compressed nearly as well as the reader allows."""
+    for table, (dtype, _) in schema.TABLES.items():
+        if table in tables:
+            rows = (2 << 30) // dtype.itemsize
+            yield f"{table}: {rows:,} rows of zeros", zero_rows(table, rows)
     yield "modules: 200,000 roots", roots(200_000)
     yield "steps: a 2,000,000-step run", long_run(2_000_000)
     yield "steps: 4,000,000 rows compressed 117:1", near_the_bound(4_000_000)
