@@ -144,29 +144,41 @@ def _module_lines(recording: Recording, step: int, modules: list[Module]) -> lis
     tensors = recording.tensors(step, step, ["module", "phase", "slot", "path", "shape", "call"])
     outputs = tensors[(tensors["phase"] == Phase.FWD) & (tensors["slot"] == Slot.OUTPUT)]
     totals = _param_totals(recording, modules)
+    # the step's rows by module, found once: a model may have 100,000 modules
+    fwd_calls: dict[int, list[float]] = {}
+    bwd_time: dict[int, float] = {}
+    for module, phase, total in zip(
+        calls["module"].tolist(), calls["phase"].tolist(), calls["total"].tolist(), strict=True
+    ):
+        if phase == Phase.FWD:
+            fwd_calls.setdefault(module, []).append(total)
+        elif phase == Phase.BWD:
+            bwd_time[module] = bwd_time.get(module, 0.0) + total
+    shapes: dict[int, list[str]] = {}
+    first_call: dict[int, int] = {}
+    for module, call, raw in zip(
+        outputs["module"].tolist(), outputs["call"].tolist(), outputs["shape"], strict=True
+    ):
+        if first_call.setdefault(module, call) == call:
+            shapes.setdefault(module, []).append(shape_text(raw))
     lines = []
     for m in _tree_order(recording, modules):
-        mine = calls[calls["module"] == m.id]
-        fwd = mine[mine["phase"] == Phase.FWD]
-        out = outputs[outputs["module"] == m.id]
-        if len(out):
-            first_call = out["call"][0]
-            shapes = [shape_text(s) for s in out["shape"][out["call"] == first_call]]
-            shape = (
-                shapes[0]
-                if len(shapes) == 1
-                else "[" + ", ".join(shapes[:3]) + (", ...]" if len(shapes) > 3 else "]")
-            )
-        else:
+        mine = shapes.get(m.id)
+        if not mine:
             shape = "-"
+        elif len(mine) == 1:
+            shape = mine[0]
+        else:
+            shape = "[" + ", ".join(mine[:3]) + (", ...]" if len(mine) > 3 else "]")
+        fwd = fwd_calls.get(m.id, [])
         lines.append(
             ModuleLine(
                 module=m,
                 calls=len(fwd),
                 output_shape=shape,
                 params=totals[m.id],
-                fwd=float(fwd["total"].sum()),
-                bwd=float(mine[mine["phase"] == Phase.BWD]["total"].sum()),
+                fwd=float(sum(fwd)),
+                bwd=float(bwd_time.get(m.id, 0.0)),
             )
         )
     return lines

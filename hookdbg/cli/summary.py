@@ -252,10 +252,20 @@ def _how_run(rec: Recording) -> list[tuple[str, str]]:
     ]
 
 
+# module lines printed (in tree order): a terminal shows no more usefully, and a model
+# of 100,000 modules took a minute to lay out; --json lists them all
+_SHOWN = 2000
+
+
 def _module_table(view: Overview) -> Table:
     """The torchinfo-like table: one line per module, indented by depth."""
+    lines = view.lines[:_SHOWN]
+    left = len(view.lines) - len(lines)
+    title = f"\nmodules in step {view.step}"
+    if left:
+        title += f" (the first {len(lines):,} of {len(view.lines):,}: --json lists them all)"
     t = table(
-        f"\nmodules in step {view.step}",
+        title,
         [
             "module",
             "type",
@@ -266,7 +276,7 @@ def _module_table(view: Overview) -> Table:
             ("bwd ms", "right"),
         ],
     )
-    for line in view.lines:
+    for line in lines:
         m = line.module
         t.add_row(
             _tree_label(m),

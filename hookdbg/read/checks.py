@@ -5,9 +5,10 @@ hand, or built to hurt. Before anything is read the reader checks, in order: the
 is a regular HDF5 file whose superblock says it is whole; its writer finished setting
 it up; every table and column it reads is a plain dataset inside this file (no soft or
 external link, no virtual or external storage: a recording holds none); every column is
-1-D with the schema's type; and no column declares more rows than its stored bytes can
-hold. That last check runs before anything is allocated: a 134 kB file that claims
-10^12 rows is refused, not read into 312 TiB.
+1-D with the schema's type; its filters and chunks are the writer's; and no column, nor
+table, declares more rows than its stored bytes can hold (hookdbg/read/storage.py).
+Those checks run before anything is allocated: a 134 kB file that claims 10^12 rows is
+refused, not read into 312 TiB, and one naming a filter HDF5 lacks loads no plugin.
 
 Every failure is a ``RecordingError`` whose message is one line for the user.
 
@@ -22,7 +23,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -30,8 +31,9 @@ from typing import TypeVar
 import h5py
 import numpy as np
 
+from hookdbg.read.storage import forget_plugin_paths, storage_problem, table_problem
 from hookdbg.store import schema
-from hookdbg.text import human_bytes, plural
+from hookdbg.text import plural
 
 T = TypeVar("T")
 
@@ -104,6 +106,7 @@ def open_file(path: Path) -> tuple[h5py.File, Superblock | None]:
     """Open read-only: plainly if the file was closed cleanly, else (still being written,
     or its writer died) with SWMR. Truncation and a file whose writer died creating it
     are told from the superblock first, so the message can say which it was."""
+    forget_plugin_paths()  # before HDF5 reads anything of the file
     if not path.exists():
         raise RecordingError(f"{path}: no such file")
     if path.is_dir():
@@ -289,15 +292,6 @@ def _shared(group: h5py.Group, name: str, opened: h5py.Dataset) -> h5py.Dataset:
     return opened
 
 
-# zlib's deflate cannot compress better than about 1032:1 (258-byte matches coded in 2
-# bits); LZF does worse. A column whose stored bytes could not hold what it declares,
-# at that ratio, is lying about its length.
-_BEST_RATIO = 1032
-_COMPRESSING = {h5py.h5z.FILTER_DEFLATE, h5py.h5z.FILTER_LZF}
-_HARMLESS = {h5py.h5z.FILTER_SHUFFLE, h5py.h5z.FILTER_FLETCHER32}
-_SLACK = 1 << 20  # a column may declare this much more than it stores (unwritten tail)
-
-
 def checked_dataset(
     parent: h5py.Group,
     name: str,
@@ -307,10 +301,12 @@ def checked_dataset(
     file_size: int,
     missing: str | None = None,
     dims: int = 1,
+    filters: Collection[tuple[int, ...]] = schema.COLUMN_FILTERS,
 ) -> h5py.Dataset:
     """A column (or the capture bytes) that can be read safely: a dataset of ``dims``
-    dimensions inside the file, of the expected kind, declaring no more rows than its
-    storage can hold."""
+    dimensions inside the file, of the expected kind, stored with ``filters`` (one of
+    these pipelines) in chunks the writer could have made, declaring no more rows than
+    its storage can hold (hookdbg/read/storage.py)."""
     ds = member(parent, name, where, path)
     if ds is None:
         raise RecordingError(f"{path} is damaged: {missing or where + ' is missing'}")
@@ -337,34 +333,13 @@ def checked_dataset(
         raise RecordingError(
             f"{path} is damaged: {where} has type {dtype}, expected {expected.str.lstrip('<|')}"
         )
-    _check_declared_size(ds, where, path, file_size)
-    return ds
-
-
-def _check_declared_size(ds: h5py.Dataset, where: str, path: Path, file_size: int) -> None:
-    declared = ds.shape[0] * ds.dtype.itemsize
-    if declared <= _SLACK:
-        return
     try:
-        stored = min(ds.id.get_storage_size(), file_size)
-        plist = ds.id.get_create_plist()
-        filters = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
+        problem = storage_problem(ds, where, file_size, filters)
     except H5_ERRORS as exc:
         raise damaged(path, exc) from None
-    unknown = [f for f in filters if f not in _COMPRESSING | _HARMLESS]
-    squeezers = [f for f in filters if f in _COMPRESSING]
-    if unknown or len(squeezers) > 1:
-        raise RecordingError(
-            f"{path} is damaged: {where} uses HDF5 filters hookdbg never writes "
-            f"({', '.join(map(str, filters))}); refusing to read it"
-        )
-    ratio = _BEST_RATIO if squeezers else 1
-    if declared > stored * ratio + _SLACK:
-        raise RecordingError(
-            f"{path} is damaged: {where} claims {ds.shape[0]:,} rows "
-            f"({human_bytes(declared)}), more than its {human_bytes(stored)} on disk can "
-            "hold; refusing to read it"
-        )
+    if problem is not None:
+        raise RecordingError(f"{path} is damaged: {problem}")
+    return ds
 
 
 def checked_tables(
@@ -388,6 +363,7 @@ def checked_tables(
             raise RecordingError(f"{path} is damaged: table {name!r} is not a group of columns")
         if group == root:
             raise RecordingError(f"{path} is damaged: table {name!r} links back to the file's root")
+        filters = schema.END_FILTERS if name == schema.END_TABLE else schema.COLUMN_FILTERS
         out[name] = {
             column: checked_dataset(
                 group,
@@ -397,10 +373,17 @@ def checked_tables(
                 path,
                 file_size,
                 missing=f"table {name!r} has no column {column!r}",
+                filters=filters,
             )
             for column in dtype.names or ()
             if column not in derived.get(name, {})
         }
+        try:
+            problem = table_problem(name, out[name].values(), file_size)
+        except H5_ERRORS as exc:
+            raise damaged(path, exc) from None
+        if problem is not None:
+            raise RecordingError(f"{path} is damaged: {problem}")
     return out
 
 
@@ -422,6 +405,7 @@ def checked_committed(
         path,
         os.path.getsize(path),
         dims=len(shape),
+        filters=schema.NO_FILTERS,
     )
     if ds.shape != shape:
         raise RecordingError(
@@ -433,7 +417,10 @@ def checked_committed(
 def checked_capture_data(f: h5py.File, path: Path) -> h5py.Dataset:
     """The flat bytes that ``captures`` rows point into."""
     name = schema.CAPTURE_DATA
-    return checked_dataset(f, name, name, np.dtype("u1"), path, os.path.getsize(path))
+    size = os.path.getsize(path)
+    return checked_dataset(
+        f, name, name, np.dtype("u1"), path, size, filters=schema.CAPTURE_FILTERS
+    )
 
 
 def check_column_values(where: str, name: str, values: np.ndarray, path: Path) -> None:

@@ -16,11 +16,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from hookdbg.read.checks import H5_ERRORS, RecordingError, damaged, member
+from hookdbg.read.checks import RecordingError, checked_dataset, member
 from hookdbg.store import schema
-
-_BEST_RATIO = 1032  # deflate's best (checks.py): a column cannot hold more than this
-_SLACK = 1 << 20
 
 
 def checked_histograms(f: h5py.File, path: Path) -> h5py.Dataset | None:
@@ -30,35 +27,14 @@ def checked_histograms(f: h5py.File, path: Path) -> h5py.Dataset | None:
     if not isinstance(tensors, h5py.Group):
         return None  # reported by the tables' own checks
     where = f"tensors/{schema.HISTOGRAM}"
-    ds = member(tensors, schema.HISTOGRAM, where, path)
-    if ds is None:
+    if member(tensors, schema.HISTOGRAM, where, path) is None:
         return None
-    if not isinstance(ds, h5py.Dataset):
-        raise RecordingError(f"{path} is damaged: {where} is a group, not a column")
-    try:
-        shape, dtype = ds.id.shape, ds.id.dtype
-        plist = ds.id.get_create_plist()
-        elsewhere = plist.get_layout() == h5py.h5d.VIRTUAL or plist.get_external_count()
-        stored = min(ds.id.get_storage_size(), os.path.getsize(path))
-    except H5_ERRORS as exc:
-        raise damaged(path, exc) from None
-    if elsewhere:
+    size = os.path.getsize(path)
+    ds = checked_dataset(tensors, schema.HISTOGRAM, where, np.dtype("<i8"), path, size, dims=2)
+    if not 1 <= ds.shape[1] <= schema.MAX_HISTOGRAM_BINS:
         raise RecordingError(
-            f"{path} is damaged: {where} keeps its data in other files, which a recording "
-            "never does; refusing to read it"
-        )
-    if shape is None or len(shape) != 2 or not 1 <= shape[1] <= schema.MAX_HISTOGRAM_BINS:
-        raise RecordingError(
-            f"{path} is damaged: {where} has shape {shape}, expected (rows, bins) with 1 to "
+            f"{path} is damaged: {where} has shape {ds.shape}, expected (rows, bins) with 1 to "
             f"{schema.MAX_HISTOGRAM_BINS} bins"
-        )
-    if dtype.kind not in "iu" or dtype.itemsize != 8 or dtype.names or dtype.subdtype:
-        raise RecordingError(f"{path} is damaged: {where} has type {dtype}, expected int64")
-    declared = shape[0] * shape[1] * 8
-    if declared > stored * _BEST_RATIO + _SLACK:
-        raise RecordingError(
-            f"{path} is damaged: {where} claims {shape[0]:,} rows, more than its bytes on "
-            "disk can hold; refusing to read it"
         )
     return ds
 

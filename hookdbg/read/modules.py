@@ -46,18 +46,21 @@ class Module:
 
 class ModuleTable:
     def __init__(self, rows: np.ndarray) -> None:
+        # column by column: a row of a structured array is slow to take apart, and a
+        # large model has 100,000 modules
         self._modules = [
-            Module(
-                int(r["id"]),
-                utf8(r["name"]),
-                utf8(r["type"]),
-                int(r["parent"]),
-                int(r["root"]),
-                int(r["depth"]),
-                int(r["kind"]),
-                int(r["params"]),
+            Module(*row)
+            for row in zip(
+                rows["id"].tolist(),
+                map(utf8, rows["name"].tolist()),
+                map(utf8, rows["type"].tolist()),
+                rows["parent"].tolist(),
+                rows["root"].tolist(),
+                rows["depth"].tolist(),
+                rows["kind"].tolist(),
+                rows["params"].tolist(),
+                strict=True,
             )
-            for r in rows
         ]
         self._by_id = {m.id: m for m in self._modules}
         self._by_name: dict[str, Module] = {}

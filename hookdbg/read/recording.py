@@ -319,9 +319,10 @@ class Recording:
         self.segments = ended if unfinished is None else np.concatenate([ended, [unfinished]])
         self.kept_from, self.dropped = self._kept(self.segments)
         training = self.segments["kind"] == schema.StepKind.TRAIN
-        self.steps = _one_row_per_step(self.segments[training])
+        self.steps = _one_row_per_step(self.segments if training.all() else self.segments[training])
         self.evals = self.segments[~training]
-        self._labels: dict[int, str] = {}
+        # segment ids in order, their rows, each row's eval batch number (segment_label)
+        self._labels: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._losses: np.ndarray | None = None
         self._shards: dict[Place, Shard] | None = None
         self.alerts = t["alerts"].read()
@@ -511,16 +512,23 @@ class Recording:
         return lo, hi
 
     def segment_label(self, segment: int) -> str:
-        """'step 3' or 'eval batch 2': how reports name the segment a row belongs to."""
-        if not self._labels:
-            evals = 0
-            for row in self.segments:
-                if row["kind"] == schema.StepKind.EVAL:
-                    self._labels[int(row["segment"])] = f"eval batch {evals}"
-                    evals += 1
-                else:
-                    self._labels[int(row["segment"])] = f"step {int(row['step'])}"
-        return self._labels.get(segment, "")
+        """'step 3' or 'eval batch 2': how reports name the segment a row belongs to
+        (found by binary search: a long run has millions of segments, a report names a
+        few of them)."""
+        if self._labels is None:
+            segments = self.segments
+            order = np.argsort(segments["segment"], kind="stable")
+            evals = np.cumsum(segments["kind"] == schema.StepKind.EVAL) - 1
+            self._labels = (segments["segment"][order], order, evals)
+        ids, order, evals = self._labels
+        # a segment id written twice (a damaged file) names its last row
+        i = int(np.searchsorted(ids, segment, side="right")) - 1
+        if i < 0 or ids[i] != segment:
+            return ""
+        row = self.segments[order[i]]
+        if row["kind"] == schema.StepKind.EVAL:
+            return f"eval batch {int(evals[order[i]])}"
+        return f"step {int(row['step'])}"
 
     def is_eval(self, segments: np.ndarray) -> np.ndarray:
         """Which of these segment ids are eval batches (a segment still being recorded

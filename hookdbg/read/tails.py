@@ -109,7 +109,15 @@ class Tails:
             group = member(f, table, f"table {table!r}", path)
             assert isinstance(group, h5py.Group), "checked_tables has checked the table"
             self._slots[table] = [
-                checked_dataset(group, slot, f"{table}/{slot}", np.dtype("u1"), path, size)
+                checked_dataset(
+                    group,
+                    slot,
+                    f"{table}/{slot}",
+                    np.dtype("u1"),
+                    path,
+                    size,
+                    filters=schema.NO_FILTERS,
+                )
                 for slot in schema.TAIL_SLOTS
             ]
         self._dtypes = dtypes

@@ -349,6 +349,21 @@ TAIL_CHUNK = 16384  # bytes per chunk of a tail slot
 CAPTURE_DATA = "capture_data"
 CAPTURE_CHUNK = 1 << 20
 
+# The HDF5 filters the writer compresses with, as pipelines in the order applied (ids:
+# deflate 1, shuffle 2, LZF 32000, which h5py registers itself: all built in, none a
+# plugin). A table's columns: shuffle, then LZF (floats) or deflate (the rest); some
+# version 2 files keep texts with deflate alone. The capture bytes: deflate. The tails'
+# slots, ``committed`` and ``end`` (written in place) have none, but a version 1 file's
+# ``end`` is compressed like a column. A reader refuses any other pipeline unread.
+DEFLATE, SHUFFLE, LZF = 1, 2, 32000
+COLUMN_FILTERS = frozenset({(SHUFFLE, LZF), (SHUFFLE, DEFLATE), (DEFLATE,)})
+CAPTURE_FILTERS = frozenset({(DEFLATE,)})
+NO_FILTERS = frozenset({()})
+END_FILTERS = COLUMN_FILTERS | NO_FILTERS
+# No chunk the writer makes holds more (a column's are at most 512 kB: 8,192 shapes of
+# 64 bytes; the capture bytes' exactly this): HDF5 decompresses a whole chunk to read a row.
+MAX_CHUNK_BYTES = 1 << 20
+
 # Value histograms (``record --histograms N``): an optional 2-D column of the tensors
 # table, ``tensors/histogram`` (int64, [rows, N]), present only in recordings made with
 # histograms on, appended with the rest of each row (so the committed lengths cover

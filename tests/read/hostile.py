@@ -3,7 +3,9 @@ that damages an open (``r+``) copy of the file in one way."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import functools
+import zlib
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 import h5py
@@ -14,6 +16,25 @@ from hookdbg.store import schema
 Mutation = Callable[[h5py.File], None]
 
 HUGE = 10**12  # rows: a 100 kB file claiming this many is what the issue measured
+
+
+def commands(path: Path, other: Path, tmp: Path) -> list[list[str]]:
+    """Every reader command, each as a user would type it on this recording."""
+    p = str(path)
+    return [
+        ["summary", p],
+        ["summary", p, "--json"],
+        ["profile", p],
+        ["alerts", p],
+        ["show", p, "standardize"],
+        ["search", p, "nan"],
+        ["search", p, "type:Linear"],
+        ["diff", p, str(other)],
+        ["export", p, "--format", "perfetto", "-o", "-"],
+        ["export", p, "--format", "csv", "-o", "-"],
+        ["export", p, "--format", "json", "--table", "calls", "-f", "-o", str(tmp / "x.json")],
+        ["tensor", p, "standardize", "--step", "3", "--slot", "output"],
+    ]
 
 
 def _replace(f: h5py.File, where: str, data: np.ndarray, **kwargs: object) -> None:
@@ -207,6 +228,59 @@ def structure_variants(base: Path, other: Path, tmp: Path) -> Iterator[tuple[str
 
     yield "calls/total deflated twice", twice_deflated
 
+    def small_scaleoffset(f: h5py.File) -> None:  # a lossy filter on the column as it is
+        data = f["calls/call"][()]
+        _replace(f, "calls/call", data, chunks=True, maxshape=(None,), scaleoffset=0)
+
+    yield "calls/call scale-offset filtered", small_scaleoffset
+    yield "tensors/std compressed by filter 40000", unknown_filter("tensors/std")
+
+    def fletcher(f: h5py.File) -> None:
+        data = f["steps/step"][()]
+        _replace(f, "steps/step", data, chunks=True, maxshape=(None,), fletcher32=True)
+
+    yield "steps/step with fletcher32 checksums", fletcher
+
+    def huge_chunks(f: h5py.File) -> None:  # 2 MiB decompressed to read one row
+        data = f["calls/start"][()]
+        _replace(f, "calls/start", data, chunks=(1 << 18,), maxshape=(None,), compression="gzip")
+
+    yield "calls/start in chunks of 2 MiB", huge_chunks
+    yield "calls/total a chunk inflating to 128 MB", inflating_chunk("calls/total", 128 << 20)
+
+
+def unknown_filter(where: str, filter_id: int = 40000) -> Mutation:
+    """``where`` rewritten as compressed by a filter HDF5 lacks, which reading it would
+    make HDF5 look for as a plugin. HDF5 creates such a dataset when the filter is
+    optional, and the chunk is written as stored bytes, marked as filtered."""
+
+    def mutate(f: h5py.File) -> None:
+        data = f[where][()]
+        group, name = where.rsplit("/", 1)
+        del f[where]
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_chunk((max(len(data), 1),))
+        dcpl.set_filter(filter_id, h5py.h5z.FLAG_OPTIONAL, ())
+        space = h5py.h5s.create_simple((len(data),), (h5py.h5s.UNLIMITED,))
+        kind = h5py.h5t.py_create(data.dtype)
+        dsid = h5py.h5d.create(f[group].id, name.encode(), kind, space, dcpl=dcpl)
+        dsid.write_direct_chunk((0,), data.tobytes())
+
+    return mutate
+
+
+def inflating_chunk(where: str, nbytes: int) -> Mutation:
+    """``where``'s first chunk replaced by a deflate stream of ``nbytes`` zeros: HDF5
+    inflates a chunk's whole stream, however far past the chunk it goes."""
+
+    def mutate(f: h5py.File) -> None:
+        stream = zlib.compressobj(9)
+        block = bytes(1 << 20)
+        data = b"".join(stream.compress(block) for _ in range(nbytes >> 20)) + stream.flush()
+        f[where].id.write_direct_chunk((0,), data)
+
+    return mutate
+
 
 def _set(where: str, index: int, value: object) -> Mutation:
     def mutate(f: h5py.File) -> None:
@@ -278,6 +352,145 @@ def value_variants() -> Iterator[tuple[str, Mutation]]:
     yield "tensors/std chunk corrupt", _GarbleChunk("tensors/std")
     yield "modules/name chunk corrupt", _GarbleChunk("modules/name")
     yield "capture_data chunk corrupt", _GarbleChunk(schema.CAPTURE_DATA)
+
+
+# -- files that expand: a few MB on disk that claim far more --------------------------
+
+
+@functools.cache
+def _deflated_zeros(nbytes: int) -> bytes:
+    return zlib.compress(bytes(nbytes), 9)
+
+
+def _commit(f: h5py.File, table: str, rows: int) -> None:
+    """Say in ``committed`` that ``table``'s columns hold ``rows`` rows, and no tail."""
+    committed = f[schema.COMMITTED][()]
+    index = list(schema.TABLES).index(table)
+    committed[schema.SEALED, index] = rows
+    committed[schema.TAIL_BYTES, index] = 0
+    f[schema.COMMITTED][...] = committed
+
+
+def zero_rows(table: str, rows: int) -> Mutation:
+    """``table``'s columns rewritten to ``rows`` rows of zeros in chunks as large as the
+    reader takes (1 MiB), each a deflate stream of 1 kB written as stored bytes: a few
+    MB of file claiming gigabytes of rows."""
+
+    def mutate(f: h5py.File) -> None:
+        group = f[table]
+        for name in [n for n in group if n not in schema.TAIL_SLOTS]:
+            old = group[name]
+            dtype, width = old.dtype, old.shape[1:]
+            row = dtype.itemsize * int(np.prod(width, dtype=np.int64))
+            chunk = schema.MAX_CHUNK_BYTES // row
+            del group[name]
+            new = group.create_dataset(
+                name,
+                shape=(rows, *width),
+                maxshape=(None, *width),
+                dtype=dtype,
+                chunks=(chunk, *width),
+                compression="gzip",
+                shuffle=True,
+            )
+            for start in range(0, rows, chunk):
+                new.id.write_direct_chunk((start, *(0,) * len(width)), _deflated_zeros(chunk * row))
+        _commit(f, table, rows)
+
+    return mutate
+
+
+def _fill(f: h5py.File, table: str, rows: int, columns: dict[str, object]) -> None:
+    """``table`` resized to ``rows`` rows holding ``columns`` (others: zeros), stored as
+    the writer stores them (the columns keep their filters and chunks)."""
+    group = f[table]
+    for name in [n for n in group if n not in schema.TAIL_SLOTS]:
+        ds = group[name]
+        ds.resize((rows, *ds.shape[1:]))
+        ds[...] = np.asarray(columns.get(name, 0), dtype=ds.dtype)
+    _commit(f, table, rows)
+
+
+def roots(n: int) -> Mutation:
+    """``n`` models of one module each, every one a root: a large module table that
+    compresses well, but no better than a recording's can."""
+
+    def mutate(f: h5py.File) -> None:
+        ids = np.arange(n)
+        names = np.char.add(b"m", ids.astype("S7"))
+        columns = {"id": ids, "parent": -1, "root": ids, "name": names, "type": b"Linear"}
+        _fill(f, "modules", n, columns)
+
+    return mutate
+
+
+def long_run(n: int) -> Mutation:
+    """A steps table of ``n`` steps as a long run records them, its times kept to 10 ms
+    (so that they compress as well as real ones can): legitimate, and long."""
+
+    def mutate(f: h5py.File) -> None:
+        steps = np.arange(n)
+        start = np.round(1.7e9 + 0.02 * steps, 2)
+        columns = {
+            "step": steps,
+            "segment": steps,
+            "start": start,
+            "end": start + 0.01,
+            "optimizer_steps": 1,
+            "backward": 1,
+            "recorded": steps < 5,
+            "scale": np.nan,
+            "overhead": np.nan,
+        }
+        _fill(f, "steps", n, columns)
+
+    return mutate
+
+
+def near_the_bound(n: int) -> Mutation:
+    """``n`` numbered steps, the first 5 recorded, every other value zero but for random
+    times in the first 2.9% of rows, in chunks of 1 MiB at deflate's best: 117:1,
+    nearly as well as a table may compress and still be read (hookdbg/read/storage.py:
+    TABLE_RATIO)."""
+
+    def mutate(f: h5py.File) -> None:
+        group = f["steps"]
+        times = np.random.default_rng(0).random(n * 29 // 1000)
+        for name in [c for c in group if c not in schema.TAIL_SLOTS]:
+            dtype = group[name].dtype
+            data = np.zeros(n, dtype)
+            if name in ("step", "segment"):
+                data[:] = np.arange(n)
+            elif name in ("start", "end"):
+                data[: len(times)] = times
+            elif name == "recorded":
+                data[:5] = 1
+            del group[name]
+            group.create_dataset(
+                name,
+                data=data,
+                maxshape=(None,),
+                chunks=(schema.MAX_CHUNK_BYTES // dtype.itemsize,),
+                compression="gzip",
+                compression_opts=9,
+                shuffle=True,
+            )
+        _commit(f, "steps", n)
+
+    return mutate
+
+
+def expanding_variants(tables: Collection[str]) -> Iterator[tuple[str, Mutation]]:
+    """Every table claiming 2 GiB of rows of zeros in a few MB; then files as large as
+    a reader takes: 200,000 root modules, a 2,000,000-step run, and 4,000,000 steps
+    compressed nearly as well as the reader allows."""
+    for table, (dtype, _) in schema.TABLES.items():
+        if table in tables:
+            rows = (2 << 30) // dtype.itemsize
+            yield f"{table}: {rows:,} rows of zeros", zero_rows(table, rows)
+    yield "modules: 200,000 roots", roots(200_000)
+    yield "steps: a 2,000,000-step run", long_run(2_000_000)
+    yield "steps: 4,000,000 rows compressed 117:1", near_the_bound(4_000_000)
 
 
 def make(base: Path, target: Path, mutate: Mutation) -> Path:

@@ -6,6 +6,11 @@ code path as the command line), and a few as real processes."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
 import time
 
 import h5py
@@ -22,22 +27,7 @@ OTHER = ROOT / "tests" / "data" / "nan_b.h5"
 
 
 def reader_commands(path, tmp) -> list[list[str]]:
-    """Every reader command, each as a user would type it on this recording."""
-    p = str(path)
-    return [
-        ["summary", p],
-        ["summary", p, "--json"],
-        ["profile", p],
-        ["alerts", p],
-        ["show", p, "standardize"],
-        ["search", p, "nan"],
-        ["search", p, "type:Linear"],
-        ["diff", p, str(BASE)],
-        ["export", p, "--format", "perfetto", "-o", "-"],
-        ["export", p, "--format", "csv", "-o", "-"],
-        ["export", p, "--format", "json", "--table", "calls", "-f", "-o", str(tmp / "x.json")],
-        ["tensor", p, "standardize", "--step", "3", "--slot", "output"],
-    ]
+    return hostile.commands(path, BASE, tmp)
 
 
 def run(args: list[str]):
@@ -175,3 +165,111 @@ def test_npy_into_a_missing_directory(tmp_path):
     saved = tmp_path / "x"  # saved exactly where asked (np.save would add .npy)
     out = hookdbg("tensor", BASE, "standardize", "--step", "3", "--slot", "output", "--npy", saved)
     assert out.returncode == 0 and saved.exists() and f"to {saved}" in out.stderr
+
+
+# -- small files that expand ------------------------------------------------------------
+
+LIMIT = 2 << 30  # the address space a file's commands get; a reader alone takes 180 MB
+EXPANDING = dict(hostile.expanding_variants(schema.TABLES))
+
+
+@pytest.mark.parametrize("name", EXPANDING)
+def test_files_that_expand_stay_within_memory_and_time(name, tmp_path, nan_h5):
+    """A few MB claiming gigabytes of rows, every reader command on it in a real
+    process limited to 2 GiB: a table claiming more than a recording's rows compress to
+    is refused in one line; what is read (200,000 modules, millions of steps) is
+    answered within the limit and a minute."""
+    path = hostile.make(nan_h5, tmp_path / "big.h5", EXPANDING[name])
+    assert path.stat().st_size < 4 << 20
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.read.bounded", str(LIMIT), path, BASE, tmp_path],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    *reports, peak = map(json.loads, out.stdout.splitlines())
+    for report in reports:
+        args = report["args"]
+        what = f"{name}: hookdbg {' '.join(args[:1] + args[2:])}"
+        assert report["exception"] is None, f"{what} raised {report['exception']}"
+        assert report["exit_code"] in (0, 1, 2), f"{what} exited {report['exit_code']}"
+        if report["exit_code"] == 2:
+            lines = report["stderr"].strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("Error: "), (what, lines)
+        assert report["seconds"] < 60, f"{what} took {report['seconds']:.0f} s"
+    if name.endswith("rows of zeros"):
+        assert all("refusing to read it" in r["stderr"] for r in reports), reports[0]
+    else:
+        assert reports[0]["exit_code"] == 0, reports[0]["stderr"]  # summary answers
+    assert peak["peak_rss"] < LIMIT
+
+
+# -- filters that load code --------------------------------------------------------------
+
+_FAKE_PLUGIN = r"""
+#include <stdio.h>
+#include <stdlib.h>
+/* runs as soon as the library is loaded: leaves a file where FAKE_PLUGIN_MARK says */
+__attribute__((constructor)) static void loaded(void) {
+    const char *mark = getenv("FAKE_PLUGIN_MARK");
+    FILE *f = mark ? fopen(mark, "w") : NULL;
+    if (f) fclose(f);
+}
+int H5PLget_plugin_type(void) { return -1; }
+const void *H5PLget_plugin_info(void) { return NULL; }
+"""
+
+
+@pytest.fixture
+def plugins(tmp_path):
+    """HDF5_PLUGIN_PATH naming a directory with a library HDF5 would load as a plugin,
+    which leaves a file (``mark``) if it is ever loaded."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build a library for HDF5 to find")
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "fake.c").write_text(_FAKE_PLUGIN)
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-o", folder / "libfake.so", folder / "fake.c"], check=True
+    )
+    mark = tmp_path / "loaded"
+    return {"HDF5_PLUGIN_PATH": str(folder), "FAKE_PLUGIN_MARK": str(mark)}, mark
+
+
+def test_an_unknown_filter_loads_no_plugin(tmp_path, plugins):
+    """A column compressed by a filter HDF5 lacks: h5py alone loads the library in
+    HDF5_PLUGIN_PATH to read it; hookdbg refuses the file in one line, loading nothing."""
+    env, mark = plugins
+    path = hostile.make(BASE, tmp_path / "bad.h5", hostile.unknown_filter("tensors/std"))
+    read = f"import h5py; h5py.File({str(path)!r}, 'r')['tensors/std'][:]"
+    plain = subprocess.run(
+        [sys.executable, "-c", read], env={**os.environ, **env}, capture_output=True, text=True
+    )
+    assert plain.returncode != 0 and mark.exists(), plain.stderr  # the library was loaded
+    mark.unlink()
+    out = hookdbg("summary", path, env=env)
+    assert out.returncode == 2 and not mark.exists(), out.stderr
+    assert out.stderr.strip().splitlines() == [
+        f"Error: {path} is damaged: tensors/std uses HDF5 filters hookdbg never writes "
+        "(40000); refusing to read it"
+    ]
+
+
+def test_once_a_recording_is_opened_hdf5_searches_no_plugin_directory(tmp_path, plugins):
+    """Whatever else the process reads afterwards (here a column the reader never
+    checked), HDF5 has no directory to load a plugin from."""
+    env, mark = plugins
+    path = hostile.make(BASE, tmp_path / "bad.h5", hostile.unknown_filter("tensors/std"))
+    read = (
+        "import h5py; from hookdbg.read import open_recording; "
+        f"open_recording({str(BASE)!r}).close(); "
+        f"h5py.File({str(path)!r}, 'r')['tensors/std'][:]"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", read], env={**os.environ, **env}, capture_output=True, text=True
+    )
+    assert out.returncode != 0 and "can't find plugin" in out.stderr, out.stderr
+    assert not mark.exists()
