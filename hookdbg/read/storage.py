@@ -27,6 +27,7 @@ one too.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection, Iterable
 
 import h5py
@@ -56,6 +57,8 @@ TABLE_SLACK = 32 << 20
 # summary 3 GB and 50 s.
 MAX_MODULES = 1 << 18
 
+_PLUGINS_LOCK = threading.Lock()
+
 
 def forget_plugin_paths() -> None:
     """Empty HDF5's plugin search path, so that a file naming a filter HDF5 lacks is
@@ -65,8 +68,9 @@ def forget_plugin_paths() -> None:
     plugins = getattr(h5py, "h5pl", None)
     if plugins is None:  # an HDF5 without plugin paths loads none from them
         return
-    while plugins.size():
-        plugins.remove(0)
+    with _PLUGINS_LOCK:  # the TUI opens files from worker threads
+        while plugins.size():
+            plugins.remove(0)
 
 
 def pipeline(plist: h5py.h5p.PropDCID) -> tuple[int, ...]:
