@@ -20,7 +20,7 @@ from hookdbg.recorder.deferred import StepBatch
 from hookdbg.recorder.histograms import HISTOGRAM
 from hookdbg.store.schema import CHANGED_IN_PLACE
 from tests.helpers import ROOT, tables
-from tests.recorder.test_deferred import KernelCounter
+from tests.recorder.test_deferred import KernelCounter, counted_training
 
 pytest.importorskip("triton")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -362,29 +362,8 @@ def test_a_recorded_step_issues_a_fixed_number_of_torch_ops(tmp_path, monkeypatc
     kernel = CountedKernel(blockstats._table_kernel())
     monkeypatch.setattr(blockstats, "_table_kernel", lambda: kernel)
 
-    def train(path, steps: int) -> tuple[int, int]:
-        torch.manual_seed(0)
-        model = nn.Sequential(*(m for _ in range(48) for m in (nn.Linear(16, 16), nn.Tanh())))
-        model.to(DEVICE)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        x = torch.randn(4, 16, device=DEVICE)
-        recorder = Recorder(path, RecordOptions.build(quiet=True), defer_cpu=True) if path else None
-        counter = KernelCounter()
-        if recorder:
-            recorder.__enter__()
-        try:
-            with counter:
-                for _ in range(steps):
-                    opt.zero_grad()
-                    model(x).pow(2).mean().backward()
-                    opt.step()
-        finally:
-            if recorder:
-                recorder.__exit__(None, None, None)
-        return counter.count, 0 if path is None else len(tables(path)["tensors"])
-
-    plain, _ = train(None, 4)
-    recorded, summarised = train(tmp_path / "run.h5", 4)
+    plain, _ = counted_training(None, 4, layers=48, device=DEVICE)
+    recorded, summarised = counted_training(tmp_path / "run.h5", 4, layers=48, device=DEVICE)
     assert summarised > 4 * 96 * 3  # inputs, outputs and gradients of 96 calls a step
     per_step = 40
     assert recorded - plain <= 0.05 * summarised + per_step * 4, (recorded - plain, summarised)

@@ -238,29 +238,28 @@ class KernelCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_device_path_launches_at_most_two_kernels_per_tensor(tmp_path):
-    def train(path, steps: int) -> tuple[int, int]:
-        torch.manual_seed(0)
-        model = nn.Sequential(*(m for _ in range(8) for m in (nn.Linear(16, 16), nn.Tanh())))
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        x = torch.randn(4, 16)
-        recorder = Recorder(path, RecordOptions.build(quiet=True), defer_cpu=True) if path else None
-        counter = KernelCounter()
-        if recorder:
-            recorder.__enter__()
-        try:
-            with counter:
-                for _ in range(steps):
-                    opt.zero_grad()
-                    model(x).pow(2).mean().backward()
-                    opt.step()
-        finally:
-            if recorder:
-                recorder.__exit__(None, None, None)
-        return counter.count, 0 if path is None else len(tables(path)["tensors"])
+def counted_training(path, steps: int, layers: int, device: str = "cpu") -> tuple[int, int]:
+    """``steps`` of an MLP of ``layers`` Linear+Tanh pairs, recorded down the device path
+    to ``path`` (None: not recorded): the torch ops that would launch a kernel, and the
+    tensor rows recorded."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*(m for _ in range(layers) for m in (nn.Linear(16, 16), nn.Tanh())))
+    model.to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(4, 16, device=device)
+    recorder = Recorder(path, RecordOptions.build(quiet=True), defer_cpu=True) if path else None
+    counter = KernelCounter()
+    with recorder or contextlib.nullcontext(), counter:
+        for _ in range(steps):
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+    return counter.count, 0 if path is None else len(tables(path)["tensors"])
 
-    plain, _ = train(None, 6)
-    recorded, summarised = train(tmp_path / "run.h5", 6)
+
+def test_device_path_launches_at_most_two_kernels_per_tensor(tmp_path):
+    plain, _ = counted_training(None, 6, layers=8)
+    recorded, summarised = counted_training(tmp_path / "run.h5", 6, layers=8)
     per_step = 40  # the step's segmented reductions and its copy to the host
     assert summarised > 6 * 16 * 3  # inputs, outputs and gradients of 16 calls a step
     assert recorded - plain <= 2 * summarised + per_step * 6, (recorded - plain, summarised)
