@@ -169,9 +169,7 @@ class DetailPane(Vertical):
             self._fill()
 
     def _style(self, name: str) -> str:
-        # the tint is a translucent background: it needs the full style to be blended
-        partial = name != "nonfinite"
-        return str(self.get_component_rich_style(f"detail-pane--{name}", partial=partial))
+        return str(self.get_component_rich_style(f"detail-pane--{name}", partial=True))
 
     def _fill(self) -> None:
         table = self.query_one(DetailTable)
