@@ -1,7 +1,9 @@
 """The detail pane: every tensor summary of the selected module in the current step.
 
 Built for NaN hunting on any terminal: the NaN/inf count stands next to the slot, rows
-holding non-finite values are tinted, a NaN statistic reads ``nan``, and on a narrow
+holding non-finite values are tinted, a NaN statistic reads ``nan``, min and max read
+``-inf``/``inf`` where the tensor holds them (the recorded ones are of its finite
+values), an attention mask's ``-inf`` reads ``-inf ×N`` without alarm, and on a narrow
 screen the columns that matter least are left out first (the title says which);
 shift+←/→ move across the columns that are there.
 """
@@ -20,6 +22,7 @@ from textual.events import Resize
 from textual.widgets import DataTable, Static
 
 from hookdbg.analysis.histograms import has_histogram, sparkline
+from hookdbg.analysis.stepview import mask_rows
 from hookdbg.cells import STATS, stat_text, tensor_text
 from hookdbg.store.schema import HISTOGRAM, Phase
 from hookdbg.text import plural, printable, utf8
@@ -68,7 +71,8 @@ def summary_rows(
     run: str, detail: Detail, divergent: set[tuple[int, int, str]] | None
 ) -> list[Row]:
     out = []
-    for r in detail.rows:
+    masks = mask_rows(detail.rows) if len(detail.rows) else np.zeros(0, bool)
+    for r, mask in zip(detail.rows, masks, strict=True):
         text = tensor_text(r)
         row = Row(
             {
@@ -82,13 +86,20 @@ def summary_rows(
                 "histogram": histogram_cell(r),
                 "placement": placement_cell(r),
             },
-            nonfinite=text.nonfinite,
+            nonfinite=0 if mask else text.nonfinite,
             divergent=(int(r["phase"]), int(r["slot"]), text.path) in (divergent or ()),
         )
+        if mask:  # a mask: no alarm (tree.py says the same)
+            row.cells["nonfinite"] = f"-inf ×{int(r['neginf']):,}"
         for stat in STATS:
             row.cells[stat] = text.stat(stat)
             row.copy[stat] = repr(text.values[stat]) if row.cells[stat] != "-" else "-"
-            if row.cells[stat] in ("nan", "inf", "-inf"):
+        # min and max were taken over the finite values: the tensor's own are its infs
+        for stat, count, value in (("min", "neginf", "-inf"), ("max", "posinf", "inf")):
+            if int(r[count]) > 0:
+                row.cells[stat] = row.copy[stat] = value
+        for stat in STATS:
+            if row.cells[stat] in ("nan", "inf", "-inf") and not mask:
                 row.bad.add(stat)
         out.append(row)
     return out
@@ -169,9 +180,7 @@ class DetailPane(Vertical):
             self._fill()
 
     def _style(self, name: str) -> str:
-        # the tint is a translucent background: it needs the full style to be blended
-        partial = name != "nonfinite"
-        return str(self.get_component_rich_style(f"detail-pane--{name}", partial=partial))
+        return str(self.get_component_rich_style(f"detail-pane--{name}", partial=True))
 
     def _fill(self) -> None:
         table = self.query_one(DetailTable)

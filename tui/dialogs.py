@@ -30,7 +30,7 @@ KEYS = (
     ("shift+← →", "across the table's columns"),
     ("s", "plot another statistic over steps"),
     ("p", "profile; in it: enter goes to a module, a all steps, s t c n sort"),
-    ("a", "NaN/inf alerts; enter jumps to one"),
+    ("a", "NaN/inf alerts of every rank; enter jumps to one"),
     ("/", "search"),
     ("n N", "next / previous module the search found"),
     ("f", "first divergence (two runs) or first NaN/inf origin (all ranks)"),
@@ -52,7 +52,10 @@ A click on the step bar or a plot goes to that step.
 the statistics a query names lead its table, and a query about modules only finds calls.
 
 **Badges** in the tree: share of the step's time, `×N` calls, `◆` a NaN/inf was born
-here, `⚠` non-finite values passed through, `≠` differs from the other run in the
+here (`◆ came in from the data`, `from tensor code`, `from another rank`: it arrived
+there), `⚠` non-finite values passed through (dimmed at a step AMP's GradScaler
+skipped: expected there), `-inf ×N` an attention mask's -inf in its inputs (no
+alarm), `≠` differs from the other run in the
 forward pass (`≠ bwd only`: only its gradients differ, which a divergence further on
 causes; `≠ weights`: only its weights after the step), `★` the first divergence.
 

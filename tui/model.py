@@ -44,6 +44,7 @@ __all__ = [
     "alerts_notice",
     "first_origin",
     "nearest_step",
+    "ranked_alerts",
     "status_notice",
 ]
 
@@ -93,6 +94,12 @@ class RunView:
             return None
         first = alerts[np.argmax(alerts["first"])] if alerts["first"].any() else alerts[0]
         return int(first["step"]), float(first["time"]), int(first["module"])
+
+    def skipped_steps(self) -> frozenset[int]:
+        """The steps whose optimizer step AMP's GradScaler skipped: their scaled
+        gradients overflowed, which is how it finds its scale (no alert)."""
+        steps = self.rec.steps
+        return frozenset(int(s) for s in steps["step"][steps["skipped"] > 0])
 
     def eval_number(self, step: int, time: float) -> int | None:
         """The eval batch number of the alert at (step, time), or None for a training step."""
@@ -159,6 +166,13 @@ def first_origin(ranks: list[RunView]) -> tuple[int, int, int] | None:
         return None
     (step, _, module), rank = min(found)
     return rank, step, module
+
+
+def ranked_alerts(ranks: list[RunView]) -> list[tuple[int, AlertReport]]:
+    """(rank index, report) of every rank's alerts, in the order they happened (step,
+    then time), as ``hookdbg alerts`` lists a distributed run's."""
+    found = [(i, r) for i, view in enumerate(ranks) for r in view.alerts()]
+    return sorted(found, key=lambda t: (int(t[1].alert["step"]), float(t[1].alert["time"])))
 
 
 def status_notice(run: RunView, following: bool) -> str | None:

@@ -38,6 +38,7 @@ from .model import (
     alerts_notice,
     first_origin,
     nearest_step,
+    ranked_alerts,
     status_notice,
 )
 from .plot import PlotPane
@@ -186,6 +187,7 @@ class ReplayScreen(Screen[None]):
         else:
             marked = alerts["step"][~self.run.rec.is_eval(alerts["segment"])]
         bar.alert_steps = frozenset(int(s) for s in marked)
+        bar.skipped_steps = frozenset() if self.evals else self.run.skipped_steps()
         bar.other_unit = (
             plural(len(self.run.rec.evals), "eval batch", "eval batches") + " (e)"
             if len(self.run.rec.evals) and not self.evals
@@ -268,7 +270,8 @@ class ReplayScreen(Screen[None]):
 
     def on_step_loaded(self, message: StepLoaded) -> None:
         if message.key == (self.rank, self.step, self.evals, self._compared()):
-            self.query_one(ModuleTree).badge(message.table, message.divergence)
+            skipped = self.step in self.query_one(StepBar).skipped_steps
+            self.query_one(ModuleTree).badge(message.table, message.divergence, skipped)
 
     @work(thread=True, exclusive=True, group="detail")
     def load_detail(
@@ -481,8 +484,8 @@ class ReplayScreen(Screen[None]):
 
     @work(thread=True, group="screens")
     def _open_alerts(self) -> None:
-        reports = self.run.alerts()
-        self.app.call_from_thread(self.app.push_screen, AlertsScreen(reports), self._jump)
+        screen = AlertsScreen(ranked_alerts(self.ranks), [v.rec.info.rank for v in self.ranks])
+        self.app.call_from_thread(self.app.push_screen, screen, self._jump)
 
     def action_search(self) -> None:
         self.app.push_screen(SearchScreen(self.run, self.query_text), self._found)
@@ -623,5 +626,8 @@ class ReplayScreen(Screen[None]):
         self.app.push_screen(HelpScreen())
 
     def _jump(self, jump: Jump | None) -> None:
-        if jump is not None:
-            self.go_to(jump.step, jump.module)
+        if jump is None:
+            return
+        if jump.rank is not None and jump.rank != self.rank:
+            self.rank = jump.rank  # before the module: its id is that rank's
+        self.go_to(jump.step, jump.module)

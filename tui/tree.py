@@ -46,6 +46,7 @@ class ModuleTree(Tree[int]):
         "module-tree--calls",
         "module-tree--origin",
         "module-tree--nonfinite",
+        "module-tree--muted",
         "module-tree--diverges",
         "module-tree--spill",
         "module-tree--first",
@@ -65,6 +66,7 @@ class ModuleTree(Tree[int]):
         self._node_of: dict[int, TreeNode[int]] = {}
         self._pending: int | None = None  # a module the cursor is on its way to
         self._badges: tuple[dict[int, ModuleStep], dict[str, Gap] | None] = ({}, None)
+        self._skipped = False  # the step's optimizer step was skipped by AMP's GradScaler
         self.first_divergence: str | None = None
         self._add_modules()
         _room_for(max((m.depth for m in modules), default=0))
@@ -132,9 +134,15 @@ class ModuleTree(Tree[int]):
             if step.calls > 1:
                 label.append(f" ×{step.calls}", style=self._style("calls"))
             if step.origin:
-                label.append(" ◆ NaN/inf born here", style=self._style("origin"))
+                born = f"came in from {step.origin_from}" if step.origin_from else "born here"
+                label.append(f" ◆ NaN/inf {born}", style=self._style("origin"))
+            elif step.nonfinite and self._skipped:  # the GradScaler's overflow: expected
+                muted = self._style("muted")
+                label.append(f" {step.nonfinite} non-finite, skipped step", style=muted)
             elif step.nonfinite:
                 label.append(f" ⚠ {step.nonfinite} non-finite", style=self._style("nonfinite"))
+            elif step.masked:
+                label.append(f" -inf ×{step.masked}", style=self._style("muted"))
         if diverges is not None:  # forward first: backward gaps may be spill-over
             if diverges.fwd is not None:
                 label.append(f" ≠ {_gap(diverges.fwd)}", style=self._style("diverges"))
@@ -146,8 +154,17 @@ class ModuleTree(Tree[int]):
             label.append(" ★ first divergence", style=self._style("first"))
         return label
 
-    def badge(self, steps: dict[int, ModuleStep], divergence: dict[str, Gap] | None) -> None:
+    def badge(
+        self,
+        steps: dict[int, ModuleStep],
+        divergence: dict[str, Gap] | None,
+        skipped: bool | None = None,
+    ) -> None:
+        """Each module's badges in a step; ``skipped``: the GradScaler skipped its
+        optimizer step, so non-finite gradients are expected there (None: as before)."""
         self._badges = (steps, divergence)
+        if skipped is not None:
+            self._skipped = skipped
         for module_id, node in self._node_of.items():
             module = self._module_table[module_id]
             diverges = divergence.get(module.name) if divergence else None
