@@ -56,6 +56,10 @@ class ModuleStep:
     share: float  # of the step's time
     nonfinite: int  # tensors with NaN/inf
     origin: bool  # a NaN/inf origin was here
+    # forward + backward time with its children's: a container's self time leaves out
+    # the modules inside it, its total is what it costs
+    total: float = 0.0
+    total_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -113,8 +117,9 @@ def segment_row(rec: Recording, step: int, evals: bool) -> np.void | None:
 
 
 def step_table(rec: Recording, step: int, evals: bool = False) -> dict[int, ModuleStep]:
-    """Each module's calls, time share and NaN/inf in one step (the tree's badges)."""
-    calls = segment_rows(rec, "calls", step, evals, ["module", "phase", "self"])
+    """Each module's calls, time shares (self and total) and NaN/inf in one step (the
+    tree's badges)."""
+    calls = segment_rows(rec, "calls", step, evals, ["module", "phase", "total", "self"])
     tensors = segment_rows(rec, "tensors", step, evals, ["module", "nan", "posinf", "neginf"])
     row = segment_row(rec, step, evals)
     length = float(row["end"] - row["start"]) if row is not None else 0.0
@@ -125,13 +130,17 @@ def step_table(rec: Recording, step: int, evals: bool = False) -> dict[int, Modu
     out = {}
     for module in set(calls["module"].tolist()) | set(tensors["module"].tolist()):
         mine = calls[calls["module"] == module]
-        seconds = float(mine["self"][mine["phase"] != Phase.OPT].sum())
+        passes = mine["phase"] != Phase.OPT
+        seconds = float(mine["self"][passes].sum())
+        total = float(mine["total"][passes].sum())
         out[module] = ModuleStep(
             calls=int(np.count_nonzero(mine["phase"] == Phase.FWD)),
             seconds=seconds,
             share=seconds / length if length > 0 else 0.0,
             nonfinite=int(np.count_nonzero(bad & (tensors["module"] == module))),
             origin=module in origins,
+            total=total,
+            total_share=total / length if length > 0 else 0.0,
         )
     return out
 
