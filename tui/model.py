@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hookdbg.analysis.alerts import AlertReport, alert_reports
-from hookdbg.analysis.diff import DiffResult, diff
+from hookdbg.analysis.diff import EXACT, STATS, DiffResult, diff, gaps
 from hookdbg.analysis.losses import loss_series
 from hookdbg.analysis.profile import Profile, profile
 from hookdbg.analysis.query import Query
@@ -31,6 +31,7 @@ from hookdbg.analysis.stepview import (
     step_table,
 )
 from hookdbg.read import RankSet, Recording, Status
+from hookdbg.store.schema import Phase
 from hookdbg.text import plural
 
 __all__ = [
@@ -40,10 +41,12 @@ __all__ = [
     "Gap",
     "ModuleStep",
     "PlotStat",
+    "RowPair",
     "RunView",
     "alerts_notice",
     "first_origin",
     "nearest_step",
+    "pair_rows",
     "ranked_alerts",
     "status_notice",
 ]
@@ -199,6 +202,45 @@ def alerts_notice(ranks: list[RunView]) -> str | None:
 
 
 @dataclass(frozen=True)
+class RowPair:
+    """The same tensor summary in run a and run b (row numbers in each ``Detail``,
+    None where a run lacks it), and the tensors-table columns in which they differ."""
+
+    a: int | None
+    b: int | None
+    differ: frozenset[str] = frozenset()
+
+
+def pair_rows(a: Detail, b: Detail) -> list[RowPair]:
+    """Run a's rows in order, each followed by run b's row of the same tensor, then the
+    rows b alone has: the pairing ``hookdbg diff`` aligns rows by (nth call of the
+    module, phase, slot, path, and the nth such row of the call)."""
+    keys_a, keys_b = _row_keys(a), _row_keys(b)
+    where_b = {k: i for i, k in enumerate(keys_b)}
+    pairs = [RowPair(i, where_b.pop(k, None)) for i, k in enumerate(keys_a)]
+    return pairs + [RowPair(None, j) for j in sorted(where_b.values())]
+
+
+def _row_keys(detail: Detail) -> list[tuple[int, int, int, bytes, int]]:
+    calls = detail.timings[detail.timings["phase"] != Phase.BWD]
+    index = dict(zip(calls["call"].tolist(), calls["index"].tolist(), strict=True))
+    seen: dict[tuple[int, int, int, bytes], int] = {}
+    keys = []
+    rows = detail.rows
+    for call, phase, slot, path in zip(
+        rows["call"].tolist(),
+        rows["phase"].tolist(),
+        rows["slot"].tolist(),
+        rows["path"].tolist(),
+        strict=True,
+    ):
+        key = (index.get(call, -1), phase, slot, path)
+        seen[key] = seen.get(key, 0) + 1
+        keys.append((*key, seen[key] - 1))
+    return keys
+
+
+@dataclass(frozen=True)
 class Gap:
     """A module's worst relative difference between two runs in each phase (None where
     it agrees; inf for shape, dtype or NaN/inf count changes)."""
@@ -233,13 +275,32 @@ class DiffView:
                 gaps[d.phase] = max(gaps[d.phase] or 0.0, d.rel_diff)
         return {name: Gap(*gaps) for name, gaps in worst.items()}
 
-    def divergent_slots(self, module: str, step: int) -> set[tuple[int, int, str]]:
-        """(phase, slot, path) of the module's tensors that differ in a step."""
-        return {
-            (d.phase, d.slot, d.path)
-            for d in self.result.divergences
-            if d.module == module and d.step == step
-        }
+    def pair_rows(self, a: Detail, b: Detail) -> list[RowPair]:
+        """Both runs' rows of a module, paired, with the columns that differ by the
+        rule and tolerance the comparison used (shapes and dtypes only, and no
+        weights after the step, where one run was recorded without statistics)."""
+        r = self.result
+        exact, stats = (("shape", "dtype"), ()) if r.values_from else (EXACT, STATS)
+        pairs = pair_rows(a, b)
+        both = [
+            (i, p.a, p.b)
+            for i, p in enumerate(pairs)
+            if p.a is not None
+            and p.b is not None
+            and not (r.values_from and a.rows["phase"][p.a] == Phase.OPT)
+        ]
+        if not both:
+            return pairs
+        x = a.rows[[row for _, row, _ in both]]
+        y = b.rows[[row for _, _, row in both]]
+        differ: dict[int, set[str]] = {}
+        for column, bad, _ in gaps(x, y, r.rtol, r.atol, exact, stats):
+            for k in np.flatnonzero(bad).tolist():
+                differ.setdefault(both[k][0], set()).add(column)
+        return [
+            dataclasses.replace(p, differ=frozenset(differ[i])) if i in differ else p
+            for i, p in enumerate(pairs)
+        ]
 
     def first(self) -> tuple[str, int] | None:
         d = self.result.first

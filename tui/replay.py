@@ -272,6 +272,12 @@ class ReplayScreen(Screen[None]):
         if message.key == (self.rank, self.step, self.evals, self._compared()):
             skipped = self.step in self.query_one(StepBar).skipped_steps
             self.query_one(ModuleTree).badge(message.table, message.divergence, skipped)
+            self._explain()
+
+    def _explain(self) -> None:
+        """Say in the detail pane what the tree's marks on the module mean."""
+        if self.module is not None:
+            self.query_one(DetailPane).explain(self.query_one(ModuleTree).explain(self.module))
 
     @work(thread=True, exclusive=True, group="detail")
     def load_detail(
@@ -279,20 +285,21 @@ class ReplayScreen(Screen[None]):
     ) -> None:
         run = self.ranks[rank]
         detail = run.detail(module, step, evals, self._rank_set() if merged else None)
-        other = divergent = None
+        other = pairs = None
         if self.other is not None:
             twin = self.other.rec.modules.by_name(detail.module.name)
             if twin is not None and step in self._steps_of(self.other):
                 other = self.other.detail(twin.id, step, evals)
-            if self.diff is not None and compared and not evals:
-                divergent = self.diff.divergent_slots(detail.module.name, step)
+            if other is not None and self.diff is not None and compared and not evals:
+                pairs = self.diff.pair_rows(detail, other)
         key = (rank, step, evals, module, compared, merged)
-        self.post_message(DetailLoaded(key, detail, other, divergent))
+        self.post_message(DetailLoaded(key, detail, other, pairs))
 
     def on_detail_loaded(self, message: DetailLoaded) -> None:
         now = (self.rank, self.step, self.evals, self.module, self._compared(), self.merged)
         if message.key == now:
-            self.query_one(DetailPane).show(message.detail, message.other, message.divergent)
+            self.query_one(DetailPane).show(message.detail, message.other, message.pairs)
+            self._explain()
 
     @work(thread=True, exclusive=True, group="series")
     def load_series(self, rank: int, module: int, evals: bool, stat_index: int) -> None:

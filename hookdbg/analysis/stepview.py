@@ -60,6 +60,10 @@ class ModuleStep:
     # data", "tensor code" (a forward input no module produced), "another rank"
     origin_from: str = ""
     masked: int = 0  # -inf values in its inputs that are masks (``mask_rows``)
+    # forward + backward time with its children's: a container's self time leaves out
+    # the modules inside it, its total is what it costs
+    total: float = 0.0
+    total_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -142,8 +146,9 @@ def _origin_from(alert: np.void) -> str:
 
 
 def step_table(rec: Recording, step: int, evals: bool = False) -> dict[int, ModuleStep]:
-    """Each module's calls, time share and NaN/inf in one step (the tree's badges)."""
-    calls = segment_rows(rec, "calls", step, evals, ["module", "phase", "self"])
+    """Each module's calls, time shares (self and total) and NaN/inf in one step (the
+    tree's badges)."""
+    calls = segment_rows(rec, "calls", step, evals, ["module", "phase", "total", "self"])
     tensors = segment_rows(
         rec, "tensors", step, evals, ["module", "phase", "slot", "nan", "posinf", "neginf"]
     )
@@ -159,7 +164,9 @@ def step_table(rec: Recording, step: int, evals: bool = False) -> dict[int, Modu
     out = {}
     for module in set(calls["module"].tolist()) | set(tensors["module"].tolist()):
         mine = calls[calls["module"] == module]
-        seconds = float(mine["self"][mine["phase"] != Phase.OPT].sum())
+        passes = mine["phase"] != Phase.OPT
+        seconds = float(mine["self"][passes].sum())
+        total = float(mine["total"][passes].sum())
         sources = came.get(module, set())
         of_module = tensors["module"] == module
         out[module] = ModuleStep(
@@ -171,6 +178,8 @@ def step_table(rec: Recording, step: int, evals: bool = False) -> dict[int, Modu
             # one source for all its origins; any made here makes it born here
             origin_from=sources.pop() if len(sources) == 1 else "",
             masked=int(tensors["neginf"][masks & of_module].sum()),
+            total=total,
+            total_share=total / length if length > 0 else 0.0,
         )
     return out
 

@@ -1,6 +1,8 @@
 """The TUI says what the recording says: where a NaN came from on each rank, which steps
 AMP's GradScaler skipped, and an attention mask's -inf as what it is."""
 
+import re
+
 import pytest
 
 from hookdbg.read import open_recording, open_run
@@ -40,7 +42,9 @@ async def test_ranks_say_where_the_nan_came_from_and_alerts_list_every_rank(ddp_
         await settle(app, pilot)
         assert app.screen.run.rec.info.rank == 1 and app.screen.step == 2
         root = labels(app)["model"]
-        assert "◆ NaN/inf came in from the data" in root and "born here" not in root
+        assert "◆data" in root and "◆NaN" not in root
+        said = app.screen.query_one(ModuleTree).explain(app.screen.module)
+        assert said is not None and "NaN/inf came in from the data" in said.plain
 
         await pilot.press("a")
         await settle(app, pilot)
@@ -52,7 +56,7 @@ async def test_ranks_say_where_the_nan_came_from_and_alerts_list_every_rank(ddp_
         await settle(app, pilot)
         assert app.screen.run.rec.info.rank == 0 and app.screen.step == 2
         assert app.screen.module == ranks[0].modules.resolve("body.0").id
-        assert "◆ NaN/inf came in from another rank" in labels(app)["model.body.0"]
+        assert "◆rank" in labels(app)["model.body.0"]
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +77,7 @@ async def test_gradscaler_skipped_steps_are_said_and_their_warnings_muted(amp_h5
         assert "skipped by the GradScaler (inf/NaN gradients, expected under fp16)" in bar
         shown = labels(app)
         assert not any("⚠" in line for line in shown.values())
-        assert "non-finite, skipped step" in shown["model.body.0"]
+        assert re.search(r"\b\d+ skip\b", shown["model.body.0"])
         app.screen.go_to(6)  # a step the optimizer took
         await settle(app, pilot)
         assert "skipped" not in text(app.screen.query_one(StepBar))
