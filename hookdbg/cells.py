@@ -144,5 +144,16 @@ def tensor_text(row: np.void) -> TensorText:
         nonfinite=bad,
         count=count_text(bad),
         zeros="-" if math.isnan(zeros) else f"{zeros:.0%}",
-        values={name: float(row[name]) for name in STATS},
+        values=_values(row),
     )
+
+
+def _values(row: np.void) -> dict[str, float]:
+    """A row's statistics; the recorded min and max are of the finite values, so a
+    tensor holding -inf or inf has those as its own (an attention mask's min is -inf)."""
+    values = {name: float(row[name]) for name in STATS}
+    names = row.dtype.names or ()
+    for stat, count, infinite in (("min", "neginf", -math.inf), ("max", "posinf", math.inf)):
+        if stat in values and count in names and int(row[count]) > 0:
+            values[stat] = infinite
+    return values

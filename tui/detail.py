@@ -99,10 +99,6 @@ def summary_rows(run: str, detail: Detail) -> list[Row]:
             row.cells[stat] = text.stat(stat)
             row.values[stat] = text.values[stat]
             row.copy[stat] = repr(text.values[stat]) if row.cells[stat] != "-" else "-"
-        # min and max were taken over the finite values: the tensor's own are its infs
-        for stat, count, value in (("min", "neginf", "-inf"), ("max", "posinf", "inf")):
-            if int(r[count]) > 0:
-                row.cells[stat] = row.copy[stat] = value
         for stat in STATS:
             if row.cells[stat] in ("nan", "inf", "-inf") and not mask:
                 row.bad.add(stat)

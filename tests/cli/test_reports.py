@@ -323,3 +323,23 @@ def test_every_report_command_prints_through_emit():
             isinstance(v, type) and issubclass(v, Report) and v is not Report
             for v in vars(module).values()
         ), command.name
+
+
+def test_show_prints_the_infinities_a_tensor_holds_as_its_min_and_max(tmp_path):
+    """The recorded min and max are of the finite values; a masked score's min is -inf."""
+    script = tmp_path / "masked.py"
+    script.write_text(
+        "import torch\n"
+        "proj, soft = torch.nn.Linear(4, 4), torch.nn.Softmax(dim=-1)\n"
+        "opt = torch.optim.SGD(proj.parameters(), lr=0.1)\n"
+        "mask = torch.ones(4, 4, dtype=torch.bool).triu(1)\n"
+        "scores = proj(torch.randn(4, 4)).masked_fill(mask, float('-inf'))\n"
+        "(soft(scores) * torch.randn(4, 4)).sum().backward()\n"
+        "opt.step()\n"
+    )
+    assert hookdbg("record", "-q", "-o", tmp_path / "run.h5", script).returncode == 0
+    out = hookdbg("show", tmp_path / "run.h5", "soft", "--step", "0").stdout
+    line = next(line for line in out.splitlines() if "input[0]" in line)
+    cells = line.split()
+    assert cells[cells.index("float32") + 1] == "-inf"  # min; max is finite
+    assert cells[cells.index("float32") + 2] != "inf"
