@@ -29,6 +29,9 @@ KEYS = (
     ("tab", "between the tree and the tensor table"),
     ("shift+← →", "across the table's columns"),
     ("s", "plot another statistic over steps"),
+    ("L", "plot the loss; again: the next loss site (where backward() is called)"),
+    ("m", "the module's statistics as stacked sparklines, and back to the plot"),
+    ("t", "time tree of the step: bars as wide as their time; enter goes to a module"),
     ("p", "profile; in it: enter goes to a module, a all steps, s t c n sort"),
     ("a", "NaN/inf alerts; enter jumps to one"),
     ("/", "search"),
@@ -56,9 +59,15 @@ here, `⚠` non-finite values passed through, `≠` differs from the other run i
 forward pass (`≠ bwd only`: only its gradients differ, which a divergence further on
 causes; `≠ weights`: only its weights after the step), `★` the first divergence.
 
-**Plots**: `×` marks steps whose value is NaN/inf, `▲` the current step; two runs
-share one scale. A module returning a dict or tuple is plotted by its first tensor
+**Plots**: the plot opens on the loss and follows the tree once you move in it;
+`×` marks steps whose value is NaN/inf, `▲` the current step; two runs share one
+scale. A module returning a dict or tuple is plotted by its first tensor
 output (the title says which).
+
+**Time tree** (`t`): the step on top, then forward, backward and optimizer, each call
+under the one it ran in, as wide as its total time (the device's where it was timed
+there; `d` switches); labels give total and self time, the line below all of the
+selected call. `←→` along a row, `↑` the caller, `↓` its first call.
 """
 
 
