@@ -152,7 +152,7 @@ class RunView:
             return "the loss (no backward pass was recorded)"
         label = found[site % len(found)].label
         if len(found) > 1:
-            label += f", loss site {site % len(found) + 1} of {len(found)} (L: next)"
+            label += f", loss {site % len(found) + 1} of {len(found)} (L: next)"
         return label
 
     def profile(self, step: int | None) -> Profile:

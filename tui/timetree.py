@@ -31,7 +31,7 @@ from hookdbg.text import printable
 from .screens import Jump
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Bar:
     """Where a node is drawn: row ``depth``, cells ``x0`` to ``x1`` (not included)."""
 

@@ -24,10 +24,12 @@ from hookdbg.store.schema import Phase
 NAN = float("nan")
 
 
-@dataclass
+@dataclass(eq=False)
 class TimeNode:
     """One call in one phase (or a section, or the step, where ``module`` is None):
-    seconds, inclusive (``total``) and without its recorded children (``self_time``)."""
+    seconds, inclusive (``total``) and without its recorded children (``self_time``).
+    Nodes compare by identity: comparing field by field would walk a deep model's
+    whole subtree."""
 
     label: str
     module: Module | None

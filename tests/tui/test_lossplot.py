@@ -80,12 +80,12 @@ async def test_L_goes_through_the_loss_sites(gan_h5):
         title = app.screen.query_one("#plot-title")
         plot = app.screen.query_one("#plot-a", Plot)
         for site in (err_d, err_g, err_d):
-            assert text(title).startswith(f"{site.label}, loss site ")
+            assert text(title).startswith(f"{site.label}, loss ")
             assert plot._series[1].tolist() == site.values.tolist()
             assert f"step 0: {stat_text(site.values[0])}" in text(title)
             await pilot.press("L")
             await settle(app, pilot)
-        assert "loss site 2 of 2 (L: next)" in text(title)
+        assert "loss 2 of 2 (L: next)" in text(title)
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")

@@ -60,6 +60,10 @@ def test_widths_are_proportional_and_nest(resnet_h5, width):
     assert len(rows) >= 7  # step, section, model, layer, block, downsample, its conv
 
 
+def _cells(rows):
+    return [[(id(b.node), b.x0, b.x1) for b in row] for row in rows]
+
+
 def _drawn(view):
     """Each bar's cells as drawn: the text of its row from x0 to x1."""
     lines = text(view).split("\n")
@@ -168,7 +172,7 @@ async def test_device_times_size_the_bars_and_d_switches_to_the_hosts(tmp_path, 
         assert tree.on_device and view.device
         title = text(app.screen.query_one("#screen-title"))
         assert "width = total time on the device" in title and "d: host time" in title
-        assert view.rows == _check_layout(tree, view.size.width, device=True)
+        assert _cells(view.rows) == _cells(_check_layout(tree, view.size.width, device=True))
         await pilot.press("down", "down")  # forward, the model
         info = text(app.screen.query_one("#time-tree-info"))
         node = view.selected
@@ -178,4 +182,25 @@ async def test_device_times_size_the_bars_and_d_switches_to_the_hosts(tmp_path, 
         assert not view.device
         assert "width = total time on the host" in text(app.screen.query_one("#screen-title"))
         text(view)  # drawn again
-        assert view.rows == _check_layout(tree, view.size.width, device=False)
+        assert _cells(view.rows) == _cells(_check_layout(tree, view.size.width, device=False))
+
+
+async def test_a_model_nested_1000_deep_is_drawn_and_its_deepest_call_scrolled_to(deep_h5):
+    """Built, laid out and walked with loops: a chain deeper than Python's recursion
+    limit draws a row per level, and selecting its innermost call scrolls down to it."""
+    app = HookdbgApp(open_recording(deep_h5))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("t")
+        await settle(app, pilot)
+        view = app.screen.query_one(TimeTreeView)
+        deepest, depth = max(view.steptree.nodes(), key=lambda nd: nd[1])
+        assert depth > 1000 and len(view.rows) == depth + 1
+        view.selected = deepest
+        await settle(app, pilot)
+        scroll = app.screen.query_one("#time-tree-scroll")
+        assert scroll.scroll_y > depth - 30
+        info = text(app.screen.query_one("#time-tree-info"))
+        assert info.startswith(deepest.module.name)
+        await pilot.press("up")
+        assert view.selected.children[0] is deepest
