@@ -14,7 +14,7 @@ from textual.message import Message
 
 from hookdbg.read import RankSet, Recording
 
-from .model import Detail, DiffView, Gap, ModuleStep, PlotStat
+from .model import Detail, DiffView, Gap, ModuleStep, PlotStat, RowPair
 
 
 @dataclass
@@ -42,7 +42,7 @@ class DetailLoaded(Message):
     key: tuple[int, int, bool, int, bool, bool]
     detail: Detail
     other: Detail | None
-    divergent: set[tuple[int, int, str]] | None
+    pairs: list[RowPair] | None  # both runs' rows paired, compared once the diff is ready
 
 
 @dataclass

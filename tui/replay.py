@@ -38,6 +38,7 @@ from .model import (
     alerts_notice,
     first_origin,
     nearest_step,
+    ranked_alerts,
     status_notice,
 )
 from .plot import PlotPane
@@ -193,6 +194,7 @@ class ReplayScreen(Screen[None]):
         else:
             marked = alerts["step"][~self.run.rec.is_eval(alerts["segment"])]
         bar.alert_steps = frozenset(int(s) for s in marked)
+        bar.skipped_steps = frozenset() if self.evals else self.run.skipped_steps()
         bar.other_unit = (
             plural(len(self.run.rec.evals), "eval batch", "eval batches") + " (e)"
             if len(self.run.rec.evals) and not self.evals
@@ -281,7 +283,14 @@ class ReplayScreen(Screen[None]):
 
     def on_step_loaded(self, message: StepLoaded) -> None:
         if message.key == (self.rank, self.step, self.evals, self._compared()):
-            self.query_one(ModuleTree).badge(message.table, message.divergence)
+            skipped = self.step in self.query_one(StepBar).skipped_steps
+            self.query_one(ModuleTree).badge(message.table, message.divergence, skipped)
+            self._explain()
+
+    def _explain(self) -> None:
+        """Say in the detail pane what the tree's marks on the module mean."""
+        if self.module is not None:
+            self.query_one(DetailPane).explain(self.query_one(ModuleTree).explain(self.module))
 
     @work(thread=True, exclusive=True, group="detail")
     def load_detail(
@@ -289,20 +298,21 @@ class ReplayScreen(Screen[None]):
     ) -> None:
         run = self.ranks[rank]
         detail = run.detail(module, step, evals, self._rank_set() if merged else None)
-        other = divergent = None
+        other = pairs = None
         if self.other is not None:
             twin = self.other.rec.modules.by_name(detail.module.name)
             if twin is not None and step in self._steps_of(self.other):
                 other = self.other.detail(twin.id, step, evals)
-            if self.diff is not None and compared and not evals:
-                divergent = self.diff.divergent_slots(detail.module.name, step)
+            if other is not None and self.diff is not None and compared and not evals:
+                pairs = self.diff.pair_rows(detail, other)
         key = (rank, step, evals, module, compared, merged)
-        self.post_message(DetailLoaded(key, detail, other, divergent))
+        self.post_message(DetailLoaded(key, detail, other, pairs))
 
     def on_detail_loaded(self, message: DetailLoaded) -> None:
         now = (self.rank, self.step, self.evals, self.module, self._compared(), self.merged)
         if message.key == now:
-            self.query_one(DetailPane).show(message.detail, message.other, message.divergent)
+            self.query_one(DetailPane).show(message.detail, message.other, message.pairs)
+            self._explain()
 
     @work(thread=True, exclusive=True, group="series")
     def load_series(self, rank: int, module: int, evals: bool, stat_index: int, site: int) -> None:
@@ -521,8 +531,8 @@ class ReplayScreen(Screen[None]):
 
     @work(thread=True, group="screens")
     def _open_alerts(self) -> None:
-        reports = self.run.alerts()
-        self.app.call_from_thread(self.app.push_screen, AlertsScreen(reports), self._jump)
+        screen = AlertsScreen(ranked_alerts(self.ranks), [v.rec.info.rank for v in self.ranks])
+        self.app.call_from_thread(self.app.push_screen, screen, self._jump)
 
     def action_search(self) -> None:
         self.app.push_screen(SearchScreen(self.run, self.query_text), self._found)
@@ -663,5 +673,8 @@ class ReplayScreen(Screen[None]):
         self.app.push_screen(HelpScreen())
 
     def _jump(self, jump: Jump | None) -> None:
-        if jump is not None:
-            self.go_to(jump.step, jump.module)
+        if jump is None:
+            return
+        if jump.rank is not None and jump.rank != self.rank:
+            self.rank = jump.rank  # before the module: its id is that rank's
+        self.go_to(jump.step, jump.module)
