@@ -29,6 +29,9 @@ KEYS = (
     ("tab", "between the tree and the tensor table"),
     ("shift+← →", "across the table's columns"),
     ("s", "plot another statistic over steps"),
+    ("L", "plot the loss; again: the next loss site (backward() call)"),
+    ("m", "the module's statistics as sparklines, and back to the plot"),
+    ("t", "time tree of the step; in it: enter goes to a module"),
     ("p", "profile; in it: enter goes to a module, a all steps, s t c n sort"),
     ("a", "NaN/inf alerts of every rank; enter jumps to one"),
     ("/", "search"),
@@ -67,9 +70,15 @@ under the detail pane's title. After the name: a module's share of the step's ti
 differ are highlighted (with the digits that tell them apart), their columns are
 never left out of a narrow table, and the cursor starts on the first of them.
 
-**Plots**: `×` marks steps whose value is NaN/inf, `▲` the current step; two runs
-share one scale. A module returning a dict or tuple is plotted by its first tensor
+**Plots**: the plot opens on the loss and follows the tree once you move in it;
+`×` marks steps whose value is NaN/inf, `▲` the current step; two runs share one
+scale. A module returning a dict or tuple is plotted by its first tensor
 output (the title says which).
+
+**Time tree** (`t`): the step on top, then forward, backward and optimizer, each call
+under the one it ran in, as wide as its total time (the device's where it was timed
+there; `d` switches); labels give total and self time, the line below all of the
+selected call. `←→` along a row, `↑` the caller, `↓` its first call.
 """
 
 

@@ -47,9 +47,10 @@ class DetailLoaded(Message):
 
 @dataclass
 class SeriesLoaded(Message):
-    """One statistic of one module over all steps: ``key`` is (rank, module, evals, stat)."""
+    """One statistic of one module over all steps: ``key`` is (rank, module, evals, stat,
+    loss site)."""
 
-    key: tuple[int, int, bool, int]
+    key: tuple[int, int, bool, int, int]
     stat: PlotStat
     module: str
     series: tuple[np.ndarray, np.ndarray]

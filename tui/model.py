@@ -30,6 +30,7 @@ from hookdbg.analysis.stepview import (
     series,
     step_table,
 )
+from hookdbg.analysis.timetree import TimeTree, time_tree
 from hookdbg.read import RankSet, Recording, Status
 from hookdbg.store.schema import Phase
 from hookdbg.text import plural
@@ -128,23 +129,47 @@ class RunView:
         return dataclasses.replace(detail, rows=rows, merged=True)
 
     def series(
-        self, module: int, stat: PlotStat, evals: bool = False, path: str | None = None
+        self,
+        module: int,
+        stat: PlotStat,
+        evals: bool = False,
+        path: str | None = None,
+        site: int = 0,
     ) -> tuple[np.ndarray, np.ndarray]:
+        """One statistic of a module over the steps; the loss is loss site ``site``'s
+        (counted round: ``L`` cycles through them)."""
+        if stat.of_run:
+            found = loss_series(self.rec)
+            if found and not evals:
+                picked = found[site % len(found)]
+                return picked.steps, picked.values
         return series(self.rec, module, stat, evals, path)
 
     def plotted_path(self, module: int, stat: PlotStat) -> str | None:
         return plotted_path(self.rec, module, stat)
 
-    def loss_label(self) -> str:
-        """What the loss plot is of: ``loss (train.py:42)``, and how many other sites."""
+    @property
+    def loss_sites(self) -> int:
+        """Places in the script that call backward(), as the loss plot counts them."""
+        losses = self.rec.losses
+        return len(np.unique(losses["module"][~self.rec.is_eval(losses["segment"])]))
+
+    def loss_label(self, site: int = 0) -> str:
+        """What the loss plot is of: ``loss (train.py:42)``; where the script calls
+        backward() in several places (a GAN's errD and errG), which one of them."""
         found = loss_series(self.rec)
         if not found:
             return "the loss (no backward pass was recorded)"
-        others = f", and {plural(len(found) - 1, 'other loss')}" if len(found) > 1 else ""
-        return f"{found[0].label}{others}"
+        label = found[site % len(found)].label
+        if len(found) > 1:
+            label += f", loss {site % len(found) + 1} of {len(found)} (L: next)"
+        return label
 
     def profile(self, step: int | None) -> Profile:
         return profile(self.rec, step, step)
+
+    def time_tree(self, step: int, evals: bool = False) -> TimeTree:
+        return time_tree(self.rec, step, evals)
 
     def alerts(self) -> list[AlertReport]:
         return alert_reports(self.rec)

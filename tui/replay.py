@@ -43,7 +43,9 @@ from .model import (
 )
 from .plot import PlotPane
 from .screens import AlertsScreen, Jump, ProfileScreen, SearchScreen
+from .statstack import StatStack
 from .stepbar import StepBar
+from .timetree import TimeTreeScreen
 from .tree import ModuleTree
 
 
@@ -60,7 +62,10 @@ class ReplayScreen(Screen[None]):
         Binding("question_mark", "help", "help"),
         Binding("q", "app.quit", "quit"),
         Binding("s", "next_stat", "plot"),
+        Binding("L", "loss", "loss", show=False),
         Binding("p", "profile", "profile"),
+        Binding("t", "time_tree", "time tree"),
+        Binding("m", "stack", "stats", show=False),
         Binding("a", "alerts", "alerts"),
         Binding("slash", "search", "search"),
         Binding("f", "first", "first"),
@@ -83,6 +88,7 @@ class ReplayScreen(Screen[None]):
     # a distributed run's DTensor rows as their global tensors, merged from the shards
     merged: reactive[bool] = reactive(False, init=False)
     evals: reactive[bool] = reactive(False, init=False)  # eval batches instead of steps
+    loss_site: reactive[int] = reactive(0, init=False)  # which loss site the plot shows
 
     def __init__(
         self,
@@ -120,6 +126,7 @@ class ReplayScreen(Screen[None]):
             with Vertical(id="right"):
                 yield DetailPane(id="detail")
                 yield PlotPane(id="plot")
+                yield StatStack(id="stats", classes="hidden")
         yield StepBar(id="stepbar")
         yield Footer()
 
@@ -199,6 +206,7 @@ class ReplayScreen(Screen[None]):
     def watch_step(self, step: int | None) -> None:
         self.query_one(StepBar).current = step
         self.query_one(PlotPane).current = step
+        self.query_one(StatStack).current = step
         self._load_step()
         self._load_detail()
 
@@ -209,6 +217,9 @@ class ReplayScreen(Screen[None]):
         self._load_series()
 
     def watch_stat(self) -> None:
+        self._load_series()
+
+    def watch_loss_site(self) -> None:
         self._load_series()
 
     def watch_following(self, following: bool) -> None:
@@ -258,7 +269,9 @@ class ReplayScreen(Screen[None]):
 
     def _load_series(self) -> None:
         if self.module is not None:
-            self.load_series(self.rank, self.module, self.evals, self.stat)
+            self.load_series(self.rank, self.module, self.evals, self.stat, self.loss_site)
+            if self.query_one(StatStack).display:
+                self.query_one(StatStack).load(self.run, self.module, self.evals)
 
     # -- workers: all file reads -----------------------------------------------------
 
@@ -302,16 +315,16 @@ class ReplayScreen(Screen[None]):
             self._explain()
 
     @work(thread=True, exclusive=True, group="series")
-    def load_series(self, rank: int, module: int, evals: bool, stat_index: int) -> None:
+    def load_series(self, rank: int, module: int, evals: bool, stat_index: int, site: int) -> None:
         run, stat = self.ranks[rank], PLOT_STATS[stat_index]
         path = None if stat.of_run else run.plotted_path(module, stat)
-        series = run.series(module, stat, evals, path)
-        name = run.loss_label() if stat.of_run else run.rec.modules.name(module)
+        series = run.series(module, stat, evals, path, site)
+        name = run.loss_label(site) if stat.of_run else run.rec.modules.name(module)
         other = None
         if self.other is not None:
             twin = self.other.rec.modules.by_name(name)
             if stat.of_run:
-                other = self.other.series(module, stat, evals)
+                other = self.other.series(module, stat, evals, site=site)
             elif twin is not None:  # the same tensor of the same module
                 other = self.other.series(twin.id, stat, evals, path)
         # say which tensor, where the module returned several (a parameter's statistic
@@ -319,11 +332,11 @@ class ReplayScreen(Screen[None]):
         tensor = ""
         if stat.slot is not None and stat.path is None and path:
             tensor = slot_label(stat.slot, path)
-        key = (rank, module, evals, stat_index)
+        key = (rank, module, evals, stat_index, site)
         self.post_message(SeriesLoaded(key, stat, name, series, other, tensor))
 
     def on_series_loaded(self, message: SeriesLoaded) -> None:
-        if message.key == (self.rank, self.module, self.evals, self.stat):
+        if message.key == (self.rank, self.module, self.evals, self.stat, self.loss_site):
             self.query_one(PlotPane).show(
                 message.stat, message.module, message.series, message.other, message.tensor
             )
@@ -422,6 +435,8 @@ class ReplayScreen(Screen[None]):
         if message.module != self.module:
             self._moved = True
             self.module = message.module
+            if not self._stat_picked and PLOT_STATS[self.stat].of_run:
+                self.plot_stat(1)  # the plot opens on the loss, then follows the tree
 
     def on_goto(self, message: Goto) -> None:
         self.go_to(message.step, message.module)
@@ -472,6 +487,22 @@ class ReplayScreen(Screen[None]):
     def action_next_stat(self) -> None:
         self.plot_stat((self.stat + 1) % len(PLOT_STATS))
 
+    def action_loss(self) -> None:
+        """The loss in the plot; pressed again, the next loss site's."""
+        sites = self.run.loss_sites
+        if PLOT_STATS[self.stat].of_run:
+            if sites < 2:
+                self.notify("one loss site: the script calls backward() in one place")
+            self.loss_site = (self.loss_site + 1) % max(sites, 1)
+        self.plot_stat(0)
+
+    def action_stack(self) -> None:
+        """The module's statistics stacked as sparklines in the plot's place, and back."""
+        stack = self.query_one(StatStack)
+        stack.set_class(stack.display, "hidden")
+        self.query_one(PlotPane).set_class(stack.display, "hidden")
+        self._load_series()
+
     def plot_stat(self, index: int) -> None:
         """Plot ``PLOT_STATS[index]`` (``s``, the command palette)."""
         self._stat_picked = True
@@ -484,6 +515,15 @@ class ReplayScreen(Screen[None]):
     def _open_profile(self, step: int | None) -> None:
         prof = self.run.profile(step)
         screen = ProfileScreen(self.run, prof, step)
+        self.app.call_from_thread(self.app.push_screen, screen, self._jump)
+
+    def action_time_tree(self) -> None:
+        if self.step is not None:
+            self._open_time_tree(self.step, self.evals)
+
+    @work(thread=True, group="screens")
+    def _open_time_tree(self, step: int, evals: bool) -> None:
+        screen = TimeTreeScreen(self.run.time_tree(step, evals))
         self.app.call_from_thread(self.app.push_screen, screen, self._jump)
 
     def action_alerts(self) -> None:
