@@ -28,6 +28,7 @@ from hookdbg.cli.output import (
     tensor_table,
 )
 from hookdbg.read import RankSet, Recording
+from hookdbg.read.modules import Module
 from hookdbg.store.schema import Phase, slot_label
 from hookdbg.text import utf8
 
@@ -108,6 +109,8 @@ def _show_json(rec: Recording, view: ModuleRows, limit: int) -> dict[str, object
         "recording": str(rec.path),
         "module": view.module.name,
         "type": view.module.type,
+        # where its class's forward is (a loss site: its backward call); null: unknown
+        "source": _source(view.module),
         "rows": [
             {
                 **tensor_json(r, rec),
@@ -177,3 +180,11 @@ def _print_show(rec: Recording, view: ModuleRows, limit: int) -> None:
     histograms = histogram_table(shown, rec, view.call_index)
     if histograms is not None:
         out.print(histograms)
+    source = view.module.source
+    if source is not None:
+        out.print(literal(f"  source: {source[0]}:{source[1]}"))
+
+
+def _source(module: Module) -> dict[str, object] | None:
+    source = module.source
+    return None if source is None else {"file": source[0], "line": source[1]}
