@@ -51,7 +51,7 @@ def build(path: Path, rows: int) -> None:
         max_backlog_bytes=1 << 40,
     )
     # modules of a model whose root module is not in the table (parent -1, depth 1)
-    modules = [(i, f"model.m{i}", "Linear", -1, 0, 1, 0, 10) for i in range(MODULES)]
+    modules = [(i, f"model.m{i}", "Linear", -1, 0, 1, 0, 10, "", 0) for i in range(MODULES)]
     writer.submit({"modules": modules})
     steps = rows // ROWS_PER_STEP
     block = 250  # steps per batch

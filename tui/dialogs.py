@@ -21,17 +21,20 @@ from hookdbg.read import RecordingError, open_run
 from .messages import Opened
 
 KEYS = (
-    ("← → (h l)", "previous / next recorded step"),
-    ("pgup pgdn", "10 steps back / on (with shift: 100)"),
+    ("← →", "previous / next recorded step"),
+    ("[ ]  { }", "10 steps back / on; 100"),
     ("home end", "first / last step (end: follow a live recording again)"),
     ("g or :", "go to a step by number"),
-    ("↑ ↓ enter", "move in the module tree, fold / unfold"),
+    ("↑ ↓ (j k)", "move in the module tree"),
+    ("h l", "fold / unfold (folded: to the parent; unfolded: into it); enter toggles"),
+    ("pgup pgdn", "page the tree or the table (tree: also ctrl+b ctrl+f; ctrl+u ctrl+d half)"),
     ("tab", "between the tree and the tensor table"),
     ("shift+← →", "across the table's columns"),
-    ("s", "plot another statistic over steps"),
+    ("s S", "plot the next / previous statistic over steps"),
     ("L", "plot the loss; again: the next loss site (backward() call)"),
     ("m", "the module's statistics as sparklines, and back to the plot"),
     ("t", "time tree of the step; in it: enter goes to a module"),
+    ("o", "open the module's forward in $EDITOR (or $VISUAL) at its line"),
     ("p", "profile; in it: enter goes to a module, a all steps, s t c n sort"),
     ("a", "NaN/inf alerts of every rank; enter jumps to one"),
     ("/", "search"),
@@ -48,7 +51,8 @@ KEYS = (
 )
 
 NOTES = """\
-A click on the step bar or a plot goes to that step.
+A click on the step bar or a plot goes to that step. A run with a NaN/inf opens where
+the first one was born (`f` comes back to it); two runs, on their first divergence.
 
 **Search** uses the language of `hookdbg search`: `nan`, `inf`, `type:Conv2d`,
 `layer3.*`, `phase:bwd`, `slot:grad`, `step:3:7`, `max>1e4`, `std<1e-6`, `!type:Dropout`;

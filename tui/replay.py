@@ -30,6 +30,7 @@ from hookdbg.text import plural, printable
 
 from .detail import DetailPane, DetailTable
 from .dialogs import GotoStepScreen, HelpScreen, RecordStepsScreen
+from .editor import edit, source_problem
 from .messages import DetailLoaded, DiffReady, Goto, NewData, SeriesLoaded, StepLoaded
 from .model import (
     PLOT_STATS,
@@ -51,18 +52,21 @@ from .tree import ModuleTree
 
 class ReplayScreen(Screen[None]):
     BINDINGS = [
-        Binding("left,h", "step(-1)", "step", priority=True, key_display="←→"),
-        Binding("right,l", "step(1)", "step →", priority=True, show=False),
-        Binding("pageup", "step(-10)", "10 steps back", priority=True, show=False),
-        Binding("pagedown", "step(10)", "10 steps on", priority=True, show=False),
-        Binding("shift+pageup", "step(-100)", "100 steps back", priority=True, show=False),
-        Binding("shift+pagedown", "step(100)", "100 steps on", priority=True, show=False),
+        Binding("left", "step(-1)", "step", priority=True, key_display="←→"),
+        Binding("right", "step(1)", "step →", priority=True, show=False),
+        # PgUp/PgDn page the focused tree or table, as in lazygit, k9s and htop
+        Binding("left_square_bracket", "step(-10)", "10 steps", key_display="[ ]"),
+        Binding("right_square_bracket", "step(10)", "10 steps on", show=False),
+        Binding("left_curly_bracket", "step(-100)", "100 steps back", show=False),
+        Binding("right_curly_bracket", "step(100)", "100 steps on", show=False),
         Binding("home", "edge(0)", "first step", show=False, priority=True),
         Binding("end", "edge(-1)", "last step", show=False, priority=True),
         Binding("question_mark", "help", "help"),
         Binding("q", "app.quit", "quit"),
-        Binding("s", "next_stat", "plot"),
+        Binding("s", "next_stat(1)", "plot"),
+        Binding("S", "next_stat(-1)", "previous plot", show=False),
         Binding("L", "loss", "loss", show=False),
+        Binding("o", "source", "source"),
         Binding("p", "profile", "profile"),
         Binding("t", "time_tree", "time tree"),
         Binding("m", "stack", "stats", show=False),
@@ -156,7 +160,10 @@ class ReplayScreen(Screen[None]):
             self.step = self.steps[-1] if self.following else self.steps[0]
         self.module = tree.first_module
         self._notice()
-        self._announce_alerts()
+        if self.other is None and not self.following:
+            self._open_on_origin()  # as a comparison opens on the first divergence
+        else:
+            self._announce_alerts()
         if self.other is not None:
             self.load_diff()
         self.set_interval(1.0, self._poll_tick)
@@ -179,10 +186,23 @@ class ReplayScreen(Screen[None]):
         notice.set_class(not text, "hidden")
         notice.update(Text(text))
 
-    def _announce_alerts(self) -> None:
+    def _announce_alerts(self, opened_on: str = "") -> None:
         text = alerts_notice(self.ranks)
         if text:
-            self.notify(text, severity="warning", timeout=10)
+            self.notify(text + opened_on, severity="warning", timeout=10, markup=False)
+
+    def _open_on_origin(self) -> None:
+        """A run where a NaN/inf was born opens where the first one was, and says so."""
+        if first_origin(self.ranks) is None:
+            self._announce_alerts()
+            return
+        self.action_first()
+        if self.module is None or self.step is None:  # no step recorded yet
+            self._announce_alerts()
+            return
+        name = printable(self.run.rec.modules.name(self.module))
+        unit = "eval batch" if self.evals else "step"
+        self._announce_alerts(f"\nopened where the first was born:\n{name}, {unit} {self.step}")
 
     def _show_steps(self) -> None:
         bar = self.query_one(StepBar)
@@ -484,8 +504,8 @@ class ReplayScreen(Screen[None]):
         if step is not None:
             self.go_to(step)
 
-    def action_next_stat(self) -> None:
-        self.plot_stat((self.stat + 1) % len(PLOT_STATS))
+    def action_next_stat(self, delta: int) -> None:
+        self.plot_stat((self.stat + delta) % len(PLOT_STATS))
 
     def action_loss(self) -> None:
         """The loss in the plot; pressed again, the next loss site's."""
@@ -668,6 +688,22 @@ class ReplayScreen(Screen[None]):
             if self.evals
             else "training steps"
         )
+
+    def action_source(self) -> None:
+        """Open the module's forward in $EDITOR (``o``)."""
+        if self.module is None:
+            self.notify("no module selected", severity="warning")
+            return
+        modules = self.run.rec.modules
+        module = modules[self.module]
+        problem = source_problem(module, modules)
+        if problem is None:
+            file, line = module.source or ("", 0)
+            problem = edit(self.app, file, line)
+            if problem is None:
+                self.notify(f"{printable(file)}:{line}", title="opened", timeout=3, markup=False)
+                return
+        self.notify(problem, severity="warning", markup=False)
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from rich.style import Style
 from rich.text import Text
+from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
@@ -65,6 +66,19 @@ class ModuleTree(Tree[int]):
         "module-tree--spill",
         "module-tree--first",
     }
+
+    # vim's keys, as lazygit, k9s and htop users expect; PgUp/PgDn page (the Tree's own)
+    BINDINGS = [
+        Binding("j", "cursor_down", "down", show=False),
+        Binding("k", "cursor_up", "up", show=False),
+        Binding("h", "fold", "fold, or to the parent", show=False),
+        Binding("l", "unfold", "unfold, or to the first child", show=False),
+        Binding("pagedown", "page_down", "page", key_display="pgup pgdn"),
+        Binding("ctrl+f", "page_down", "page down", show=False),
+        Binding("ctrl+b", "page_up", "page up", show=False),
+        Binding("ctrl+d", "half_page(1)", "half a page down", show=False),
+        Binding("ctrl+u", "half_page(-1)", "half a page up", show=False),
+    ]
 
     @dataclass
     class Picked(Message):
@@ -296,6 +310,32 @@ class ModuleTree(Tree[int]):
         self.scroll_to_node(node, animate=False)
         if self.cursor_line == before:
             self._pending = None  # no highlight event will come
+
+    def action_fold(self) -> None:
+        """Fold the branch under the cursor; on a folded one or a leaf, go to its parent."""
+        node = self.cursor_node
+        if node is None:
+            return
+        if node.is_expanded and node.children:
+            node.collapse()
+        elif node.parent is not None and node.parent is not self.root:
+            self.move_cursor(node.parent)
+
+    def action_unfold(self) -> None:
+        """Unfold the branch under the cursor; on an unfolded one, go to its first child."""
+        node = self.cursor_node
+        if node is None or not node.allow_expand:
+            return
+        if not node.is_expanded:
+            node.expand()
+        elif node.children:
+            self.move_cursor(node.children[0])
+
+    def action_half_page(self, direction: int) -> None:
+        """Half a page down (1) or up (-1), as ctrl+d / ctrl+u do in vim and less."""
+        lines = max(1, self.scrollable_content_region.height // 2)
+        self.cursor_line = max(0, min(self.last_line, self.cursor_line + direction * lines))
+        self.scroll_to_line(self.cursor_line, animate=False)
 
     def label_of(self, module: int) -> str:
         return str(self._node_of[module].label)

@@ -25,6 +25,7 @@ from hookdbg.cli.report import Report, emit, json_option
 from hookdbg.cli.tables import tensor_json, tensor_table
 from hookdbg.cli.terminal import Output, literal, note
 from hookdbg.read import RankSet, Recording
+from hookdbg.read.modules import Module
 from hookdbg.store.schema import Phase, slot_label
 from hookdbg.text import utf8
 
@@ -111,6 +112,8 @@ class ModuleReport(Report):
             "recording": str(rec.path),
             "module": view.module.name,
             "type": view.module.type,
+            # where its class's forward is (a loss site: its backward call); null: unknown
+            "source": _source(view.module),
             "rows": [
                 {
                     **tensor_json(r, rec),
@@ -144,6 +147,9 @@ class ModuleReport(Report):
         histograms = histogram_table(shown, rec, view.call_index)
         if histograms is not None:
             out.print(histograms)
+        source = view.module.source
+        if source is not None:
+            out.print(literal(f"  source: {source[0]}:{source[1]}"))
 
 
 def _global_note(shown: np.ndarray, rank: int) -> str:
@@ -180,3 +186,8 @@ def _placement_json(row: np.void) -> dict[str, object]:
         "placement": utf8(row["placement"]),
         "merged_ranks": [int(r) for r in ranks.split(",")] if ranks else None,
     }
+
+
+def _source(module: Module) -> dict[str, object] | None:
+    source = module.source
+    return None if source is None else {"file": source[0], "line": source[1]}

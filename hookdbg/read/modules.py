@@ -23,6 +23,14 @@ class Module:
     depth: int
     kind: int
     params: int
+    file: str = ""  # where its class's forward is (a loss site: its backward call)
+    line: int = 0
+
+    @property
+    def source(self) -> tuple[str, int] | None:
+        """(file, line) of its class's forward, to open it in an editor; None where
+        unknown (no forward of its own, code without a file, an older recording)."""
+        return (self.file, self.line) if self.file and self.line > 0 else None
 
     @property
     def path(self) -> str:
@@ -45,7 +53,10 @@ class Module:
 
 
 class ModuleTable:
-    def __init__(self, rows: np.ndarray) -> None:
+    def __init__(self, rows: np.ndarray, sources: bool = True) -> None:
+        """``sources``: the rows say where each module's code is (schema version 7 on);
+        an older recording's modules have none."""
+        self.sources = sources
         # column by column: a row of a structured array is slow to take apart, and a
         # large model has 100,000 modules
         self._modules = [
@@ -59,6 +70,8 @@ class ModuleTable:
                 rows["depth"].tolist(),
                 rows["kind"].tolist(),
                 rows["params"].tolist(),
+                map(utf8, rows["file"].tolist()),
+                rows["line"].tolist(),
                 strict=True,
             )
         ]

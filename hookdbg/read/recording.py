@@ -65,7 +65,8 @@ Derived = dict[str, dict[str, str | float | bytes]]
 
 # Columns older schema versions did not have, by the version that added them, and what
 # they were then: in version 1 each segment was a step of its own and the end row was
-# appended (no write errors recorded); before version 3 no GradScaler was noticed.
+# appended (no write errors recorded); before version 3 no GradScaler was noticed;
+# before version 7 no module's source was recorded.
 _ADDED: dict[int, Derived] = {
     2: {
         "calls": {"segment": "step"},
@@ -77,7 +78,9 @@ _ADDED: dict[int, Derived] = {
     },
     3: {"steps": {"scale": math.nan, "skipped": 0}},
     4: {"steps": {"overhead": math.nan}},
+    7: {"modules": {"file": b"", "line": 0}},
 }
+SOURCES = 7  # the version from which modules hold their source (file and line)
 # Tables older schema versions did not have, by the version that added them: read as empty.
 _ADDED_TABLES: dict[int, tuple[str, ...]] = {4: ("losses", "shards"), 6: ("device_times",)}
 _TAILS = 5  # the version from which a table's last rows may be kept apart (its tail)
@@ -177,7 +180,7 @@ class Recording:
                 self._file, path, len([n for n in dtypes if n in schema.TABLES]), tails
             )
             optional = _optional_columns(self._file, path)
-            self._tails = self._tail_reader(dtypes, optional) if tails else None
+            self._tails = self._tail_reader(dtypes, derived, optional) if tails else None
             states = self._snapshot()
             self._tables = {
                 n: Table(
@@ -226,19 +229,24 @@ class Recording:
     def _tail_reader(
         self,
         dtypes: dict[str, np.dtype],
+        derived: Derived,
         optional: dict[str, dict[str, tuple[h5py.Dataset, np.dtype]]],
     ) -> Tails | None:
         """What reads the tables' tails (the end row has none); a tail's rows hold the
-        optional columns too (a histogram)."""
+        columns the file's version has, and the optional ones (a histogram)."""
         if self._committed is None:
             return None
         rows = {}
         for table, dtype in dtypes.items():
             if table not in schema.TABLES:
                 continue
+            lacks = derived.get(table) or {}
             extra = optional.get(table) or {}
             rows[table] = np.dtype(
-                [*dtype.descr, *((n, (d.base, d.shape)) for n, (_, d) in extra.items())]
+                [
+                    *((n, dtype[n]) for n in dtype.names or () if n not in lacks),
+                    *((n, (d.base, d.shape)) for n, (_, d) in extra.items()),
+                ]
             )
         return Tails(self._file, self.path, self._committed, rows)
 
@@ -310,7 +318,7 @@ class Recording:
         modules = t["modules"].read()
         check_module_rows(modules, self.path)
         self.module_rows = modules
-        self.modules = ModuleTable(modules)
+        self.modules = ModuleTable(modules, sources=self.info.schema_version >= SOURCES)
         ended = t["steps"].read()
         unfinished = self._unfinished_segment(ended)
         # training steps and eval batches, in order; the last one may still be running

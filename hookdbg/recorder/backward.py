@@ -46,7 +46,7 @@ from hookdbg.recorder.alert import checked
 from hookdbg.recorder.calls import Call, Segment
 from hookdbg.recorder.deferred import Pending, resolved
 from hookdbg.recorder.envelope import run_eagerly
-from hookdbg.recorder.naming import ModuleInfo
+from hookdbg.recorder.naming import ModuleInfo, recordable
 from hookdbg.recorder.nonfinite import nonfinite_weights
 from hookdbg.recorder.tensors import iter_tensors
 from hookdbg.recorder.timing import NO_PASS, STARTED
@@ -348,7 +348,10 @@ class BackwardWatch:
         if site is None:  # one site per place, however often it runs
             site = LossSite()
             name, where = _describe(frame)
-            site.info = self.observer.registry.loss_site(site, name, where)
+            source = ("", 0)
+            if frame is not None and frame.f_code.co_filename[:1] != "<":
+                source = recordable(frame.f_code.co_filename, frame.f_lineno)
+            site.info = self.observer.registry.loss_site(site, name, where, source)
             self._sites[key] = site
         assert site.info is not None
         return site.info

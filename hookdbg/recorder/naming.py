@@ -21,6 +21,8 @@ happens once, when a module is first seen.
 
 from __future__ import annotations
 
+import inspect
+import os
 import weakref
 from collections.abc import Callable
 
@@ -28,7 +30,7 @@ import torch
 from torch.nn.parameter import UninitializedParameter
 
 from hookdbg.recorder.labels import find_label, find_owner
-from hookdbg.store.schema import ModuleKind
+from hookdbg.store.schema import SOURCE_BYTES, ModuleKind
 
 _SKIP_SEGMENTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})
 
@@ -39,9 +41,11 @@ class ModuleInfo:
     __slots__ = (
         "capture",
         "depth",
+        "file",
         "has_params",
         "id",
         "kind",
+        "line",
         "n_params",
         "name",
         "parent",
@@ -69,6 +73,7 @@ class ModuleInfo:
         self.name = name
         self.path = path
         self.type = type(compiled_model(obj) or obj).__name__
+        self.file, self.line = source_of(compiled_model(obj) or obj)
         self.ref = weakref.ref(obj)
         self.parent = parent
         self.root = root
@@ -93,10 +98,53 @@ class ModuleInfo:
             self.depth,
             int(self.kind),
             self.n_params,
+            self.file,
+            self.line,
         )
 
     def __repr__(self) -> str:
         return f"<ModuleInfo {self.id} {self.name} ({self.type})>"
+
+
+_SOURCES: dict[type, tuple[str, int]] = {}  # class -> where its forward is
+
+
+def source_of(obj: object) -> tuple[str, int]:
+    """Where a module's class defines ``forward`` (absolute file name, first line), so
+    that a reader can open it; ("", 0) where unknown: not a module, no forward of its
+    own, code that has no file. Found once per class, and never raises: a class whose
+    source cannot be found must not stop training."""
+    cls = type(obj)
+    found = _SOURCES.get(cls)
+    if found is None:
+        try:
+            found = _forward_source(cls)
+        except Exception:
+            found = ("", 0)
+        _SOURCES[cls] = found
+    return found
+
+
+def _forward_source(cls: type) -> tuple[str, int]:
+    if not issubclass(cls, torch.nn.Module):
+        return "", 0
+    forward = inspect.unwrap(cls.forward)
+    if forward is torch.nn.Module.forward:  # ModuleList, ModuleDict: never called
+        return "", 0
+    code = getattr(forward, "__code__", None)
+    file = inspect.getsourcefile(forward) if code is not None else None
+    if code is None or not file or file.startswith("<"):  # <string>: exec'd code
+        return "", 0
+    return recordable(file, code.co_firstlineno)
+
+
+def recordable(file: str, line: int) -> tuple[str, int]:
+    """A source location as the modules table holds it: the file's absolute name, or
+    ("", 0) if that does not fit (cut to fit, it would name another file)."""
+    file = os.path.abspath(file)
+    if len(file.encode("utf-8", "backslashreplace")) > SOURCE_BYTES:
+        return "", 0
+    return file, int(line)
 
 
 def _is_wrapper(module: torch.nn.Module) -> bool:
@@ -159,10 +207,14 @@ class ModuleRegistry:
             info = self._add(opt, label, "", -1, None, 0, ModuleKind.OPTIMIZER)
         return info
 
-    def loss_site(self, site: object, name: str, where: str) -> ModuleInfo:
+    def loss_site(
+        self, site: object, name: str, where: str, source: tuple[str, int] = ("", 0)
+    ) -> ModuleInfo:
         """A place in the script that starts backward passes (recorder/backward.py): a
-        row in the module table named after the loss, its type where it is."""
-        return self._add(site, self._unique(name), "", -1, None, 0, ModuleKind.LOSS, where)
+        row in the module table named after the loss, its type where it is, its source
+        that line (file, line)."""
+        label = self._unique(name)
+        return self._add(site, label, "", -1, None, 0, ModuleKind.LOSS, where, source)
 
     def reselect(self, select: Callable[[str, str], bool]) -> None:
         """Select modules anew (steering changed which are recorded): those seen so far
@@ -312,6 +364,7 @@ class ModuleRegistry:
         depth: int,
         kind: ModuleKind = ModuleKind.MODULE,
         type_name: str = "",
+        source: tuple[str, int] | None = None,
     ) -> ModuleInfo:
         info_id = len(self.infos)
         info = ModuleInfo(
@@ -328,6 +381,8 @@ class ModuleRegistry:
         info.selected = kind == ModuleKind.MODULE and self._select(name, path)
         if type_name:
             info.type = type_name
+        if source is not None:
+            info.file, info.line = source
         self.by_id[id(obj)] = info
         self.infos.append(info)
         self._on_new(info, obj)

@@ -25,8 +25,9 @@ import numpy as np
 FORMAT = "hookdbg-recording"
 # 2: segments (training steps and eval batches); 3: the GradScaler's steps.scale, .skipped;
 # 4: the losses and shards tables, loss sites in modules, steps.overhead, loss alerts;
-# 5: each table's tail kept apart while the file is written (TAIL_SLOTS); 6: device_times
-SCHEMA_VERSION = 6
+# 5: each table's tail kept apart while the file is written (TAIL_SLOTS); 6: device_times;
+# 7: modules.file and .line (where each module's forward is)
+SCHEMA_VERSION = 7
 
 
 class StepKind(IntEnum):
@@ -97,6 +98,7 @@ TYPE_BYTES = 64
 PATH_BYTES = 64
 SHAPE_BYTES = 64
 MESSAGE_BYTES = 512
+SOURCE_BYTES = 256  # a longer file name is not recorded: cut short, it would name no file
 
 MODULES = np.dtype(
     [
@@ -108,6 +110,10 @@ MODULES = np.dtype(
         ("depth", "<i2"),
         ("kind", "u1"),
         ("params", "<i8"),
+        # where its class's forward is defined (a loss site: its backward() call), so a
+        # report can open it: an absolute file name and its first line ("", 0: unknown)
+        ("file", f"S{SOURCE_BYTES}"),
+        ("line", "<i4"),
     ]
 )
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from torch import nn
 
 from hookdbg.read import RecordingError, Status, open_recording
 from hookdbg.store import schema
@@ -115,11 +116,21 @@ def test_live_recording_refreshes_then_reads_as_cut_short_after_kill_9(tmp_path)
     assert os.path.getsize(path) > 0
 
 
+def _as_version_6(new: Path, old: Path) -> None:
+    """A copy of a new recording as a version 6 recorder wrote it: modules without
+    ``file`` and ``line``."""
+    shutil.copy(new, old)
+    with h5py.File(old, "r+") as f:
+        f.attrs["schema_version"] = 6
+        del f["modules/file"], f["modules/line"]
+        f["modules"].attrs[schema.TAIL_COLUMNS] = list(schema.MODULES.names or ())[:-2]
+
+
 def _as_version_4(new: Path, old: Path) -> None:
     """A copy of a new recording as a version 4 recorder wrote it: no device_times, no
     tails, one committed length per table (a closed file's tails are empty: every row
     is sealed)."""
-    shutil.copy(new, old)
+    _as_version_6(new, old)
     with h5py.File(old, "r+") as f:
         f.attrs["schema_version"] = 4
         committed = f[schema.COMMITTED][()]
@@ -143,6 +154,68 @@ def _as_version_3(new: Path, old: Path) -> None:
         committed = f[schema.COMMITTED][:8]
         del f[schema.COMMITTED]
         f[schema.COMMITTED] = committed
+
+
+def test_modules_say_where_their_forward_is_and_show_prints_it(mlp_h5):
+    rec = open_recording(mlp_h5)
+    forward = nn.Linear.forward.__code__
+    where = (os.path.abspath(forward.co_filename), forward.co_firstlineno)
+    assert rec.modules.sources and rec.modules.resolve("head").source == where
+    out = hookdbg("show", mlp_h5, "head", "--step", "1")
+    assert out.returncode == 0 and f"source: {where[0]}:{where[1]}" in out.stdout
+
+
+def test_a_version_6_recording_reads_with_no_module_sources(mlp_h5, tmp_path):
+    """Before schema version 7 modules had no ``file`` and ``line``: their code is not
+    known, and everything else reads as before."""
+    old = tmp_path / "v6.h5"
+    _as_version_6(mlp_h5, old)
+    rec, new = open_recording(old), open_recording(mlp_h5)
+    assert rec.info.schema_version == 6 and not rec.modules.sources
+    assert [m.name for m in rec.modules] == [m.name for m in new.modules]
+    assert all(m.source is None for m in rec.modules)
+    assert (rec.module_rows["file"] == b"").all() and (rec.module_rows["line"] == 0).all()
+    out = hookdbg("show", old, "head", "--step", "1")
+    assert out.returncode == 0 and "source:" not in out.stdout, out.stderr
+
+
+# A version 6 recorder, killed while its rows were in the tables' tails: the module rows
+# it wrote had no file and line (this version's writer, given that version's row)
+V6_KILLED = """
+import os, signal, sys, time
+import numpy as np
+from hookdbg.options import RecordOptions
+from hookdbg.recorder.meta import run_metadata
+from hookdbg.store import rows, schema
+from hookdbg.store.writer import Writer
+
+v6 = np.dtype([(n, schema.MODULES[n]) for n in schema.MODULES.names[:-2]])
+schema.TABLES["modules"] = (v6, schema.TABLES["modules"][1])
+rows.CONVERTERS["modules"] = rows._texts_encoded(v6)
+meta = run_metadata(["train.py"], RecordOptions())
+meta["schema_version"] = 6
+writer = Writer(sys.argv[1], meta, flush_interval=0.05)
+net, fc = (0, "model", "Net", -1, 0, 0, 0, 0), (1, "model.fc", "Linear", 0, 0, 1, 0, 6)
+writer.submit({"modules": [net, fc]})
+time.sleep(1.0)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_cut_short_version_6_recording_reads_its_module_rows_from_the_tail(tmp_path):
+    """A tail holds the columns its version had: the modules' rows of a version 6 file
+    cut short, all in their tail, read without the columns added since."""
+    path = tmp_path / "v6-killed.h5"
+    subprocess.run([sys.executable, "-c", V6_KILLED, str(path)], timeout=120)
+    with h5py.File(path, "r", swmr=True) as f:
+        state = f[schema.COMMITTED][()][:, list(schema.TABLES).index("modules")]
+    assert state[schema.SEALED] == 0 and state[schema.TAIL_BYTES] > 0
+    rec = open_recording(path)
+    assert rec.status is Status.CUT_SHORT and rec.info.schema_version == 6
+    assert [(m.name, m.type, m.params, m.source) for m in rec.modules] == [
+        ("model", "Net", 0, None),
+        ("model.fc", "Linear", 6, None),
+    ]
 
 
 def test_a_version_4_recording_reads_all_its_rows_from_the_columns(mlp_h5, tmp_path):

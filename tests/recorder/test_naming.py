@@ -1,9 +1,13 @@
 """Module names: what users call their modules, stable across runs and ranks."""
 
+import functools
+import inspect
 import json
+import os
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -167,3 +171,55 @@ def test_a_loss_site_in_code_without_a_file_is_one_module(tmp_path):
     t = tables(tmp_path / "run.h5")
     sites = t["modules"][t["modules"]["kind"] == ModuleKind.LOSS]
     assert len(sites) == 1 and len(t["steps"]) == 5, module_names(t)
+
+
+def logged(forward):
+    @functools.wraps(forward)
+    def wrapper(*args, **kwargs):
+        return forward(*args, **kwargs)
+
+    return wrapper
+
+
+class Scaled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(2, 2)])  # no forward of its own
+        self.inline = EXECED()  # defined by exec'd code: no file
+
+    @logged  # a decorated forward: the function under the decorator
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inline(self.blocks[0](x)) * 2
+
+
+INLINE = "from torch import nn\nclass Inline(nn.Module):\n def forward(self, x): return x"
+EXECED = types.SimpleNamespace()
+exec(INLINE, vars(EXECED))
+EXECED = EXECED.Inline
+
+
+def test_modules_record_where_their_forward_is(tmp_path):
+    """What a reader opens in an editor (the TUI's o): each module's file and the first
+    line of its class's forward, the loss site's backward() call; ("", 0) where there
+    is none: a container without a forward, code without a file, an optimizer."""
+    model = Scaled()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        model(torch.randn(1, 2)).sum().backward()  # the loss site
+        opt.step()
+    rows = tables(tmp_path / "run.h5")["modules"]
+    source = {n.decode(): (f.decode(), int(line)) for n, f, line in rows[["name", "file", "line"]]}
+    here = os.path.abspath(__file__)
+    forward = inspect.unwrap(Scaled.forward).__code__
+    assert forward is not Scaled.forward.__code__
+    linear = nn.Linear.forward.__code__
+    lines = Path(here).read_text().splitlines()
+    loss_line = next(i for i, x in enumerate(lines, 1) if ").sum().backward()  #" in x)
+    assert source == {
+        "model": (here, forward.co_firstlineno),
+        "model.blocks": ("", 0),
+        "model.blocks.0": (os.path.abspath(linear.co_filename), linear.co_firstlineno),
+        "model.inline": ("", 0),
+        "loss": (here, loss_line),
+        "opt": ("", 0),
+    }

@@ -97,9 +97,12 @@ async def test_alerts_screen_jumps_to_the_origin(nan_h5):
     app = HookdbgApp(rec)
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, pilot)
-        assert "1 NaN/inf alert — f jumps to the first" in notices(app)
+        assert notices(app)[0].startswith("1 NaN/inf alert — f jumps to the first")
         tree = app.screen.query_one(ModuleTree)
         origin = rec.modules.resolve("standardize").id
+        await pilot.press("home", "up")  # away from the origin it opened on: step 0, model
+        await settle(app, pilot)
+        assert "step 0" in text(app.screen.query_one(StepBar))
         await pilot.press("a")
         await settle(app, pilot)
         assert isinstance(app.screen, AlertsScreen)

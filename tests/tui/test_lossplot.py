@@ -39,7 +39,7 @@ async def test_the_plot_opens_on_the_loss_and_follows_the_tree(long_mlp_h5, size
         for step in (0, 1, 2, 12):
             assert f"step {step}: {stat_text(loss.values[step])}" in text(title)
             assert plot.current == step
-            await pilot.press("pagedown" if step == 2 else "right")
+            await pilot.press("right_square_bracket" if step == 2 else "right")  # ]: 10 steps on
             await settle(app, pilot)
         axis = text(plot).split("\n")[-1]
         here = axis.index("▲") - plot._axis  # the ▲ under the current step's column

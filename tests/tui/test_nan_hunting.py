@@ -8,8 +8,9 @@ from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.detail import DetailPane, DetailTable
 from hookdbg.tui.plot import Plot
 from hookdbg.tui.stepbar import StepBar
+from hookdbg.tui.tree import ModuleTree
 from tests.helpers import ROOT
-from tests.tui.pilot import SIZE, SMALL, columns, records, settle, text
+from tests.tui.pilot import SIZE, SMALL, columns, notices, records, settle, text
 
 
 async def test_non_finite_values_read_as_such_in_a_small_terminal(nan_h5):
@@ -63,7 +64,7 @@ async def test_the_plot_marks_non_finite_steps_the_range_and_the_current_step(na
         await settle(app, pilot)
         title = text(app.screen.query_one("#plot-title"))  # the loss over the run, first
         assert "loss (nan_blowup.py:" in title and "× NaN/inf at 2 steps (first 3)" in title
-        await pilot.press("right", "s")  # the root module, output std, step 1
+        await pilot.press("home", "right", "k")  # the root module: its output std, step 1
         await settle(app, pilot)
         title = text(app.screen.query_one("#plot-title"))
         assert "output std of model" in title and "× NaN/inf at 1 step (first 4)" in title
@@ -86,3 +87,20 @@ async def test_two_runs_plot_on_one_scale(monkeypatch):
         assert plots[0][0].split("┤")[0] == plots[1][0].split("┤")[0]  # the same top
         assert plots[0][-2].split("┤")[0] == plots[1][-2].split("┤")[0]  # and bottom
         assert "one scale" in text(app.screen.query_one("#plot-title"))
+
+
+async def test_a_run_with_a_nan_opens_where_the_first_was_born(nan_h5):
+    """As a comparison opens on the first divergence: step 3, model.standardize, said."""
+    rec = open_recording(nan_h5)
+    app = HookdbgApp(rec)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        screen = app.screen
+        assert screen.step == 3 and screen.module == rec.modules.resolve("standardize").id
+        assert "step 3" in text(screen.query_one(StepBar))
+        assert "model.standardize" in text(screen.query_one("#detail-title"))
+        tree = screen.query_one(ModuleTree)
+        assert tree.cursor_node is not None and tree.cursor_node.data == screen.module
+        assert "◆NaN" in tree.label_of(screen.module)
+        [notice] = notices(app)
+        assert notice.endswith("\nopened where the first was born:\nmodel.standardize, step 3")

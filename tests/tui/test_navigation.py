@@ -87,16 +87,16 @@ async def test_go_to_step_pages_and_clicks(long_mlp_h5):
         await pilot.press("colon", *"7", "enter")
         await settle(app, pilot)
         assert bar_step(app) == 7
-        await pilot.press("pagedown")
+        await pilot.press("right_square_bracket")
         await settle(app, pilot)
         assert bar_step(app) == 17
-        await pilot.press("shift+pagedown")
+        await pilot.press("right_curly_bracket")
         await settle(app, pilot)
         assert bar_step(app) == 59  # the last step: a page past it stops there
-        await pilot.press("pageup")
+        await pilot.press("left_square_bracket")
         await settle(app, pilot)
         assert bar_step(app) == 49
-        await pilot.press("shift+pageup")
+        await pilot.press("left_curly_bracket")
         await settle(app, pilot)
         assert bar_step(app) == 0
         bar = app.screen.query_one(StepBar)
