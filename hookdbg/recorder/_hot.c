@@ -12,7 +12,8 @@
  * record the same models both ways and require the same recordings. What is rare
  * (a module seen for the first time, a root call that starts a step, a forward run
  * again inside backward, a NaN/inf check, a tensor captured, the device path) is left
- * to the Python methods, called from here by name.
+ * to the Python methods, called from here by name (cboundary.py lists them, and every
+ * other name this file looks up on a Python object).
  *
  * Rows go straight into the store's row buffers (hookdbg/store/rowbuffer.h): a module
  * call's row and each tensor's row become numpy records as they are made.
@@ -95,7 +96,8 @@ static struct {
     PyObject *fwd, *bwd, *opt, *input, *output, *grad_input, *grad_output, *param_grad; /* as ints */
 } G;
 
-/* attribute and method names, interned once */
+/* attribute and method names, interned once: each is declared, with its owner and why,
+ * in hookdbg/recorder/cboundary.py (held to this list by tests/recorder/test_cboundary.py) */
 #define NAMES(X)                                                                           \
     X(broken) X(ref) X(transparent) X(selected) X(id) X(capture) X(recording)              \
     X(module_calls) X(calls) X(step) X(batch) X(seg) X(training) X(memo) X(last) X(every)  \

@@ -12,7 +12,11 @@ in C; the classes here put its methods in front of the Python ones they stand fo
   ``norm_rows`` (parameters after an optimizer step);
 * ``FastGradientObserver``: each tensor's gradient hook is its ``Seen`` record itself,
   each parameter's a ``ParamHook``, both called by autograd without a Python frame;
-* ``_hot.backward_rows``: each segment's backward spans (timing.py), at its end.
+* ``_hot.backward_rows``: each segment's backward spans (timing.py), at its end;
+* ``_hot.Guard``, ``_hot.Call``, ``_hot.Seen``: the records those read as C structs,
+  twins of envelope.py's ``Guard`` and calls.py's ``Call`` and ``Seen``, which the
+  Python path makes. ``chosen()`` is the one place a recording's path is picked, and
+  its records with it.
 
 Rows go straight into the store's row buffers (hookdbg/store/_pack.c), so the path
 needs both extensions: they are built together, and without either the Python path
@@ -22,26 +26,28 @@ What C leaves to Python (a module seen for the first time, the start of a segmen
 forward run again inside backward, NaN/inf checks, captures, statistics that wait for a
 device) it hands to the same Python methods the pure path calls, so the two cannot
 drift apart there; tests/recorder/test_accelerated.py records models both ways and
-requires the same recordings. ``HOOKDBG_PURE_PYTHON=1`` records with the Python path
-(to rule hookdbg's C out when something looks wrong).
+requires the same recordings. Those methods, and the attributes C reads, are listed in
+cboundary.py and checked before a recording takes the C path. ``HOOKDBG_PURE_PYTHON=1``
+records with the Python path (to rule hookdbg's C out when something looks wrong).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
 import torch.compiler
 
-from hookdbg.recorder import stats
+from hookdbg.recorder import cboundary, stats
 from hookdbg.recorder.calls import StepState
 from hookdbg.recorder.capture import FlightRecorder
 from hookdbg.recorder.deferred import Pending
-from hookdbg.recorder.envelope import run_eagerly
+from hookdbg.recorder.envelope import Guard, run_eagerly
 from hookdbg.recorder.gradients import HOOK_KEY, GradHooks, GradientObserver
 from hookdbg.recorder.handoff import Handoff
 from hookdbg.recorder.modulehooks import _MUTED, _RAISED, ModuleHooks
@@ -76,18 +82,39 @@ def enabled() -> bool:
 
 @dataclass(frozen=True)
 class PerCallPath:
-    """The parts of a recorder that run per module call, tensor or gradient."""
+    """The parts of a recorder that run per module call, tensor or gradient, and the
+    records they make: a recording takes all of them from one path."""
 
+    name: str  # "C" or "Python", as the recording's metadata says
+    guard: type[Guard]
     observer: type[TensorObserver]
     hooks: type[ModuleHooks]
     backward_rows: BackwardRows
+    why_not_c: str | None = None  # why a recording that asked for C takes the Python path
+
+
+PYTHON = PerCallPath("Python", Guard, TensorObserver, ModuleHooks, backward_rows)
 
 
 def chosen() -> PerCallPath:
-    """What a recording started now is made of: the C path where it is built."""
-    if enabled():
-        return PerCallPath(FastTensorObserver, FastModuleHooks, _hot.backward_rows)
-    return PerCallPath(TensorObserver, ModuleHooks, backward_rows)
+    """What a recording started now is made of: the C path where it is built and every
+    name it uses on Python objects is there (cboundary.py), else the Python path."""
+    if not enabled():
+        return PYTHON
+    gone = _boundary_gaps()
+    if gone:
+        why = (
+            "hookdbg's C per-call path (_hot.c) uses names these do not have: "
+            f"{', '.join(gone)}; recording with the Python path"
+        )
+        return replace(PYTHON, why_not_c=why)
+    return PerCallPath("C", _hot.Guard, FastTensorObserver, FastModuleHooks, _hot.backward_rows)
+
+
+@functools.cache
+def _boundary_gaps() -> tuple[str, ...]:
+    """cboundary.missing(), asked once per process: the classes do not change."""
+    return tuple(cboundary.missing())
 
 
 if _hot is not None:
@@ -145,6 +172,7 @@ if _hot is not None:
         """The tensor observer with its per-tensor path in C."""
 
         gradient_observer = FastGradientObserver
+        seen_record = _hot.Seen  # C hooks the tensors it sees (recomputed ones too)
         _py_summarise = TensorObserver.summarise  # what C leaves to Python: a device batch
 
     class FastModuleHooks(_hot.CallPath, ModuleHooks):  # type: ignore[misc]

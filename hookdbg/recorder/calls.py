@@ -3,10 +3,10 @@ batch (its ``Segment``, and what the hooks learn during it), one ``Call`` per re
 module call and one ``Seen`` per distinct tensor (object and version) seen in it.
 
 Plain ``__slots__`` classes: thousands are made per step on the training thread.
-Where the C extension is built, ``Call`` and ``Seen`` are its types of the same name
-(hookdbg/recorder/_hot.c): the same attributes and methods, as C structs the per-call
-path reads directly. The classes below are what they are held to
-(tests/recorder/test_accelerated.py), and what runs without the extension.
+A recording on the C path (hookdbg/recorder/accelerated.py) makes the C twins of
+``Call`` and ``Seen`` instead (``_hot.Call``, ``_hot.Seen`` in _hot.c): the same
+attributes and methods, as C structs its per-call path reads directly, held to the
+classes below by tests/recorder/test_accelerated.py.
 """
 
 from __future__ import annotations
@@ -16,11 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from hookdbg.recorder.naming import ModuleInfo
 from hookdbg.recorder.recompute import RecomputeIndex
-
-try:
-    import hookdbg.recorder._hot as _hot
-except ImportError:  # not built: the classes below
-    _hot = None
 
 if TYPE_CHECKING:
     from hookdbg.recorder.alert import Alert
@@ -212,9 +207,3 @@ class Seen:
         """``grad_slots`` as (call, slot, path) triples."""
         g = self.grad_slots
         return list(zip(g[::3], g[1::3], g[2::3], strict=True))
-
-
-_PyCall, _PySeen = Call, Seen  # what the C records are held to (test_accelerated.py)
-if _hot is not None:
-    Call = _hot.Call  # type: ignore[misc]  # the same records in C
-    Seen = _hot.Seen  # type: ignore[misc]

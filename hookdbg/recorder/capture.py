@@ -28,6 +28,7 @@ import torch
 from hookdbg.options import RecordOptions
 from hookdbg.recorder import stats
 from hookdbg.recorder.calls import Call, Segment
+from hookdbg.recorder.cboundary import called_from_c
 from hookdbg.store.schema import CaptureReason, slot_label
 from hookdbg.text import human_bytes
 
@@ -156,6 +157,7 @@ class FlightRecorder:
         _, _, sizes = self._steps.popleft()
         self.held -= sum(sizes.values())
 
+    @called_from_c
     def keep(
         self, call: Call, phase: int, slot: int, path: str, t: torch.Tensor, version: int
     ) -> None:

@@ -54,7 +54,6 @@ from hookdbg.recorder.calls import StepState
 from hookdbg.recorder.capture import Capturer, FlightRecorder
 from hookdbg.recorder.compiled import InPlaceCompiled, compiled_in_place
 from hookdbg.recorder.elsewhere import Elsewhere, unrecorded_processes, unrecorded_threads
-from hookdbg.recorder.envelope import Guard
 from hookdbg.recorder.gradscaler import ScalerWatch
 from hookdbg.recorder.handoff import Handoff
 from hookdbg.recorder.histograms import writer_layout
@@ -137,7 +136,9 @@ class Recorder:
         if owner.written_by_another(self.path):
             raise RecordError(busy(self.path))
         self._argv = list(sys.argv if argv is None else argv)
-        self.guard = guard = Guard()
+        # the per-call path, C where it is built and its names are there (accelerated.py)
+        self._per_call = per_call = accelerated.chosen()
+        self.guard = guard = per_call.guard()
         self.rows = rows = Rows(schema.tables(options.histograms))
         self.detector = detector = OriginDetector()
         detector.watch_loss = options.checks_nan
@@ -161,7 +162,6 @@ class Recorder:
             flight,
             self.path,
         )
-        per_call = accelerated.chosen()  # in C where it is built
         self.observer = observer = per_call.observer(
             guard,
             options,
@@ -247,7 +247,9 @@ class Recorder:
 
     def _start(self) -> None:
         meta = run_metadata(self._argv, self.options)
-        meta["per_call_path"] = "C" if accelerated.enabled() else "Python"
+        meta["per_call_path"] = self._per_call.name
+        if self._per_call.why_not_c is not None:
+            self.warn(self._per_call.why_not_c)
         try:
             self._writer = Writer(
                 self.path,

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 class Guard:
     """The state every hook reads first: whether recording is live, the lock the writer
     also takes to collect the rows, hookdbg's own time so far (module timings leave it
-    out), and the NaN/inf origins found but not yet acted on. Where the C extension is
-    built, its ``Guard`` (hookdbg/recorder/_hot.c) stands in for this one."""
+    out), and the NaN/inf origins found but not yet acted on. A recording on the C path
+    has its twin, ``_hot.Guard`` (hookdbg/recorder/accelerated.py), for C to read."""
 
     __slots__ = ("act", "alerts", "live", "lock", "ovh", "stopped")
 
@@ -44,15 +44,6 @@ class Guard:
             return
         print("hookdbg: internal error, recording stopped (training continues):", file=sys.stderr)
         traceback.print_exc(file=sys.stderr)
-
-
-try:
-    import hookdbg.recorder._hot as _hot
-except ImportError:  # not built: the class above
-    _hot = None
-_PyGuard = Guard  # what the C one is held to (test_accelerated.py)
-if _hot is not None:
-    Guard = _hot.Guard  # type: ignore[misc]  # the same state in C, for the C hooks to read
 
 
 def hook(body: Callable[..., None]) -> Callable[..., None]:

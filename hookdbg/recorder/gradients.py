@@ -34,6 +34,7 @@ from torch.nn.parameter import Parameter, UninitializedParameter
 from hookdbg.recorder import stats
 from hookdbg.recorder.alert import Alert, checked
 from hookdbg.recorder.calls import Call, Seen, Segment
+from hookdbg.recorder.cboundary import called_from_c
 from hookdbg.recorder.deferred import Pending
 from hookdbg.recorder.envelope import hook, inner_hook
 from hookdbg.recorder.naming import ModuleInfo
@@ -164,6 +165,7 @@ class GradientObserver:
         ):
             self._check_grad(seen, summary, grad)
 
+    @called_from_c
     def _check_grad(self, seen: Seen, summary: Summary | Pending, grad: torch.Tensor) -> None:
         """Check a gradient now or with the step's statistics (called only when it is not
         finite, or when its statistics wait for the device)."""
@@ -262,6 +264,7 @@ class GradientObserver:
         else:
             state.grad_finite[id(param)] = True
 
+    @called_from_c
     def _check_param_grad(
         self,
         info: ModuleInfo,
@@ -286,6 +289,7 @@ class GradientObserver:
             tensors.context(grad),
         )
 
+    @called_from_c
     def _enclosing_calls(self, info: ModuleInfo) -> list[Call]:
         """The calls in this step of the nearest enclosing module that was called."""
         infos = self.registry.infos

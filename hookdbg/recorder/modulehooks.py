@@ -24,6 +24,7 @@ import torch
 from torch.compiler import is_compiling
 
 from hookdbg.recorder.calls import Call
+from hookdbg.recorder.cboundary import called_from_c
 from hookdbg.recorder.devicetime import DeviceClock
 from hookdbg.recorder.elsewhere import OtherThreads
 from hookdbg.recorder.envelope import Guard, inner_hook, run_eagerly
@@ -157,11 +158,13 @@ class ModuleHooks:
         if self.device_clock is not None:
             self.device_clock.start(call)
 
+    @called_from_c
     def _elsewhere(self) -> None:
         """A module call on a thread other than the one recording: not recorded, but
         counted, so that the recording can say so."""
         self.others.module_call()
 
+    @called_from_c
     def _root(self, info: ModuleInfo, module: torch.nn.Module, args: tuple, now: float) -> bool:
         """A call with no module call around it, at ``now`` on the recorder's clock: a
         forward run again inside backward, or maybe a new segment. Whether the call is
@@ -195,6 +198,7 @@ class ModuleHooks:
         else:
             self.stack.append(frame)
 
+    @called_from_c
     def _recompute_inner(self, parent: Recompute, module: torch.nn.Module, args: tuple) -> None:
         info = self._by_id.get(id(module))
         frame = None if info is None else self.state.recompute.inner(parent, info)
@@ -205,6 +209,7 @@ class ModuleHooks:
         self.stack.append(frame)
         self.observer.recomputed(frame, args, _GRAD_INPUT)
 
+    @called_from_c
     def _leave_other(self, frame: object, result: object) -> None:
         """The end of a call that is not recorded (``frame``, popped off the stack): a
         muted one, a module not selected, or one run again inside backward."""

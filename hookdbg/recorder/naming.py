@@ -29,6 +29,7 @@ from collections.abc import Callable
 import torch
 from torch.nn.parameter import UninitializedParameter
 
+from hookdbg.recorder.cboundary import called_from_c
 from hookdbg.recorder.labels import find_label, find_owner
 from hookdbg.store.schema import SOURCE_BYTES, ModuleKind
 
@@ -192,6 +193,7 @@ class ModuleRegistry:
         self._counted: set[int] = set()  # ids of parameters already counted
         self.infos: list[ModuleInfo] = []
 
+    @called_from_c
     def lookup(self, module: torch.nn.Module, parent: ModuleInfo | None) -> ModuleInfo:
         """The info of a module being called inside ``parent`` (None: a root call)."""
         info = self.by_id.get(id(module))

@@ -20,6 +20,7 @@ from hookdbg.recorder import histograms, stats
 from hookdbg.recorder.alert import checked
 from hookdbg.recorder.calls import Call, Seen, Segment, StepState
 from hookdbg.recorder.capture import Capturer, FlightRecorder
+from hookdbg.recorder.cboundary import called_from_c
 from hookdbg.recorder.deferred import Pending
 from hookdbg.recorder.envelope import Guard
 from hookdbg.recorder.gradients import GradientObserver
@@ -56,6 +57,7 @@ class TensorObserver:
     """Observes the tensors of module calls; see the module docstring."""
 
     gradient_observer = GradientObserver  # its gradient hooks (accelerated.py: in C)
+    seen_record: type[Seen] = Seen  # what it notes a tensor in (accelerated.py: in C)
 
     def __init__(
         self,
@@ -160,12 +162,13 @@ class TensorObserver:
             or type(summary) is Pending
             or stats.is_finite(summary)
         )
-        seen = Seen(t, version, summary, finite, state.id)
+        seen = self.seen_record(t, version, summary, finite, state.id)
         state.memo[id(t)] = seen
         if t.requires_grad:
             self.gradients.watch_tensor(t, seen)
         return seen
 
+    @called_from_c
     def summarise(self, t: torch.Tensor) -> Summary | Pending:
         """The summary of ``t`` at this level: computed now (one C pass on CPU), or,
         deferring, copied to the step's device buffer to be read with the rest. Inside
@@ -206,6 +209,7 @@ class TensorObserver:
             return batch.add(t, hold=False)
         return stats.summarise(t)
 
+    @called_from_c
     def check(self, check: Callable[..., None], *args: object) -> None:
         """Run a NaN/inf check now or, deferring, when the step's statistics are read:
         then every check of the step replays in the order the hooks ran."""
@@ -241,6 +245,7 @@ class TensorObserver:
         if not seen.finite or self.defer_checks:
             self._check_input(call, path, seen, module, args)
 
+    @called_from_c
     def _check_input(
         self, call: Call, path: str, seen: Seen, module: torch.nn.Module, args: tuple
     ) -> None:
@@ -290,6 +295,7 @@ class TensorObserver:
         if not seen.finite or self.defer_checks:
             self._check_output(call, path, seen, module, args, result)
 
+    @called_from_c
     def _check_output(
         self,
         call: Call,
@@ -326,6 +332,7 @@ class TensorObserver:
         alert = self.detector.forward_output(call, path, seen, module, seg, time())
         self.alert(alert, module=module, inputs=args, output=result)
 
+    @called_from_c
     def taint_parent(self, call: Call) -> None:
         """Deferred checks replay in order: a child's problem reaches its parent then."""
         if call.tainted and call.parent is not None:
@@ -355,6 +362,7 @@ class TensorObserver:
         if self.capturing and call.info.capture:
             self.capture(call, phase, slot, path, t)
 
+    @called_from_c
     def shard(self, call: Call, phase: int, slot: int, path: str, t: torch.Tensor) -> None:
         """A tensor of a subclass seen at a call: where its shard lies, if a DTensor (the
         C path asks this of every tensor that is not a plain one). An output that is a
@@ -402,6 +410,7 @@ class TensorObserver:
         else:
             self.rows.tensors.append(row)
 
+    @called_from_c
     def capture(self, call: Call, phase: int, slot: int, path: str, t: torch.Tensor) -> None:
         """Copy a tensor for --capture, unless the copies already waiting for the writer
         fill its memory bound: then it is dropped (and counted) before it is copied. A
@@ -437,7 +446,7 @@ class TensorObserver:
             path = path.partition(".")[2] if slot == _GRAD_OUTPUT else path
             seen = memo.get(id(t))
             if seen is None or seen.ref() is not t:
-                seen = Seen(t, t._version, None, True, self.state.id)
+                seen = self.seen_record(t, t._version, None, True, self.state.id)
                 memo[id(t)] = seen
             seen.grad_slots.extend((call, slot, path))
             if not seen.hooked:

@@ -117,6 +117,8 @@ from enum import IntEnum
 
 import torch
 
+from hookdbg.recorder.cboundary import called_from_c
+
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _HOOKDBG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -344,6 +346,7 @@ class StepTracker:
             self._last_eval = frozenset(self._roots)
         return training
 
+    @called_from_c
     def backward_ran(self) -> None:
         self.saw_backward = self._any_backward = True
 

@@ -342,27 +342,28 @@ def _fields(obj) -> dict[str, object]:
 
 
 def test_the_c_records_are_the_python_records():
-    """Call, Seen and Guard in C have the Python classes' attributes, methods and
-    starting values (calls.py and envelope.py keep the Python ones)."""
+    """Call, Seen and Guard in C (the C path's, accelerated.chosen()) have the Python
+    classes' attributes, methods and starting values (calls.py, envelope.py)."""
+    hot = accelerated._hot
     info = object()
     t = torch.zeros(2)
-    c_call = calls.Call(3, info, 1, None, 0.5)
-    py_call = calls._PyCall(3, info, 1, None, 0.5)
+    c_call = hot.Call(3, info, 1, None, 0.5)
+    py_call = calls.Call(3, info, 1, None, 0.5)
     assert _fields(c_call) == _fields(py_call)
-    child = calls.Call(4, info, 0, c_call, 1.0)
+    child = hot.Call(4, info, 0, c_call, 1.0)
     assert child.depth == 1 and child.parent is c_call and child.bwd_self == 0.0
     child.note_inf_below("birth")
     child.mark_below_bad()
     assert c_call.inf_below == "birth" and c_call.below_bad
 
-    c_seen = calls.Seen(t, 7, None, True, 2)
-    py_seen = calls._PySeen(t, 7, None, True, 2)
+    c_seen = hot.Seen(t, 7, None, True, 2)
+    py_seen = calls.Seen(t, 7, None, True, 2)
     assert _fields(c_seen) == _fields(py_seen) and c_seen.ref() is t
     c_seen.grad_slots.extend((child, 3, "0"))
     assert c_seen.slots() == [(child, 3, "0")]
 
-    c_guard = envelope.Guard()
-    py_guard = envelope._PyGuard()
+    c_guard = hot.Guard()
+    py_guard = envelope.Guard()
     assert {"live", "ovh", "alerts"} <= set(_fields(c_guard))
     assert (c_guard.live, c_guard.ovh, c_guard.alerts) == (py_guard.live, py_guard.ovh, [])
     with c_guard.lock:
