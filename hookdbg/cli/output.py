@@ -26,7 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hookdbg.analysis.stepview import eval_range
-from hookdbg.cells import CHANGED_NOTE, STATS, num, shape_text, tensor_text
+from hookdbg.cells import CHANGED_NOTE, FRACTIONS, STATS, label, num, shape_text, tensor_text
 from hookdbg.cli.common import BadInput
 from hookdbg.options import OptionError, StepRange
 from hookdbg.read import (
@@ -314,7 +314,7 @@ def tensor_table(
         ("std", "right"),
         ("norm", "right"),
         ("nan/inf", "right"),
-        ("zeros", "right"),
+        *((label(name), "right") for name in FRACTIONS),
     ]
     t = table(title, cols)
     for r in rows:
@@ -332,7 +332,7 @@ def tensor_table(
             text.dtype,
             *(num(text.values[name]) for name in STATS),
             Text(text.count, style="bold red") if text.nonfinite > 0 else text.count,
-            text.zeros,
+            *(text.fractions[name] for name in FRACTIONS),
         ]
         if text.nonfinite == CHANGED_IN_PLACE:
             t.caption = CHANGED_NOTE

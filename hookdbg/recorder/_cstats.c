@@ -7,10 +7,10 @@
  * (ddof 0) and L2 norm as exact as a float64 two-pass computation (see ``Acc``), and
  * the counts of NaN, +inf, -inf and zeros.
  *
- * summary(address, n, kind, shape, dtype)
- *     -> (shape, dtype, "cpu", n, min, max, mean, std, norm, nan, posinf, neginf, zero_frac)
+ * summary(address, n, kind, shape, dtype) -> a summary tuple
  *
- * the whole summary tuple of hookdbg/recorder/stats.py, built here rather than
+ * the whole summary tuple of hookdbg/recorder/stats.py (its fields at the positions
+ * summary.h gives, generated from hookdbg/store/summary.py), built here rather than
  * unpacked and packed again in Python (it runs for every new tensor). ``address`` is
  * the first element of ``n`` contiguous elements of type ``kind`` (the caller keeps
  * the tensor alive and checks it is contiguous and on the CPU); ``shape`` and
@@ -39,6 +39,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "../store/summary.h"
 
 enum { F32 = 0, F64 = 1, F16 = 2, BF16 = 3, I64 = 4, I32 = 5, U8 = 6, I8 = 7, I16 = 8 };
 
@@ -353,34 +355,35 @@ static PyObject *cpu_name; /* "cpu", the device of every summary made here */
 
 /* stats.py's summary tuple. It holds no container but the shape (shared, and itself
  * untracked), so the garbage collector need not track it: summaries live as long as
- * their step, by the hundreds. */
+ * their step, by the hundreds. A field of summary.h this does not fill is an error. */
 static PyObject *summary_tuple(PyObject *shape, PyObject *dtype, Py_ssize_t n, double lo,
                                double hi, double mean, double std, double norm, long long nan,
                                long long posinf, long long neginf, double zero_frac) {
-    PyObject *t = PyTuple_New(13);
+    PyObject *t = PyTuple_New(SUMMARY_FIELDS);
     if (t == NULL) return NULL;
-    PyObject *cells[13] = {
-        Py_NewRef(shape),
-        Py_NewRef(dtype),
-        Py_NewRef(cpu_name),
-        PyLong_FromSsize_t(n),
-        PyFloat_FromDouble(lo),
-        PyFloat_FromDouble(hi),
-        PyFloat_FromDouble(mean),
-        PyFloat_FromDouble(std),
-        PyFloat_FromDouble(norm),
-        PyLong_FromLongLong(nan),
-        PyLong_FromLongLong(posinf),
-        PyLong_FromLongLong(neginf),
-        PyFloat_FromDouble(zero_frac),
-    };
+    PyObject *cells[SUMMARY_FIELDS] = {NULL};
+    cells[SUMMARY_SHAPE] = Py_NewRef(shape);
+    cells[SUMMARY_DTYPE] = Py_NewRef(dtype);
+    cells[SUMMARY_DEVICE] = Py_NewRef(cpu_name);
+    cells[SUMMARY_NUMEL] = PyLong_FromSsize_t(n);
+    cells[SUMMARY_MIN] = PyFloat_FromDouble(lo);
+    cells[SUMMARY_MAX] = PyFloat_FromDouble(hi);
+    cells[SUMMARY_MEAN] = PyFloat_FromDouble(mean);
+    cells[SUMMARY_STD] = PyFloat_FromDouble(std);
+    cells[SUMMARY_NORM] = PyFloat_FromDouble(norm);
+    cells[SUMMARY_NAN] = PyLong_FromLongLong(nan);
+    cells[SUMMARY_POSINF] = PyLong_FromLongLong(posinf);
+    cells[SUMMARY_NEGINF] = PyLong_FromLongLong(neginf);
+    cells[SUMMARY_ZERO_FRAC] = PyFloat_FromDouble(zero_frac);
     int bad = 0;
-    for (int i = 0; i < 13; i++) {
+    for (int i = 0; i < SUMMARY_FIELDS; i++) {
         if (cells[i] == NULL) bad = 1;
         PyTuple_SET_ITEM(t, i, cells[i] != NULL ? cells[i] : Py_NewRef(Py_None));
     }
     if (bad) {
         Py_DECREF(t);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_SystemError, "_cstats: a field of summary.h left unfilled");
         return NULL;
     }
     if (!PyObject_GC_IsTracked(shape)) PyObject_GC_UnTrack(t);

@@ -13,6 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hookdbg.recorder.blockstats import PARTIAL
+
 # the dtypes of hookdbg/recorder/blockstats.py's DTYPES, as table_stats reads them
 TRITON_DTYPES = {
     torch.float16: tl.float16,
@@ -20,6 +22,11 @@ TRITON_DTYPES = {
     torch.float32: tl.float32,
     torch.float64: tl.float64,
 }
+
+# where ``summarise_range`` stores each column of its partial row (blockstats.PARTIAL)
+_MIN, _MAX, _SUM, _M2 = (tl.constexpr(PARTIAL.index(n)) for n in ("min", "max", "sum", "m2"))
+_NAN, _POSINF, _NEGINF = (tl.constexpr(PARTIAL.index(n)) for n in ("nan", "posinf", "neginf"))
+_ZEROS, _COUNT, _SHIFTED = (tl.constexpr(PARTIAL.index(n)) for n in ("zeros", "count", "shifted"))
 
 
 @triton.jit(do_not_specialize=["first_row"])
@@ -98,13 +105,13 @@ def summarise_range(x, start, end, row, BLOCK: tl.constexpr):
         posinf += (v == float("inf")).to(tl.int32)
         neginf += (v == float("-inf")).to(tl.int32)
         zeros += (inside & (v == 0.0)).to(tl.int32)
-    tl.store(row + 0, tl.min(lo, axis=0))
-    tl.store(row + 1, tl.max(hi, axis=0))
-    tl.store(row + 2, tl.sum(total, axis=0))
-    tl.store(row + 3, m2)
-    tl.store(row + 4, tl.sum(nan, axis=0).to(tl.float64))
-    tl.store(row + 5, tl.sum(posinf, axis=0).to(tl.float64))
-    tl.store(row + 6, tl.sum(neginf, axis=0).to(tl.float64))
-    tl.store(row + 7, tl.sum(zeros, axis=0).to(tl.float64))
-    tl.store(row + 8, count)
-    tl.store(row + 9, shifted)
+    tl.store(row + _MIN, tl.min(lo, axis=0))
+    tl.store(row + _MAX, tl.max(hi, axis=0))
+    tl.store(row + _SUM, tl.sum(total, axis=0))
+    tl.store(row + _M2, m2)
+    tl.store(row + _NAN, tl.sum(nan, axis=0).to(tl.float64))
+    tl.store(row + _POSINF, tl.sum(posinf, axis=0).to(tl.float64))
+    tl.store(row + _NEGINF, tl.sum(neginf, axis=0).to(tl.float64))
+    tl.store(row + _ZEROS, tl.sum(zeros, axis=0).to(tl.float64))
+    tl.store(row + _COUNT, count)
+    tl.store(row + _SHIFTED, shifted)

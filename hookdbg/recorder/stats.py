@@ -1,9 +1,10 @@
 """Tensor summaries: the numbers hookdbg keeps for every tensor it sees.
 
-A summary is a plain tuple (see ``FIELDS``; ``NAN``, ``POSINF``... name the positions)
-of ints, floats and strings, cheap to build on the training thread and invisible to
-Python's cyclic garbage collector (a tuple holding a ``torch.dtype`` stays tracked for
-ever and makes full collections, which scan torch's ~300,000 objects, come sooner).
+A summary is a plain tuple of the fields hookdbg/store/summary.py declares (``FIELDS``;
+``NAN``, ``POSINF``... name the positions), of ints, floats and strings, cheap to build
+on the training thread and invisible to Python's cyclic garbage collector (a tuple
+holding a ``torch.dtype`` stays tracked for ever and makes full collections, which scan
+torch's ~300,000 objects, come sooner).
 The writer thread turns it into an HDF5 row.
 
 Speed matters more here than anywhere else in hookdbg (it runs once per new tensor per
@@ -40,7 +41,7 @@ import numpy as np
 import torch
 from torch._C import _functorch
 
-from hookdbg.store.schema import SUMMARY_COLUMNS
+from hookdbg.store import summary as layout
 
 try:
     from hookdbg.recorder._cstats import norms as _norms
@@ -49,22 +50,37 @@ except ImportError:  # not built: torch's reductions instead
     _one_pass = _norms = None
 
 # The order of values in a summary tuple: that of the tensors table's summary columns.
-FIELDS = SUMMARY_COLUMNS
-# A summary: (shape, dtype, device, numel, min, max, mean, std, norm, nan, posinf,
-# neginf, zero_frac), with two more values where histograms are recorded
+FIELDS = layout.NAMES
+# A summary: the fields of ``FIELDS``, with one more value where histograms are recorded
 # (hookdbg/recorder/histograms.py)
 Summary = tuple[Any, ...]
-SHAPE, DTYPE, DEVICE, NUMEL, MIN, MAX, MEAN, STD, NORM, NAN, POSINF, NEGINF, ZERO_FRAC = range(
-    len(FIELDS)
-)
+SHAPE, DTYPE, DEVICE, NUMEL = layout.SHAPE, layout.DTYPE, layout.DEVICE, layout.NUMEL
+MIN, MAX, MEAN, STD, NORM = layout.MIN, layout.MAX, layout.MEAN, layout.STD, layout.NORM
+NAN, POSINF, NEGINF, ZERO_FRAC = layout.NAN, layout.POSINF, layout.NEGINF, layout.ZERO_FRAC
+COUNTS = layout.COUNTS
 
 ZERO_SAMPLE = 4096
 NUMPY_MAX = 16384  # above this, torch's kernels beat numpy's (measured on 256x256)
 _FLOATS = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16})
 _NATIVE = frozenset({torch.float32, torch.float64})
 _NAN = float("nan")
-_NO_STATS = (_NAN, _NAN, _NAN, _NAN, _NAN, -1, -1, -1, _NAN)
-_EMPTY_FLOAT_STATS = (_NAN, _NAN, _NAN, _NAN, 0.0, 0, 0, 0, _NAN)
+
+
+def values(**named: float) -> tuple:
+    """A summary's values (``layout.VALUES``): those named, and what the others hold
+    where nothing was measured (NaN; counts ``NOT_LOOKED``)."""
+    out = list(layout.NO_VALUES)
+    for name, value in named.items():
+        out[_VALUE_AT[name]] = value
+    return tuple(out)
+
+
+_VALUE_AT = {name: layout.at(name) - layout.VALUES.start for name in layout.NAMES[layout.VALUES]}
+
+
+_NO_STATS = layout.NO_VALUES
+_EMPTY_FLOAT_STATS = values(norm=0.0, nan=0, posinf=0, neginf=0)
+_FINITE = {"nan": 0, "posinf": 0, "neginf": 0}
 _DTYPE_NAMES: dict[torch.dtype, str] = {}
 
 
@@ -166,6 +182,11 @@ def has_stats(t: torch.Tensor) -> bool:
     return t.dtype in _FLOATS and t.numel() > 0
 
 
+def _summary(t: torch.Tensor, n: int, **named: float) -> Summary:
+    """The summary of ``t`` (``n`` elements) holding the values ``named``."""
+    return (shape_of(t), dtype_name(t.dtype), device_name(t), n, *values(**named))
+
+
 def shape_only(t: torch.Tensor) -> Summary:
     """Summary of a tensor whose values are not looked at (``--level shapes``, ints, bools).
     Inside torch.func's transforms, that of the tensor under the wrappers, as at
@@ -247,21 +268,7 @@ def _integer(t: torch.Tensor, n: int) -> Summary:
     if v.dtype == torch.bool:
         v = v.view(torch.uint8)
     lo, hi = torch.aminmax(v)
-    return (
-        shape_of(t),
-        dtype_name(t.dtype),
-        device_name(t),
-        n,
-        float(lo.item()),
-        float(hi.item()),
-        _NAN,
-        _NAN,
-        _NAN,
-        0,
-        0,
-        0,
-        _NAN,
-    )
+    return _summary(t, n, min=float(lo.item()), max=float(hi.item()), **_FINITE)
 
 
 def _finite(
@@ -274,41 +281,18 @@ def _finite(
     squares: float,
     zeros: float,
 ) -> Summary:
-    return (
-        shape_of(t),
-        dtype_name(t.dtype),
-        device_name(t),
-        n,
-        lo,
-        hi,
-        mean,
-        std,
-        math.sqrt(squares),
-        0,
-        0,
-        0,
-        zeros,
-    )
+    return _summary(
+        t, n, min=lo, max=hi, mean=mean, std=std, norm=math.sqrt(squares), **_FINITE,
+        zero_frac=zeros,
+    )  # fmt: skip
 
 
 def _one_value(t: torch.Tensor) -> Summary:
     x = t.item()
     if math.isfinite(x):
         return _finite(t, 1, x, x, x, 0.0, x * x, 1.0 if x == 0 else 0.0)
-    counts = (int(math.isnan(x)), int(x == math.inf), int(x == -math.inf))
-    return (
-        shape_of(t),
-        dtype_name(t.dtype),
-        device_name(t),
-        1,
-        _NAN,
-        _NAN,
-        _NAN,
-        _NAN,
-        _NAN,
-        *counts,
-        0.0,
-    )
+    nan, posinf, neginf = int(math.isnan(x)), int(x == math.inf), int(x == -math.inf)
+    return _summary(t, 1, nan=nan, posinf=posinf, neginf=neginf, zero_frac=0.0)
 
 
 def _small(t: torch.Tensor, n: int) -> Summary:
@@ -396,26 +380,16 @@ def _nonfinite_summary(t: torch.Tensor, v: torch.Tensor) -> Summary:
     neginf = int(torch.isneginf(v).sum())
     finite = v[torch.isfinite(v)]
     n = v.numel()
-    if finite.numel() == 0:
-        stats: tuple[float, ...] = (_NAN, _NAN, _NAN, _NAN, _NAN)
-    else:
+    stats: dict[str, float] = {}
+    if finite.numel():
         lo_t, hi_t = torch.aminmax(finite)
         m = finite.numel()
         mean, m2 = _moments(finite, m)
         lo, hi = lo_t.item(), hi_t.item()
-        stats = (lo, hi, mean, _std(lo, hi, m2, m), math.sqrt(m2 + m * mean * mean))
+        stats = {"min": lo, "max": hi, "mean": mean, "std": _std(lo, hi, m2, m)}
+        stats["norm"] = math.sqrt(m2 + m * mean * mean)
     zero = 1.0 - torch.count_nonzero(v).item() / n
-    return (
-        shape_of(t),
-        dtype_name(t.dtype),
-        device_name(t),
-        n,
-        *stats,
-        nan,
-        posinf,
-        neginf,
-        zero,
-    )
+    return _summary(t, n, **stats, nan=nan, posinf=posinf, neginf=neginf, zero_frac=zero)
 
 
 def check_finite(t: torch.Tensor) -> Summary:
@@ -431,32 +405,19 @@ def check_finite(t: torch.Tensor) -> Summary:
     lo, hi = lo_t.item(), hi_t.item()
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return _nonfinite_summary(t, v)
-    return (
-        shape_of(t),
-        dtype_name(t.dtype),
-        device_name(t),
-        t.numel(),
-        lo,
-        hi,
-        _NAN,
-        _NAN,
-        _NAN,
-        0,
-        0,
-        0,
-        _NAN,
-    )
+    return _summary(t, t.numel(), min=lo, max=hi, **_FINITE)
 
 
 def reshaped(summary: Summary, t: torch.Tensor) -> Summary:
     """The summary of a view holding the same elements as the summarised tensor (a
     flatten, a transpose): every statistic is the same; only the shape differs."""
-    return (shape_of(t), *summary[1:])
+    return (*summary[:SHAPE], shape_of(t), *summary[SHAPE + 1 :])
 
 
 def is_finite(summary: Summary) -> bool:
     """Whether a summary saw no NaN and no inf (shape-only summaries count as finite)."""
-    return summary[NAN] <= 0 and summary[POSINF] <= 0 and summary[NEGINF] <= 0
+    nan, posinf, neginf = summary[COUNTS]
+    return nan <= 0 and posinf <= 0 and neginf <= 0
 
 
 def norms_of(tensors: list[torch.Tensor]) -> list[float]:
@@ -485,21 +446,7 @@ def norms_of(tensors: list[torch.Tensor]) -> list[float]:
 def norm_summary(t: torch.Tensor, norm: float) -> Summary:
     """A summary holding just ``t``'s (finite) L2 norm."""
     t = local(t)
-    return (
-        shape_of(t),
-        dtype_name(t.dtype),
-        device_name(t),
-        t.numel(),
-        _NAN,
-        _NAN,
-        _NAN,
-        _NAN,
-        norm,
-        0,
-        0,
-        0,
-        _NAN,
-    )
+    return _summary(t, t.numel(), norm=norm, **_FINITE)
 
 
 def norms_only(tensors: list[torch.Tensor]) -> list[Summary]:
