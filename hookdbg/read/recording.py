@@ -46,7 +46,7 @@ from hookdbg.read.runinfo import RunInfo, run_info
 from hookdbg.read.shards import Place, Shard, shard_places
 from hookdbg.read.table import Table
 from hookdbg.read.tails import TableState, Tails
-from hookdbg.store import schema
+from hookdbg.store import schema, summary
 from hookdbg.store.retention import KEPT
 from hookdbg.text import utf8
 
@@ -90,12 +90,17 @@ def _tables_of(version: int) -> list[str]:
 
 
 def _derived(version: int) -> Derived:
-    """The columns a recording of this schema version lacks, with their values."""
+    """The columns a recording of this schema version lacks, with their values: those
+    of ``_ADDED``, and the summary fields added since (hookdbg/store/summary.py), which
+    read as not measured."""
     out: Derived = {}
     for added, tables in _ADDED.items():
         if version < added:
             for table, columns in tables.items():
                 out.setdefault(table, {}).update(columns)
+    fields = summary.missing_since(version)
+    if fields:
+        out.setdefault("tensors", {}).update(fields)
     return out
 
 
@@ -177,7 +182,7 @@ class Recording:
                 self._file, path, len([n for n in dtypes if n in schema.TABLES]), tails
             )
             optional = _optional_columns(self._file, path)
-            self._tails = self._tail_reader(dtypes, optional) if tails else None
+            self._tails = self._tail_reader(dtypes, optional, derived) if tails else None
             states = self._snapshot()
             self._tables = {
                 n: Table(
@@ -227,9 +232,10 @@ class Recording:
         self,
         dtypes: dict[str, np.dtype],
         optional: dict[str, dict[str, tuple[h5py.Dataset, np.dtype]]],
+        derived: Derived,
     ) -> Tails | None:
         """What reads the tables' tails (the end row has none); a tail's rows hold the
-        optional columns too (a histogram)."""
+        columns the file's schema version has, and the optional ones (a histogram)."""
         if self._committed is None:
             return None
         rows = {}
@@ -237,8 +243,12 @@ class Recording:
             if table not in schema.TABLES:
                 continue
             extra = optional.get(table) or {}
+            lacks = derived.get(table) or {}
             rows[table] = np.dtype(
-                [*dtype.descr, *((n, (d.base, d.shape)) for n, (_, d) in extra.items())]
+                [
+                    *(d for d in dtype.descr if d[0] not in lacks),
+                    *((n, (d.base, d.shape)) for n, (_, d) in extra.items()),
+                ]
             )
         return Tails(self._file, self.path, self._committed, rows)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hookdbg.store import schema
+from hookdbg.store import schema, summary
 from hookdbg.text import utf8
 
 Place = tuple[int, int, int, str]  # module, phase, slot, path
@@ -102,7 +102,8 @@ def _split(text: str) -> list[str]:
 
 def merge(pieces: list[np.void]) -> dict[str, float | int]:
     """The statistics of the tensor whose shards ``pieces`` summarise (tensors rows).
-    An empty shard (FSDP2 gives the last ranks none of a small tensor) adds nothing."""
+    An empty shard (FSDP2 gives the last ranks none of a small tensor) adds nothing. A
+    summary field not merged here reads as not measured, never as a shard's."""
     pieces = [p for p in pieces if int(p["numel"])] or pieces[:1]
     numel = sum(int(p["numel"]) for p in pieces)
     counted = all(int(p["nan"]) >= 0 for p in pieces)
@@ -123,7 +124,7 @@ def merge(pieces: list[np.void]) -> dict[str, float | int]:
     norms = np.array([float(p["norm"]) for p in pieces])
     zeros = np.array([float(p["zero_frac"]) for p in pieces])
     sizes = np.array([int(p["numel"]) for p in pieces], dtype=np.float64)
-    return {
+    merged: dict[str, float | int] = {
         "numel": numel,
         "min": min(lows) if len(lows) == len(pieces) else float("nan"),
         "max": max(highs) if len(highs) == len(pieces) else float("nan"),
@@ -133,6 +134,9 @@ def merge(pieces: list[np.void]) -> dict[str, float | int]:
         **bad,
         "zero_frac": float((zeros * sizes).sum() / sizes.sum()) if numel else float("nan"),
     }
+    for f in summary.FIELDS[summary.VALUES]:
+        merged.setdefault(f.name, f.missing)  # type: ignore[arg-type]
+    return merged
 
 
 _COUNTS = ("nan", "posinf", "neginf")
