@@ -52,10 +52,12 @@ TABLE_PROGRAMS = 256  # at most, per tensor, in one launch over many (``summaris
 CAPACITY = 1 << 16  # rows of partials (4.5 MB of float64) combined at once
 # The raw row every device engine reduces a tensor to (deferred.arena_stats and
 # tensor_stats, ``combine``): deferred.from_raw makes it a summary
-RAW = ("min", "max", "sum", "m2", "nan", "posinf", "neginf", "zeros")
+# (``sat``: the values equal to the min or the max)
+RAW = ("min", "max", "sum", "m2", "nan", "posinf", "neginf", "zeros", "sat")
 # a program's partial row (blockkernel.py writes it in this order): the raw row of its
-# range, its element count, and its sum less the shift
-PARTIAL = (*RAW, "count", "shifted")
+# range, but for the values equal to its min and to its max apart, its element count,
+# and its sum less the shift
+PARTIAL = (*RAW[:-1], "at_min", "at_max", "count", "shifted")
 COLUMNS = len(PARTIAL)
 _P = {name: i for i, name in enumerate(PARTIAL)}
 KERNEL_DEVICES = frozenset({"cuda"})  # device types whose tensors the kernel reads
@@ -189,8 +191,16 @@ def combine(rows: torch.Tensor, programs: torch.Tensor) -> torch.Tensor:
     apart = shifted / n - mean.repeat_interleave(programs, output_size=rows.shape[0])
     m2 = sums[:, summed["m2"]] + per_tensor(n * apart.square(), "sum")
     out = {name: sums[:, summed[name]] for name in RAW if name in summed}
-    out.update(m2=m2, min=per_tensor(rows[:, _P["min"]], "min"))
-    out["max"] = per_tensor(rows[:, _P["max"]], "max")
+    lo, hi = per_tensor(rows[:, _P["min"]], "min"), per_tensor(rows[:, _P["max"]], "max")
+    out.update(m2=m2, min=lo, max=hi)
+    # the values at the tensor's ends: those of the programs whose ends are its own
+    ends = {}
+    for end, name, at in ((lo, "min", "at_min"), (hi, "max", "at_max")):
+        each = end.repeat_interleave(programs, output_size=rows.shape[0])
+        mine = torch.where(rows[:, _P[name]] == each, rows[:, _P[at]], 0.0)
+        ends[at] = per_tensor(mine, "sum")
+    both = ends["at_min"] + ends["at_max"]
+    out["sat"] = torch.where(lo == hi, ends["at_min"], both)  # a constant's: counted once
     return torch.stack([out[name] for name in RAW], dim=1)
 
 

@@ -94,6 +94,7 @@ def exact_row(t: torch.Tensor) -> list[float]:
         "posinf": v.isposinf().sum().item(),
         "neginf": v.isneginf().sum().item(),
         "zeros": (v == 0).sum().item(),
+        "sat": ((v == usable.min()) | (v == usable.max())).sum().item(),
     }
     return [row[name] for name in RAW]
 
@@ -133,15 +134,20 @@ def arena_stats(values: torch.Tensor, lengths: list[int]) -> torch.Tensor:
     mean = total / n
     deviation = values - mean.repeat_interleave(n, output_size=values.numel())
     off, squares = summed(torch.stack([deviation, deviation.square()], dim=1)).unbind(1)
+    lo, hi = per_segment(values, "min"), per_segment(values, "max")
+    at_ends = (values == lo.repeat_interleave(n, output_size=values.numel())) | (
+        values == hi.repeat_interleave(n, output_size=values.numel())
+    )
     row = {
-        "min": per_segment(values, "min"),
-        "max": per_segment(values, "max"),
+        "min": lo,
+        "max": hi,
         "sum": mean * n + off,
         "m2": squares - off.square() / n,
         "nan": per_segment(values.isnan().double(), "sum"),
         "posinf": per_segment(values.isposinf().double(), "sum"),
         "neginf": per_segment(values.isneginf().double(), "sum"),
         "zeros": per_segment((values == 0).double(), "sum"),
+        "sat": per_segment(at_ends.double(), "sum"),
     }
     return torch.stack([row[name] for name in RAW], dim=1)
 
@@ -168,6 +174,7 @@ def tensor_stats(t: torch.Tensor) -> torch.Tensor:
         "posinf": torch.isposinf(v).sum(),
         "neginf": torch.isneginf(v).sum(),
         "zeros": v.numel() - torch.count_nonzero(v),
+        "sat": torch.count_nonzero((v == lo) | (v == hi)),
     }
     return torch.stack([row[name].to(torch.float64) for name in RAW])[None]
 
@@ -187,18 +194,28 @@ def from_raw(meta: tuple, raw: list[float]) -> tuple:
     The std is the population std (ddof 0), exactly 0 for a constant tensor (whose M2
     may hold the rounding of its mean), as on the CPU path."""
     n = meta[stats.NUMEL]
-    lo, hi, total, m2, nan, posinf, neginf, zeros = raw  # RAW's names
+    lo, hi, total, m2, nan, posinf, neginf, zeros, sat = raw  # RAW's names
     if nan or posinf or neginf:
-        lo = hi = mean = std = norm = _NAN
+        lo = hi = mean = std = norm = sat = _NAN
     else:
         m2 = max(m2, 0.0)  # the correction term may take a rounding below 0
         mean = total / n
         std = 0.0 if lo == hi else math.sqrt(m2 / n)
         norm = math.sqrt(m2 + n * mean * mean)
+        sat /= n
     counts = {"nan": int(nan), "posinf": int(posinf), "neginf": int(neginf)}
     return (
         *meta,
-        *stats.values(min=lo, max=hi, mean=mean, std=std, norm=norm, **counts, zero_frac=zeros / n),
+        *stats.values(
+            min=lo,
+            max=hi,
+            mean=mean,
+            std=std,
+            norm=norm,
+            **counts,
+            zero_frac=zeros / n,
+            sat_frac=sat,
+        ),
     )
 
 

@@ -10,10 +10,11 @@ The writer thread turns it into an HDF5 row.
 Speed matters more here than anywhere else in hookdbg (it runs once per new tensor per
 step). A CPU tensor's statistics come from one pass of a small C function
 (``_cstats.c``): min and max over the finite values, their mean, population std and
-norm, the NaN, +inf, -inf and zero counts. Three torch reductions cost three
-dispatches (2.5-5 us each, most of the cost on a small tensor) and three reads of a
-large one; the C pass costs 0.4 us on a small tensor and about 170 us per million
-floats, and gives the exact zero fraction and finite-only statistics at no extra cost.
+norm, the NaN, +inf, -inf and zero counts, and the values at the min or the max.
+Three torch reductions cost three dispatches (2.5-5 us each, most of the cost on a
+small tensor) and three reads of a large one; the C pass costs 0.4 us on a small tensor
+and about 185 us per million floats, and gives the exact zero fraction and finite-only
+statistics at no extra cost.
 Without the compiled extension (an install that could not build it) the torch
 reductions below are used.
 
@@ -253,9 +254,13 @@ def _torch_summary(t: torch.Tensor) -> Summary:
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return _nonfinite_summary(t, v)
     mean, m2 = _moments(v, n)
-    return _finite(
-        t, n, lo, hi, mean, _std(lo, hi, m2, n), m2 + n * mean * mean, _zero_fraction(v, n)
-    )
+    std, zeros = _std(lo, hi, m2, n), _zero_fraction(v, n)
+    return _finite(t, n, lo, hi, mean, std, m2 + n * mean * mean, zeros, _at_ends(v, lo, hi) / n)
+
+
+def _at_ends(v: torch.Tensor, lo: float, hi: float) -> int:
+    """How many values of ``v`` equal ``lo`` or ``hi`` (one read back)."""
+    return int(torch.count_nonzero((v == lo) | (v == hi)).item())
 
 
 _INTEGERS = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool})
@@ -280,17 +285,18 @@ def _finite(
     std: float,
     squares: float,
     zeros: float,
+    sat: float,
 ) -> Summary:
     return _summary(
         t, n, min=lo, max=hi, mean=mean, std=std, norm=math.sqrt(squares), **_FINITE,
-        zero_frac=zeros,
+        zero_frac=zeros, sat_frac=sat,
     )  # fmt: skip
 
 
 def _one_value(t: torch.Tensor) -> Summary:
     x = t.item()
     if math.isfinite(x):
-        return _finite(t, 1, x, x, x, 0.0, x * x, 1.0 if x == 0 else 0.0)
+        return _finite(t, 1, x, x, x, 0.0, x * x, 1.0 if x == 0 else 0.0, 1.0)
     nan, posinf, neginf = int(math.isnan(x)), int(x == math.inf), int(x == -math.inf)
     return _summary(t, 1, nan=nan, posinf=posinf, neginf=neginf, zero_frac=0.0)
 
@@ -318,6 +324,7 @@ def _small(t: torch.Tensor, n: int) -> Summary:
         _std(lo, hi, m2, n),
         m2 + n * mean * mean,
         1.0 - int(np.count_nonzero(a)) / n,
+        int(np.count_nonzero((a == lo) | (a == hi))) / n,
     )
 
 
@@ -388,6 +395,7 @@ def _nonfinite_summary(t: torch.Tensor, v: torch.Tensor) -> Summary:
         lo, hi = lo_t.item(), hi_t.item()
         stats = {"min": lo, "max": hi, "mean": mean, "std": _std(lo, hi, m2, m)}
         stats["norm"] = math.sqrt(m2 + m * mean * mean)
+        stats["sat_frac"] = _at_ends(finite, lo, hi) / n
     zero = 1.0 - torch.count_nonzero(v).item() / n
     return _summary(t, n, **stats, nan=nan, posinf=posinf, neginf=neginf, zero_frac=zero)
 

@@ -30,8 +30,9 @@ from hookdbg.store.summary import SHAPE_BYTES as SHAPE_BYTES
 FORMAT = "hookdbg-recording"
 # 2: segments (training steps and eval batches); 3: the GradScaler's steps.scale, .skipped;
 # 4: the losses and shards tables, loss sites in modules, steps.overhead, loss alerts;
-# 5: each table's tail kept apart while the file is written (TAIL_SLOTS); 6: device_times
-SCHEMA_VERSION = 6
+# 5: each table's tail kept apart while the file is written (TAIL_SLOTS); 6: device_times;
+# 7: tensors.sat_frac
+SCHEMA_VERSION = 7
 
 
 class StepKind(IntEnum):

@@ -17,6 +17,7 @@
 #define SUMMARY_POSINF    10
 #define SUMMARY_NEGINF    11
 #define SUMMARY_ZERO_FRAC 12
-#define SUMMARY_FIELDS    13
+#define SUMMARY_SAT_FRAC  13
+#define SUMMARY_FIELDS    14
 
 #endif

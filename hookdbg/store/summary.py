@@ -84,6 +84,18 @@ FIELDS: tuple[Field, ...] = (
         scalar=True,
         shown=True,
     ),
+    Field(
+        "sat_frac",
+        "<f4",
+        "sat",
+        FRACTION,
+        _NAN,
+        "the fraction of values equal to the finite min or max (a ReLU6 at its cap)",
+        since=7,
+        search=True,
+        scalar=True,
+        shown=True,
+    ),
 )
 
 NAMES: tuple[str, ...] = tuple(f.name for f in FIELDS)
