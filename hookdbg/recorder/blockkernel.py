@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hookdbg.recorder.blockstats import PARTIAL
+from hookdbg.recorder.rawrow import PARTIAL
 
 # the dtypes of hookdbg/recorder/blockstats.py's DTYPES, as table_stats reads them
 TRITON_DTYPES = {
@@ -23,7 +23,7 @@ TRITON_DTYPES = {
     torch.float64: tl.float64,
 }
 
-# where ``summarise_range`` stores each column of its partial row (blockstats.PARTIAL)
+# where ``summarise_range`` stores each column of its partial row (rawrow.PARTIAL)
 _MIN, _MAX, _SUM, _M2 = (tl.constexpr(PARTIAL.index(n)) for n in ("min", "max", "sum", "m2"))
 _NAN, _POSINF, _NEGINF = (tl.constexpr(PARTIAL.index(n)) for n in ("nan", "posinf", "neginf"))
 _ZEROS, _COUNT, _SHIFTED = (tl.constexpr(PARTIAL.index(n)) for n in ("zeros", "count", "shifted"))
@@ -59,7 +59,7 @@ def table_stats(table, rows, DTYPE: tl.constexpr, BLOCK: tl.constexpr, COLUMNS: 
 def summarise_range(x, start, end, row, BLOCK: tl.constexpr):
     """Summarise ``x[start:end]`` into ``row`` (float64: min, max, sum, M2, NaN, +inf,
     -inf, zeros, the values equal to the min and to the max, element count, and the sum
-    of x - shift: blockstats.PARTIAL).
+    of x - shift: rawrow.PARTIAL).
 
     Per BLOCK-sized chunk the mean and the sum of squared deviations are exact two-pass
     values in float64; Chan's formula merges them into the range's running totals, so

@@ -41,6 +41,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from hookdbg.recorder.rawrow import PARTIAL as PARTIAL
+from hookdbg.recorder.rawrow import RAW as RAW
+
 if TYPE_CHECKING:
     from triton.runtime.jit import KernelInterface
 
@@ -50,14 +53,6 @@ WARPS = 8  # per program: 4 elements of a chunk per thread (92 registers on sm_9
 PROGRAMS = 1024  # at most, per tensor: a few per streaming multiprocessor, several times over
 TABLE_PROGRAMS = 256  # at most, per tensor, in one launch over many (``summarise_table``)
 CAPACITY = 1 << 16  # rows of partials (4.5 MB of float64) combined at once
-# The raw row every device engine reduces a tensor to (deferred.arena_stats and
-# tensor_stats, ``combine``): deferred.from_raw makes it a summary
-# (``sat``: the values equal to the min or the max)
-RAW = ("min", "max", "sum", "m2", "nan", "posinf", "neginf", "zeros", "sat")
-# a program's partial row (blockkernel.py writes it in this order): the raw row of its
-# range, but for the values equal to its min and to its max apart, its element count,
-# and its sum less the shift
-PARTIAL = (*RAW[:-1], "at_min", "at_max", "count", "shifted")
 COLUMNS = len(PARTIAL)
 _P = {name: i for i, name in enumerate(PARTIAL)}
 KERNEL_DEVICES = frozenset({"cuda"})  # device types whose tensors the kernel reads

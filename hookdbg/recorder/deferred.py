@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from hookdbg.recorder import blockstats, histograms, stats
-from hookdbg.recorder.blockstats import RAW
+from hookdbg.recorder.rawrow import RAW
 from hookdbg.store.schema import CHANGED_IN_PLACE
 
 # bytes of device tensors held for their statistics before they are summarised early;
