@@ -134,9 +134,32 @@ def merge(pieces: list[np.void]) -> dict[str, float | int]:
         **bad,
         "zero_frac": float((zeros * sizes).sum() / sizes.sum()) if numel else float("nan"),
     }
+    if "sat_frac" in (pieces[0].dtype.names or ()):
+        merged["sat_frac"] = _at_ends(pieces, merged["min"], merged["max"], numel)
     for f in summary.FIELDS[summary.VALUES]:
         merged.setdefault(f.name, f.missing)  # type: ignore[arg-type]
     return merged
+
+
+def _at_ends(pieces: list[np.void], lo: float, hi: float, numel: int) -> float:
+    """The fraction of the whole tensor's values at its min or max. A shard whose own
+    min and max are both the whole's (or neither) adds its values at its ends (or
+    none); one holding a single end cannot tell how many of its values sit at which:
+    NaN then."""
+    count = 0
+    for p in pieces:
+        n, fraction = int(p["numel"]), float(p["sat_frac"])
+        if not n:
+            continue
+        if np.isnan(fraction) or np.isnan(lo):
+            return float("nan")
+        ends = int(float(p["min"]) == lo) + int(float(p["max"]) == hi)
+        if float(p["min"]) == float(p["max"]):  # a constant shard: all at one end or none
+            ends = 2 if ends else 0
+        if ends == 1:
+            return float("nan")
+        count += round(fraction * n) if ends else 0
+    return count / numel if numel else float("nan")
 
 
 _COUNTS = ("nan", "posinf", "neginf")
