@@ -69,6 +69,37 @@ def nan_h5(tmp_path_factory):
     return _record(tmp_path_factory, "nan", SAMPLES / "nan_blowup.py", "--steps", "5")
 
 
+# a GAN's loop: two loss sites (errD, errG) and two optimizers in each step
+GAN = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+disc, gen = nn.Linear(4, 1), nn.Linear(2, 4)
+opt_d = torch.optim.SGD(disc.parameters(), lr=0.1)
+opt_g = torch.optim.SGD(gen.parameters(), lr=0.1)
+for step in range(5):
+    opt_d.zero_grad()
+    fake = gen(torch.randn(8, 2)).detach()
+    real = nn.functional.softplus(-disc(torch.randn(8, 4))).mean()
+    errD = real + nn.functional.softplus(disc(fake)).mean()
+    errD.backward()
+    opt_d.step()
+    opt_g.zero_grad()
+    errG = nn.functional.softplus(-disc(gen(torch.randn(8, 2)))).mean()
+    errG.backward()
+    opt_g.step()
+"""
+
+
+@pytest.fixture(scope="session")
+def gan_h5(tmp_path_factory):
+    """5 steps of a small GAN: two loss sites, errD first, then errG."""
+    script = tmp_path_factory.mktemp("gan") / "gan.py"
+    script.write_text(GAN)
+    return _record(tmp_path_factory, "gan", script)
+
+
 @pytest.fixture(scope="session")
 def resnet_h5(tmp_path_factory):
     """samples/resnet_fakedata.py: torchvision resnet18, 2 steps of 4x3x32x32."""

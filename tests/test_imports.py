@@ -1,8 +1,8 @@
 """The layers import in one direction: no module imports another that imports it back.
 
 The graph is read from the source with ``ast``: every import a module can run, at load
-time or later inside a function (a lazy import still closes a loop: the CLI once listed
-its commands in a function that each command module imported back), but not those under
+time or later inside a function (a lazy import still closes a loop: a command module
+that imports the group inside a function makes a cycle all the same), but not those under
 ``if TYPE_CHECKING:``, which never run.
 """
 

@@ -19,7 +19,7 @@ from .replay import ReplayScreen
 
 
 class HookdbgApp(App[None]):
-    CSS_PATH = "hookdbg.tcss"
+    CSS_PATH = ["hookdbg.tcss", "views.tcss"]
     TITLE = "hookdbg"
     ENABLE_COMMAND_PALETTE = True
     COMMANDS = App.COMMANDS | {ModuleFinder}

@@ -1,9 +1,13 @@
 """The detail pane: every tensor summary of the selected module in the current step.
 
 Built for NaN hunting on any terminal: the NaN/inf count stands next to the slot, rows
-holding non-finite values are tinted, a NaN statistic reads ``nan``, and on a narrow
+holding non-finite values are tinted, a NaN statistic reads ``nan``, min and max read
+``-inf``/``inf`` where the tensor holds them (the recorded ones are of its finite
+values), an attention mask's ``-inf`` reads ``-inf ×N`` without alarm, and on a narrow
 screen the columns that matter least are left out first (the title says which);
-shift+←/→ move across the columns that are there.
+shift+←/→ move across the columns that are there. Comparing two runs, each tensor's
+row of run a is followed by its row of run b, the cells in which they differ are
+highlighted, and the columns holding them are never the ones left out.
 """
 
 from __future__ import annotations
@@ -20,11 +24,12 @@ from textual.events import Resize
 from textual.widgets import DataTable, Static
 
 from hookdbg.analysis.histograms import has_histogram, sparkline
-from hookdbg.cells import FRACTIONS, STATS, label, stat_text, tensor_text
+from hookdbg.analysis.stepview import mask_rows
+from hookdbg.cells import FRACTIONS, STATS, label, num, stat_text, tensor_text
 from hookdbg.store.schema import HISTOGRAM, Phase
 from hookdbg.text import plural, printable, utf8
 
-from .model import Detail
+from .model import Detail, RowPair, pair_rows
 
 
 @dataclass(frozen=True)
@@ -62,14 +67,18 @@ class Row:
     copy: dict[str, str] = field(default_factory=dict)
     nonfinite: int = 0
     bad: set[str] = field(default_factory=set)  # statistics that are NaN/inf
-    divergent: bool = False
+    differ: frozenset[str] = frozenset()  # columns that differ from the other run's row
+    values: dict[str, float] = field(default_factory=dict)  # the statistics, as numbers
 
 
-def summary_rows(
-    run: str, detail: Detail, divergent: set[tuple[int, int, str]] | None
-) -> list[Row]:
+# the tensors-table columns the comparison looks at, as the detail table's columns
+_COMPARED = {"nan": "nonfinite", "posinf": "nonfinite", "neginf": "nonfinite"}
+
+
+def summary_rows(run: str, detail: Detail) -> list[Row]:
     out = []
-    for r in detail.rows:
+    masks = mask_rows(detail.rows) if len(detail.rows) else np.zeros(0, bool)
+    for r, mask in zip(detail.rows, masks, strict=True):
         text = tensor_text(r)
         row = Row(
             {
@@ -83,16 +92,48 @@ def summary_rows(
                 "histogram": histogram_cell(r),
                 "placement": placement_cell(r),
             },
-            nonfinite=text.nonfinite,
-            divergent=(int(r["phase"]), int(r["slot"]), text.path) in (divergent or ()),
+            nonfinite=0 if mask else text.nonfinite,
         )
+        if mask:  # a mask: no alarm (tree.py says the same)
+            row.cells["nonfinite"] = f"-inf ×{int(r['neginf']):,}"
         for stat in STATS:
             row.cells[stat] = text.stat(stat)
+            row.values[stat] = text.values[stat]
             row.copy[stat] = repr(text.values[stat]) if row.cells[stat] != "-" else "-"
-            if row.cells[stat] in ("nan", "inf", "-inf"):
+        for stat in STATS:
+            if row.cells[stat] in ("nan", "inf", "-inf") and not mask:
                 row.bad.add(stat)
         out.append(row)
     return out
+
+
+def paired_rows(detail: Detail, other: Detail, pairs: list[RowPair] | None) -> list[Row]:
+    """Both runs' rows, run a's then run b's of each tensor, with the cells that differ
+    (``pairs`` from the comparison; without one, the rows are paired and not compared)."""
+    rows_a, rows_b = summary_rows("a", detail), summary_rows("b", other)
+    out = []
+    for pair in pairs if pairs is not None else pair_rows(detail, other):
+        differ = frozenset(_COMPARED.get(c, c) for c in pair.differ)
+        for rows, i in ((rows_a, pair.a), (rows_b, pair.b)):
+            if i is not None:
+                rows[i].differ = differ
+                out.append(rows[i])
+        if pair.a is not None and pair.b is not None:
+            _tell_apart(rows_a[pair.a], rows_b[pair.b])
+    return out
+
+
+def _tell_apart(a: Row, b: Row) -> None:
+    """Give two differing statistics that read the same at 4 digits the digits that
+    tell them apart (4.597 and 4.597 are 4.59694 and 4.59683)."""
+    for stat in a.differ & set(STATS):
+        if a.cells[stat] != b.cells[stat] or a.cells[stat] in ("-", "nan"):
+            continue
+        for digits in range(5, 18):
+            x, y = num(a.values[stat], digits), num(b.values[stat], digits)
+            if x != y:
+                a.cells[stat], b.cells[stat] = x, y
+                break
 
 
 def placement_cell(row: np.void) -> str:
@@ -115,14 +156,17 @@ def histogram_cell(row: np.void) -> str:
     return sparkline(row[HISTOGRAM], 12) if has_histogram(row) else ""
 
 
-def fit(columns: list[Column], widths: dict[str, int], room: int) -> list[Column]:
+def fit(
+    columns: list[Column], widths: dict[str, int], room: int, needed: frozenset[str] = frozenset()
+) -> list[Column]:
     """The columns that fit in ``room`` cells, leaving out those of lowest ``keep`` first
-    (always keeping three)."""
+    (always keeping three, and the ``needed`` ones: where two runs differ)."""
     shown = list(columns)
     for column in sorted(columns, key=lambda c: c.keep):
         if sum(widths[c.key] + 2 for c in shown) <= room or len(shown) <= 3:
             break
-        shown.remove(column)
+        if column.key not in needed:
+            shown.remove(column)
     return shown
 
 
@@ -139,12 +183,20 @@ class DetailPane(Vertical):
     """The selected module in the current step: timings, tensor summaries (both runs
     when comparing), and a histogram of a stored full tensor when there is one."""
 
-    COMPONENT_CLASSES = {"detail-pane--nonfinite", "detail-pane--bad", "detail-pane--divergent"}
+    COMPONENT_CLASSES = {
+        "detail-pane--nonfinite",
+        "detail-pane--bad",
+        "detail-pane--divergent",
+        "detail-pane--differs",
+    }
 
     def __init__(self, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self._rows: list[Row] = []
         self._title = Text()
+        self._marks: Text | None = None
+        # (module, step, compared) the rows are of
+        self._showing: tuple[str, str, bool] | None = None
         self._shown: list[Column] = []
 
     def compose(self) -> ComposeResult:
@@ -156,13 +208,19 @@ class DetailPane(Vertical):
         self,
         detail: Detail,
         other: Detail | None = None,
-        divergent: set[tuple[int, int, str]] | None = None,
+        pairs: list[RowPair] | None = None,
     ) -> None:
         self._title = _title(detail)
-        self._rows = summary_rows("a" if other else "", detail, divergent)
-        if other is not None:
-            self._rows += summary_rows("b", other, divergent)
+        if other is None:
+            self._rows = summary_rows("", detail)
+        else:
+            self._rows = paired_rows(detail, other, pairs)
         self._fill()
+        showing = (detail.module.name, detail.label, pairs is not None)
+        if showing != self._showing:  # another module or step: to what differs in it
+            self._showing = showing
+            # once the title (and the marks said under it) has taken its height
+            self.call_after_refresh(self._to_first_difference)
         self._histogram(detail)
 
     def on_resize(self, event: Resize) -> None:
@@ -170,9 +228,7 @@ class DetailPane(Vertical):
             self._fill()
 
     def _style(self, name: str) -> str:
-        # the tint is a translucent background: it needs the full style to be blended
-        partial = name != "nonfinite"
-        return str(self.get_component_rich_style(f"detail-pane--{name}", partial=partial))
+        return str(self.get_component_rich_style(f"detail-pane--{name}", partial=True))
 
     def _fill(self) -> None:
         table = self.query_one(DetailTable)
@@ -188,10 +244,11 @@ class DetailPane(Vertical):
             for c in columns
         }
         room = table.scrollable_content_region.width or self.size.width
-        self._shown = fit(columns, widths, room) if room else columns
+        needed = frozenset(k for r in self._rows for k in r.differ)
+        self._shown = fit(columns, widths, room, needed | {"run", "slot"}) if room else columns
         hidden = len(columns) - len(self._shown)
         self.border_subtitle = f"+{hidden} columns in a wider window" if hidden else ""
-        self.query_one("#detail-title", Static).update(self._title)
+        self._show_title()
         cursor = table.cursor_coordinate
         table.clear(columns=True)
         for c in self._shown:
@@ -201,9 +258,11 @@ class DetailPane(Vertical):
             cells = []
             for c in self._shown:
                 style = tint
-                if c.key in row.bad or (c.key == "nonfinite" and row.nonfinite > 0):
+                if c.key in row.differ:
+                    style = f"{tint} {self._style('differs')}"
+                elif c.key in row.bad or (c.key == "nonfinite" and row.nonfinite > 0):
                     style = f"{tint} {self._style('bad')}"
-                elif c.key == "slot" and row.divergent:
+                elif c.key == "slot" and row.differ:
                     style = f"{tint} {self._style('divergent')}"
                 text = Text(row.cells[c.key], style=style.strip())
                 if c.right:
@@ -216,6 +275,28 @@ class DetailPane(Vertical):
                 column=min(cursor.column, len(self._shown) - 1),
                 scroll=False,
             )
+
+    def _to_first_difference(self) -> None:
+        """Put the cursor on the first cell in which the two runs differ, with the row
+        of run b below it in view too."""
+        table = self.query_one(DetailTable)
+        keys = [c.key for c in self._shown]
+        for i, row in enumerate(self._rows):
+            columns = [keys.index(k) for k in keys if k in row.differ]
+            if columns:
+                if i + 1 < len(self._rows):
+                    table.move_cursor(row=i + 1, column=columns[0])
+                table.move_cursor(row=i, column=columns[0])
+                return
+
+    def explain(self, marks: Text | None) -> None:
+        """What the tree's marks on the selected module mean, in words, under the title."""
+        self._marks = marks
+        self._show_title()
+
+    def _show_title(self) -> None:
+        title = self._title if not self._marks else Text("\n").join([self._title, self._marks])
+        self.query_one("#detail-title", Static).update(title)
 
     def selected_value(self) -> str | None:
         """The text of the cell under the cursor (a statistic at full precision)."""

@@ -29,8 +29,11 @@ KEYS = (
     ("tab", "between the tree and the tensor table"),
     ("shift+← →", "across the table's columns"),
     ("s", "plot another statistic over steps"),
+    ("L", "plot the loss; again: the next loss site (backward() call)"),
+    ("m", "the module's statistics as sparklines, and back to the plot"),
+    ("t", "time tree of the step; in it: enter goes to a module"),
     ("p", "profile; in it: enter goes to a module, a all steps, s t c n sort"),
-    ("a", "NaN/inf alerts; enter jumps to one"),
+    ("a", "NaN/inf alerts of every rank; enter jumps to one"),
     ("/", "search"),
     ("n N", "next / previous module the search found"),
     ("f", "first divergence (two runs) or first NaN/inf origin (all ranks)"),
@@ -51,14 +54,31 @@ A click on the step bar or a plot goes to that step.
 `layer3.*`, `phase:bwd`, `slot:grad`, `step:3:7`, `max>1e4`, `std<1e-6`, `!type:Dropout`;
 the statistics a query names lead its table, and a query about modules only finds calls.
 
-**Badges** in the tree: share of the step's time, `×N` calls, `◆` a NaN/inf was born
-here, `⚠` non-finite values passed through, `≠` differs from the other run in the
-forward pass (`≠ bwd only`: only its gradients differ, which a divergence further on
-causes; `≠ weights`: only its weights after the step), `★` the first divergence.
+**Marks** in the tree, before a module's name: `◆NaN` a NaN/inf was born here
+(`◆data`, `◆code`, `◆rank`: it came in from the data, from tensor code or from
+another rank, as its alert says), `⚠3` three of its tensors hold NaN/inf passed on
+(`3 skip`, dimmed, at a step AMP's GradScaler skipped: expected there), `≠fwd` it
+differs from the other run in the forward pass (`≠bwd`: only its gradients differ,
+which a divergence further on causes; `≠opt`: only its weights after the optimizer
+step), `★first` the first divergence. A folded module shows what is marked inside it:
+`◆…`, `★≠…`. What the selected module's marks mean, with how far it differs, is said
+under the detail pane's title. After the name: a module's share of the step's time,
+`Σ` for a container (its children's time included; `self` its own), `×N` calls, and
+`-inf ×N` for an attention mask's -inf in its inputs (no alarm).
 
-**Plots**: `×` marks steps whose value is NaN/inf, `▲` the current step; two runs
-share one scale. A module returning a dict or tuple is plotted by its first tensor
+**Two runs**: each tensor's row of run a is followed by run b's; the cells that
+differ are highlighted (with the digits that tell them apart), their columns are
+never left out of a narrow table, and the cursor starts on the first of them.
+
+**Plots**: the plot opens on the loss and follows the tree once you move in it;
+`×` marks steps whose value is NaN/inf, `▲` the current step; two runs share one
+scale. A module returning a dict or tuple is plotted by its first tensor
 output (the title says which).
+
+**Time tree** (`t`): the step on top, then forward, backward and optimizer, each call
+under the one it ran in, as wide as its total time (the device's where it was timed
+there; `d` switches); labels give total and self time, the line below all of the
+selected call. `←→` along a row, `↑` the caller, `↓` its first call.
 """
 
 

@@ -14,7 +14,7 @@ from textual.message import Message
 
 from hookdbg.read import RankSet, Recording
 
-from .model import Detail, DiffView, Gap, ModuleStep, PlotStat
+from .model import Detail, DiffView, Gap, ModuleStep, PlotStat, RowPair
 
 
 @dataclass
@@ -42,14 +42,15 @@ class DetailLoaded(Message):
     key: tuple[int, int, bool, int, bool, bool]
     detail: Detail
     other: Detail | None
-    divergent: set[tuple[int, int, str]] | None
+    pairs: list[RowPair] | None  # both runs' rows paired, compared once the diff is ready
 
 
 @dataclass
 class SeriesLoaded(Message):
-    """One statistic of one module over all steps: ``key`` is (rank, module, evals, stat)."""
+    """One statistic of one module over all steps: ``key`` is (rank, module, evals, stat,
+    loss site)."""
 
-    key: tuple[int, int, bool, int]
+    key: tuple[int, int, bool, int, int]
     stat: PlotStat
     module: str
     series: tuple[np.ndarray, np.ndarray]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hookdbg.analysis.alerts import AlertReport, alert_reports
-from hookdbg.analysis.diff import DiffResult, diff
+from hookdbg.analysis.diff import EXACT, STATS, DiffResult, diff, gaps
 from hookdbg.analysis.losses import loss_series
 from hookdbg.analysis.profile import Profile, profile
 from hookdbg.analysis.query import Query
@@ -30,7 +30,9 @@ from hookdbg.analysis.stepview import (
     series,
     step_table,
 )
+from hookdbg.analysis.timetree import TimeTree, time_tree
 from hookdbg.read import RankSet, Recording, Status
+from hookdbg.store.schema import Phase
 from hookdbg.text import plural
 
 __all__ = [
@@ -40,10 +42,13 @@ __all__ = [
     "Gap",
     "ModuleStep",
     "PlotStat",
+    "RowPair",
     "RunView",
     "alerts_notice",
     "first_origin",
     "nearest_step",
+    "pair_rows",
+    "ranked_alerts",
     "status_notice",
 ]
 
@@ -94,6 +99,12 @@ class RunView:
         first = alerts[np.argmax(alerts["first"])] if alerts["first"].any() else alerts[0]
         return int(first["step"]), float(first["time"]), int(first["module"])
 
+    def skipped_steps(self) -> frozenset[int]:
+        """The steps whose optimizer step AMP's GradScaler skipped: their scaled
+        gradients overflowed, which is how it finds its scale (no alert)."""
+        steps = self.rec.steps
+        return frozenset(int(s) for s in steps["step"][steps["skipped"] > 0])
+
     def eval_number(self, step: int, time: float) -> int | None:
         """The eval batch number of the alert at (step, time), or None for a training step."""
         alerts = self.rec.alerts
@@ -118,23 +129,47 @@ class RunView:
         return dataclasses.replace(detail, rows=rows, merged=True)
 
     def series(
-        self, module: int, stat: PlotStat, evals: bool = False, path: str | None = None
+        self,
+        module: int,
+        stat: PlotStat,
+        evals: bool = False,
+        path: str | None = None,
+        site: int = 0,
     ) -> tuple[np.ndarray, np.ndarray]:
+        """One statistic of a module over the steps; the loss is loss site ``site``'s
+        (counted round: ``L`` cycles through them)."""
+        if stat.of_run:
+            found = loss_series(self.rec)
+            if found and not evals:
+                picked = found[site % len(found)]
+                return picked.steps, picked.values
         return series(self.rec, module, stat, evals, path)
 
     def plotted_path(self, module: int, stat: PlotStat) -> str | None:
         return plotted_path(self.rec, module, stat)
 
-    def loss_label(self) -> str:
-        """What the loss plot is of: ``loss (train.py:42)``, and how many other sites."""
+    @property
+    def loss_sites(self) -> int:
+        """Places in the script that call backward(), as the loss plot counts them."""
+        losses = self.rec.losses
+        return len(np.unique(losses["module"][~self.rec.is_eval(losses["segment"])]))
+
+    def loss_label(self, site: int = 0) -> str:
+        """What the loss plot is of: ``loss (train.py:42)``; where the script calls
+        backward() in several places (a GAN's errD and errG), which one of them."""
         found = loss_series(self.rec)
         if not found:
             return "the loss (no backward pass was recorded)"
-        others = f", and {plural(len(found) - 1, 'other loss')}" if len(found) > 1 else ""
-        return f"{found[0].label}{others}"
+        label = found[site % len(found)].label
+        if len(found) > 1:
+            label += f", loss {site % len(found) + 1} of {len(found)} (L: next)"
+        return label
 
     def profile(self, step: int | None) -> Profile:
         return profile(self.rec, step, step)
+
+    def time_tree(self, step: int, evals: bool = False) -> TimeTree:
+        return time_tree(self.rec, step, evals)
 
     def alerts(self) -> list[AlertReport]:
         return alert_reports(self.rec)
@@ -161,6 +196,13 @@ def first_origin(ranks: list[RunView]) -> tuple[int, int, int] | None:
     return rank, step, module
 
 
+def ranked_alerts(ranks: list[RunView]) -> list[tuple[int, AlertReport]]:
+    """(rank index, report) of every rank's alerts, in the order they happened (step,
+    then time), as ``hookdbg alerts`` lists a distributed run's."""
+    found = [(i, r) for i, view in enumerate(ranks) for r in view.alerts()]
+    return sorted(found, key=lambda t: (int(t[1].alert["step"]), float(t[1].alert["time"])))
+
+
 def status_notice(run: RunView, following: bool) -> str | None:
     """What the notice line says about a recording that is not simply complete."""
     status = run.status
@@ -182,6 +224,45 @@ def alerts_notice(ranks: list[RunView]) -> str | None:
     on = sum(1 for c in counts if c)
     where = f" on {on} of {len(ranks)} ranks" if len(ranks) > 1 else ""
     return f"{plural(sum(counts), 'NaN/inf alert')}{where} — f jumps to the first"
+
+
+@dataclass(frozen=True)
+class RowPair:
+    """The same tensor summary in run a and run b (row numbers in each ``Detail``,
+    None where a run lacks it), and the tensors-table columns in which they differ."""
+
+    a: int | None
+    b: int | None
+    differ: frozenset[str] = frozenset()
+
+
+def pair_rows(a: Detail, b: Detail) -> list[RowPair]:
+    """Run a's rows in order, each followed by run b's row of the same tensor, then the
+    rows b alone has: the pairing ``hookdbg diff`` aligns rows by (nth call of the
+    module, phase, slot, path, and the nth such row of the call)."""
+    keys_a, keys_b = _row_keys(a), _row_keys(b)
+    where_b = {k: i for i, k in enumerate(keys_b)}
+    pairs = [RowPair(i, where_b.pop(k, None)) for i, k in enumerate(keys_a)]
+    return pairs + [RowPair(None, j) for j in sorted(where_b.values())]
+
+
+def _row_keys(detail: Detail) -> list[tuple[int, int, int, bytes, int]]:
+    calls = detail.timings[detail.timings["phase"] != Phase.BWD]
+    index = dict(zip(calls["call"].tolist(), calls["index"].tolist(), strict=True))
+    seen: dict[tuple[int, int, int, bytes], int] = {}
+    keys = []
+    rows = detail.rows
+    for call, phase, slot, path in zip(
+        rows["call"].tolist(),
+        rows["phase"].tolist(),
+        rows["slot"].tolist(),
+        rows["path"].tolist(),
+        strict=True,
+    ):
+        key = (index.get(call, -1), phase, slot, path)
+        seen[key] = seen.get(key, 0) + 1
+        keys.append((*key, seen[key] - 1))
+    return keys
 
 
 @dataclass(frozen=True)
@@ -219,13 +300,32 @@ class DiffView:
                 gaps[d.phase] = max(gaps[d.phase] or 0.0, d.rel_diff)
         return {name: Gap(*gaps) for name, gaps in worst.items()}
 
-    def divergent_slots(self, module: str, step: int) -> set[tuple[int, int, str]]:
-        """(phase, slot, path) of the module's tensors that differ in a step."""
-        return {
-            (d.phase, d.slot, d.path)
-            for d in self.result.divergences
-            if d.module == module and d.step == step
-        }
+    def pair_rows(self, a: Detail, b: Detail) -> list[RowPair]:
+        """Both runs' rows of a module, paired, with the columns that differ by the
+        rule and tolerance the comparison used (shapes and dtypes only, and no
+        weights after the step, where one run was recorded without statistics)."""
+        r = self.result
+        exact, stats = (("shape", "dtype"), ()) if r.values_from else (EXACT, STATS)
+        pairs = pair_rows(a, b)
+        both = [
+            (i, p.a, p.b)
+            for i, p in enumerate(pairs)
+            if p.a is not None
+            and p.b is not None
+            and not (r.values_from and a.rows["phase"][p.a] == Phase.OPT)
+        ]
+        if not both:
+            return pairs
+        x = a.rows[[row for _, row, _ in both]]
+        y = b.rows[[row for _, _, row in both]]
+        differ: dict[int, set[str]] = {}
+        for column, bad, _ in gaps(x, y, r.rtol, r.atol, exact, stats):
+            for k in np.flatnonzero(bad).tolist():
+                differ.setdefault(both[k][0], set()).add(column)
+        return [
+            dataclasses.replace(p, differ=frozenset(differ[i])) if i in differ else p
+            for i, p in enumerate(pairs)
+        ]
 
     def first(self) -> tuple[str, int] | None:
         d = self.result.first

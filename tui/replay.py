@@ -38,11 +38,14 @@ from .model import (
     alerts_notice,
     first_origin,
     nearest_step,
+    ranked_alerts,
     status_notice,
 )
 from .plot import PlotPane
 from .screens import AlertsScreen, Jump, ProfileScreen, SearchScreen
+from .statstack import StatStack
 from .stepbar import StepBar
+from .timetree import TimeTreeScreen
 from .tree import ModuleTree
 
 
@@ -59,7 +62,10 @@ class ReplayScreen(Screen[None]):
         Binding("question_mark", "help", "help"),
         Binding("q", "app.quit", "quit"),
         Binding("s", "next_stat", "plot"),
+        Binding("L", "loss", "loss", show=False),
         Binding("p", "profile", "profile"),
+        Binding("t", "time_tree", "time tree"),
+        Binding("m", "stack", "stats", show=False),
         Binding("a", "alerts", "alerts"),
         Binding("slash", "search", "search"),
         Binding("f", "first", "first"),
@@ -82,6 +88,7 @@ class ReplayScreen(Screen[None]):
     # a distributed run's DTensor rows as their global tensors, merged from the shards
     merged: reactive[bool] = reactive(False, init=False)
     evals: reactive[bool] = reactive(False, init=False)  # eval batches instead of steps
+    loss_site: reactive[int] = reactive(0, init=False)  # which loss site the plot shows
 
     def __init__(
         self,
@@ -119,6 +126,7 @@ class ReplayScreen(Screen[None]):
             with Vertical(id="right"):
                 yield DetailPane(id="detail")
                 yield PlotPane(id="plot")
+                yield StatStack(id="stats", classes="hidden")
         yield StepBar(id="stepbar")
         yield Footer()
 
@@ -186,6 +194,7 @@ class ReplayScreen(Screen[None]):
         else:
             marked = alerts["step"][~self.run.rec.is_eval(alerts["segment"])]
         bar.alert_steps = frozenset(int(s) for s in marked)
+        bar.skipped_steps = frozenset() if self.evals else self.run.skipped_steps()
         bar.other_unit = (
             plural(len(self.run.rec.evals), "eval batch", "eval batches") + " (e)"
             if len(self.run.rec.evals) and not self.evals
@@ -197,6 +206,7 @@ class ReplayScreen(Screen[None]):
     def watch_step(self, step: int | None) -> None:
         self.query_one(StepBar).current = step
         self.query_one(PlotPane).current = step
+        self.query_one(StatStack).current = step
         self._load_step()
         self._load_detail()
 
@@ -207,6 +217,9 @@ class ReplayScreen(Screen[None]):
         self._load_series()
 
     def watch_stat(self) -> None:
+        self._load_series()
+
+    def watch_loss_site(self) -> None:
         self._load_series()
 
     def watch_following(self, following: bool) -> None:
@@ -256,7 +269,9 @@ class ReplayScreen(Screen[None]):
 
     def _load_series(self) -> None:
         if self.module is not None:
-            self.load_series(self.rank, self.module, self.evals, self.stat)
+            self.load_series(self.rank, self.module, self.evals, self.stat, self.loss_site)
+            if self.query_one(StatStack).display:
+                self.query_one(StatStack).load(self.run, self.module, self.evals)
 
     # -- workers: all file reads -----------------------------------------------------
 
@@ -268,7 +283,14 @@ class ReplayScreen(Screen[None]):
 
     def on_step_loaded(self, message: StepLoaded) -> None:
         if message.key == (self.rank, self.step, self.evals, self._compared()):
-            self.query_one(ModuleTree).badge(message.table, message.divergence)
+            skipped = self.step in self.query_one(StepBar).skipped_steps
+            self.query_one(ModuleTree).badge(message.table, message.divergence, skipped)
+            self._explain()
+
+    def _explain(self) -> None:
+        """Say in the detail pane what the tree's marks on the module mean."""
+        if self.module is not None:
+            self.query_one(DetailPane).explain(self.query_one(ModuleTree).explain(self.module))
 
     @work(thread=True, exclusive=True, group="detail")
     def load_detail(
@@ -276,32 +298,33 @@ class ReplayScreen(Screen[None]):
     ) -> None:
         run = self.ranks[rank]
         detail = run.detail(module, step, evals, self._rank_set() if merged else None)
-        other = divergent = None
+        other = pairs = None
         if self.other is not None:
             twin = self.other.rec.modules.by_name(detail.module.name)
             if twin is not None and step in self._steps_of(self.other):
                 other = self.other.detail(twin.id, step, evals)
-            if self.diff is not None and compared and not evals:
-                divergent = self.diff.divergent_slots(detail.module.name, step)
+            if other is not None and self.diff is not None and compared and not evals:
+                pairs = self.diff.pair_rows(detail, other)
         key = (rank, step, evals, module, compared, merged)
-        self.post_message(DetailLoaded(key, detail, other, divergent))
+        self.post_message(DetailLoaded(key, detail, other, pairs))
 
     def on_detail_loaded(self, message: DetailLoaded) -> None:
         now = (self.rank, self.step, self.evals, self.module, self._compared(), self.merged)
         if message.key == now:
-            self.query_one(DetailPane).show(message.detail, message.other, message.divergent)
+            self.query_one(DetailPane).show(message.detail, message.other, message.pairs)
+            self._explain()
 
     @work(thread=True, exclusive=True, group="series")
-    def load_series(self, rank: int, module: int, evals: bool, stat_index: int) -> None:
+    def load_series(self, rank: int, module: int, evals: bool, stat_index: int, site: int) -> None:
         run, stat = self.ranks[rank], PLOT_STATS[stat_index]
         path = None if stat.of_run else run.plotted_path(module, stat)
-        series = run.series(module, stat, evals, path)
-        name = run.loss_label() if stat.of_run else run.rec.modules.name(module)
+        series = run.series(module, stat, evals, path, site)
+        name = run.loss_label(site) if stat.of_run else run.rec.modules.name(module)
         other = None
         if self.other is not None:
             twin = self.other.rec.modules.by_name(name)
             if stat.of_run:
-                other = self.other.series(module, stat, evals)
+                other = self.other.series(module, stat, evals, site=site)
             elif twin is not None:  # the same tensor of the same module
                 other = self.other.series(twin.id, stat, evals, path)
         # say which tensor, where the module returned several (a parameter's statistic
@@ -309,11 +332,11 @@ class ReplayScreen(Screen[None]):
         tensor = ""
         if stat.slot is not None and stat.path is None and path:
             tensor = slot_label(stat.slot, path)
-        key = (rank, module, evals, stat_index)
+        key = (rank, module, evals, stat_index, site)
         self.post_message(SeriesLoaded(key, stat, name, series, other, tensor))
 
     def on_series_loaded(self, message: SeriesLoaded) -> None:
-        if message.key == (self.rank, self.module, self.evals, self.stat):
+        if message.key == (self.rank, self.module, self.evals, self.stat, self.loss_site):
             self.query_one(PlotPane).show(
                 message.stat, message.module, message.series, message.other, message.tensor
             )
@@ -412,6 +435,8 @@ class ReplayScreen(Screen[None]):
         if message.module != self.module:
             self._moved = True
             self.module = message.module
+            if not self._stat_picked and PLOT_STATS[self.stat].of_run:
+                self.plot_stat(1)  # the plot opens on the loss, then follows the tree
 
     def on_goto(self, message: Goto) -> None:
         self.go_to(message.step, message.module)
@@ -462,6 +487,22 @@ class ReplayScreen(Screen[None]):
     def action_next_stat(self) -> None:
         self.plot_stat((self.stat + 1) % len(PLOT_STATS))
 
+    def action_loss(self) -> None:
+        """The loss in the plot; pressed again, the next loss site's."""
+        sites = self.run.loss_sites
+        if PLOT_STATS[self.stat].of_run:
+            if sites < 2:
+                self.notify("one loss site: the script calls backward() in one place")
+            self.loss_site = (self.loss_site + 1) % max(sites, 1)
+        self.plot_stat(0)
+
+    def action_stack(self) -> None:
+        """The module's statistics stacked as sparklines in the plot's place, and back."""
+        stack = self.query_one(StatStack)
+        stack.set_class(stack.display, "hidden")
+        self.query_one(PlotPane).set_class(stack.display, "hidden")
+        self._load_series()
+
     def plot_stat(self, index: int) -> None:
         """Plot ``PLOT_STATS[index]`` (``s``, the command palette)."""
         self._stat_picked = True
@@ -476,13 +517,22 @@ class ReplayScreen(Screen[None]):
         screen = ProfileScreen(self.run, prof, step)
         self.app.call_from_thread(self.app.push_screen, screen, self._jump)
 
+    def action_time_tree(self) -> None:
+        if self.step is not None:
+            self._open_time_tree(self.step, self.evals)
+
+    @work(thread=True, group="screens")
+    def _open_time_tree(self, step: int, evals: bool) -> None:
+        screen = TimeTreeScreen(self.run.time_tree(step, evals))
+        self.app.call_from_thread(self.app.push_screen, screen, self._jump)
+
     def action_alerts(self) -> None:
         self._open_alerts()
 
     @work(thread=True, group="screens")
     def _open_alerts(self) -> None:
-        reports = self.run.alerts()
-        self.app.call_from_thread(self.app.push_screen, AlertsScreen(reports), self._jump)
+        screen = AlertsScreen(ranked_alerts(self.ranks), [v.rec.info.rank for v in self.ranks])
+        self.app.call_from_thread(self.app.push_screen, screen, self._jump)
 
     def action_search(self) -> None:
         self.app.push_screen(SearchScreen(self.run, self.query_text), self._found)
@@ -623,5 +673,8 @@ class ReplayScreen(Screen[None]):
         self.app.push_screen(HelpScreen())
 
     def _jump(self, jump: Jump | None) -> None:
-        if jump is not None:
-            self.go_to(jump.step, jump.module)
+        if jump is None:
+            return
+        if jump.rank is not None and jump.rank != self.rank:
+            self.rank = jump.rank  # before the module: its id is that rank's
+        self.go_to(jump.step, jump.module)

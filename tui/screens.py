@@ -43,6 +43,7 @@ class Jump:
     module: int
     step: int
     hits: tuple[tuple[int, int], ...] = ()  # (module, step), one per module and step
+    rank: int | None = None  # the rank (index into the replay's ranks) to switch to
 
 
 class ProfileScreen(Screen[Jump | None]):
@@ -148,31 +149,51 @@ def _ms(seconds: float, style: str = "") -> Text:
 
 
 class AlertsScreen(Screen[Jump | None]):
-    """Every NaN/inf origin in order; the first is marked; Enter jumps to it."""
+    """Every NaN/inf origin of every rank in order; the first is marked; Enter jumps
+    to it (on its rank)."""
 
     BINDINGS = [Binding("escape,a", "dismiss(None)", "back")]
 
-    def __init__(self, reports: list[AlertReport]) -> None:
+    def __init__(self, reports: list[tuple[int, AlertReport]], ranks: list[int]) -> None:
+        """``reports``: (rank index, report) in the order they happened; ``ranks``:
+        the rank number of each index."""
         super().__init__()
         self.reports = reports
+        self.ranks = ranks
 
     def compose(self) -> ComposeResult:
         where = "where it was born" if len(self.reports) == 1 else "where each was born"
+        on = {rank for rank, _ in self.reports}
+        ranks = f" on {len(on)} of {len(self.ranks)} ranks" if len(self.ranks) > 1 else ""
         yield Static(
-            Text(f"{plural(len(self.reports), 'NaN/inf alert')}: {where}", style="bold"),
+            Text(f"{plural(len(self.reports), 'NaN/inf alert')}{ranks}: {where}", style="bold"),
             id="screen-title",
         )
         yield DataTable(id="alerts-table", cursor_type="row", zebra_stripes=True)
         yield Footer()
 
+    def _first(self) -> int | None:
+        """The run's first origin: each rank marks its own; the earliest of them."""
+        firsts = [
+            (int(r.alert["step"]), float(r.alert["time"]), i)
+            for i, (_, r) in enumerate(self.reports)
+            if r.alert["first"]
+        ]
+        return min(firsts)[2] if firsts else None
+
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns("", "step", "module", "phase", "tensor", "what")
-        for i, r in enumerate(self.reports):
+        ranked = len(self.ranks) > 1
+        table.add_columns("", *(("rank",) if ranked else ()), "step", "module", "phase")
+        table.add_columns("tensor", "what")
+        star = self._first()
+        for i, (rank, r) in enumerate(self.reports):
             a = r.alert
-            first = Text("★ first", style="bold red") if a["first"] else Text("")
+            first = Text("★ first", style="bold red") if i == star else Text("")
+            rank_cell = (Text(str(self.ranks[rank]), justify="right"),) if ranked else ()
             table.add_row(
                 first,
+                *rank_cell,
                 Text(str(int(a["step"])), justify="right"),
                 Text(printable(r.module.name)),
                 Text(Phase(int(a["phase"])).label),
@@ -183,8 +204,8 @@ class AlertsScreen(Screen[Jump | None]):
         table.focus()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        r = self.reports[int(str(event.row_key.value))]
-        self.dismiss(Jump(r.module.id, int(r.alert["step"])))
+        rank, r = self.reports[int(str(event.row_key.value))]
+        self.dismiss(Jump(r.module.id, int(r.alert["step"]), rank=rank))
 
 
 # what a search shows of a matching tensor summary, most wanted first: a narrow screen

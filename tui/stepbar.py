@@ -11,10 +11,14 @@ from textual.widget import Widget
 
 from .messages import Goto
 
+SKIPPED = "skipped by the GradScaler (inf/NaN gradients, expected under fp16)"
+SKIPPED_SHORT = "skipped by the GradScaler"
+
 
 class StepBar(Widget):
-    """The current step, a timeline of all recorded steps (◆ marks a step where a NaN/inf
-    was born; a click goes to a step) and the state of a followed run."""
+    """The current step (and whether AMP's GradScaler skipped it), a timeline of all
+    recorded steps (◆ marks a step where a NaN/inf was born; a click goes to a step) and
+    the state of a followed run."""
 
     COMPONENT_CLASSES = {
         "step-bar--step",
@@ -23,11 +27,13 @@ class StepBar(Widget):
         "step-bar--alert",
         "step-bar--live",
         "step-bar--ended",
+        "step-bar--skipped",
     }
 
     steps: reactive[tuple[int, ...]] = reactive(())
     current: reactive[int | None] = reactive(None)
     alert_steps: reactive[frozenset[int]] = reactive(frozenset())
+    skipped_steps: reactive[frozenset[int]] = reactive(frozenset())  # by AMP's GradScaler
     live: reactive[str] = reactive("")  # "● following", "recording finished (...)", ""
     unit: reactive[str] = reactive("step")  # or "eval batch"
     other_unit: reactive[str] = reactive("")  # "4 eval batches (e)": the other kind, if any
@@ -60,6 +66,10 @@ class StepBar(Widget):
         text.append(f"  {pos + 1:,} of {len(steps):,}  ", style=self._style("dim"))
         if self.other_unit:
             text.append(f"{self.other_unit}  ", style=self._style("dim"))
+        if step in self.skipped_steps:  # the long words where the timeline keeps room
+            room = self.size.width - len(text) - len(self.live) - 20
+            said = SKIPPED if len(SKIPPED) <= room else SKIPPED_SHORT
+            text.append(f"{said}  ", style=self._style("skipped"))
         live = Text(
             f"  {self.live}", style=self._style("live" if "follow" in self.live else "ended")
         )

@@ -1,4 +1,11 @@
-"""The module tree: the model hierarchy, with each module's badges in the current step."""
+"""The module tree: the model hierarchy, with each module's badges in the current step.
+
+Marks come first on a line, before the name, as a glyph and a short word (``★first``,
+``≠fwd``, ``◆NaN``, ``⚠3``), so that a narrow tree still shows them; a folded branch
+shows what is marked inside it (``◆…``). What a mark means, with its numbers, is said
+in words under the detail pane's title (``explain``). Time comes after the name: a
+leaf's share of the step, a container's ``Σ`` total share, its children included.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,7 @@ import math
 import sys
 from dataclasses import dataclass
 
+from rich.style import Style
 from rich.text import Text
 from textual.message import Message
 from textual.widgets import Tree
@@ -37,6 +45,12 @@ def _room_for(depth: int) -> None:
         sys.setrecursionlimit(wanted)
 
 
+Mark = tuple[str, str, str]  # ("◆NaN", its component class, what it means)
+_GLYPHS = "★≠◆⚠"  # the order of a folded node's marks inside it
+# the origin mark's word where a NaN/inf came into a module (stepview.ModuleStep.origin_from)
+_CAME_FROM = {"the data": "data", "tensor code": "code", "another rank": "rank"}
+
+
 class ModuleTree(Tree[int]):
     """The model hierarchy; each module's badge shows its time share, NaN/inf and calls
     in the current step (and, comparing two runs, how far it diverges)."""
@@ -46,6 +60,7 @@ class ModuleTree(Tree[int]):
         "module-tree--calls",
         "module-tree--origin",
         "module-tree--nonfinite",
+        "module-tree--muted",
         "module-tree--diverges",
         "module-tree--spill",
         "module-tree--first",
@@ -65,6 +80,9 @@ class ModuleTree(Tree[int]):
         self._node_of: dict[int, TreeNode[int]] = {}
         self._pending: int | None = None  # a module the cursor is on its way to
         self._badges: tuple[dict[int, ModuleStep], dict[str, Gap] | None] = ({}, None)
+        self._skipped = False  # the step's optimizer step was skipped by AMP's GradScaler
+        self._inside: dict[int, list[tuple[str, str]]] = {}  # marks below a node: its fold
+        self._marks_width: dict[int, int] = {}  # cells of a node's own marks
         self.first_divergence: str | None = None
         self._add_modules()
         _room_for(max((m.depth for m in modules), default=0))
@@ -87,7 +105,7 @@ class ModuleTree(Tree[int]):
                     if c.is_model_part and c.id not in seen
                 ]
                 node = under.add(
-                    self._label(module, None, None),
+                    self._label(module, None, []),
                     data=module.id,
                     expand=module.depth < 2,
                     allow_expand=bool(children),
@@ -122,40 +140,132 @@ class ModuleTree(Tree[int]):
     def _style(self, name: str) -> str:
         return str(self.get_component_rich_style(f"module-tree--{name}", partial=True))
 
-    def _label(self, module: Module, step: ModuleStep | None, diverges: Gap | None) -> Text:
+    def _marks(self, module: Module, step: ModuleStep | None, diverges: Gap | None) -> list[Mark]:
+        """(mark, component, what it means) of a module in the current step."""
+        marks: list[Mark] = []
+        if module.name == self.first_divergence:
+            marks.append(("★first", "first", "the two runs' first divergence"))
+        if diverges is not None:  # forward first: backward gaps may be spill-over
+            if diverges.fwd is not None:
+                marks.append(("≠fwd", "diverges", f"forward differs from b {_by(diverges.fwd)}"))
+            elif diverges.bwd is not None:
+                why = f"only gradients differ {_by(diverges.bwd)}: spilled back from further on"
+                marks.append(("≠bwd", "spill", why))
+            elif diverges.opt is not None:
+                why = f"only weights after the optimizer step differ {_by(diverges.opt)}"
+                marks.append(("≠opt", "diverges", why))
+        if step is None:
+            return marks
+        many = "tensor holds" if step.nonfinite == 1 else "tensors hold"
+        if step.origin and step.origin_from:  # as its alert says: arrived, not made here
+            word = _CAME_FROM.get(step.origin_from, "in")
+            marks.append((f"◆{word}", "origin", f"NaN/inf came in from {step.origin_from}"))
+        elif step.origin:
+            marks.append(("◆NaN", "origin", "NaN/inf born here, from finite inputs"))
+        elif step.nonfinite and self._skipped:  # the GradScaler's overflow: expected
+            why = f"{step.nonfinite} {many} NaN/inf at a step AMP's GradScaler skipped"
+            marks.append((f"{step.nonfinite} skip", "muted", f"{why} (expected under fp16)"))
+        elif step.nonfinite:
+            marks.append((f"⚠{step.nonfinite}", "nonfinite", f"{step.nonfinite} {many} NaN/inf"))
+        return marks
+
+    def _label(self, module: Module, step: ModuleStep | None, marks: list[Mark]) -> Text:
+        label = Text()
+        for mark, component, _ in marks:
+            label.append(mark, style=self._style(component))
+            label.append(" ")
         name = module.name.rpartition(".")[2] if module.depth else module.name
-        label = Text(printable(name), style="bold" if module.depth == 0 else "")
+        label.append(printable(name), style="bold" if module.depth == 0 else "")
         label.append(f" {printable(module.type)}", style="dim")
         if step is not None:
-            if step.share >= 0.005:
+            if self._node_of[module.id].children:  # a container: its children's time too
+                if step.total_share >= 0.005:
+                    label.append(f" Σ{step.total_share:.0%}", style=self._style("share"))
+                if step.share >= 0.005:
+                    label.append(f" self {step.share:.0%}", style=self._style("calls"))
+            elif step.share >= 0.005:
                 label.append(f" {step.share:.0%}", style=self._style("share"))
             if step.calls > 1:
                 label.append(f" ×{step.calls}", style=self._style("calls"))
-            if step.origin:
-                label.append(" ◆ NaN/inf born here", style=self._style("origin"))
-            elif step.nonfinite:
-                label.append(f" ⚠ {step.nonfinite} non-finite", style=self._style("nonfinite"))
-        if diverges is not None:  # forward first: backward gaps may be spill-over
-            if diverges.fwd is not None:
-                label.append(f" ≠ {_gap(diverges.fwd)}", style=self._style("diverges"))
-            elif diverges.bwd is not None:
-                label.append(f" ≠ bwd only {_gap(diverges.bwd)}", style=self._style("spill"))
-            elif diverges.opt is not None:
-                label.append(f" ≠ weights {_gap(diverges.opt)}", style=self._style("diverges"))
-        if module.name == self.first_divergence:
-            label.append(" ★ first divergence", style=self._style("first"))
+            if step.masked:  # an attention mask's -inf: no alarm
+                label.append(f" -inf ×{step.masked}", style=self._style("muted"))
         return label
 
-    def badge(self, steps: dict[int, ModuleStep], divergence: dict[str, Gap] | None) -> None:
+    def badge(
+        self,
+        steps: dict[int, ModuleStep],
+        divergence: dict[str, Gap] | None,
+        skipped: bool | None = None,
+    ) -> None:
+        """Each module's badges in a step; ``skipped``: the GradScaler skipped its
+        optimizer step, so non-finite gradients are expected there (None: as before)."""
         self._badges = (steps, divergence)
+        if skipped is not None:
+            self._skipped = skipped
+        marks = {
+            module_id: self._marks(
+                self._module_table[module_id],
+                steps.get(module_id),
+                divergence.get(self._module_table.name(module_id)) if divergence else None,
+            )
+            for module_id in self._node_of
+        }
+        # what is marked inside each branch, children before parents (each node was
+        # added after its parent): a glyph's forward divergence wins over spill-over;
+        # muted marks (a skipped step's counts) are no alarm and stay on their module
+        inside: dict[int, dict[str, str]] = {}
+        for module_id, node in reversed(self._node_of.items()):
+            parent = node.parent
+            if parent is None or parent.data is None:
+                continue
+            found = inside.setdefault(parent.data, {})
+            below = [(m[0], c) for m, c, _ in marks[module_id] if m[0] in _GLYPHS]
+            for glyph, component in [*below, *inside.get(module_id, {}).items()]:
+                if found.get(glyph) in (None, "spill"):
+                    found[glyph] = component
+        self._inside = {
+            module_id: sorted(found.items(), key=lambda kv: _GLYPHS.index(kv[0]))
+            for module_id, found in inside.items()
+            if found
+        }
+        self._marks_width = {m: sum(len(mark) + 1 for mark, _, _ in marks[m]) for m in marks}
         for module_id, node in self._node_of.items():
-            module = self._module_table[module_id]
-            diverges = divergence.get(module.name) if divergence else None
-            node.set_label(self._label(module, steps.get(module_id), diverges))
+            step = steps.get(module_id)
+            node.set_label(self._label(self._module_table[module_id], step, marks[module_id]))
 
     def mark_first_divergence(self, name: str | None) -> None:
         self.first_divergence = name
         self.badge(*self._badges)
+
+    def render_label(self, node: TreeNode[int], base_style: Style, style: Style) -> Text:
+        """A folded node's line also shows what is marked below it, after its own
+        marks: ``◆…``, ``★◆…``."""
+        text = super().render_label(node, base_style, style)
+        module = node.data
+        inside = self._inside.get(module) if module is not None else None
+        if module is None or not inside or node.is_expanded or not node.allow_expand:
+            return text
+        folded = Text()
+        for glyph, component in inside:
+            folded.append(glyph, style=self._style(component))
+        folded.append("… ", style=self._style(inside[0][1]))
+        folded.stylize(style)
+        at = len(self.ICON_NODE) + self._marks_width.get(module, 0)
+        return Text.assemble(text[:at], folded, text[at:])
+
+    def explain(self, module: int) -> Text | None:
+        """The marks of a module in the current step, in words (None without any)."""
+        if module not in self._node_of:
+            return None
+        found = self._module_table[module]
+        steps, divergence = self._badges
+        diverges = divergence.get(found.name) if divergence else None
+        said = Text()
+        for mark, component, why in self._marks(found, steps.get(module), diverges):
+            said.append("   " if said else "")
+            said.append(mark, style=self._style(component))
+            said.append(f" {why}")
+        return said or None
 
     def select_module(self, module: int) -> None:
         """Unfold the branch down to a module and put the cursor on it.
@@ -190,6 +300,10 @@ class ModuleTree(Tree[int]):
     def label_of(self, module: int) -> str:
         return str(self._node_of[module].label)
 
+    def line_of(self, module: int) -> str:
+        """A module's line as drawn (a folded node's marks inside it too)."""
+        return self.render_label(self._node_of[module], Style(), Style()).plain
+
     def on_tree_node_highlighted(self, event: Tree.NodeHighlighted[int]) -> None:
         event.stop()
         module = event.node.data
@@ -202,5 +316,7 @@ class ModuleTree(Tree[int]):
         self.post_message(self.Picked(module))
 
 
-def _gap(rel: float) -> str:
-    return "changed" if math.isinf(rel) else f"{rel:.1e}"
+def _by(rel: float) -> str:
+    if math.isinf(rel):
+        return "in shape, dtype or NaN/inf count"
+    return f"by up to {rel:.1e}"

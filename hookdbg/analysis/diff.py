@@ -11,6 +11,7 @@ by one step's rows.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -103,6 +104,29 @@ def diff(
     return result
 
 
+def gaps(
+    x: np.ndarray,
+    y: np.ndarray,
+    rtol: float,
+    atol: float,
+    exact: tuple[str, ...] = EXACT,
+    stats: tuple[str, ...] = STATS,
+) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
+    """(column, where the aligned rows ``x`` and ``y`` differ, relative difference) per
+    compared column: the one rule of when two summaries agree, for ``diff`` and for
+    the TUI, which highlights the cells that differ."""
+    for stat in exact:
+        yield stat, x[stat] != y[stat], np.full(len(x), np.inf)
+    for stat in stats:
+        u, v = x[stat], y[stat]
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            same = (u == v) | (np.isnan(u) & np.isnan(v))  # inf == inf: no gap
+            gap = np.abs(u - v)
+            bad = ~same & ~(gap <= atol + rtol * np.abs(v))
+            rel = np.where(np.isnan(gap), np.inf, gap / np.maximum(np.abs(v), 1e-300))
+        yield stat, bad, rel
+
+
 def _keys(rec: Recording, rows: np.ndarray, step: int, by: str) -> list[tuple]:
     calls = rec.calls(step, step, ["call", "phase", "index"])
     calls = calls[calls["phase"] != 1]  # a backward row shares its forward row's call id
@@ -163,18 +187,8 @@ def _compare_step(a: Recording, b: Recording, step: int, result: DiffResult) -> 
     result.compared_rows += len(x)
     worst = np.zeros(len(x))
     worst_stat = np.full(len(x), "", dtype=object)
-    for stat in exact:
-        bad = x[stat] != y[stat]
-        update = bad & (worst < np.inf)
-        worst[update], worst_stat[update] = np.inf, stat
-    for stat in stats:
-        u, v = x[stat], y[stat]
-        with np.errstate(invalid="ignore", over="ignore"):
-            same = (u == v) | (np.isnan(u) & np.isnan(v))  # inf == inf: no gap
-            gap = np.abs(u - v)
-            bad = ~same & ~(gap <= result.atol + result.rtol * np.abs(v))
-            rel = np.where(np.isnan(gap), np.inf, gap / np.maximum(np.abs(v), 1e-300))
-        update = bad & (rel > worst)
+    for stat, bad, rel in gaps(x, y, result.rtol, result.atol, exact, stats):
+        update = bad & (rel > worst)  # an exact column's mismatch (inf) is kept
         worst[update], worst_stat[update] = rel[update], stat
     for i in np.flatnonzero(worst_stat != "").tolist():
         stat = worst_stat[i]

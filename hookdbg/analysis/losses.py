@@ -60,6 +60,21 @@ class LossSeries:
         i = int(np.argmax(values))
         return int(steps[i]), float(values[i])
 
+    def to_json(self) -> dict[str, object]:
+        """The series as reports print it with --json: where, its ends and extremes."""
+        return {
+            "site": self.site.name,
+            "where": self.site.type,
+            "passes": self.passes,
+            "first": self.first(),
+            "last": self.last(),
+            "min": self.lowest(),
+            "max": self.highest(),
+            "nonfinite_step": self.nonfinite_step,
+            "nonfinite_kind": self.nonfinite_kind or None,
+            "scaled": self.scaled,
+        }
+
 
 def loss_series(recording: Recording) -> list[LossSeries]:
     """A series per loss site, in the order the sites first ran; training steps only."""

@@ -54,8 +54,16 @@ class ModuleStep:
     calls: int
     seconds: float  # forward + backward self time
     share: float  # of the step's time
-    nonfinite: int  # tensors with NaN/inf
+    nonfinite: int  # tensors with NaN/inf, masks (``mask_rows``) left out
     origin: bool  # a NaN/inf origin was here
+    # where the NaN/inf of an origin here came from, when it was not made here: "the
+    # data", "tensor code" (a forward input no module produced), "another rank"
+    origin_from: str = ""
+    masked: int = 0  # -inf values in its inputs that are masks (``mask_rows``)
+    # forward + backward time with its children's: a container's self time leaves out
+    # the modules inside it, its total is what it costs
+    total: float = 0.0
+    total_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -112,26 +120,66 @@ def segment_row(rec: Recording, step: int, evals: bool) -> np.void | None:
     return found[0] if len(found) else None
 
 
+def mask_rows(rows: np.ndarray) -> np.ndarray:
+    """Which tensor rows are masks: forward inputs whose only non-finite values are
+    -inf (an attention mask, ``masked_fill(-inf)``). The recorder holds an inf a module
+    receives for a mask until it is passed on (recorder/nonfinite.py), and raises an
+    alert where it is; NaN and +inf stay alarms."""
+    return (
+        (rows["phase"] == Phase.FWD)
+        & (rows["slot"] == Slot.INPUT)
+        & (rows["nan"] == 0)
+        & (rows["posinf"] == 0)
+        & (rows["neginf"] > 0)
+    )
+
+
+def _origin_from(alert: np.void) -> str:
+    """Where an alert's NaN/inf came from when it says it was not made at its module:
+    a forward input no module produced, or another rank's gradient (recorder/alert.py
+    words them); '' for one born in the module."""
+    if alert["phase"] == Phase.FWD and alert["slot"] == Slot.INPUT:
+        return "the data" if b"came from the data" in bytes(alert["message"]) else "tensor code"
+    if alert["slot"] == Slot.STEP_GRAD:
+        return "another rank"
+    return ""
+
+
 def step_table(rec: Recording, step: int, evals: bool = False) -> dict[int, ModuleStep]:
-    """Each module's calls, time share and NaN/inf in one step (the tree's badges)."""
-    calls = segment_rows(rec, "calls", step, evals, ["module", "phase", "self"])
-    tensors = segment_rows(rec, "tensors", step, evals, ["module", "nan", "posinf", "neginf"])
+    """Each module's calls, time shares (self and total) and NaN/inf in one step (the
+    tree's badges)."""
+    calls = segment_rows(rec, "calls", step, evals, ["module", "phase", "total", "self"])
+    tensors = segment_rows(
+        rec, "tensors", step, evals, ["module", "phase", "slot", "nan", "posinf", "neginf"]
+    )
     row = segment_row(rec, step, evals)
     length = float(row["end"] - row["start"]) if row is not None else 0.0
-    bad = (tensors["nan"] > 0) | (tensors["posinf"] > 0) | (tensors["neginf"] > 0)
+    masks = mask_rows(tensors)
+    bad = ((tensors["nan"] > 0) | (tensors["posinf"] > 0) | (tensors["neginf"] > 0)) & ~masks
     alerts = rec.alerts
     here = alerts["segment"] == row["segment"] if row is not None else alerts["step"] < 0
-    origins = set(alerts["module"][here].tolist())
+    came: dict[int, set[str]] = {}
+    for alert in alerts[here]:
+        came.setdefault(int(alert["module"]), set()).add(_origin_from(alert))
     out = {}
     for module in set(calls["module"].tolist()) | set(tensors["module"].tolist()):
         mine = calls[calls["module"] == module]
-        seconds = float(mine["self"][mine["phase"] != Phase.OPT].sum())
+        passes = mine["phase"] != Phase.OPT
+        seconds = float(mine["self"][passes].sum())
+        total = float(mine["total"][passes].sum())
+        sources = came.get(module, set())
+        of_module = tensors["module"] == module
         out[module] = ModuleStep(
             calls=int(np.count_nonzero(mine["phase"] == Phase.FWD)),
             seconds=seconds,
             share=seconds / length if length > 0 else 0.0,
-            nonfinite=int(np.count_nonzero(bad & (tensors["module"] == module))),
-            origin=module in origins,
+            nonfinite=int(np.count_nonzero(bad & of_module)),
+            origin=bool(sources),
+            # one source for all its origins; any made here makes it born here
+            origin_from=sources.pop() if len(sources) == 1 else "",
+            masked=int(tensors["neginf"][masks & of_module].sum()),
+            total=total,
+            total_share=total / length if length > 0 else 0.0,
         )
     return out
 

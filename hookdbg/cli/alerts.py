@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import click
 
 from hookdbg.analysis.alerts import AlertReport, alert_reports
 from hookdbg.analysis.overview import scaler_view
 from hookdbg.cells import slot_label
-from hookdbg.cli.output import (
-    console,
-    emit_json,
-    json_option,
-    literal,
-    open_or_fail,
-    open_run_or_fail,
-    rank_option,
-    tensor_json,
-    tensor_table,
-)
+from hookdbg.cli.inputs import open_or_fail, open_run_or_fail, rank_option
+from hookdbg.cli.report import Report, emit, exit_code_option, json_option
+from hookdbg.cli.tables import tensor_json, tensor_table
+from hookdbg.cli.terminal import Output, literal
 from hookdbg.read import RankSet, Recording, Status
 from hookdbg.store.schema import Phase
 from hookdbg.text import plural, utf8
@@ -26,11 +21,9 @@ from hookdbg.text import plural, utf8
 @click.command()
 @click.argument("recording")
 @rank_option
-@click.option(
-    "--exit-code",
-    is_flag=True,
-    help="Exit with status 1 when there is any alert, or when the recording failed (what "
-    "ran after that was not checked), for CI; else 0.",
+@exit_code_option(
+    "Exit with status 1 when there is any alert, or when the recording failed (what "
+    "ran after that was not checked), for CI; else 0."
 )
 @json_option
 def alerts(recording: str, rank: int | None, exit_code: bool, as_json: bool) -> None:
@@ -43,74 +36,84 @@ def alerts(recording: str, rank: int | None, exit_code: bool, as_json: bool) -> 
         run = open_run_or_fail(recording, quiet=as_json)
     else:
         run = open_or_fail(recording, quiet=as_json, rank=rank)
-    ranked = _reports(run)
-    if as_json:
-        emit_json(
-            {
-                "recording": str(run.path),
-                "alerts": [
-                    {
-                        "rank": r,
-                        "step": int(a.alert["step"]),
-                        "module": a.module.name,
-                        "type": a.module.type,
-                        "phase": Phase(int(a.alert["phase"])).label,
-                        "slot": slot_label(int(a.alert["slot"]), utf8(a.alert["path"])),
-                        "first": i == 0,
-                        "message": utf8(a.alert["message"]),
-                        "tensor": tensor_json(a.tensor, rec) if a.tensor is not None else None,
-                        "context": [tensor_json(c, rec) for c in a.context],
-                    }
-                    for i, (r, rec, a) in enumerate(ranked)
-                ],
-            }
-        )
-    else:
-        _print(run, ranked)
-    recordings = run.recordings.values() if isinstance(run, RankSet) else [run]
-    failed = [rec for rec in recordings if rec.status is Status.FAILED]
-    if failed and not as_json:
-        console().print(literal(f"\n{failed[0].path}: recording failed: {failed[0].failure}"))
-    if exit_code and (ranked or failed):
-        raise SystemExit(1)
+    emit(Alerts.of(run), as_json=as_json, exit_code=exit_code)
 
 
-def _reports(run: Recording | RankSet) -> list[tuple[int | None, Recording, AlertReport]]:
-    """(rank, recording, report) in the order the alerts happened."""
-    if isinstance(run, Recording):
-        return [(None, run, a) for a in alert_reports(run)]
-    ranked = [(rank, rec, a) for rank, rec in run.recordings.items() for a in alert_reports(rec)]
-    return sorted(ranked, key=lambda t: (int(t[2].alert["step"]), float(t[2].alert["time"])))
+@dataclass
+class Alerts(Report):
+    """A run's alerts, with the rank and recording each came from, in the order they
+    happened; and the recordings that failed (what ran after that was not checked)."""
 
+    run: Recording | RankSet
+    ranked: list[tuple[int | None, Recording, AlertReport]]
+    failed: list[Recording]
 
-def _print(run: Recording | RankSet, ranked: list) -> None:
-    out = console()
-    if not ranked:
+    @classmethod
+    def of(cls, run: Recording | RankSet) -> Alerts:
+        ranked: list[tuple[int | None, Recording, AlertReport]]
+        if isinstance(run, Recording):
+            ranked = [(None, run, a) for a in alert_reports(run)]
+            recordings = [run]
+        else:
+            ranked = [
+                (rank, rec, a) for rank, rec in run.recordings.items() for a in alert_reports(rec)
+            ]
+            ranked.sort(key=lambda t: (int(t[2].alert["step"]), float(t[2].alert["time"])))
+            recordings = list(run.recordings.values())
+        return cls(run, ranked, [rec for rec in recordings if rec.status is Status.FAILED])
+
+    def exit_status(self) -> int:
+        return 1 if self.ranked or self.failed else 0
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "recording": str(self.run.path),
+            "alerts": [
+                {
+                    "rank": r,
+                    "step": int(a.alert["step"]),
+                    "module": a.module.name,
+                    "type": a.module.type,
+                    "phase": Phase(int(a.alert["phase"])).label,
+                    "slot": slot_label(int(a.alert["slot"]), utf8(a.alert["path"])),
+                    "first": i == 0,
+                    "message": utf8(a.alert["message"]),
+                    "tensor": tensor_json(a.tensor, rec) if a.tensor is not None else None,
+                    "context": [tensor_json(c, rec) for c in a.context],
+                }
+                for i, (r, rec, a) in enumerate(self.ranked)
+            ],
+        }
+
+    def render(self, out: Output) -> None:
+        if not self.ranked:
+            out.print(literal(self._none_line()))
+        for n, (rank, rec, r) in enumerate(self.ranked, 1):
+            mark = "[bold red]FIRST[/] " if n == 1 else ""
+            where = "" if rank is None else f" on rank {rank}"
+            message = literal(utf8(r.alert["message"]))
+            out.print(f"\n{mark}[bold]alert {n}{where}[/bold]: {message}")
+            if r.tensor is not None:
+                out.print(tensor_table(None, [r.tensor], rec))
+            if len(r.context):
+                out.print(tensor_table(f"  {r.context_label}", r.context, rec))
+        if self.failed:
+            first = self.failed[0]
+            out.print(literal(f"\n{first.path}: recording failed: {first.failure}"))
+
+    def _none_line(self) -> str:
+        """No alert: say whether values were checked, and what GradScaler skipped."""
+        run = self.run
         recs = run.recordings.values() if isinstance(run, RankSet) else [run]
         unchecked = any(rec.info.options.get("level") != "stats" for rec in recs)
         skipped = sum(v.skipped for v in map(scaler_view, recs) if v is not None)
-        out.print(
-            literal(
-                f"{run.path}: no NaN/inf alerts"
-                + (
-                    " (recorded without --level stats: values were not checked)"
-                    if unchecked
-                    else ""
-                )
-                + (
-                    f"; AMP's GradScaler skipped {plural(skipped, 'step')} whose scaled "
-                    "gradients overflowed, which is no alert"
-                    if skipped
-                    else ""
-                )
+        return (
+            f"{run.path}: no NaN/inf alerts"
+            + (" (recorded without --level stats: values were not checked)" if unchecked else "")
+            + (
+                f"; AMP's GradScaler skipped {plural(skipped, 'step')} whose scaled "
+                "gradients overflowed, which is no alert"
+                if skipped
+                else ""
             )
         )
-    for n, (rank, rec, r) in enumerate(ranked, 1):
-        mark = "[bold red]FIRST[/] " if n == 1 else ""
-        where = "" if rank is None else f" on rank {rank}"
-        message = literal(utf8(r.alert["message"]))
-        out.print(f"\n{mark}[bold]alert {n}{where}[/bold]: {message}")
-        if r.tensor is not None:
-            out.print(tensor_table(None, [r.tensor], rec))
-        if len(r.context):
-            out.print(tensor_table(f"  {r.context_label}", r.context, rec))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -12,16 +13,9 @@ import click
 from hookdbg.analysis.export import TABLES, perfetto, table_rows, write_csv, write_json
 from hookdbg.analysis.scalars import DEFAULT_STATS, StatSelection
 from hookdbg.cli.common import BadInput, human_bytes, plural
-from hookdbg.cli.output import (
-    check_steps,
-    emit_json,
-    json_option,
-    note,
-    open_or_fail,
-    rank_option,
-    require_calls,
-    step_options,
-)
+from hookdbg.cli.inputs import check_steps, open_or_fail, rank_option, require_calls, step_options
+from hookdbg.cli.report import Report, emit, json_option
+from hookdbg.cli.terminal import Output, note
 from hookdbg.options import ModuleFilter, OptionError
 from hookdbg.read import Recording
 from hookdbg.text import printable
@@ -116,14 +110,29 @@ def export(
         )
     _check_target(Path(target), Path(recording), fmt, force)
     if fmt == "tensorboard":
-        summary = _tensorboard(rec, Path(target), module_globs, stat_globs, first, last)
+        written = _tensorboard(rec, Path(target), module_globs, stat_globs, first, last)
     else:
-        summary = _to_file(rec, fmt, target, table_name, first, last)
-    said = summary.pop("said")
-    if as_json:
-        emit_json({"recording": str(rec.path), "format": fmt, **summary})
-    elif target != "-":
-        note(str(said))
+        written = _to_file(rec, fmt, target, table_name, first, last)
+    emit(written, as_json=as_json)
+
+
+@dataclass
+class Written(Report):
+    """What an export wrote where: for ``--json`` on stdout, for people a line on
+    stderr (stdout may hold the export itself)."""
+
+    recording: Recording
+    format: str
+    target: str
+    facts: dict[str, object]  # the JSON fields of this format: path, bytes, rows...
+    said: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"recording": str(self.recording.path), "format": self.format, **self.facts}
+
+    def render(self, out: Output) -> None:
+        if self.target != "-":
+            note(self.said)
 
 
 def _check_target(path: Path, recording: Path, fmt: str, force: bool) -> None:
@@ -163,7 +172,7 @@ def _makeable(path: Path) -> bool:
 
 def _to_file(
     rec: Recording, fmt: str, target: str, table: str, first: int | None, last: int | None
-) -> dict[str, object]:
+) -> Written:
     stream = sys.stdout if target == "-" else open(target, "w", encoding="utf-8", newline="")  # noqa: SIM115
     try:
         if fmt == "perfetto":
@@ -183,13 +192,13 @@ def _to_file(
         if stream is not sys.stdout:
             stream.close()
     size = os.path.getsize(target) if target != "-" else None
-    out: dict[str, object] = {"path": target, "bytes": size}
+    facts: dict[str, object] = {"path": target, "bytes": size}
     if fmt == "perfetto":
-        out["events"] = count
+        facts["events"] = count
     else:
-        out |= {"table": table, "rows": count}
-    out["said"] = f"wrote {what} to {target} ({human_bytes(size or 0)})"
-    return out
+        facts |= {"table": table, "rows": count}
+    said = f"wrote {what} to {target} ({human_bytes(size or 0)})"
+    return Written(rec, fmt, target, facts, said)
 
 
 def _tensorboard(
@@ -199,7 +208,7 @@ def _tensorboard(
     stat_globs: tuple[str, ...],
     first: int | None,
     last: int | None,
-) -> dict[str, object]:
+) -> Written:
     from hookdbg.analysis.tensorboard import (
         TensorBoardMissing,
         existing_event_files,
@@ -223,7 +232,7 @@ def _tensorboard(
         shown = ", ".join(module_globs) or "any module"
         note(f"note: no statistic matched {shown} and --stat {', '.join(stats.globs)}")
     runs = ", ".join(f"{name} {plural(r.events, 'event')}" for name, r in written.runs.items())
-    return {
+    facts = {
         "path": str(logdir),
         "events": written.events,
         "runs": {
@@ -236,8 +245,9 @@ def _tensorboard(
             }
             for name, r in written.runs.items()
         },
-        "said": f"wrote {runs} to {logdir} (tensorboard --logdir {logdir})",
     }
+    said = f"wrote {runs} to {logdir} (tensorboard --logdir {logdir})"
+    return Written(rec, "tensorboard", str(logdir), facts, said)
 
 
 def _printable_rows(rows: Iterator[dict[str, object]]) -> Iterator[dict[str, object]]:

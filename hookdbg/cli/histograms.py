@@ -8,7 +8,7 @@ from rich.table import Table
 
 from hookdbg.analysis.histograms import has_histogram, sparkline
 from hookdbg.cells import num
-from hookdbg.cli.output import step_text, table
+from hookdbg.cli.tables import step_text, table
 from hookdbg.read import Recording
 from hookdbg.store.schema import HISTOGRAM, Phase, slot_label
 from hookdbg.text import utf8

@@ -3,24 +3,16 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import click
 from rich.table import Table
 
 from hookdbg.analysis.profile import SORT_KEYS, Profile, ProfileRow, StepTime, profile
-from hookdbg.cli.output import (
-    check_steps,
-    console,
-    emit_json,
-    json_option,
-    literal,
-    ms,
-    open_or_fail,
-    rank_option,
-    require_calls,
-    step_options,
-    table,
-)
+from hookdbg.cli.inputs import check_steps, open_or_fail, rank_option, require_calls, step_options
+from hookdbg.cli.report import Report, emit, json_option
+from hookdbg.cli.tables import ms, table
+from hookdbg.cli.terminal import Output, literal
 from hookdbg.read import Recording
 from hookdbg.store.schema import Phase
 
@@ -74,67 +66,74 @@ def profile_command(
     require_calls(rec)
     first, last = check_steps(rec, steps)
     prof = profile(rec, first, last, _PHASES[phase])
-    rows = prof.sorted(sort, top)
-    if as_json:
-        emit_json(_profile_json(rec, prof, rows))
-    else:
-        _print_profile(rec, prof, rows, sort)
+    emit(ProfileReport(rec, prof, prof.sorted(sort, top), sort), as_json=as_json)
 
 
-def _profile_json(rec: Recording, prof: Profile, rows: list[ProfileRow]) -> dict[str, object]:
-    return {
-        "recording": str(rec.path),
-        "first_step": prof.first,
-        "last_step": prof.last,
-        "steps": prof.steps,
-        "step_seconds_mean": prof.step_mean,
-        "step_seconds_median": prof.step_median,
-        "seconds_per_step": {
-            "step": prof.time.step,
-            **{name.replace(" ", "_"): value for name, value in prof.time.parts.items()},
-            "hookdbg": None if math.isnan(prof.time.hookdbg) else prof.time.hookdbg,
-        },
-        "rows": [
-            {
-                "module": r.module.name,
-                "type": r.module.type,
-                "phase": Phase(r.phase).label,
-                "steps": r.steps,
-                "calls_per_step": r.calls_per_step,
-                "self_mean": r.self_mean,
-                "self_median": r.self_median,
-                "total_mean": r.total_mean,
-                "total_median": r.total_median,
-                "share": r.share,
-                "device_self_mean": None if math.isnan(r.device_self_mean) else r.device_self_mean,
-                "device_total_mean": (
-                    None if math.isnan(r.device_total_mean) else r.device_total_mean
-                ),
-            }
-            for r in rows
-        ],
-    }
+@dataclass
+class ProfileReport(Report):
+    """The profile of a range of steps, with the rows shown (sorted, the top ones)."""
 
+    rec: Recording
+    prof: Profile
+    rows: list[ProfileRow]
+    sort: str
 
-def _print_profile(rec: Recording, prof: Profile, rows: list[ProfileRow], sort: str) -> None:
-    out = console()
-    out.print(_profile_table(rec, prof, rows, sort))
-    out.print(f"  {literal(_time_line(prof.time))}")
-    out.print(
-        "  [dim]ms per step: all calls of the module in a step (mean and median over the "
-        "steps it ran in); self: without its recorded submodules; self share: of the "
-        "time of all steps in the range; backward() rows: what a backward pass spent "
-        "outside recorded modules (the loss computation's backward, tensor code between "
-        "modules, a DDP all-reduce)[/dim]"
-    )
-    if prof.on_device:
+    def to_json(self) -> dict[str, object]:
+        rec, prof, rows = self.rec, self.prof, self.rows
+        return {
+            "recording": str(rec.path),
+            "first_step": prof.first,
+            "last_step": prof.last,
+            "steps": prof.steps,
+            "step_seconds_mean": prof.step_mean,
+            "step_seconds_median": prof.step_median,
+            "seconds_per_step": {
+                "step": prof.time.step,
+                **{name.replace(" ", "_"): value for name, value in prof.time.parts.items()},
+                "hookdbg": None if math.isnan(prof.time.hookdbg) else prof.time.hookdbg,
+            },
+            "rows": [
+                {
+                    "module": r.module.name,
+                    "type": r.module.type,
+                    "phase": Phase(r.phase).label,
+                    "steps": r.steps,
+                    "calls_per_step": r.calls_per_step,
+                    "self_mean": r.self_mean,
+                    "self_median": r.self_median,
+                    "total_mean": r.total_mean,
+                    "total_median": r.total_median,
+                    "share": r.share,
+                    "device_self_mean": None
+                    if math.isnan(r.device_self_mean)
+                    else r.device_self_mean,
+                    "device_total_mean": (
+                        None if math.isnan(r.device_total_mean) else r.device_total_mean
+                    ),
+                }
+                for r in rows
+            ],
+        }
+
+    def render(self, out: Output) -> None:
+        rec, prof, rows = self.rec, self.prof, self.rows
+        out.print(_profile_table(rec, prof, rows, self.sort))
+        out.print(f"  {literal(_time_line(prof.time))}")
         out.print(
-            "  [dim]device: the same times on the GPU (CUDA events on the current stream, "
-            "the step's wall time there); host: the time to queue its kernels[/dim]"
+            "  [dim]ms per step: all calls of the module in a step (mean and median over the "
+            "steps it ran in); self: without its recorded submodules; self share: of the "
+            "time of all steps in the range; backward() rows: what a backward pass spent "
+            "outside recorded modules (the loss computation's backward, tensor code between "
+            "modules, a DDP all-reduce)[/dim]"
         )
-    hidden = len(prof.rows) - len(rows)
-    if hidden > 0:
-        out.print(f"  ... {hidden} more rows (--top {len(prof.rows)} shows all)")
+        if prof.on_device:
+            out.print(
+                "  [dim]device: the same times on the GPU (CUDA events on the current stream, "
+                "the step's wall time there); host: the time to queue its kernels[/dim]"
+            )
+        hidden = len(prof.rows) - len(rows)
+        if hidden > 0:
+            out.print(f"  ... {hidden} more rows (--top {len(prof.rows)} shows all)")
 
 
 def _time_line(time: StepTime) -> str:

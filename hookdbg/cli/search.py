@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import click
 import numpy as np
 from rich.table import Table
@@ -10,20 +12,10 @@ from hookdbg.analysis.query import STATS, Query, QueryError, parse
 from hookdbg.analysis.search import SearchResult
 from hookdbg.analysis.search import search as run_search
 from hookdbg.cli.common import BadInput, plural
-from hookdbg.cli.output import (
-    console,
-    emit_json,
-    json_option,
-    literal,
-    ms,
-    open_or_fail,
-    rank_option,
-    require_calls,
-    step_text,
-    table,
-    tensor_json,
-    tensor_table,
-)
+from hookdbg.cli.inputs import open_or_fail, rank_option, require_calls
+from hookdbg.cli.report import Report, emit, json_option
+from hookdbg.cli.tables import ms, step_text, table, tensor_json, tensor_table
+from hookdbg.cli.terminal import Output, literal
 from hookdbg.read import Recording
 from hookdbg.store.schema import Phase
 
@@ -64,56 +56,61 @@ def search(
         raise BadInput(f"bad query: {exc}") from None
     rec = open_or_fail(recording, quiet=as_json, rank=rank)
     require_calls(rec)
-    result = run_search(rec, parsed, limit)
-    if as_json:
-        emit_json(_search_json(rec, parsed, result))
-    else:
-        _print_search(rec, parsed, result, limit)
+    emit(SearchReport(rec, parsed, run_search(rec, parsed, limit), limit), as_json=as_json)
 
 
-def _search_json(rec: Recording, parsed: Query, result: SearchResult) -> dict[str, object]:
-    rows = (
-        [tensor_json(r, rec) for r in result.rows]
-        if result.on_tensors
-        else [
-            {
-                "step": int(r["step"]),
-                "eval": step_text(rec, r).startswith("eval"),
-                "module": rec.modules.name(int(r["module"])),
-                "phase": Phase(int(r["phase"])).label,
-                "call": int(r["index"]),
-                "total_seconds": float(r["total"]),
-                "self_seconds": float(r["self"]),
-            }
-            for r in result.rows
-        ]
-    )
-    return {
-        "recording": str(rec.path),
-        "query": parsed.text,
-        "matches": result.total,
-        "rows": rows,
-    }
+@dataclass
+class SearchReport(Report):
+    """The matches of a query, the first ``limit`` of them shown."""
 
+    rec: Recording
+    parsed: Query
+    result: SearchResult
+    limit: int
 
-def _print_search(rec: Recording, parsed: Query, result: SearchResult, limit: int) -> None:
-    out = console()
-    what = (
-        plural(result.total, "tensor summary", "tensor summaries")
-        if result.on_tensors
-        else plural(result.total, "module call")
-    )
-    title = f"{rec.path}: {what} match {parsed.text!r}"
-    if not result.total:
-        out.print(literal(title))
-        return
-    if result.on_tensors:
-        out.print(tensor_table(title, result.rows, rec))
-    else:
-        out.print(_calls_table(title, result.rows, rec))
-    if result.total > limit:
-        more = plural(result.total - limit, "more match", "more matches")
-        out.print(f"  ... {more} (--limit shows more)")
+    def to_json(self) -> dict[str, object]:
+        rec, parsed, result = self.rec, self.parsed, self.result
+        rows = (
+            [tensor_json(r, rec) for r in result.rows]
+            if result.on_tensors
+            else [
+                {
+                    "step": int(r["step"]),
+                    "eval": step_text(rec, r).startswith("eval"),
+                    "module": rec.modules.name(int(r["module"])),
+                    "phase": Phase(int(r["phase"])).label,
+                    "call": int(r["index"]),
+                    "total_seconds": float(r["total"]),
+                    "self_seconds": float(r["self"]),
+                }
+                for r in result.rows
+            ]
+        )
+        return {
+            "recording": str(rec.path),
+            "query": parsed.text,
+            "matches": result.total,
+            "rows": rows,
+        }
+
+    def render(self, out: Output) -> None:
+        rec, parsed, result, limit = self.rec, self.parsed, self.result, self.limit
+        what = (
+            plural(result.total, "tensor summary", "tensor summaries")
+            if result.on_tensors
+            else plural(result.total, "module call")
+        )
+        title = f"{rec.path}: {what} match {parsed.text!r}"
+        if not result.total:
+            out.print(literal(title))
+            return
+        if result.on_tensors:
+            out.print(tensor_table(title, result.rows, rec))
+        else:
+            out.print(_calls_table(title, result.rows, rec))
+        if result.total > limit:
+            more = plural(result.total - limit, "more match", "more matches")
+            out.print(f"  ... {more} (--limit shows more)")
 
 
 def _calls_table(title: str, rows: np.ndarray, rec: Recording) -> Table:

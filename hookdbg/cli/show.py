@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 import click
 import numpy as np
@@ -11,22 +12,18 @@ from hookdbg.analysis.histograms import histogram_json
 from hookdbg.analysis.stepview import ModuleRows, module_rows
 from hookdbg.cli.common import BadInput
 from hookdbg.cli.histograms import histogram_table
-from hookdbg.cli.output import (
+from hookdbg.cli.inputs import (
     check_evals,
     check_steps,
-    console,
-    emit_json,
-    json_option,
-    literal,
-    note,
     open_or_fail,
     open_run_or_fail,
     rank_option,
     resolve_or_fail,
     step_options,
-    tensor_json,
-    tensor_table,
 )
+from hookdbg.cli.report import Report, emit, json_option
+from hookdbg.cli.tables import tensor_json, tensor_table
+from hookdbg.cli.terminal import Output, literal, note
 from hookdbg.read import RankSet, Recording
 from hookdbg.store.schema import Phase, slot_label
 from hookdbg.text import utf8
@@ -83,10 +80,7 @@ def show(
     view = module_rows(rec, target.id, first, last, evals)
     if merged:
         view = _merged(recording, rec, view)
-    if as_json:
-        emit_json(_show_json(rec, view, limit))
-    else:
-        _print_show(rec, view, limit)
+    emit(ModuleReport(rec, view, limit), as_json=as_json)
 
 
 def _merged(recording: str, rec: Recording, view: ModuleRows) -> ModuleRows:
@@ -103,22 +97,53 @@ def _merged(recording: str, rec: Recording, view: ModuleRows) -> ModuleRows:
     return dataclasses.replace(view, rows=rows)
 
 
-def _show_json(rec: Recording, view: ModuleRows, limit: int) -> dict[str, object]:
-    return {
-        "recording": str(rec.path),
-        "module": view.module.name,
-        "type": view.module.type,
-        "rows": [
-            {
-                **tensor_json(r, rec),
-                "call": view.call_index.get(int(r["call"])),
-                **histogram_json(r),
-                **_placement_json(r),
-            }
-            for r in view.rows[:limit]
-        ],
-        "total_rows": len(view.rows),
-    }
+@dataclass
+class ModuleReport(Report):
+    """A module's rows over a range of steps or eval batches, the first ``limit`` shown."""
+
+    rec: Recording
+    view: ModuleRows
+    limit: int
+
+    def to_json(self) -> dict[str, object]:
+        rec, view, limit = self.rec, self.view, self.limit
+        return {
+            "recording": str(rec.path),
+            "module": view.module.name,
+            "type": view.module.type,
+            "rows": [
+                {
+                    **tensor_json(r, rec),
+                    "call": view.call_index.get(int(r["call"])),
+                    **histogram_json(r),
+                    **_placement_json(r),
+                }
+                for r in view.rows[:limit]
+            ],
+            "total_rows": len(view.rows),
+        }
+
+    def render(self, out: Output) -> None:
+        rec, view, limit = self.rec, self.view, self.limit
+        target, rows = view.module, view.rows
+        if not len(rows):
+            where = "eval batches" if view.evals else f"steps {view.first}-{view.last}"
+            timing = rec.info.options.get("level") == "timing"
+            out.print(
+                literal(f"{target.name} ({target.type}): no tensor summaries in {where}")
+                + (" (recorded with --level timing)" if timing else "")
+            )
+            return
+        shown = rows[:limit]
+        title = f"{target.name} ({target.type}), {view.span}"
+        out.print(tensor_table(title, shown, rec, module_column=False, call_index=view.call_index))
+        if "placement" in (rows.dtype.names or ()):
+            out.print(literal(_global_note(shown, rec.info.rank)))
+        if len(rows) > limit:
+            out.print(f"  ... {len(rows) - limit:,} more rows (use --step or --limit)")
+        histograms = histogram_table(shown, rec, view.call_index)
+        if histograms is not None:
+            out.print(histograms)
 
 
 def _global_note(shown: np.ndarray, rank: int) -> str:
@@ -155,25 +180,3 @@ def _placement_json(row: np.void) -> dict[str, object]:
         "placement": utf8(row["placement"]),
         "merged_ranks": [int(r) for r in ranks.split(",")] if ranks else None,
     }
-
-
-def _print_show(rec: Recording, view: ModuleRows, limit: int) -> None:
-    out, target, rows = console(), view.module, view.rows
-    if not len(rows):
-        where = "eval batches" if view.evals else f"steps {view.first}-{view.last}"
-        timing = rec.info.options.get("level") == "timing"
-        out.print(
-            literal(f"{target.name} ({target.type}): no tensor summaries in {where}")
-            + (" (recorded with --level timing)" if timing else "")
-        )
-        return
-    shown = rows[:limit]
-    title = f"{target.name} ({target.type}), {view.span}"
-    out.print(tensor_table(title, shown, rec, module_column=False, call_index=view.call_index))
-    if "placement" in (rows.dtype.names or ()):
-        out.print(literal(_global_note(shown, rec.info.rank)))
-    if len(rows) > limit:
-        out.print(f"  ... {len(rows) - limit:,} more rows (use --step or --limit)")
-    histograms = histogram_table(shown, rec, view.call_index)
-    if histograms is not None:
-        out.print(histograms)

@@ -3,26 +3,20 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import click
 from rich.table import Table
 
-from hookdbg.analysis.losses import LossSeries, describe
+from hookdbg.analysis.losses import describe
 from hookdbg.analysis.overview import Overview, ending, overview
-from hookdbg.analysis.ranks import RanksOverview, ranks_overview
 from hookdbg.cli.common import BadInput, human_bytes, plural
-from hookdbg.cli.output import (
-    console,
-    emit_json,
-    json_option,
-    literal,
-    ms,
-    open_or_fail,
-    open_run_or_fail,
-    rank_option,
-    table,
-)
-from hookdbg.read import RankSet, Recording, Status
+from hookdbg.cli.inputs import open_or_fail, open_run_or_fail, rank_option
+from hookdbg.cli.ranksummary import RanksSummary, clean
+from hookdbg.cli.report import Report, emit, exit_code_option, json_option
+from hookdbg.cli.tables import ms, table
+from hookdbg.cli.terminal import Output, literal
+from hookdbg.read import RankSet, Recording
 from hookdbg.read.modules import Module
 from hookdbg.text import utf8
 
@@ -31,11 +25,9 @@ from hookdbg.text import utf8
 @click.argument("recording")
 @rank_option
 @click.option("--step", type=int, metavar="N", help="Module table for step N [default: first].")
-@click.option(
-    "--exit-code",
-    is_flag=True,
-    help="Exit with status 1 unless the recording is whole and clean (for CI): it failed, "
-    "was cut short or lost data, or holds a NaN/inf alert, on any rank.",
+@exit_code_option(
+    "Exit with status 1 unless the recording is whole and clean (for CI): it failed, "
+    "was cut short or lost data, or holds a NaN/inf alert, on any rank."
 )
 @json_option
 def summary(
@@ -44,131 +36,124 @@ def summary(
     """What RECORDING holds: the command, steps, modules, alerts, data lost, and a
     torchinfo-like table of the modules in one step. For a distributed run (run.h5 for
     run.rank0.h5, run.rank1.h5, ...): every rank, stragglers and who saw a NaN first."""
+    report: Report
     if rank is None:
         run = open_run_or_fail(recording, quiet=as_json)
-        if isinstance(run, RankSet):
-            _ranks_summary(run, as_json)
-            recordings = list(run.recordings.values())
-        else:
-            _one_summary(run, step, as_json)
-            recordings = [run]
+        report = RanksSummary.of(run) if isinstance(run, RankSet) else Summary.of(run, step)
     else:
-        rec = open_or_fail(recording, quiet=as_json, rank=rank)
-        _one_summary(rec, step, as_json)
-        recordings = [rec]
-    if exit_code and not all(_clean(r) for r in recordings):
-        raise SystemExit(1)
+        report = Summary.of(open_or_fail(recording, quiet=as_json, rank=rank), step)
+    emit(report, as_json=as_json, exit_code=exit_code)
 
 
-def _clean(rec: Recording) -> bool:
-    """Whole and clean: closed normally, nothing lost, no alert."""
-    return rec.status is Status.COMPLETE and not rec.dropped_rows and not len(rec.alerts)
+@dataclass
+class Summary(Report):
+    """One recording: how it was made and ended, and its modules in one step."""
 
+    rec: Recording
+    view: Overview
 
-def _one_summary(rec: Recording, step: int | None, as_json: bool) -> None:
-    recording = str(rec.path)
-    if step is not None and step not in set(rec.recorded_steps.tolist()):
-        raise BadInput(
-            f"step {step} was not recorded in {recording} "
-            f"({plural(len(rec.recorded_steps), 'recorded step')})"
+    @classmethod
+    def of(cls, rec: Recording, step: int | None) -> Summary:
+        """The summary with the module table of ``step``; exit 2 if it was not recorded."""
+        if step is not None and step not in set(rec.recorded_steps.tolist()):
+            raise BadInput(
+                f"step {step} was not recorded in {rec.path} "
+                f"({plural(len(rec.recorded_steps), 'recorded step')})"
+            )
+        return cls(rec, overview(rec, step))
+
+    def exit_status(self) -> int:
+        return 0 if clean(self.rec) else 1
+
+    def to_json(self) -> dict[str, object]:
+        rec, view = self.rec, self.view
+        info = rec.info
+        return {
+            "recording": str(rec.path),
+            "status": rec.status.value,
+            "failure": rec.failure,
+            "ended": utf8(rec.end["status"]) if rec.end is not None else None,
+            "exit_code": int(rec.end["exit_code"]) if rec.end is not None else None,
+            "end_message": utf8(rec.end["message"]) if rec.end is not None else None,
+            "bytes": rec.size,
+            "command": info.argv,
+            "created": info.created,
+            "host": info.host,
+            "torch": info.torch_version,
+            "hookdbg": info.hookdbg_version,
+            "options": info.options,
+            "rank": info.rank,
+            "world_size": info.world_size,
+            "steps": view.steps,
+            "recorded_steps": view.recorded_steps,
+            "detail_dropped_steps": rec.dropped,
+            "eval_batches": view.eval_batches,
+            "module_calls": view.module_calls,
+            "step_seconds_median": view.step_median,
+            "modules": view.modules,
+            "parameters": view.params,
+            "optimizers": view.optimizers,
+            "compiled": view.compiled,
+            "gradscaler": (
+                {
+                    "skipped_steps": view.scaler.skipped,
+                    "first_scale": view.scaler.first_scale,
+                    "last_scale": view.scaler.last_scale,
+                }
+                if view.scaler
+                else None
+            ),
+            "unrecorded": view.unrecorded,
+            "losses": [series.to_json() for series in view.losses],
+            "alerts": len(rec.alerts),
+            "first_alert": _first_alert(rec),
+            "dropped_rows": rec.dropped_rows,
+            "write_error": rec.write_error,
+            "write_failed_at": rec.write_failed_at,
+            "module_table_step": view.step,
+            "module_table": [
+                {
+                    "name": line.module.name,
+                    "type": line.module.type,
+                    "depth": line.module.depth,
+                    "calls": line.calls,
+                    "output_shape": line.output_shape,
+                    "params": line.params,
+                    "fwd_seconds": line.fwd,
+                    "bwd_seconds": line.bwd,
+                }
+                for line in view.lines
+            ],
+        }
+
+    def render(self, out: Output) -> None:
+        rec, view = self.rec, self.view
+        info = rec.info
+        rank = f", rank {info.rank} of {info.world_size}" if info.world_size > 1 else ""
+        rank += f" ({rec.backend})" if rec.backend and info.world_size > 1 else ""
+        ended = ending(rec)
+        out.print(
+            f"[bold]{literal(rec.path)}[/bold]  "
+            + literal(
+                f"{rec.status.value}{f' ({ended})' if ended else ''}, {human_bytes(rec.size)}{rank}"
+            )
         )
-    view = overview(rec, step)
-    if as_json:
-        emit_json(_summary_json(rec, view))
-    else:
-        _print_summary(rec, view)
+        for key, value in _facts(rec, view):
+            out.print(f"  [dim]{key:<10}[/dim] {literal(value)}")
+        if not view.lines:
+            if view.recorded_steps == 0 and view.eval_batches:
+                out.print(
+                    "\n  no training step was recorded, only eval batches: "
+                    + literal(f"`hookdbg show {rec.path} MODULE --eval` shows their calls")
+                )
+            else:
+                out.print("\n  no module calls were recorded")
+            return
+        out.print(_module_table(view))
 
 
 def _first_alert(rec: Recording) -> str | None:
     return next((utf8(a["message"]) for a in rec.alerts if a["first"]), None)
-
-
-def _summary_json(rec: Recording, view: Overview) -> dict[str, object]:
-    info = rec.info
-    first_alert = _first_alert(rec)
-    return {
-        "recording": str(rec.path),
-        "status": rec.status.value,
-        "failure": rec.failure,
-        "ended": utf8(rec.end["status"]) if rec.end is not None else None,
-        "exit_code": int(rec.end["exit_code"]) if rec.end is not None else None,
-        "end_message": utf8(rec.end["message"]) if rec.end is not None else None,
-        "bytes": rec.size,
-        "command": info.argv,
-        "created": info.created,
-        "host": info.host,
-        "torch": info.torch_version,
-        "hookdbg": info.hookdbg_version,
-        "options": info.options,
-        "rank": info.rank,
-        "world_size": info.world_size,
-        "steps": view.steps,
-        "recorded_steps": view.recorded_steps,
-        "detail_dropped_steps": rec.dropped,
-        "eval_batches": view.eval_batches,
-        "module_calls": view.module_calls,
-        "step_seconds_median": view.step_median,
-        "modules": view.modules,
-        "parameters": view.params,
-        "optimizers": view.optimizers,
-        "compiled": view.compiled,
-        "gradscaler": (
-            {
-                "skipped_steps": view.scaler.skipped,
-                "first_scale": view.scaler.first_scale,
-                "last_scale": view.scaler.last_scale,
-            }
-            if view.scaler
-            else None
-        ),
-        "unrecorded": view.unrecorded,
-        "losses": [_loss_json(series) for series in view.losses],
-        "alerts": len(rec.alerts),
-        "first_alert": first_alert,
-        "dropped_rows": rec.dropped_rows,
-        "write_error": rec.write_error,
-        "write_failed_at": rec.write_failed_at,
-        "module_table_step": view.step,
-        "module_table": [
-            {
-                "name": line.module.name,
-                "type": line.module.type,
-                "depth": line.module.depth,
-                "calls": line.calls,
-                "output_shape": line.output_shape,
-                "params": line.params,
-                "fwd_seconds": line.fwd,
-                "bwd_seconds": line.bwd,
-            }
-            for line in view.lines
-        ],
-    }
-
-
-def _print_summary(rec: Recording, view: Overview) -> None:
-    info = rec.info
-    out = console()
-    rank = f", rank {info.rank} of {info.world_size}" if info.world_size > 1 else ""
-    rank += f" ({rec.backend})" if rec.backend and info.world_size > 1 else ""
-    ended = ending(rec)
-    out.print(
-        f"[bold]{literal(rec.path)}[/bold]  "
-        + literal(
-            f"{rec.status.value}{f' ({ended})' if ended else ''}, {human_bytes(rec.size)}{rank}"
-        )
-    )
-    for key, value in _facts(rec, view):
-        out.print(f"  [dim]{key:<10}[/dim] {literal(value)}")
-    if not view.lines:
-        if view.recorded_steps == 0 and view.eval_batches:
-            out.print(
-                "\n  no training step was recorded, only eval batches: "
-                + literal(f"`hookdbg show {rec.path} MODULE --eval` shows their calls")
-            )
-        else:
-            out.print("\n  no module calls were recorded")
-        return
-    out.print(_module_table(view))
 
 
 def _facts(rec: Recording, view: Overview) -> list[tuple[str, str]]:
@@ -315,154 +300,3 @@ def lost_text(rec: Recording) -> str:
     if rec.dropped_rows:
         return f"{rec.dropped_rows:,} rows dropped (the disk could not keep up)"
     return "none"
-
-
-def _ranks_summary(run: RankSet, as_json: bool) -> None:
-    view = ranks_overview(run)
-    if as_json:
-        emit_json(_ranks_json(run, view))
-    else:
-        _print_ranks(run, view)
-
-
-def _loss_json(series: LossSeries) -> dict[str, object]:
-    return {
-        "site": series.site.name,
-        "where": series.site.type,
-        "passes": series.passes,
-        "first": series.first(),
-        "last": series.last(),
-        "min": series.lowest(),
-        "max": series.highest(),
-        "nonfinite_step": series.nonfinite_step,
-        "nonfinite_kind": series.nonfinite_kind or None,
-        "scaled": series.scaled,
-    }
-
-
-def _ranks_json(run: RankSet, view: RanksOverview) -> dict[str, object]:
-    rank0, worst, first = run[run.ranks[0]], view.worst, view.first_alert
-    return {
-        "recording": str(run.path),
-        "world_size": run.world_size,
-        "ranks": run.ranks,
-        "missing_ranks": run.missing,
-        "backend": rank0.backend,
-        "command": rank0.info.argv,
-        "per_rank": [
-            {
-                "rank": r.rank,
-                "status": r.status.value,
-                "steps": r.steps,
-                "step_seconds_median": r.step_median,
-                "alerts": r.alerts,
-                "dropped_rows": r.dropped,
-                "loss": None if r.loss is None else _loss_json(r.loss),
-            }
-            for r in view.rows
-        ],
-        "slowest_rank_counts": view.slowest,
-        "largest_lag": None
-        if worst is None
-        else {
-            "step": worst.step,
-            "slowest_rank": worst.slowest,
-            "seconds": worst.lag,
-            "step_seconds": worst.seconds,
-        },
-        "first_alert": None
-        if first is None
-        else {
-            "rank": first[0],
-            "step": int(first[1]["step"]),
-            "module": run[first[0]].modules.name(int(first[1]["module"])),
-            "message": utf8(first[1]["message"]),
-        },
-    }
-
-
-def _print_ranks(run: RankSet, view: RanksOverview) -> None:
-    rank0, first = run[run.ranks[0]], view.first_alert
-    out = console()
-    backend = f" ({rank0.backend})" if rank0.backend else ""
-    out.print(
-        f"[bold]{literal(run.path)}[/bold]  "
-        + literal(f"{len(run.ranks)} of {run.world_size} ranks{backend}")
-    )
-    out.print(f"  [dim]{'command':<10}[/dim] {literal(rank0.info.command)}")
-    endings = {ending(run[rank]) for rank in run.ranks} - {""}
-    if endings:
-        ended = "; ".join(sorted(endings)) if len(endings) > 1 else endings.pop() + " (every rank)"
-        out.print(f"  [dim]{'ended':<10}[/dim] {literal(ended)}")
-    if rank0.answers:
-        steered = f"{plural(len(rank0.answers), 'command')}, the last: {rank0.answers[-1][2]}"
-        out.print(f"  [dim]{'steered':<10}[/dim] {literal(steered)}")
-    out.print(_ranks_table(view))
-    for line in _stragglers(view):
-        out.print(literal(line))
-    if first is not None:
-        rank, row = first
-        out.print(f"  [bold red]first NaN/inf[/] on rank {rank}: {literal(utf8(row['message']))}")
-    else:
-        out.print("  no NaN/inf alerts on any rank")
-    out.print(
-        f"  [dim]`hookdbg summary {literal(run.path)} --rank N` shows one rank's "
-        f"modules; `hookdbg diff --ranks {literal(run.path)}` checks that the "
-        "replicas agree[/dim]"
-    )
-
-
-def _ranks_table(view: RanksOverview) -> Table:
-    """One line per rank: how its recording ended, its steps, alerts and losses."""
-    t = table(
-        None,
-        [
-            ("rank", "right"),
-            "status",
-            ("steps", "right"),
-            ("ms per step", "right"),
-            ("alerts", "right"),
-            "data lost",
-            "loss",
-        ],
-    )
-    for r in view.rows:
-        t.add_row(
-            str(r.rank),
-            r.status.value,
-            str(r.steps),
-            ms(r.step_median),
-            str(r.alerts),
-            f"{r.dropped:,} rows" if r.dropped else "none",
-            _loss_cell(r.loss),
-        )
-    return t
-
-
-def _loss_cell(series: LossSeries | None) -> str:
-    """``0.6782 -> 0.4127``, and where it first went non-finite: a rank's own loss."""
-    if series is None:
-        return "-"
-    first, last = series.first(), series.last()
-    if first is None or last is None:
-        text = "-"
-    else:
-        text = f"{first[1]:.4g}" + (f" -> {last[1]:.4g}" if last[0] != first[0] else "")
-    if series.nonfinite_step is not None:
-        text += f", {series.nonfinite_kind} at step {series.nonfinite_step}"
-    return text
-
-
-def _stragglers(view: RanksOverview) -> list[str]:
-    """Which ranks were slowest how often, and the step where one lagged most."""
-    if not view.spreads:
-        return []
-    counts = ", ".join(f"rank {r} in {plural(n, 'step')}" for r, n in sorted(view.slowest.items()))
-    lines = [f"  stragglers: slowest was {counts} of {len(view.spreads)}"]
-    worst = view.worst
-    if worst is not None and worst.lag > 0:
-        lines.append(
-            f"  largest lag: step {worst.step}, rank {worst.slowest} took "
-            f"{ms(worst.lag)} ms ({worst.lag_share:.0%}) longer than the fastest rank"
-        )
-    return lines

@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 import numpy as np
-from rich.table import Table
 from rich.text import Text
 
 from hookdbg.analysis.captures import modules_stored, nonfinite, stored_calls
 from hookdbg.cli.common import BadInput, human_bytes, plural
-from hookdbg.cli.output import (
-    console,
-    emit_json,
-    json_option,
-    literal,
-    note,
-    open_or_fail,
-    rank_option,
-    resolve_or_fail,
-    table,
-)
+from hookdbg.cli.inputs import open_or_fail, rank_option, resolve_or_fail
+from hookdbg.cli.report import Report, emit, json_option
+from hookdbg.cli.tables import table
+from hookdbg.cli.terminal import Output, literal, note
 from hookdbg.read import Capture, Recording
 from hookdbg.store.schema import parse_slot_label
 
@@ -83,10 +76,7 @@ def tensor(
     if not stored:
         raise BadInput(f"{recording} holds no full tensors of {where}{_stored_hint(rec)}")
     if slot is None:
-        if as_json:
-            emit_json(_list_json(stored))
-        else:
-            console().print(_list_table(stored, where))
+        emit(StoredTensors(stored, where), as_json=as_json)
         return
     chosen = _choose(stored, slot, call_index, where)
     values = rec.tensor(chosen)
@@ -96,10 +86,8 @@ def tensor(
             f"saved {chosen.module.name} {chosen.label} of step {chosen.step} "
             f"{values.shape} {values.dtype} to {npy}"
         )
-    elif as_json:
-        emit_json(_tensor_json(chosen, values))
     else:
-        _print_tensor(chosen, values, full)
+        emit(TensorValues(chosen, values, full), as_json=as_json)
 
 
 def _stored_hint(rec: Recording) -> str:
@@ -136,67 +124,85 @@ def _save(values: np.ndarray, path: Path) -> None:
         raise BadInput(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def _tensor_json(chosen: Capture, values: np.ndarray) -> dict[str, object]:
-    return {
-        "module": chosen.module.name,
-        "step": chosen.step,
-        "slot": chosen.label,
-        "phase": chosen.phase.label,
-        "dtype": chosen.dtype,
-        "shape": list(chosen.shape),
-        "values": values.tolist(),
-    }
+@dataclass
+class TensorValues(Report):
+    """One stored tensor's values (abbreviated unless ``full``)."""
 
+    chosen: Capture
+    values: np.ndarray
+    full: bool
 
-def _print_tensor(chosen: Capture, values: np.ndarray, full: bool) -> None:
-    out = console()
-    out.print(
-        literal(
-            f"{chosen.module.name} {chosen.label}, step {chosen.step} "
-            f"({chosen.phase.label}, from the {chosen.source}): {values.dtype} "
-            f"{values.shape}"
-        )
-    )
-    bad = nonfinite(values)
-    if bad is not None:
+    def to_json(self) -> dict[str, object]:
+        chosen, values = self.chosen, self.values
+        return {
+            "module": chosen.module.name,
+            "step": chosen.step,
+            "slot": chosen.label,
+            "phase": chosen.phase.label,
+            "dtype": chosen.dtype,
+            "shape": list(chosen.shape),
+            "values": values.tolist(),
+        }
+
+    def render(self, out: Output) -> None:
+        chosen, values = self.chosen, self.values
         out.print(
-            f"  NaN {bad.nan:,}, inf {bad.inf:,}"
-            + ("" if bad.first is None else f"; first non-finite at index {bad.first}")
+            literal(
+                f"{chosen.module.name} {chosen.label}, step {chosen.step} "
+                f"({chosen.phase.label}, from the {chosen.source}): {values.dtype} "
+                f"{values.shape}"
+            )
         )
-    with np.printoptions(threshold=sys.maxsize if full else 200, linewidth=120, precision=5):
-        out.print(Text(np.array2string(values)))
+        bad = nonfinite(values)
+        if bad is not None:
+            out.print(
+                f"  NaN {bad.nan:,}, inf {bad.inf:,}"
+                + ("" if bad.first is None else f"; first non-finite at index {bad.first}")
+            )
+        with np.printoptions(
+            threshold=sys.maxsize if self.full else 200, linewidth=120, precision=5
+        ):
+            out.print(Text(np.array2string(values)))
 
 
-def _list_json(stored: list[Capture]) -> dict[str, object]:
-    return {
-        "tensors": [
-            {
-                "step": c.step,
-                "phase": c.phase.label,
-                "slot": c.label,
-                "dtype": c.dtype,
-                "shape": list(c.shape),
-                "bytes": c.nbytes,
-                "source": c.source,
-            }
-            for c in stored
-        ]
-    }
+@dataclass
+class StoredTensors(Report):
+    """What full tensors a recording holds for a module (``where``: it, at a step)."""
 
+    stored: list[Capture]
+    where: str
 
-def _list_table(stored: list[Capture], where: str) -> Table:
-    t = table(
-        f"full tensors of {where}",
-        [("step", "right"), "phase", "slot", "shape", "dtype", ("size", "right"), "from"],
-    )
-    for c in stored:
-        t.add_row(
-            str(c.step),
-            c.phase.label,
-            c.label,
-            str(c.shape),
-            c.dtype,
-            human_bytes(c.nbytes),
-            c.source,
+    def to_json(self) -> dict[str, object]:
+        stored = self.stored
+        return {
+            "tensors": [
+                {
+                    "step": c.step,
+                    "phase": c.phase.label,
+                    "slot": c.label,
+                    "dtype": c.dtype,
+                    "shape": list(c.shape),
+                    "bytes": c.nbytes,
+                    "source": c.source,
+                }
+                for c in stored
+            ]
+        }
+
+    def render(self, out: Output) -> None:
+        stored, where = self.stored, self.where
+        t = table(
+            f"full tensors of {where}",
+            [("step", "right"), "phase", "slot", "shape", "dtype", ("size", "right"), "from"],
         )
-    return t
+        for c in stored:
+            t.add_row(
+                str(c.step),
+                c.phase.label,
+                c.label,
+                str(c.shape),
+                c.dtype,
+                human_bytes(c.nbytes),
+                c.source,
+            )
+        out.print(t)

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from hookdbg.cli.common import BadInput
-from hookdbg.cli.output import open_or_fail, open_run_or_fail
+from hookdbg.cli.inputs import open_or_fail, open_run_or_fail
 from hookdbg.read import RankSet, rank_files
 
 

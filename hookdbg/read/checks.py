@@ -254,11 +254,11 @@ def member(group: h5py.Group, name: str, where: str, path: Path) -> object | Non
             return None
         if group.id.links.get_info(key).type != h5py.h5l.TYPE_HARD:
             link = group.get(name, getlink=True)
-            kind = _LINK_KINDS.get(type(link), "a link")
+            label = _LINK_KINDS.get(type(link), "a link")
             target = getattr(link, "filename", None) or getattr(link, "path", "?")
             raise RecordingError(
-                f"{path} is damaged: {where} is {kind} (to {target}), which a recording never "
-                "holds; refusing to follow it"
+                f"{path} is damaged: {where} is {label} (to {target}), which a recording "
+                "never holds; refusing to follow it"
             )
         found = h5py.h5o.open(group.id, key)
     except H5_ERRORS as exc:
@@ -278,7 +278,7 @@ _SHARED: weakref.WeakValueDictionary[tuple[object, str], h5py.Dataset] = (
 def _shared(group: h5py.Group, name: str, opened: h5py.Dataset) -> h5py.Dataset:
     """``opened``, or the handle of the same dataset another reader holds, in a file
     being written (SWMR); a closed file's datasets do not change, and are not shared."""
-    if not group.file.swmr_mode:
+    if not _swmr(group.id):
         return opened
     key = (group.id.fileno, f"{group.name.rstrip('/')}/{name}")
     held = _SHARED.get(key)
@@ -290,6 +290,13 @@ def _shared(group: h5py.Group, name: str, opened: h5py.Dataset) -> h5py.Dataset:
         return held
     _SHARED[key] = opened
     return opened
+
+
+def _swmr(oid: h5py.h5g.GroupID) -> bool:
+    """Whether the file holding ``oid`` is read as it is written (SWMR), asked of the
+    file's id alone (an ``h5py.File`` object costs more to build than the question)."""
+    intent = h5py.h5i.get_file_id(oid).get_intent()
+    return bool(intent & (h5py.h5f.ACC_SWMR_READ | h5py.h5f.ACC_SWMR_WRITE))
 
 
 def checked_dataset(
@@ -334,7 +341,7 @@ def checked_dataset(
             f"{path} is damaged: {where} has type {dtype}, expected {expected.str.lstrip('<|')}"
         )
     try:
-        problem = storage_problem(ds, where, file_size, filters)
+        problem = storage_problem(ds, where, file_size, filters, plist)
     except H5_ERRORS as exc:
         raise damaged(path, exc) from None
     if problem is not None:

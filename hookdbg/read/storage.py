@@ -27,11 +27,11 @@ one too.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Collection, Iterable
 
 import h5py
-import numpy as np
 
 from hookdbg.store import schema
 from hookdbg.text import human_bytes
@@ -79,11 +79,16 @@ def pipeline(plist: h5py.h5p.PropDCID) -> tuple[int, ...]:
 
 
 def storage_problem(
-    ds: h5py.Dataset, where: str, file_size: int, filters: Collection[tuple[int, ...]]
+    ds: h5py.Dataset,
+    where: str,
+    file_size: int,
+    filters: Collection[tuple[int, ...]],
+    plist: h5py.h5p.PropDCID | None = None,
 ) -> str | None:
-    """What is wrong with how ``ds`` stores its bytes, if anything (see the module)."""
+    """What is wrong with how ``ds`` stores its bytes, if anything (see the module);
+    ``plist``: its creation properties, where the caller holds them already."""
     dsid = ds.id
-    plist = dsid.get_create_plist()
+    plist = dsid.get_create_plist() if plist is None else plist
     used = pipeline(plist)
     if used not in filters:
         names = ", ".join(map(str, used)) or "none"
@@ -91,14 +96,14 @@ def storage_problem(
     itemsize = dsid.dtype.itemsize
     chunk_bytes = 0
     if plist.get_layout() == h5py.h5d.CHUNKED:
-        chunk_bytes = int(np.prod(plist.get_chunk(), dtype=np.int64)) * itemsize
+        chunk_bytes = math.prod(plist.get_chunk()) * itemsize
         if chunk_bytes > schema.MAX_CHUNK_BYTES:
             return (
                 f"{where} is stored in chunks of {human_bytes(chunk_bytes)}, larger than "
                 f"hookdbg writes ({human_bytes(schema.MAX_CHUNK_BYTES)}); refusing to read it"
             )
     shape: tuple[int, ...] = dsid.shape or (0,)
-    declared = int(np.prod(shape, dtype=np.int64)) * itemsize
+    declared = math.prod(shape) * itemsize
     compressing = [f for f in used if f in _COMPRESSING]
     if declared > _SLACK:
         stored = min(dsid.get_storage_size(), file_size)
@@ -147,7 +152,7 @@ def table_problem(name: str, columns: Iterable[h5py.Dataset], file_size: int) ->
     declared = stored = rows = 0
     for ds in columns:
         shape: tuple[int, ...] = ds.id.shape or (0,)
-        declared += int(np.prod(shape, dtype=np.int64)) * ds.id.dtype.itemsize
+        declared += math.prod(shape) * ds.id.dtype.itemsize
         stored += ds.id.get_storage_size()
         rows = max(rows, shape[0])
     if name == "modules":

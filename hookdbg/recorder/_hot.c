@@ -191,7 +191,7 @@ static inline int get_ll(PyObject *obj, PyObject *name, long long *out) {
  * Handoff, FlightRecorder) read the way CPython's member descriptor reads it, by its offset in the
  * object, without the lookup in the type that getattr makes on every call. Found once,
  * at setup, from the class's descriptor; an object of another type (a subclass), an
- * unset slot or a slot not found there go through getattr as before. */
+ * unset slot or a slot not found there go through getattr. */
 typedef struct {
     PyTypeObject *type; /* NULL: not found, always getattr */
     Py_ssize_t offset;

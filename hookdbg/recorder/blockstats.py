@@ -4,8 +4,8 @@ Why: deferred.py copies a small device tensor into the step's float64 arena (one
 launch) and summarises the whole arena at its flush. A large tensor fills the arena (on
 a 64x64 convnet the arena was flushed every two tensors, each flush a dozen launches) or,
 past ``deferred.ARENA``, goes through ``tensor_stats``: a dozen torch kernels and about
-ten passes over memory with temporaries as large as the tensor. On an H100, a step of
-resnet18 at 224x224 (batch 64) cost 13.8 times as much recorded as not.
+ten passes over memory with temporaries as large as the tensor. On an H100 that path
+makes a recorded step of resnet18 at 224x224 (batch 64) cost 13.8 times an unrecorded one.
 
 How: a tensor of more than ``LARGE`` elements is read once, in its own dtype, by the
 Triton kernel of blockkernel.py: at most ``PROGRAMS`` programs, each over a contiguous
@@ -20,15 +20,15 @@ At the flush, ``Partials.combine`` turns each tensor's rows into the raw row tha
 ``deferred.arena_stats`` makes, M2 by Chan's formula (the programs' M2 plus
 n_p * (mean_p - mean)^2 for each, the means less the shift, so that no mean of 1e7
 rounds away the spread of its noise), in a fixed number of launches however many
-tensors it holds; ``deferred.from_raw`` and all after it are unchanged.
+tensors it holds; from there on (``deferred.from_raw``) both kinds of row are one.
 
 The kernel reads any tensor whose elements fill one dense block of memory, whatever
 their order (contiguous, channels_last, a transpose: the statistics do not depend on
-it). Elsewhere deferred.py keeps its earlier path: without Triton, for tensors on devices
-not in ``KERNEL_DEVICES`` (CPU), for other dtypes, for tensor subclasses, and for
-expanded or sliced views (copying those first would cost what the earlier path costs). The tests set
-``KERNEL_DEVICES`` to ``{"cpu"}`` under ``TRITON_INTERPRET=1`` to check the kernel's
-arithmetic in Triton's interpreter on machines without a GPU.
+it). Elsewhere deferred.py summarises with torch ops: without Triton, for tensors on
+devices not in ``KERNEL_DEVICES`` (CPU), for other dtypes, for tensor subclasses, and
+for expanded or sliced views (copying those first would cost what the torch ops cost).
+The tests set ``KERNEL_DEVICES`` to ``{"cpu"}`` under ``TRITON_INTERPRET=1`` to check the
+kernel's arithmetic in Triton's interpreter on machines without a GPU.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ class Partials:
     def add(self, flat: torch.Tensor) -> bool:
         """Launch the kernel over ``flat`` (from ``flat_input``), which must fit. False
         where Triton cannot build or launch it on this machine: the kernel is then off
-        for the rest of the process, and deferred.py's earlier path summarises."""
+        for the rest of the process, and deferred.py summarises with torch ops."""
         programs, per_program = split(flat.numel())
         kernel = _kernel()
         assert kernel is not None and self.used + programs <= self.rows.shape[0]

@@ -174,7 +174,7 @@ try:
     from torch._functorch.pyfunctorch import temporarily_clear_interpreter_stack
 
     outside_transforms = temporarily_clear_interpreter_stack
-except ImportError:  # a torch without it: reading a wrapped tensor fails as before
+except ImportError:  # a torch without it: reading a functorch-wrapped tensor fails
     outside_transforms = contextlib.nullcontext
 
 

@@ -359,7 +359,7 @@ MAX_CHUNK_BYTES = 1 << 20
 # equal (min == max): all in bin N // 2. Rows without statistics, or with no finite
 # values: all zeros. So a floating tensor's counts sum to numel - nan - posinf - neginf.
 # Readers that do not know the column ignore it (read/checks.py), so it needed no new
-# schema version: version 2 files without it read as before.
+# schema version: version 2 files without it read with no histograms.
 HISTOGRAM = "histogram"
 MAX_HISTOGRAM_BINS = 1024
 

@@ -1,6 +1,7 @@
 """``profile`` and the time model (hookdbg/recorder/timing.py): every recorded second of a
 step is counted once, so self <= total <= step for every row and the shares of a step
-add up to at most all of it, on the shapes of training loop that used to count twice."""
+add up to at most all of it, on the shapes of training loop where a second could be
+counted twice (a module called twice, a GAN, LBFGS's closure, a cell unrolled over time)."""
 
 import sys
 import time

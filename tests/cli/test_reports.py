@@ -286,3 +286,60 @@ def test_summary_of_an_eval_only_run_points_to_its_eval_batches(tmp_path):
     assert "no training step was recorded, only eval batches" in out.stdout
     shown = hookdbg("show", path, "model", "--eval")
     assert shown.returncode == 0 and "eval 2" in shown.stdout
+
+
+def test_exit_code_holds_for_json_output_too(nan_h5, mlp_h5):
+    """--exit-code gates CI on what the report found, whichever way it is printed."""
+    for command in ("summary", "alerts"):
+        bad = hookdbg(command, nan_h5, "--json", "--exit-code")
+        assert bad.returncode == 1, bad.stderr
+        assert json.loads(bad.stdout)["recording"] == str(nan_h5)
+    good = hookdbg("alerts", mlp_h5, "--json", "--exit-code")
+    assert good.returncode == 0 and json.loads(good.stdout)["alerts"] == []
+
+
+def test_every_report_command_prints_through_emit():
+    """Each command with --json builds a Report and hands it to emit(), which prints it
+    as JSON or as text and applies --exit-code: no command prints its own JSON."""
+    import ast
+    import inspect
+
+    from hookdbg.cli.app import COMMANDS
+    from hookdbg.cli.report import Report
+
+    reports = [c for c in COMMANDS if any(p.name == "as_json" for p in c.params)]
+    assert {c.name for c in reports} >= {"summary", "profile", "alerts", "show", "diff"}
+    for command in reports:
+        assert command.callback is not None
+        module = inspect.getmodule(inspect.unwrap(command.callback))
+        tree = ast.parse(inspect.getsource(module))
+        called = {
+            node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))
+        }
+        assert "emit" in called and not called & {"dumps", "echo"}, command.name
+        assert any(
+            isinstance(v, type) and issubclass(v, Report) and v is not Report
+            for v in vars(module).values()
+        ), command.name
+
+
+def test_show_prints_the_infinities_a_tensor_holds_as_its_min_and_max(tmp_path):
+    """The recorded min and max are of the finite values; a masked score's min is -inf."""
+    script = tmp_path / "masked.py"
+    script.write_text(
+        "import torch\n"
+        "proj, soft = torch.nn.Linear(4, 4), torch.nn.Softmax(dim=-1)\n"
+        "opt = torch.optim.SGD(proj.parameters(), lr=0.1)\n"
+        "mask = torch.ones(4, 4, dtype=torch.bool).triu(1)\n"
+        "scores = proj(torch.randn(4, 4)).masked_fill(mask, float('-inf'))\n"
+        "(soft(scores) * torch.randn(4, 4)).sum().backward()\n"
+        "opt.step()\n"
+    )
+    assert hookdbg("record", "-q", "-o", tmp_path / "run.h5", script).returncode == 0
+    out = hookdbg("show", tmp_path / "run.h5", "soft", "--step", "0").stdout
+    line = next(line for line in out.splitlines() if "input[0]" in line)
+    cells = line.split()
+    assert cells[cells.index("float32") + 1] == "-inf"  # min; max is finite
+    assert cells[cells.index("float32") + 2] != "inf"

@@ -170,7 +170,7 @@ def test_a_step_of_large_and_small_tensors_gives_each_its_own_row(monkeypatch):
     want, _ = summaries(tensors)
     for g, w, t, kernel in zip(got, want, tensors, by_kernel, strict=True):
         assert g[: stats.MIN] == w[: stats.MIN]
-        # the earlier path takes float32 deviations of tensors too large for the arena
+        # the torch ops take float32 deviations of tensors too large for the arena
         assert g[stats.MIN :] == pytest.approx(w[stats.MIN :], rel=1e-6, nan_ok=True), t.shape
         exact = t.double()
         if kernel and not exact.isnan().any():
@@ -334,7 +334,7 @@ def record_convnet(path, options: RecordOptions, seed: int = 0) -> None:
 
 def test_a_recording_says_the_same_with_and_without_the_kernel(tmp_path, monkeypatch):
     """A small convnet's large activations and gradients through the kernel give the
-    rows the earlier path gives."""
+    rows the torch ops give."""
 
     monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)  # the same twice
 

@@ -66,7 +66,7 @@ def test_a_gradient_non_finite_at_scale_one_is_an_alert(tmp_path, defer):
     t = tables(path)
     alerts = t["alerts"]
     first = alerts[alerts["first"] == 1]
-    assert len(first) == 1 and first["step"][0] == 2  # scale 1: no longer the scaling
+    assert len(first) == 1 and first["step"][0] == 2  # at scale 1 the scaling did not overflow it
     message = first["message"][0].decode()
     assert "backward" in message and "non-finite even unscaled" in message
     assert list(t["steps"]["skipped"]) == [1] * 6

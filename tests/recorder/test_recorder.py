@@ -303,8 +303,8 @@ def test_lazy_modules_are_recorded_and_their_parameters_watched_once_made(tmp_pa
 
 def test_a_name_utf8_cannot_hold_is_stored_escaped(tmp_path):
     """A dict key decoded from a file name with surrogateescape holds a lone surrogate,
-    which UTF-8 cannot encode: the row keeps it as a backslash escape, and nothing is
-    lost (it used to stop the writer, and with it the recording)."""
+    which UTF-8 cannot encode: the row keeps it as a backslash escape, nothing is lost,
+    and the writer, and with it the recording, goes on."""
 
     class Keyed(nn.Module):
         def forward(self, x):

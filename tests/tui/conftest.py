@@ -65,3 +65,14 @@ def rootless_h5(tmp_path_factory):
     path = tmp_path_factory.mktemp("rootless") / "bench.h5"
     bench.build(path, 8 * bench.ROWS_PER_STEP)
     return path
+
+
+@pytest.fixture(scope="session")
+def mlp_lr_h5(tmp_path_factory):
+    """samples/numnet_mlp.py as mlp_h5 records it with twice the learning rate: the runs
+    part in the first optimizer step, model.body.1's weights first (by 2e-5 in the norm)."""
+    from tests.conftest import _record
+
+    return _record(
+        tmp_path_factory, "mlp_lr", SAMPLES / "numnet_mlp.py", "--steps", "4", "--lr", "0.2"
+    )

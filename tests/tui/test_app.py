@@ -127,11 +127,11 @@ async def test_alerts_screen_jumps_to_the_origin(nan_h5):
         await settle(app, pilot)
         assert "step 3" in text(app.screen.query_one(StepBar))
         assert "model.standardize" in text(app.screen.query_one("#detail-title"))
-        assert "NaN/inf born here" in tree.label_of(origin)
-        assert "non-finite" in tree.label_of(rec.modules.resolve("proj").id)
+        assert "◆NaN" in tree.label_of(origin)
+        assert "⚠" in tree.label_of(rec.modules.resolve("proj").id)
         await pilot.press("left")  # step 2: before the NaN, no badge
         await settle(app, pilot)
-        assert "born here" not in tree.label_of(origin)
+        assert "◆" not in tree.label_of(origin)
 
 
 async def test_search_jumps_and_n_walks_through_matching_modules(nan_h5):
@@ -224,10 +224,10 @@ async def test_diff_opens_on_the_first_divergence_kept_apart_from_backward_spill
         # on open, without a key: unfolded to it, selected, marked
         assert "net.3" in text(app.screen.query_one("#detail-title"))
         assert tree.cursor_node is not None and tree.cursor_node.data == net3
-        assert "★ first divergence" in tree.label_of(net3)
-        assert "≠" in tree.label_of(net3) and "bwd only" not in tree.label_of(net3)
+        assert "★first" in tree.label_of(net3)
+        assert "≠fwd" in tree.label_of(net3) and "≠bwd" not in tree.label_of(net3)
         # net.0 runs before the change: only its backward can differ, and says so
-        assert "≠ bwd only" in tree.label_of(a.modules.resolve("net.0").id)
+        assert "≠bwd" in tree.label_of(a.modules.resolve("net.0").id)
         assert any("first divergence: net.3" in n for n in notices(app))
         shown = records(app.screen.query_one("#detail-table", DataTable))
         assert {r["run"] for r in shown} == {"a", "b"}  # both runs, side by side
