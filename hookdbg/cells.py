@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hookdbg.store import summary as layout
 from hookdbg.store.schema import (
     CHANGED_IN_PLACE,
     SUMMARY_COLUMNS,
@@ -31,11 +32,14 @@ __all__ = [
     "CALL_COLUMNS",
     "CHANGED",
     "CHANGED_NOTE",
+    "FRACTIONS",
     "STATS",
     "TENSOR_COLUMNS",
     "TensorText",
     "cell_text",
     "count_text",
+    "fraction_text",
+    "label",
     "nonfinite_count",
     "num",
     "shape_text",
@@ -48,8 +52,15 @@ __all__ = [
 TENSOR_COLUMNS = tuple(c for c in (*WHERE_COLUMNS, *SUMMARY_COLUMNS) if c != "device")
 CALL_COLUMNS = ("step", "segment", "call", "module", "phase", "index", "total", "self")
 
-# the statistics of a tensor summary, in the order tables show them
-STATS = ("min", "max", "mean", "std", "norm")
+# the statistics of a tensor summary that tables show, in their order (summary.py's
+# shown numbers: min, max, mean, std, norm), then its shown fractions (zero_frac...)
+STATS = layout.STATS
+FRACTIONS = layout.FRACTIONS
+
+
+def label(name: str) -> str:
+    """A summary field's column title: ``zeros`` for zero_frac."""
+    return layout.field(name).label
 
 
 def num(value: float, digits: int = 4) -> str:
@@ -77,6 +88,12 @@ def nonfinite_count(row: np.void) -> int:
     (schema.NOT_LOOKED, schema.CHANGED_IN_PLACE)."""
     nan = int(row["nan"])
     return nan + int(row["posinf"]) + int(row["neginf"]) if nan >= 0 else nan
+
+
+def fraction_text(value: float) -> str:
+    """A fraction as a percentage, ``37%``; ``-`` where it was not recorded."""
+    value = float(value)
+    return "-" if math.isnan(value) else f"{value:.0%}"
 
 
 def stat_text(value: float) -> str:
@@ -122,8 +139,13 @@ class TensorText:
     dtype: str
     nonfinite: int  # NaN and inf elements; -1 when values were not looked at
     count: str  # ``nonfinite`` as text
-    zeros: str  # the zero fraction, "37%"
     values: dict[str, float]  # the statistics (STATS), as numbers
+    fractions: dict[str, str]  # the fractions (FRACTIONS) as text, "37%"
+
+    @property
+    def zeros(self) -> str:
+        """The zero fraction, "37%"."""
+        return self.fractions["zero_frac"]
 
     def stat(self, name: str) -> str:
         """A statistic as the TUI writes it (``nan`` and ``-`` apart)."""
@@ -133,7 +155,7 @@ class TensorText:
 def tensor_text(row: np.void) -> TensorText:
     """The one formatter of a tensors row: what every report writes for it."""
     path = utf8(row["path"])
-    zeros = float(row["zero_frac"])
+    names = row.dtype.names or ()
     bad = nonfinite_count(row)
     return TensorText(
         phase=Phase(int(row["phase"])).label,
@@ -143,8 +165,9 @@ def tensor_text(row: np.void) -> TensorText:
         dtype=printable(utf8(row["dtype"])),
         nonfinite=bad,
         count=count_text(bad),
-        zeros="-" if math.isnan(zeros) else f"{zeros:.0%}",
         values=_values(row),
+        # a row read without a field (a report's own selection of columns) shows ``-``
+        fractions={n: fraction_text(row[n]) if n in names else "-" for n in FRACTIONS},
     )
 
 

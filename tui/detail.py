@@ -25,7 +25,7 @@ from textual.widgets import DataTable, Static
 
 from hookdbg.analysis.histograms import has_histogram, sparkline
 from hookdbg.analysis.stepview import mask_rows
-from hookdbg.cells import STATS, num, stat_text, tensor_text
+from hookdbg.cells import FRACTIONS, STATS, label, num, stat_text, tensor_text
 from hookdbg.store.schema import HISTOGRAM, Phase
 from hookdbg.text import plural, printable, utf8
 
@@ -51,7 +51,8 @@ COLUMNS = (
     Column("std", "std", 78),
     Column("norm", "norm", 50),
     Column("histogram", "histogram", 55, right=False),  # --histograms recordings only
-    Column("zeros", "zeros", 30),
+    # the fractions (zeros, ...), those declared later first to go on a narrow pane
+    *(Column(name, label(name), 30 - i) for i, name in enumerate(FRACTIONS)),
     Column("shape", "shape", 40, right=False),
     Column("dtype", "dtype", 20, right=False),
     Column("placement", "global", 85, right=False),  # the global view's rows only
@@ -87,7 +88,7 @@ def summary_rows(run: str, detail: Detail) -> list[Row]:
                 "nonfinite": text.count,
                 "shape": text.shape,
                 "dtype": text.dtype,
-                "zeros": text.zeros,
+                **text.fractions,
                 "histogram": histogram_cell(r),
                 "placement": placement_cell(r),
             },

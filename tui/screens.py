@@ -19,7 +19,15 @@ from hookdbg.analysis.alerts import AlertReport
 from hookdbg.analysis.profile import Profile
 from hookdbg.analysis.query import Query, QueryError, parse
 from hookdbg.analysis.search import SearchResult
-from hookdbg.cells import STATS, cell_text, nonfinite_count, slot_label, tensor_text
+from hookdbg.cells import (
+    FRACTIONS,
+    STATS,
+    cell_text,
+    label,
+    nonfinite_count,
+    slot_label,
+    tensor_text,
+)
 from hookdbg.read.modules import ModuleTable
 from hookdbg.store.schema import Phase
 from hookdbg.text import plural, printable, utf8
@@ -215,7 +223,7 @@ TENSOR_MATCH = (
     Column("norm", "norm", 50),
     Column("absmax", "max |x|", 45),
     Column("numel", "numel", 44),
-    Column("zero_frac", "zeros", 42),
+    *(Column(name, label(name), 42 - i) for i, name in enumerate(FRACTIONS)),
     Column("shape", "shape", 40, right=False),
 )
 # a matching module call (a query about modules only)
@@ -268,7 +276,7 @@ def match_cells(row: np.void, modules: ModuleTable, on_tensors: bool) -> dict[st
         cells["self"] = f"{float(row['self']) * 1e3:.3f}"
         return cells
     text = tensor_text(row)
-    cells.update(tensor=text.slot, nonfinite=text.count, shape=text.shape, zero_frac=text.zeros)
+    cells.update(tensor=text.slot, nonfinite=text.count, shape=text.shape, **text.fractions)
     cells.update({stat: text.stat(stat) for stat in STATS})
     absmax = max(abs(float(row["min"])), abs(float(row["max"])))
     cells["absmax"] = cell_text(absmax, text.nonfinite)

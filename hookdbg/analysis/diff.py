@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hookdbg.read.recording import Recording
+from hookdbg.store import summary as layout
 from hookdbg.store.schema import Phase, slot_label
 from hookdbg.text import utf8
 
-STATS = ("min", "max", "mean", "std", "norm")
+STATS = layout.STATS  # min max mean std norm (hookdbg/store/summary.py)
 EXACT = ("shape", "dtype", "nan", "posinf", "neginf")
 COLUMNS = ["call", "step", "module", "phase", "slot", "path", *EXACT, *STATS]
 

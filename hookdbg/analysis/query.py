@@ -13,9 +13,9 @@ be negated with ``!``; ``|`` separates alternatives within a field.
 ``step:5``, ``step:3:7``  one step, or steps 3 to 6
 ``dtype:float16``       tensor dtype; ``path:mask`` the tensor's place in its slot
 ``nan``, ``inf``        the tensor has NaN / +-inf values; ``nonfinite`` either
-``max>1e4``             a statistic compared with a number: min max mean std norm
-                        absmax (max of abs min/max) numel nan posinf neginf zero_frac,
-                        with < <= > >= = !=
+``max>1e4``             a statistic compared with a number (``STATS``: min max mean
+                        std norm absmax, the max of abs min/max, numel, the NaN/inf
+                        counts, the fractions...), with < <= > >= = !=
 ======================  =============================================================
 
 Examples: ``nan``, ``type:BatchNorm2d std<1e-6``, ``layer4.* phase:bwd norm>10``,
@@ -38,6 +38,7 @@ import numpy as np
 
 from hookdbg.options import OptionError, StepRange
 from hookdbg.read.modules import Module, ModuleTable
+from hookdbg.store import summary as layout
 from hookdbg.store.schema import Phase, Slot
 
 
@@ -45,18 +46,12 @@ class QueryError(ValueError):
     """A query that cannot be parsed; the message points at the term."""
 
 
+# what a comparison may name: the searched fields of a summary (hookdbg/store/summary.py),
+# the numbers first, with ``absmax`` after them
 STATS = (
-    "min",
-    "max",
-    "mean",
-    "std",
-    "norm",
+    *(n for n in layout.SEARCHED if layout.field(n).kind == layout.STAT),
     "absmax",
-    "numel",
-    "nan",
-    "posinf",
-    "neginf",
-    "zero_frac",
+    *(n for n in layout.SEARCHED if layout.field(n).kind != layout.STAT),
 )
 _OPS: dict[str, Callable[[np.ndarray, float], np.ndarray]] = {
     "<=": operator.le,

@@ -25,9 +25,10 @@ from hookdbg.analysis.losses import loss_series
 from hookdbg.options import ModuleFilter
 from hookdbg.read.recording import Recording
 from hookdbg.read.resolve import row_span
+from hookdbg.store import summary as layout
 from hookdbg.store.schema import HISTOGRAM, Phase, StepKind, slot_label
 
-STATS = ("min", "max", "mean", "std", "norm", "zero_frac", "nan", "posinf", "neginf")
+STATS = layout.SCALARS  # a summary's fields plotted (hookdbg/store/summary.py)
 TIMES = ("fwd_ms", "bwd_ms", "fwd_device_ms", "bwd_device_ms")
 DEFAULT_STATS = (
     "output/std",
@@ -44,7 +45,7 @@ DEFAULT_STATS = (
     "param_grad*/histogram",
     "param[*/histogram",
 )
-_COUNTS = ("nan", "posinf", "neginf")
+_COUNTS = layout.COUNTED  # not measured: below 0 (the others: NaN)
 _EVAL_REDUCE = {"min": np.fmin, "max": np.fmax, "nan": np.add, "posinf": np.add, "neginf": np.add}
 
 

@@ -8,7 +8,7 @@ import click
 import numpy as np
 from rich.table import Table
 
-from hookdbg.analysis.query import Query, QueryError, parse
+from hookdbg.analysis.query import STATS, Query, QueryError, parse
 from hookdbg.analysis.search import SearchResult
 from hookdbg.analysis.search import search as run_search
 from hookdbg.cli.common import BadInput, plural
@@ -21,14 +21,14 @@ from hookdbg.store.schema import Phase
 
 
 @click.command(
-    epilog="""\b
+    epilog=f"""\b
 Query terms (all must match; !term negates; | separates alternatives):
   layer3.*  name:GLOB     module name or path glob
   type:Conv2d|Linear      module class
   phase:fwd|bwd|opt       slot:input|output|grad_output|grad_input|param_grad|param|grad
   step:5  step:3:7        dtype:float16  path:mask
   nan  inf  nonfinite     tensors holding NaN / inf
-  max>1e4  std<1e-6       min max mean std norm absmax numel nan posinf neginf zero_frac
+  max>1e4  std<1e-6       {" ".join(STATS)}
 \b
 Examples:
   hookdbg search run.h5 nan

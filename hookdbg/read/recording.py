@@ -46,7 +46,7 @@ from hookdbg.read.runinfo import RunInfo, run_info
 from hookdbg.read.shards import Place, Shard, shard_places
 from hookdbg.read.table import Table
 from hookdbg.read.tails import TableState, Tails
-from hookdbg.store import schema
+from hookdbg.store import schema, summary
 from hookdbg.store.retention import KEPT
 from hookdbg.text import utf8
 
@@ -93,12 +93,17 @@ def _tables_of(version: int) -> list[str]:
 
 
 def _derived(version: int) -> Derived:
-    """The columns a recording of this schema version lacks, with their values."""
+    """The columns a recording of this schema version lacks, with their values: those
+    of ``_ADDED``, and the summary fields added since (hookdbg/store/summary.py), which
+    read as not measured."""
     out: Derived = {}
     for added, tables in _ADDED.items():
         if version < added:
             for table, columns in tables.items():
                 out.setdefault(table, {}).update(columns)
+    fields = summary.missing_since(version)
+    if fields:
+        out.setdefault("tensors", {}).update(fields)
     return out
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hookdbg.store import schema
+from hookdbg.store import schema, summary
 from hookdbg.text import utf8
 
 Place = tuple[int, int, int, str]  # module, phase, slot, path
@@ -102,7 +102,8 @@ def _split(text: str) -> list[str]:
 
 def merge(pieces: list[np.void]) -> dict[str, float | int]:
     """The statistics of the tensor whose shards ``pieces`` summarise (tensors rows).
-    An empty shard (FSDP2 gives the last ranks none of a small tensor) adds nothing."""
+    An empty shard (FSDP2 gives the last ranks none of a small tensor) adds nothing. A
+    summary field not merged here reads as not measured, never as a shard's."""
     pieces = [p for p in pieces if int(p["numel"])] or pieces[:1]
     numel = sum(int(p["numel"]) for p in pieces)
     counted = all(int(p["nan"]) >= 0 for p in pieces)
@@ -123,7 +124,7 @@ def merge(pieces: list[np.void]) -> dict[str, float | int]:
     norms = np.array([float(p["norm"]) for p in pieces])
     zeros = np.array([float(p["zero_frac"]) for p in pieces])
     sizes = np.array([int(p["numel"]) for p in pieces], dtype=np.float64)
-    return {
+    merged: dict[str, float | int] = {
         "numel": numel,
         "min": min(lows) if len(lows) == len(pieces) else float("nan"),
         "max": max(highs) if len(highs) == len(pieces) else float("nan"),
@@ -133,6 +134,32 @@ def merge(pieces: list[np.void]) -> dict[str, float | int]:
         **bad,
         "zero_frac": float((zeros * sizes).sum() / sizes.sum()) if numel else float("nan"),
     }
+    if "sat_frac" in (pieces[0].dtype.names or ()):
+        merged["sat_frac"] = _at_ends(pieces, merged["min"], merged["max"], numel)
+    for f in summary.FIELDS[summary.VALUES]:
+        merged.setdefault(f.name, f.missing)  # type: ignore[arg-type]
+    return merged
+
+
+def _at_ends(pieces: list[np.void], lo: float, hi: float, numel: int) -> float:
+    """The fraction of the whole tensor's values at its min or max. A shard whose own
+    min and max are both the whole's (or neither) adds its values at its ends (or
+    none); one holding a single end cannot tell how many of its values sit at which:
+    NaN then."""
+    count = 0
+    for p in pieces:
+        n, fraction = int(p["numel"]), float(p["sat_frac"])
+        if not n:
+            continue
+        if np.isnan(fraction) or np.isnan(lo):
+            return float("nan")
+        ends = int(float(p["min"]) == lo) + int(float(p["max"]) == hi)
+        if float(p["min"]) == float(p["max"]):  # a constant shard: all at one end or none
+            ends = 2 if ends else 0
+        if ends == 1:
+            return float("nan")
+        count += round(fraction * n) if ends else 0
+    return count / numel if numel else float("nan")
 
 
 _COUNTS = ("nan", "posinf", "neginf")

@@ -4,13 +4,14 @@
  * dispatches; on the small tensors of a real model the dispatch (2.5-5 us each) is
  * most of the cost, and on large ones each pass reads the tensor again from memory.
  * This reads it once: min and max over the finite values, their mean, population std
- * (ddof 0) and L2 norm as exact as a float64 two-pass computation (see ``Acc``), and
- * the counts of NaN, +inf, -inf and zeros.
+ * (ddof 0) and L2 norm as exact as a float64 two-pass computation (see ``Acc``), the
+ * counts of NaN, +inf, -inf and zeros, and of the values equal to the min or the max
+ * (each lane keeps its min and how many values equal it, which a smaller value resets).
  *
- * summary(address, n, kind, shape, dtype)
- *     -> (shape, dtype, "cpu", n, min, max, mean, std, norm, nan, posinf, neginf, zero_frac)
+ * summary(address, n, kind, shape, dtype) -> a summary tuple
  *
- * the whole summary tuple of hookdbg/recorder/stats.py, built here rather than
+ * the whole summary tuple of hookdbg/recorder/stats.py (its fields at the positions
+ * summary.h gives, generated from hookdbg/store/summary.py), built here rather than
  * unpacked and packed again in Python (it runs for every new tensor). ``address`` is
  * the first element of ``n`` contiguous elements of type ``kind`` (the caller keeps
  * the tensor alive and checks it is contiguous and on the CPU); ``shape`` and
@@ -39,6 +40,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "../store/summary.h"
 
 enum { F32 = 0, F64 = 1, F16 = 2, BF16 = 3, I64 = 4, I32 = 5, U8 = 6, I8 = 7, I16 = 8 };
 
@@ -89,14 +92,14 @@ static inline float from_f16(uint16_t h) {
  * pass over memory. */
 typedef struct {
     double lo, hi, mean, mean_lo, m2;
-    int64_t finite, nan, posinf, neginf, zeros;
+    int64_t finite, nan, posinf, neginf, zeros, at_lo, at_hi; /* at_lo: values equal to lo */
 } Acc;
 
-/* One block's finite values about a shift c: their range and zero count, the sums of
- * y = x - c and of y^2. */
+/* One block's finite values about a shift c: their range, zero count and the values
+ * at either end of it, the sums of y = x - c and of y^2. */
 typedef struct {
     double lo, hi, s, q;
-    int64_t n, zeros;
+    int64_t n, zeros, at_lo, at_hi;
 } Part;
 
 /* Values a block (the merge and the lanes' sums cost about 100 cycles a block: a
@@ -122,14 +125,26 @@ static void merge(Acc *a, const Part *b, double c) {
         a->m2 = m2;
         a->lo = b->lo;
         a->hi = b->hi;
+        a->at_lo = b->at_lo;
+        a->at_hi = b->at_hi;
     } else {
         double na = (double)a->finite, w = nb / (na + nb);
         double delta = (c - a->mean) + (mu - a->mean_lo);
         a->m2 += m2 + delta * delta * (na * w);
         mean = a->mean;
         t = a->mean_lo + delta * w;
-        if (b->lo < a->lo) a->lo = b->lo;
-        if (b->hi > a->hi) a->hi = b->hi;
+        if (b->lo < a->lo) {
+            a->lo = b->lo;
+            a->at_lo = b->at_lo;
+        } else if (b->lo == a->lo) {
+            a->at_lo += b->at_lo;
+        }
+        if (b->hi > a->hi) {
+            a->hi = b->hi;
+            a->at_hi = b->at_hi;
+        } else if (b->hi == a->hi) {
+            a->at_hi += b->at_hi;
+        }
     }
     double sum = mean + t, v = sum - mean; /* TwoSum: mean + t exactly, in two parts */
     a->mean = sum;
@@ -231,6 +246,39 @@ MOMENTS(f32_shifted, float, -c)
 MOMENTS(f64_plain, double, )
 MOMENTS(f64_shifted, double, -c)
 
+/* How many of a block's values equal its min and its max: a second pass over the block
+ * while it is in the cache, taken only where the block reaches the range so far (on
+ * most tensors a few blocks do; on a saturated one, a ReLU6's, every one). */
+#define ENDS(NAME, TYPE)                                                       \
+    CLONES static void NAME(Part *b, const TYPE *p, Py_ssize_t n) {            \
+        TYPE lo = (TYPE)b->lo, hi = (TYPE)b->hi;                               \
+        int32_t at_lo[LANES], at_hi[LANES];                                    \
+        for (int j = 0; j < LANES; j++) at_lo[j] = at_hi[j] = 0;               \
+        Py_ssize_t i = 0;                                                      \
+        for (; i + LANES <= n; i += LANES)                                     \
+            for (int j = 0; j < LANES; j++) {                                  \
+                at_lo[j] += p[i + j] == lo;                                    \
+                at_hi[j] += p[i + j] == hi;                                    \
+            }                                                                  \
+        for (; i < n; i++) {                                                   \
+            at_lo[0] += p[i] == lo;                                            \
+            at_hi[0] += p[i] == hi;                                            \
+        }                                                                      \
+        b->at_lo = b->at_hi = 0;                                               \
+        for (int j = 0; j < LANES; j++) {                                      \
+            b->at_lo += at_lo[j];                                              \
+            b->at_hi += at_hi[j];                                              \
+        }                                                                      \
+    }
+
+ENDS(f32_ends, float)
+ENDS(f64_ends, double)
+
+/* Whether a block's values may be at the ends of the range of all the values. */
+static inline int reaches(const Acc *a, const Part *b) {
+    return a->finite == 0 || b->lo <= a->lo || b->hi >= a->hi;
+}
+
 /* Whether a block's sums are about a shift too far from its mean to give its M2. */
 static int off_centre(const Part *b) {
     double mu = b->s / (double)b->n, m2 = b->q - b->s * mu;
@@ -295,6 +343,10 @@ static void mixed_block(Acc *a, const double *p, Py_ssize_t n, double *finite) {
     Part part;
     double c;
     f64_part(a, &part, finite, m, &c); /* past the largest double: inf, as numpy says */
+    if (reaches(a, &part))
+        f64_ends(&part, finite, m);
+    else
+        part.at_lo = part.at_hi = 0;
     merge(a, &part, c);
 }
 
@@ -303,6 +355,10 @@ static void f32_block(Acc *a, const float *p, Py_ssize_t n, double *scratch) {
     Part part;
     double c;
     if (f32_part(a, &part, p, n, &c)) {
+        if (reaches(a, &part))
+            f32_ends(&part, p, n);
+        else
+            part.at_lo = part.at_hi = 0;
         merge(a, &part, c);
         return;
     }
@@ -317,6 +373,10 @@ static void f64_block(Acc *a, const double *p, Py_ssize_t n, double *scratch) {
     Part part;
     double c;
     if (f64_part(a, &part, p, n, &c)) {
+        if (reaches(a, &part))
+            f64_ends(&part, p, n);
+        else
+            part.at_lo = part.at_hi = 0;
         merge(a, &part, c);
         return;
     }
@@ -353,34 +413,37 @@ static PyObject *cpu_name; /* "cpu", the device of every summary made here */
 
 /* stats.py's summary tuple. It holds no container but the shape (shared, and itself
  * untracked), so the garbage collector need not track it: summaries live as long as
- * their step, by the hundreds. */
+ * their step, by the hundreds. A field of summary.h this does not fill is an error. */
 static PyObject *summary_tuple(PyObject *shape, PyObject *dtype, Py_ssize_t n, double lo,
                                double hi, double mean, double std, double norm, long long nan,
-                               long long posinf, long long neginf, double zero_frac) {
-    PyObject *t = PyTuple_New(13);
+                               long long posinf, long long neginf, double zero_frac,
+                               double sat_frac) {
+    PyObject *t = PyTuple_New(SUMMARY_FIELDS);
     if (t == NULL) return NULL;
-    PyObject *cells[13] = {
-        Py_NewRef(shape),
-        Py_NewRef(dtype),
-        Py_NewRef(cpu_name),
-        PyLong_FromSsize_t(n),
-        PyFloat_FromDouble(lo),
-        PyFloat_FromDouble(hi),
-        PyFloat_FromDouble(mean),
-        PyFloat_FromDouble(std),
-        PyFloat_FromDouble(norm),
-        PyLong_FromLongLong(nan),
-        PyLong_FromLongLong(posinf),
-        PyLong_FromLongLong(neginf),
-        PyFloat_FromDouble(zero_frac),
-    };
+    PyObject *cells[SUMMARY_FIELDS] = {NULL};
+    cells[SUMMARY_SHAPE] = Py_NewRef(shape);
+    cells[SUMMARY_DTYPE] = Py_NewRef(dtype);
+    cells[SUMMARY_DEVICE] = Py_NewRef(cpu_name);
+    cells[SUMMARY_NUMEL] = PyLong_FromSsize_t(n);
+    cells[SUMMARY_MIN] = PyFloat_FromDouble(lo);
+    cells[SUMMARY_MAX] = PyFloat_FromDouble(hi);
+    cells[SUMMARY_MEAN] = PyFloat_FromDouble(mean);
+    cells[SUMMARY_STD] = PyFloat_FromDouble(std);
+    cells[SUMMARY_NORM] = PyFloat_FromDouble(norm);
+    cells[SUMMARY_NAN] = PyLong_FromLongLong(nan);
+    cells[SUMMARY_POSINF] = PyLong_FromLongLong(posinf);
+    cells[SUMMARY_NEGINF] = PyLong_FromLongLong(neginf);
+    cells[SUMMARY_ZERO_FRAC] = PyFloat_FromDouble(zero_frac);
+    cells[SUMMARY_SAT_FRAC] = PyFloat_FromDouble(sat_frac);
     int bad = 0;
-    for (int i = 0; i < 13; i++) {
+    for (int i = 0; i < SUMMARY_FIELDS; i++) {
         if (cells[i] == NULL) bad = 1;
         PyTuple_SET_ITEM(t, i, cells[i] != NULL ? cells[i] : Py_NewRef(Py_None));
     }
     if (bad) {
         Py_DECREF(t);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_SystemError, "_cstats: a field of summary.h left unfilled");
         return NULL;
     }
     if (!PyObject_GC_IsTracked(shape)) PyObject_GC_UnTrack(t);
@@ -425,7 +488,7 @@ static PyObject *summary(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         }
         if (released) PyEval_RestoreThread(released);
         return summary_tuple(shape, dtype, n, ilo, ihi, NAN, NAN, NAN, 0, 0, 0,
-                             (double)zeros / (double)n);
+                             (double)zeros / (double)n, NAN);
     }
     if (kind > BF16) {
         PyErr_SetString(PyExc_ValueError, "summary: unknown element kind");
@@ -448,7 +511,7 @@ static PyObject *summary(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     }
     if (released) PyEval_RestoreThread(released);
 
-    double lo = NAN, hi = NAN, mean = NAN, std = NAN, norm = NAN;
+    double lo = NAN, hi = NAN, mean = NAN, std = NAN, norm = NAN, sat = NAN;
     if (acc.finite > 0) {
         double m = (double)acc.finite;
         lo = acc.lo;
@@ -456,10 +519,12 @@ static PyObject *summary(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         mean = acc.mean + acc.mean_lo;
         std = lo == hi ? 0.0 : sqrt(acc.m2 / m); /* the population std: ddof = 0 */
         norm = sqrt(acc.m2 + m * mean * mean);  /* the sum of squares: M2 + n * mean^2 */
+        /* a constant tensor's values are at both ends: counted once */
+        sat = (double)(lo == hi ? acc.at_lo : acc.at_lo + acc.at_hi) / (double)n;
     }
     return summary_tuple(shape, dtype, n, lo, hi, mean, std, norm, (long long)acc.nan,
                          (long long)acc.posinf, (long long)acc.neginf,
-                         (double)acc.zeros / (double)n);
+                         (double)acc.zeros / (double)n, sat);
 }
 
 

@@ -43,6 +43,7 @@
 #include <time.h>
 
 #include "../store/rowbuffer.h"
+#include "../store/summary.h"
 
 #if PY_VERSION_HEX >= 0x030D0000
 static inline PyObject *deref(PyObject *ref) { /* a new reference, or Py_None if dead */
@@ -299,15 +300,13 @@ static int tensor_version(PyObject *t, int likely, long long *out) {
     return get_ll(t, s__version, out) < 0 ? -1 : 0;
 }
 
-#define SUMMARY_NUMEL 3 /* where a summary tuple holds its element count (stats.NUMEL) */
-
 /* stats.is_finite: no NaN, +inf or -inf counted (shape-only summaries count as finite) */
 static int summary_finite(PyObject *summary) {
-    if (!PyTuple_Check(summary) || PyTuple_GET_SIZE(summary) < 12) {
+    if (!PyTuple_Check(summary) || PyTuple_GET_SIZE(summary) <= SUMMARY_NEGINF) {
         PyErr_SetString(PyExc_TypeError, "not a summary tuple");
         return -1;
     }
-    for (Py_ssize_t i = 9; i < 12; i++) {
+    for (Py_ssize_t i = SUMMARY_NAN; i <= SUMMARY_NEGINF; i++) {
         long v = PyLong_AsLong(PyTuple_GET_ITEM(summary, i));
         if (v == -1 && PyErr_Occurred()) return -1;
         if (v > 0) return 0;
@@ -1188,20 +1187,25 @@ static PyObject *shape_only(PyObject *t) {
     if (!read) goto python;
     long kind = PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
     PyObject *rest = kind <= 3 && n == 0 ? G.empty_float_stats : G.no_stats; /* 3: bfloat16 */
-    Py_ssize_t k = PyTuple_GET_SIZE(rest);
-    PyObject *summary = PyTuple_New(4 + k), *count = PyLong_FromLongLong(n);
+    /* the values after the head (stats.values), in summary.h's order */
+    if (PyTuple_GET_SIZE(rest) != SUMMARY_FIELDS - SUMMARY_MIN) {
+        Py_DECREF(shape);
+        PyErr_SetString(PyExc_SystemError, "stats' values do not fit summary.h");
+        return NULL;
+    }
+    PyObject *summary = PyTuple_New(SUMMARY_FIELDS), *count = PyLong_FromLongLong(n);
     if (summary == NULL || count == NULL) {
         Py_XDECREF(summary);
         Py_XDECREF(count);
         Py_DECREF(shape);
         return NULL;
     }
-    PyTuple_SET_ITEM(summary, 0, shape);
-    PyTuple_SET_ITEM(summary, 1, Py_NewRef(PyTuple_GET_ITEM(spec, 1)));
-    PyTuple_SET_ITEM(summary, 2, Py_NewRef(G.cpu));
-    PyTuple_SET_ITEM(summary, 3, count);
-    for (Py_ssize_t i = 0; i < k; i++)
-        PyTuple_SET_ITEM(summary, 4 + i, Py_NewRef(PyTuple_GET_ITEM(rest, i)));
+    PyTuple_SET_ITEM(summary, SUMMARY_SHAPE, shape);
+    PyTuple_SET_ITEM(summary, SUMMARY_DTYPE, Py_NewRef(PyTuple_GET_ITEM(spec, 1)));
+    PyTuple_SET_ITEM(summary, SUMMARY_DEVICE, Py_NewRef(G.cpu));
+    PyTuple_SET_ITEM(summary, SUMMARY_NUMEL, count);
+    for (Py_ssize_t i = SUMMARY_MIN; i < SUMMARY_FIELDS; i++)
+        PyTuple_SET_ITEM(summary, i, Py_NewRef(PyTuple_GET_ITEM(rest, i - SUMMARY_MIN)));
     if (!PyObject_GC_IsTracked(shape)) PyObject_GC_UnTrack(summary); /* as _cstats' */
     return summary;
 python:
@@ -1503,9 +1507,11 @@ static Seen *see(TensorPath *o, PyObject *t, int reuse, int likely) {
                     Py_DECREF(shape);
                     goto fail;
                 }
-                PyTuple_SET_ITEM(summary, 0, shape);
-                for (Py_ssize_t i = 1; i < k; i++)
-                    PyTuple_SET_ITEM(summary, i, Py_NewRef(PyTuple_GET_ITEM(of->summary, i)));
+                for (Py_ssize_t i = 0; i < k; i++)
+                    PyTuple_SET_ITEM(summary, i,
+                                     i == SUMMARY_SHAPE
+                                         ? shape
+                                         : Py_NewRef(PyTuple_GET_ITEM(of->summary, i)));
             }
         }
     }
@@ -2070,9 +2076,19 @@ static PyObject *norm_summary(PyObject *t, PyObject *norm) {
         return PyObject_Vectorcall(G.norm_summary, a, 2, NULL);
     }
     PyObject *count = PyLong_FromLongLong(numel), *zero = PyLong_FromLong(0), *out = NULL;
-    if (count != NULL && zero != NULL)
-        out = PyTuple_Pack(13, shape, PyTuple_GET_ITEM(spec, 1), G.cpu, count, G.nan, G.nan,
-                           G.nan, G.nan, norm, zero, zero, zero, G.nan);
+    if (count != NULL && zero != NULL && (out = PyTuple_New(SUMMARY_FIELDS)) != NULL) {
+        /* stats.values(norm=norm, nan=0, posinf=0, neginf=0): NaN elsewhere */
+        for (Py_ssize_t i = 0; i < SUMMARY_FIELDS; i++) {
+            PyObject *v = G.nan;
+            if (i == SUMMARY_SHAPE) v = shape;
+            else if (i == SUMMARY_DTYPE) v = PyTuple_GET_ITEM(spec, 1);
+            else if (i == SUMMARY_DEVICE) v = G.cpu;
+            else if (i == SUMMARY_NUMEL) v = count;
+            else if (i == SUMMARY_NORM) v = norm;
+            else if (i >= SUMMARY_NAN && i <= SUMMARY_NEGINF) v = zero;
+            PyTuple_SET_ITEM(out, i, Py_NewRef(v));
+        }
+    }
     Py_DECREF(shape);
     Py_XDECREF(count);
     Py_XDECREF(zero);

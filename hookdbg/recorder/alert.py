@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from hookdbg.recorder.calls import Call, Segment
 from hookdbg.recorder.deferred import Pending, resolved
 from hookdbg.recorder.naming import ModuleInfo
-from hookdbg.recorder.stats import Summary
+from hookdbg.recorder.stats import COUNTS, NAN, NUMEL, Summary
 from hookdbg.store.schema import Phase, Slot, slot_label
 
 _PHASE_WORDS = {Phase.FWD: "forward", Phase.BWD: "backward", Phase.OPT: "optimizer step"}
@@ -47,7 +47,7 @@ class Alert:
 
     @property
     def kind(self) -> str:
-        nan, posinf, neginf = self.summary[9:12]
+        nan, posinf, neginf = self.summary[COUNTS]
         kinds = [k for k, n in (("NaN", nan), ("inf", posinf + neginf)) if n > 0]
         return " and ".join(kinds) or "non-finite"
 
@@ -60,7 +60,7 @@ class Alert:
         )
 
     def counts(self) -> str:
-        return f"{counts_text(self.summary)} of {self.summary[3]:,} values"
+        return f"{counts_text(self.summary)} of {self.summary[NUMEL]:,} values"
 
     def message(self) -> str:
         appeared = "appeared again" if self.again else "first appeared"
@@ -70,7 +70,7 @@ class Alert:
         )
 
     def row(self) -> tuple:
-        nan, posinf, neginf = self.summary[9:12]
+        nan, posinf, neginf = self.summary[COUNTS]
         return (
             self.segment.step,
             self.segment.id,
@@ -79,7 +79,7 @@ class Alert:
             int(self.phase),
             int(self.slot),
             self.path,
-            self.summary[3],
+            self.summary[NUMEL],
             nan,
             posinf,
             neginf,
@@ -91,13 +91,13 @@ class Alert:
 
 def counts_text(summary: Summary) -> str:
     """'16 NaN, 2 -inf' from a summary's counts."""
-    nan, posinf, neginf = summary[9:12]
+    nan, posinf, neginf = summary[COUNTS]
     parts = [f"{n:,} {k}" for k, n in (("NaN", nan), ("+inf", posinf), ("-inf", neginf)) if n]
     return ", ".join(parts)
 
 
 def has_nan(summary: Summary) -> bool:
-    return summary[9] > 0
+    return summary[NAN] > 0
 
 
 def checked(summary: Summary | Pending | None) -> Summary:

@@ -302,7 +302,7 @@ class BackwardWatch:
                 run.index,
                 summary[stats.NUMEL],
                 mean / divisor if divide and divisor else mean,
-                *(max(int(n), 0) for n in summary[stats.NAN : stats.NEGINF + 1]),
+                *(max(int(n), 0) for n in summary[stats.COUNTS]),
                 divisor,
             )
         )

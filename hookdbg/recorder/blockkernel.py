@@ -13,6 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hookdbg.recorder.rawrow import PARTIAL
+
 # the dtypes of hookdbg/recorder/blockstats.py's DTYPES, as table_stats reads them
 TRITON_DTYPES = {
     torch.float16: tl.float16,
@@ -20,6 +22,12 @@ TRITON_DTYPES = {
     torch.float32: tl.float32,
     torch.float64: tl.float64,
 }
+
+# where ``summarise_range`` stores each column of its partial row (rawrow.PARTIAL)
+_MIN, _MAX, _SUM, _M2 = (tl.constexpr(PARTIAL.index(n)) for n in ("min", "max", "sum", "m2"))
+_NAN, _POSINF, _NEGINF = (tl.constexpr(PARTIAL.index(n)) for n in ("nan", "posinf", "neginf"))
+_ZEROS, _COUNT, _SHIFTED = (tl.constexpr(PARTIAL.index(n)) for n in ("zeros", "count", "shifted"))
+_AT_MIN, _AT_MAX = (tl.constexpr(PARTIAL.index(n)) for n in ("at_min", "at_max"))
 
 
 @triton.jit(do_not_specialize=["first_row"])
@@ -50,7 +58,8 @@ def table_stats(table, rows, DTYPE: tl.constexpr, BLOCK: tl.constexpr, COLUMNS: 
 @triton.jit
 def summarise_range(x, start, end, row, BLOCK: tl.constexpr):
     """Summarise ``x[start:end]`` into ``row`` (float64: min, max, sum, M2, NaN, +inf,
-    -inf, zeros, element count, and the sum of x - shift).
+    -inf, zeros, the values equal to the min and to the max, element count, and the sum
+    of x - shift: rawrow.PARTIAL).
 
     Per BLOCK-sized chunk the mean and the sum of squared deviations are exact two-pass
     values in float64; Chan's formula merges them into the range's running totals, so
@@ -61,7 +70,8 @@ def summarise_range(x, start, end, row, BLOCK: tl.constexpr):
     off by 1e-10 of the std). The sum of x is kept apart: rebuilt from x - shift it
     would cancel where the shift is far from the mean (an outlier first). It, min, max
     and the counts are kept per lane and reduced once at the end. Lanes past the end
-    are masked out of every statistic.
+    are masked out of every statistic. Each lane counts the values equal to its min
+    (and max) so far, from 1 again where a smaller (larger) one comes.
     """
     shift = tl.load(x).to(tl.float64)
     lanes = tl.arange(0, BLOCK)
@@ -71,6 +81,8 @@ def summarise_range(x, start, end, row, BLOCK: tl.constexpr):
     posinf = tl.zeros([BLOCK], tl.int32)
     neginf = tl.zeros([BLOCK], tl.int32)
     zeros = tl.zeros([BLOCK], tl.int32)
+    at_lo = tl.zeros([BLOCK], tl.int32)
+    at_hi = tl.zeros([BLOCK], tl.int32)
     count = tl.zeros([], tl.float64)
     total = tl.zeros([BLOCK], tl.float64)  # of x
     shifted = tl.zeros([], tl.float64)  # of x - shift
@@ -92,19 +104,29 @@ def summarise_range(x, start, end, row, BLOCK: tl.constexpr):
         count += n
         is_nan = v != v
         number = inside & ~is_nan
-        lo = tl.minimum(lo, tl.where(number, v, float("inf")))
-        hi = tl.maximum(hi, tl.where(number, v, float("-inf")))
+        low = tl.where(number, v, float("inf"))
+        high = tl.where(number, v, float("-inf"))
+        at_lo = tl.where(low < lo, 0, at_lo)
+        at_hi = tl.where(high > hi, 0, at_hi)
+        lo = tl.minimum(lo, low)
+        hi = tl.maximum(hi, high)
+        at_lo += (number & (low == lo)).to(tl.int32)
+        at_hi += (number & (high == hi)).to(tl.int32)
         nan += is_nan.to(tl.int32)
         posinf += (v == float("inf")).to(tl.int32)
         neginf += (v == float("-inf")).to(tl.int32)
         zeros += (inside & (v == 0.0)).to(tl.int32)
-    tl.store(row + 0, tl.min(lo, axis=0))
-    tl.store(row + 1, tl.max(hi, axis=0))
-    tl.store(row + 2, tl.sum(total, axis=0))
-    tl.store(row + 3, m2)
-    tl.store(row + 4, tl.sum(nan, axis=0).to(tl.float64))
-    tl.store(row + 5, tl.sum(posinf, axis=0).to(tl.float64))
-    tl.store(row + 6, tl.sum(neginf, axis=0).to(tl.float64))
-    tl.store(row + 7, tl.sum(zeros, axis=0).to(tl.float64))
-    tl.store(row + 8, count)
-    tl.store(row + 9, shifted)
+    smallest = tl.min(lo, axis=0)
+    largest = tl.max(hi, axis=0)
+    tl.store(row + _MIN, smallest)
+    tl.store(row + _MAX, largest)
+    tl.store(row + _AT_MIN, tl.sum(tl.where(lo == smallest, at_lo, 0), axis=0).to(tl.float64))
+    tl.store(row + _AT_MAX, tl.sum(tl.where(hi == largest, at_hi, 0), axis=0).to(tl.float64))
+    tl.store(row + _SUM, tl.sum(total, axis=0))
+    tl.store(row + _M2, m2)
+    tl.store(row + _NAN, tl.sum(nan, axis=0).to(tl.float64))
+    tl.store(row + _POSINF, tl.sum(posinf, axis=0).to(tl.float64))
+    tl.store(row + _NEGINF, tl.sum(neginf, axis=0).to(tl.float64))
+    tl.store(row + _ZEROS, tl.sum(zeros, axis=0).to(tl.float64))
+    tl.store(row + _COUNT, count)
+    tl.store(row + _SHIFTED, shifted)

@@ -41,6 +41,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from hookdbg.recorder.rawrow import PARTIAL as PARTIAL
+from hookdbg.recorder.rawrow import RAW as RAW
+
 if TYPE_CHECKING:
     from triton.runtime.jit import KernelInterface
 
@@ -50,8 +53,8 @@ WARPS = 8  # per program: 4 elements of a chunk per thread (92 registers on sm_9
 PROGRAMS = 1024  # at most, per tensor: a few per streaming multiprocessor, several times over
 TABLE_PROGRAMS = 256  # at most, per tensor, in one launch over many (``summarise_table``)
 CAPACITY = 1 << 16  # rows of partials (4.5 MB of float64) combined at once
-# of a partial row: the 8 of deferred.arena_stats, the element count, the sum less the shift
-COLUMNS = 10
+COLUMNS = len(PARTIAL)
+_P = {name: i for i, name in enumerate(PARTIAL)}
 KERNEL_DEVICES = frozenset({"cuda"})  # device types whose tensors the kernel reads
 DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 
@@ -161,14 +164,14 @@ class Partials:
         return True
 
     def combine(self) -> torch.Tensor:
-        """One raw row per tensor added ([tensors, 8], as ``deferred.arena_stats``), in
+        """One raw row per tensor added ([tensors, RAW], as ``deferred.arena_stats``), in
         a fixed number of launches and without reading anything back."""
         raw = combine(self.rows[: self.used], torch.tensor(self.programs, dtype=torch.int64))
         return torch.cat([raw, torch.cat(self.extra)], dim=1) if self.extra else raw
 
 
 def combine(rows: torch.Tensor, programs: torch.Tensor) -> torch.Tensor:
-    """The raw row of each tensor ([tensors, 8], as ``deferred.arena_stats``) from the
+    """The raw row of each tensor ([tensors, RAW], as ``deferred.arena_stats``) from the
     partial rows of its programs, consecutive in ``rows``; ``programs`` (int64, on the
     host) says how many each tensor has. A fixed number of launches, no read back."""
     programs = programs.to(rows.device, non_blocking=True)
@@ -176,13 +179,24 @@ def combine(rows: torch.Tensor, programs: torch.Tensor) -> torch.Tensor:
     def per_tensor(x: torch.Tensor, how: str) -> torch.Tensor:
         return torch.segment_reduce(x, how, lengths=programs, unsafe=True)  # no sync
 
-    n = rows[:, 8]
-    sums = per_tensor(rows[:, 2:], "sum")  # sum, M2s, 4 counts, n, sum less the shift
-    mean = sums[:, 7] / sums[:, 6]  # less the shift, as each program's below
-    apart = rows[:, 9] / n - mean.repeat_interleave(programs, output_size=rows.shape[0])
-    m2 = sums[:, 1] + per_tensor(n * apart.square(), "sum")
-    lo, hi = per_tensor(rows[:, 0], "min"), per_tensor(rows[:, 1], "max")
-    return torch.stack([lo, hi, sums[:, 0], m2, *sums[:, 2:6].unbind(1)], dim=1)
+    n, shifted = rows[:, _P["count"]], rows[:, _P["shifted"]]
+    summed = {name: i - _P["sum"] for i, name in enumerate(PARTIAL) if i >= _P["sum"]}
+    sums = per_tensor(rows[:, _P["sum"] :], "sum")  # the columns from ``sum`` on
+    mean = sums[:, summed["shifted"]] / sums[:, summed["count"]]  # less the shift
+    apart = shifted / n - mean.repeat_interleave(programs, output_size=rows.shape[0])
+    m2 = sums[:, summed["m2"]] + per_tensor(n * apart.square(), "sum")
+    out = {name: sums[:, summed[name]] for name in RAW if name in summed}
+    lo, hi = per_tensor(rows[:, _P["min"]], "min"), per_tensor(rows[:, _P["max"]], "max")
+    out.update(m2=m2, min=lo, max=hi)
+    # the values at the tensor's ends: those of the programs whose ends are its own
+    ends = {}
+    for end, name, at in ((lo, "min", "at_min"), (hi, "max", "at_max")):
+        each = end.repeat_interleave(programs, output_size=rows.shape[0])
+        mine = torch.where(rows[:, _P[name]] == each, rows[:, _P[at]], 0.0)
+        ends[at] = per_tensor(mine, "sum")
+    both = ends["at_min"] + ends["at_max"]
+    out["sat"] = torch.where(lo == hi, ends["at_min"], both)  # a constant's: counted once
+    return torch.stack([out[name] for name in RAW], dim=1)
 
 
 # -- many tensors in one launch ---------------------------------------------------------
@@ -249,7 +263,7 @@ def table_partials(
 ) -> tuple[torch.Tensor, np.ndarray] | None:
     """The partial rows of tensors of one dtype on one device, given by where they are
     and their element counts (none empty), from one kernel launch for all of them, and
-    how many rows each tensor has: ``combine`` makes them raw rows ([tensors, 8], as
+    how many rows each tensor has: ``combine`` makes them raw rows ([tensors, RAW], as
     ``deferred.arena_stats``), for many launches at once. None where Triton cannot build
     or launch the kernel on this machine (then it is off for the rest of the process)."""
     kernel = _table_kernel()

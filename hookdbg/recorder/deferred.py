@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 from hookdbg.recorder import blockstats, histograms, stats
+from hookdbg.recorder.rawrow import RAW
 from hookdbg.store.schema import CHANGED_IN_PLACE
 
 # bytes of device tensors held for their statistics before they are summarised early;
@@ -84,16 +85,18 @@ def exact_row(t: torch.Tensor) -> list[float]:
     against, by the tests and by benchmarks/blockstats.py on a GPU."""
     v = t.double().flatten()
     usable = v[~v.isnan()]
-    return [
-        usable.min().item(),
-        usable.max().item(),
-        v.sum().item(),
-        (v - v.mean()).square().sum().item(),
-        v.isnan().sum().item(),
-        v.isposinf().sum().item(),
-        v.isneginf().sum().item(),
-        (v == 0).sum().item(),
-    ]
+    row = {
+        "min": usable.min().item(),
+        "max": usable.max().item(),
+        "sum": v.sum().item(),
+        "m2": (v - v.mean()).square().sum().item(),
+        "nan": v.isnan().sum().item(),
+        "posinf": v.isposinf().sum().item(),
+        "neginf": v.isneginf().sum().item(),
+        "zeros": (v == 0).sum().item(),
+        "sat": ((v == usable.min()) | (v == usable.max())).sum().item(),
+    }
+    return [row[name] for name in RAW]
 
 
 def runs(lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -131,19 +134,22 @@ def arena_stats(values: torch.Tensor, lengths: list[int]) -> torch.Tensor:
     mean = total / n
     deviation = values - mean.repeat_interleave(n, output_size=values.numel())
     off, squares = summed(torch.stack([deviation, deviation.square()], dim=1)).unbind(1)
-    return torch.stack(
-        [
-            per_segment(values, "min"),
-            per_segment(values, "max"),
-            mean * n + off,
-            squares - off.square() / n,
-            per_segment(values.isnan().double(), "sum"),
-            per_segment(values.isposinf().double(), "sum"),
-            per_segment(values.isneginf().double(), "sum"),
-            per_segment((values == 0).double(), "sum"),
-        ],
-        dim=1,
+    lo, hi = per_segment(values, "min"), per_segment(values, "max")
+    at_ends = (values == lo.repeat_interleave(n, output_size=values.numel())) | (
+        values == hi.repeat_interleave(n, output_size=values.numel())
     )
+    row = {
+        "min": lo,
+        "max": hi,
+        "sum": mean * n + off,
+        "m2": squares - off.square() / n,
+        "nan": per_segment(values.isnan().double(), "sum"),
+        "posinf": per_segment(values.isposinf().double(), "sum"),
+        "neginf": per_segment(values.isneginf().double(), "sum"),
+        "zeros": per_segment((values == 0).double(), "sum"),
+        "sat": per_segment(at_ends.double(), "sum"),
+    }
+    return torch.stack([row[name] for name in RAW], dim=1)
 
 
 def tensor_stats(t: torch.Tensor) -> torch.Tensor:
@@ -159,25 +165,25 @@ def tensor_stats(t: torch.Tensor) -> torch.Tensor:
     mean = total / n
     centred = v.to(torch.float64, copy=True).sub_(mean)
     off = centred.sum()  # the corrections of ``arena_stats``
-    parts = (
-        lo,
-        hi,
-        mean * n + off,
-        centred.square_().sum() - off.square() / n,
-        torch.isnan(v).sum(),
-        torch.isposinf(v).sum(),
-        torch.isneginf(v).sum(),
-        v.numel() - torch.count_nonzero(v),
-    )
-    return torch.stack([p.to(torch.float64) for p in parts])[None]
+    row = {
+        "min": lo,
+        "max": hi,
+        "sum": mean * n + off,
+        "m2": centred.square_().sum() - off.square() / n,
+        "nan": torch.isnan(v).sum(),
+        "posinf": torch.isposinf(v).sum(),
+        "neginf": torch.isneginf(v).sum(),
+        "zeros": v.numel() - torch.count_nonzero(v),
+        "sat": torch.count_nonzero((v == lo) | (v == hi)),
+    }
+    return torch.stack([row[name].to(torch.float64) for name in RAW])[None]
 
 
 def changed(meta: tuple, bins: int) -> tuple:
     """The summary of a tensor changed in place between its hook and its statistics:
     nothing is known of its values then (NaN statistics, counts CHANGED_IN_PLACE)."""
-    shape, dtype, device, n = meta
     gone = CHANGED_IN_PLACE
-    summary = (shape, dtype, device, n, *(_NAN,) * 5, gone, gone, gone, _NAN)
+    summary = (*meta, *stats.values(nan=gone, posinf=gone, neginf=gone))
     return (*summary, None) if bins else summary  # no histogram either
 
 
@@ -187,29 +193,29 @@ def from_raw(meta: tuple, raw: list[float]) -> tuple:
     with non-finite values gets no min/max/mean/std/norm (not over its finite values).
     The std is the population std (ddof 0), exactly 0 for a constant tensor (whose M2
     may hold the rounding of its mean), as on the CPU path."""
-    shape, dtype, device, n = meta
-    lo, hi, total, m2, nan, posinf, neginf, zeros = raw
+    n = meta[stats.NUMEL]
+    lo, hi, total, m2, nan, posinf, neginf, zeros, sat = raw  # RAW's names
     if nan or posinf or neginf:
-        lo = hi = mean = std = norm = _NAN
+        lo = hi = mean = std = norm = sat = _NAN
     else:
         m2 = max(m2, 0.0)  # the correction term may take a rounding below 0
         mean = total / n
         std = 0.0 if lo == hi else math.sqrt(m2 / n)
         norm = math.sqrt(m2 + n * mean * mean)
+        sat /= n
+    counts = {"nan": int(nan), "posinf": int(posinf), "neginf": int(neginf)}
     return (
-        shape,
-        dtype,
-        device,
-        n,
-        lo,
-        hi,
-        mean,
-        std,
-        norm,
-        int(nan),
-        int(posinf),
-        int(neginf),
-        zeros / n,
+        *meta,
+        *stats.values(
+            min=lo,
+            max=hi,
+            mean=mean,
+            std=std,
+            norm=norm,
+            **counts,
+            zero_frac=zeros / n,
+            sat_frac=sat,
+        ),
     )
 
 
@@ -325,7 +331,7 @@ class StepBatch:
         if read:
             t = members[0][0]
             partials = blockstats.table_partials(
-                t.device, t.dtype, addresses, [p.meta[3] for p in read]
+                t.device, t.dtype, addresses, [p.meta[stats.NUMEL] for p in read]
             )
             if partials is None:  # the kernel is off: one by one
                 return members
@@ -477,7 +483,8 @@ class StepBatch:
                 pending = [p for p in pending if p.group != CHANGED]
             host = self._host.numpy()[[starts[p.group] + p.index for p in pending]]
             if self.bins:
-                for p, raw, extra in zip(pending, host[:, :8].tolist(), host[:, 8:], strict=True):
+                rows, extras = host[:, : len(RAW)].tolist(), host[:, len(RAW) :]
+                for p, raw, extra in zip(pending, rows, extras, strict=True):
                     p.value = histograms.with_histogram(from_raw(p.meta, raw), extra)
             else:
                 for p, raw in zip(pending, host.tolist(), strict=True):

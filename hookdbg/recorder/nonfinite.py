@@ -63,7 +63,7 @@ import torch
 from hookdbg.recorder.alert import Alert, checked, finite_inputs_note, has_nan
 from hookdbg.recorder.calls import Call, Seen, Segment
 from hookdbg.recorder.naming import ModuleInfo
-from hookdbg.recorder.stats import Summary, local, summarise
+from hookdbg.recorder.stats import NUMEL, Summary, local, summarise
 from hookdbg.store.schema import Phase, Slot
 
 
@@ -164,7 +164,7 @@ class OriginDetector:
         if nan and call.id in self.reduced:  # through a collective: maybe another rank's
             call.tainted = self.step_tainted = self.from_elsewhere = True
             return None
-        if nan or (root and summary[3] == 1 and not call.inf_inputs):  # NaN, or an inf loss
+        if nan or (root and summary[NUMEL] == 1 and not call.inf_inputs):  # NaN, or an inf loss
             seen.alerted = call.tainted = True
             return Alert(
                 seg,

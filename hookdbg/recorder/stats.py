@@ -1,18 +1,20 @@
 """Tensor summaries: the numbers hookdbg keeps for every tensor it sees.
 
-A summary is a plain tuple (see ``FIELDS``; ``NAN``, ``POSINF``... name the positions)
-of ints, floats and strings, cheap to build on the training thread and invisible to
-Python's cyclic garbage collector (a tuple holding a ``torch.dtype`` stays tracked for
-ever and makes full collections, which scan torch's ~300,000 objects, come sooner).
+A summary is a plain tuple of the fields hookdbg/store/summary.py declares (``FIELDS``;
+``NAN``, ``POSINF``... name the positions), of ints, floats and strings, cheap to build
+on the training thread and invisible to Python's cyclic garbage collector (a tuple
+holding a ``torch.dtype`` stays tracked for ever and makes full collections, which scan
+torch's ~300,000 objects, come sooner).
 The writer thread turns it into an HDF5 row.
 
 Speed matters more here than anywhere else in hookdbg (it runs once per new tensor per
 step). A CPU tensor's statistics come from one pass of a small C function
 (``_cstats.c``): min and max over the finite values, their mean, population std and
-norm, the NaN, +inf, -inf and zero counts. Three torch reductions cost three
-dispatches (2.5-5 us each, most of the cost on a small tensor) and three reads of a
-large one; the C pass costs 0.4 us on a small tensor and about 170 us per million
-floats, and gives the exact zero fraction and finite-only statistics at no extra cost.
+norm, the NaN, +inf, -inf and zero counts, and the values at the min or the max.
+Three torch reductions cost three dispatches (2.5-5 us each, most of the cost on a
+small tensor) and three reads of a large one; the C pass costs 0.4 us on a small tensor
+and about 185 us per million floats, and gives the exact zero fraction and finite-only
+statistics at no extra cost.
 Without the compiled extension (an install that could not build it) the torch
 reductions below are used.
 
@@ -40,7 +42,7 @@ import numpy as np
 import torch
 from torch._C import _functorch
 
-from hookdbg.store.schema import SUMMARY_COLUMNS
+from hookdbg.store import summary as layout
 
 try:
     from hookdbg.recorder._cstats import norms as _norms
@@ -49,22 +51,37 @@ except ImportError:  # not built: torch's reductions instead
     _one_pass = _norms = None
 
 # The order of values in a summary tuple: that of the tensors table's summary columns.
-FIELDS = SUMMARY_COLUMNS
-# A summary: (shape, dtype, device, numel, min, max, mean, std, norm, nan, posinf,
-# neginf, zero_frac), with two more values where histograms are recorded
+FIELDS = layout.NAMES
+# A summary: the fields of ``FIELDS``, with one more value where histograms are recorded
 # (hookdbg/recorder/histograms.py)
 Summary = tuple[Any, ...]
-SHAPE, DTYPE, DEVICE, NUMEL, MIN, MAX, MEAN, STD, NORM, NAN, POSINF, NEGINF, ZERO_FRAC = range(
-    len(FIELDS)
-)
+SHAPE, DTYPE, DEVICE, NUMEL = layout.SHAPE, layout.DTYPE, layout.DEVICE, layout.NUMEL
+MIN, MAX, MEAN, STD, NORM = layout.MIN, layout.MAX, layout.MEAN, layout.STD, layout.NORM
+NAN, POSINF, NEGINF, ZERO_FRAC = layout.NAN, layout.POSINF, layout.NEGINF, layout.ZERO_FRAC
+COUNTS = layout.COUNTS
 
 ZERO_SAMPLE = 4096
 NUMPY_MAX = 16384  # above this, torch's kernels beat numpy's (measured on 256x256)
 _FLOATS = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16})
 _NATIVE = frozenset({torch.float32, torch.float64})
 _NAN = float("nan")
-_NO_STATS = (_NAN, _NAN, _NAN, _NAN, _NAN, -1, -1, -1, _NAN)
-_EMPTY_FLOAT_STATS = (_NAN, _NAN, _NAN, _NAN, 0.0, 0, 0, 0, _NAN)
+
+
+def values(**named: float) -> tuple:
+    """A summary's values (``layout.VALUES``): those named, and what the others hold
+    where nothing was measured (NaN; counts ``NOT_LOOKED``)."""
+    out = list(layout.NO_VALUES)
+    for name, value in named.items():
+        out[_VALUE_AT[name]] = value
+    return tuple(out)
+
+
+_VALUE_AT = {name: layout.at(name) - layout.VALUES.start for name in layout.NAMES[layout.VALUES]}
+
+
+_NO_STATS = layout.NO_VALUES
+_EMPTY_FLOAT_STATS = values(norm=0.0, nan=0, posinf=0, neginf=0)
+_FINITE = {"nan": 0, "posinf": 0, "neginf": 0}
 _DTYPE_NAMES: dict[torch.dtype, str] = {}
 
 
@@ -166,6 +183,11 @@ def has_stats(t: torch.Tensor) -> bool:
     return t.dtype in _FLOATS and t.numel() > 0
 
 
+def _summary(t: torch.Tensor, n: int, **named: float) -> Summary:
+    """The summary of ``t`` (``n`` elements) holding the values ``named``."""
+    return (shape_of(t), dtype_name(t.dtype), device_name(t), n, *values(**named))
+
+
 def shape_only(t: torch.Tensor) -> Summary:
     """Summary of a tensor whose values are not looked at (``--level shapes``, ints, bools).
     Inside torch.func's transforms, that of the tensor under the wrappers, as at
@@ -232,9 +254,13 @@ def _torch_summary(t: torch.Tensor) -> Summary:
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return _nonfinite_summary(t, v)
     mean, m2 = _moments(v, n)
-    return _finite(
-        t, n, lo, hi, mean, _std(lo, hi, m2, n), m2 + n * mean * mean, _zero_fraction(v, n)
-    )
+    std, zeros = _std(lo, hi, m2, n), _zero_fraction(v, n)
+    return _finite(t, n, lo, hi, mean, std, m2 + n * mean * mean, zeros, _at_ends(v, lo, hi) / n)
+
+
+def _at_ends(v: torch.Tensor, lo: float, hi: float) -> int:
+    """How many values of ``v`` equal ``lo`` or ``hi`` (one read back)."""
+    return int(torch.count_nonzero((v == lo) | (v == hi)).item())
 
 
 _INTEGERS = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool})
@@ -247,21 +273,7 @@ def _integer(t: torch.Tensor, n: int) -> Summary:
     if v.dtype == torch.bool:
         v = v.view(torch.uint8)
     lo, hi = torch.aminmax(v)
-    return (
-        shape_of(t),
-        dtype_name(t.dtype),
-        device_name(t),
-        n,
-        float(lo.item()),
-        float(hi.item()),
-        _NAN,
-        _NAN,
-        _NAN,
-        0,
-        0,
-        0,
-        _NAN,
-    )
+    return _summary(t, n, min=float(lo.item()), max=float(hi.item()), **_FINITE)
 
 
 def _finite(
@@ -273,42 +285,20 @@ def _finite(
     std: float,
     squares: float,
     zeros: float,
+    sat: float,
 ) -> Summary:
-    return (
-        shape_of(t),
-        dtype_name(t.dtype),
-        device_name(t),
-        n,
-        lo,
-        hi,
-        mean,
-        std,
-        math.sqrt(squares),
-        0,
-        0,
-        0,
-        zeros,
-    )
+    return _summary(
+        t, n, min=lo, max=hi, mean=mean, std=std, norm=math.sqrt(squares), **_FINITE,
+        zero_frac=zeros, sat_frac=sat,
+    )  # fmt: skip
 
 
 def _one_value(t: torch.Tensor) -> Summary:
     x = t.item()
     if math.isfinite(x):
-        return _finite(t, 1, x, x, x, 0.0, x * x, 1.0 if x == 0 else 0.0)
-    counts = (int(math.isnan(x)), int(x == math.inf), int(x == -math.inf))
-    return (
-        shape_of(t),
-        dtype_name(t.dtype),
-        device_name(t),
-        1,
-        _NAN,
-        _NAN,
-        _NAN,
-        _NAN,
-        _NAN,
-        *counts,
-        0.0,
-    )
+        return _finite(t, 1, x, x, x, 0.0, x * x, 1.0 if x == 0 else 0.0, 1.0)
+    nan, posinf, neginf = int(math.isnan(x)), int(x == math.inf), int(x == -math.inf)
+    return _summary(t, 1, nan=nan, posinf=posinf, neginf=neginf, zero_frac=0.0)
 
 
 def _small(t: torch.Tensor, n: int) -> Summary:
@@ -334,6 +324,7 @@ def _small(t: torch.Tensor, n: int) -> Summary:
         _std(lo, hi, m2, n),
         m2 + n * mean * mean,
         1.0 - int(np.count_nonzero(a)) / n,
+        int(np.count_nonzero((a == lo) | (a == hi))) / n,
     )
 
 
@@ -396,26 +387,17 @@ def _nonfinite_summary(t: torch.Tensor, v: torch.Tensor) -> Summary:
     neginf = int(torch.isneginf(v).sum())
     finite = v[torch.isfinite(v)]
     n = v.numel()
-    if finite.numel() == 0:
-        stats: tuple[float, ...] = (_NAN, _NAN, _NAN, _NAN, _NAN)
-    else:
+    stats: dict[str, float] = {}
+    if finite.numel():
         lo_t, hi_t = torch.aminmax(finite)
         m = finite.numel()
         mean, m2 = _moments(finite, m)
         lo, hi = lo_t.item(), hi_t.item()
-        stats = (lo, hi, mean, _std(lo, hi, m2, m), math.sqrt(m2 + m * mean * mean))
+        stats = {"min": lo, "max": hi, "mean": mean, "std": _std(lo, hi, m2, m)}
+        stats["norm"] = math.sqrt(m2 + m * mean * mean)
+        stats["sat_frac"] = _at_ends(finite, lo, hi) / n
     zero = 1.0 - torch.count_nonzero(v).item() / n
-    return (
-        shape_of(t),
-        dtype_name(t.dtype),
-        device_name(t),
-        n,
-        *stats,
-        nan,
-        posinf,
-        neginf,
-        zero,
-    )
+    return _summary(t, n, **stats, nan=nan, posinf=posinf, neginf=neginf, zero_frac=zero)
 
 
 def check_finite(t: torch.Tensor) -> Summary:
@@ -431,32 +413,19 @@ def check_finite(t: torch.Tensor) -> Summary:
     lo, hi = lo_t.item(), hi_t.item()
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return _nonfinite_summary(t, v)
-    return (
-        shape_of(t),
-        dtype_name(t.dtype),
-        device_name(t),
-        t.numel(),
-        lo,
-        hi,
-        _NAN,
-        _NAN,
-        _NAN,
-        0,
-        0,
-        0,
-        _NAN,
-    )
+    return _summary(t, t.numel(), min=lo, max=hi, **_FINITE)
 
 
 def reshaped(summary: Summary, t: torch.Tensor) -> Summary:
     """The summary of a view holding the same elements as the summarised tensor (a
     flatten, a transpose): every statistic is the same; only the shape differs."""
-    return (shape_of(t), *summary[1:])
+    return (*summary[:SHAPE], shape_of(t), *summary[SHAPE + 1 :])
 
 
 def is_finite(summary: Summary) -> bool:
     """Whether a summary saw no NaN and no inf (shape-only summaries count as finite)."""
-    return summary[NAN] <= 0 and summary[POSINF] <= 0 and summary[NEGINF] <= 0
+    nan, posinf, neginf = summary[COUNTS]
+    return nan <= 0 and posinf <= 0 and neginf <= 0
 
 
 def norms_of(tensors: list[torch.Tensor]) -> list[float]:
@@ -485,21 +454,7 @@ def norms_of(tensors: list[torch.Tensor]) -> list[float]:
 def norm_summary(t: torch.Tensor, norm: float) -> Summary:
     """A summary holding just ``t``'s (finite) L2 norm."""
     t = local(t)
-    return (
-        shape_of(t),
-        dtype_name(t.dtype),
-        device_name(t),
-        t.numel(),
-        _NAN,
-        _NAN,
-        _NAN,
-        _NAN,
-        norm,
-        0,
-        0,
-        0,
-        _NAN,
-    )
+    return _summary(t, t.numel(), norm=norm, **_FINITE)
 
 
 def norms_only(tensors: list[torch.Tensor]) -> list[Summary]:

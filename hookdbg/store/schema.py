@@ -22,11 +22,16 @@ from enum import IntEnum
 
 import numpy as np
 
+from hookdbg.store import summary
+from hookdbg.store.summary import CHANGED_IN_PLACE as CHANGED_IN_PLACE
+from hookdbg.store.summary import NOT_LOOKED as NOT_LOOKED
+from hookdbg.store.summary import SHAPE_BYTES as SHAPE_BYTES
+
 FORMAT = "hookdbg-recording"
 # 2: segments (training steps and eval batches); 3: the GradScaler's steps.scale, .skipped;
 # 4: the losses and shards tables, loss sites in modules, steps.overhead, loss alerts;
 # 5: each table's tail kept apart while the file is written (TAIL_SLOTS); 6: device_times;
-# 7: modules.file and .line (where each module's forward is)
+# 7: modules.file and .line (where each module's forward is), tensors.sat_frac
 SCHEMA_VERSION = 7
 
 
@@ -96,7 +101,6 @@ class CaptureReason(IntEnum):
 NAME_BYTES = 256
 TYPE_BYTES = 64
 PATH_BYTES = 64
-SHAPE_BYTES = 64
 MESSAGE_BYTES = 512
 SOURCE_BYTES = 256  # a longer file name is not recorded: cut short, it would name no file
 
@@ -147,6 +151,9 @@ DEVICE_TIMES = np.dtype(
     ]
 )
 
+# Where a tensor row is, then its summary: the fields of hookdbg/store/summary.py (the
+# recorder's summary tuples hold them in the same order)
+WHERE_COLUMNS = ("call", "step", "segment", "module", "phase", "slot", "path")
 TENSORS = np.dtype(
     [
         ("call", "<i8"),
@@ -156,34 +163,12 @@ TENSORS = np.dtype(
         ("phase", "u1"),
         ("slot", "u1"),
         ("path", f"S{PATH_BYTES}"),
-        ("shape", f"S{SHAPE_BYTES}"),
-        ("dtype", "S16"),
-        ("device", "S16"),
-        ("numel", "<i8"),
-        ("min", "<f8"),
-        ("max", "<f8"),
-        ("mean", "<f8"),
-        ("std", "<f8"),
-        ("norm", "<f8"),
-        ("nan", "<i8"),
-        ("posinf", "<i8"),
-        ("neginf", "<i8"),
-        ("zero_frac", "<f4"),
+        *((f.name, f.dtype) for f in summary.FIELDS),
     ]
 )
-
-# What a tensor row's nan, posinf and neginf hold where no count was taken: its values
-# were not looked at (``--level shapes``, integer tensors), or, on a device, they changed
-# in place between the hook that saw the tensor and its statistics (recorder/deferred.py)
-NOT_LOOKED = -1
-CHANGED_IN_PLACE = -2
-
-# Where a tensor row is, and what its summary holds (the recorder builds summary tuples
-# in exactly this order: hookdbg/recorder/stats.py).
-WHERE_COLUMNS = ("call", "step", "segment", "module", "phase", "slot", "path")
-_TENSOR_NAMES: tuple[str, ...] = TENSORS.names or ()
-SUMMARY_COLUMNS = _TENSOR_NAMES[len(WHERE_COLUMNS) :]
-assert _TENSOR_NAMES[: len(WHERE_COLUMNS)] == WHERE_COLUMNS
+SUMMARY_COLUMNS = summary.NAMES
+assert TENSORS.names == (*WHERE_COLUMNS, *SUMMARY_COLUMNS)
+assert all(f.since <= SCHEMA_VERSION for f in summary.FIELDS)
 
 STEPS = np.dtype(
     [

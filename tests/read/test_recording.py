@@ -14,7 +14,7 @@ import pytest
 from torch import nn
 
 from hookdbg.read import RecordingError, Status, open_recording
-from hookdbg.store import schema
+from hookdbg.store import schema, summary
 from tests.helpers import hookdbg, live_recording
 
 
@@ -137,6 +137,8 @@ def _as_version_4(new: Path, old: Path) -> None:
         assert not committed[schema.TAIL_BYTES].any()
         assert list(schema.TABLES)[-1] == "device_times"
         del f[schema.COMMITTED], f["device_times"]
+        for name in summary.missing_since(4):  # summary fields added since
+            del f[f"tensors/{name}"]
         f[schema.COMMITTED] = committed[schema.SEALED][:-1]
         for table in list(schema.TABLES)[:-1]:
             del f[table].attrs[schema.TAIL_COLUMNS]
@@ -224,7 +226,9 @@ def test_a_version_4_recording_reads_all_its_rows_from_the_columns(mlp_h5, tmp_p
     rec, new = open_recording(old), open_recording(mlp_h5)
     assert rec.info.schema_version == 4
     assert np.array_equal(rec.calls_table.read(), new.calls_table.read())
-    assert rec.tensors_table.read().tobytes() == new.tensors_table.read().tobytes()
+    kept = [n for n in schema.TENSORS.names or () if n not in summary.missing_since(4)]
+    assert rec.tensors_table.read(kept).tobytes() == new.tensors_table.read(kept).tobytes()
+    assert np.isnan(rec.tensors_table.read(["sat_frac"])["sat_frac"]).all()
     assert rec.losses.tobytes() == new.losses.tobytes() and len(rec.steps) == len(new.steps)
 
 
@@ -255,6 +259,28 @@ def test_a_version_3_recording_reads_with_no_losses(mlp_h5, tmp_path):
     assert len(open_recording(mlp_h5).losses) == 4  # one backward pass per step
     out = hookdbg("summary", old)
     assert out.returncode == 0 and "loss " not in out.stdout, out.stdout
+
+
+def test_a_version_6_recording_reads_with_no_saturation_fraction(mlp_h5, tmp_path):
+    """Before schema version 7 a tensor summary had no ``sat_frac`` (a field of
+    hookdbg/store/summary.py added since): such a file reads it as not measured, shown
+    as ``-`` and matching no search, where a new one has it."""
+    old = tmp_path / "v6.h5"
+    shutil.copy(mlp_h5, old)
+    with h5py.File(old, "r+") as f:
+        f.attrs["schema_version"] = 6
+        del f["tensors/sat_frac"]
+    rec, new = open_recording(old), open_recording(mlp_h5)
+    assert rec.info.schema_version == 6 and len(rec.tensors_table) == len(new.tensors_table)
+    assert np.isnan(rec.tensors_table.read(["sat_frac"])["sat_frac"]).all()
+    assert (new.tensors_table.read(["sat_frac"])["sat_frac"] > 0.5).any()
+    assert "0 tensor summaries match" in hookdbg("search", old, "sat_frac>0.5").stdout
+    assert "0 tensor summaries match" not in hookdbg("search", mlp_h5, "sat_frac>0.5").stdout
+    shown = hookdbg("show", old, "model.body.2", "--step", "1").stdout.splitlines()
+    header = next(line for line in shown if "zeros" in line)
+    assert header.split()[-1] == "sat"
+    output = next(line for line in shown if " output " in line)
+    assert output.split()[-1] == "-" and output.split()[-2].endswith("%")
 
 
 def test_a_file_its_writer_still_holds_locked_is_said_being_created(tmp_path):

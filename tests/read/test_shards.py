@@ -49,6 +49,19 @@ def test_shards_merge_into_the_whole_tensors_statistics():
     check(merge(rows(*whole.split([3, 7]))), whole)
 
 
+def test_values_at_the_ends_merge_where_each_shard_tells_which():
+    """sat_frac: shards that each reach both ends of the whole (a ReLU6's output: 0
+    and 6) add their values at them; a shard with one end only cannot say how many of
+    its values sit there, so the merged fraction is not measured."""
+    g = torch.Generator().manual_seed(1)
+    whole = torch.nn.functional.relu6(4 * torch.randn(8, 64, generator=g))
+    ends = (whole == 0) | (whole == 6)
+    merged = merge(rows(*whole.split([3, 5])))
+    assert merged["sat_frac"] == pytest.approx(float(ends.double().mean()), rel=1e-6)
+    ramp = torch.arange(12.0).reshape(2, 6)  # the min in one shard, the max in the other
+    assert math.isnan(merge(rows(*ramp.split(1)))["sat_frac"])
+
+
 def test_an_empty_shard_adds_nothing():
     """FSDP2 gives the last ranks no rows of a tensor with fewer rows than ranks."""
     whole = torch.linspace(-1, 2, 16).reshape(1, 16)

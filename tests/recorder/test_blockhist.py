@@ -143,7 +143,8 @@ def test_a_tensor_without_finite_values_has_no_range_and_no_counts():
     got, want = both(t, 8)
     np.testing.assert_array_equal(got, want)
     assert (got[0, 0], got[0, 1]) == (INF, -INF) and not got[0, 2:].any()
-    summary = deferred.from_raw(((5000,), "float32", DEVICE, 5000), [NAN] * 4 + [1, 1, 1, 0])
+    raw = dict.fromkeys(blockstats.RAW, NAN) | {"nan": 1, "posinf": 1, "neginf": 1, "zeros": 0}
+    summary = deferred.from_raw(((5000,), "float32", DEVICE, 5000), list(raw.values()))
     assert histograms.with_histogram(summary, got[0])[HISTOGRAM] is None  # lo > hi
 
 

@@ -122,10 +122,11 @@ def test_nan_and_infinities_are_counted_exactly_and_stats_withheld():
     t[[1, 2048, 8191]] = INF
     t[[3, 12_000]] = -INF
     t[100:300] = 0
-    [got] = raw_rows([t]).tolist()
-    assert got[4:] == [5, 3, 2, 200]
-    assert (got[0], got[1]) == (-INF, INF)  # NaN is no min or max
-    summary = deferred.from_raw(((20_000,), "float32", DEVICE, 20_000), got)
+    [row] = raw_rows([t]).tolist()
+    got = dict(zip(blockstats.RAW, row, strict=True))
+    assert [got[k] for k in ("nan", "posinf", "neginf", "zeros")] == [5, 3, 2, 200]
+    assert (got["min"], got["max"]) == (-INF, INF)  # NaN is no min or max
+    summary = deferred.from_raw(((20_000,), "float32", DEVICE, 20_000), row)
     assert summary[stats.NAN : stats.NEGINF + 1] == (5, 3, 2)
     assert all(math.isnan(summary[i]) for i in (stats.MIN, stats.MAX, stats.MEAN, stats.STD))
 

@@ -197,20 +197,23 @@ def test_arena_statistics_match_the_host_summary(monkeypatch, arena):
     for got, t in zip(arena_summaries(tensors), tensors, strict=True):
         assert got[: stats.NUMEL + 1] == stats.summarise(t)[: stats.NUMEL + 1]
         exact = t.double()
-        want = (
-            exact.min().item(),
-            exact.max().item(),
-            exact.mean().item(),
-            exact.std(correction=0).item(),
-            exact.norm().item(),
-            0,
-            0,
-            0,
-            (exact == 0).double().mean().item(),
-        )
+        ends = (exact == exact.min()) | (exact == exact.max())
+        want = {
+            "min": exact.min().item(),
+            "max": exact.max().item(),
+            "mean": exact.mean().item(),
+            "std": exact.std(correction=0).item(),
+            "norm": exact.norm().item(),
+            "nan": 0,
+            "posinf": 0,
+            "neginf": 0,
+            "zero_frac": (exact == 0).double().mean().item(),
+            "sat_frac": ends.double().mean().item(),
+        }
         # in the arena: float64 throughout; too large for it: float32 deviations
         close = 1e-12 if t.numel() <= arena else 1e-7
-        assert got[stats.MIN :] == pytest.approx(want, rel=close, abs=close)
+        named = dict(zip(stats.FIELDS, got, strict=True))
+        assert {k: named[k] for k in want} == pytest.approx(want, rel=close, abs=close)
 
 
 def test_arena_counts_non_finite_values_and_keeps_them_apart():

@@ -8,10 +8,15 @@ import numpy as np
 import pytest
 
 from hookdbg.store import rows, schema
+from hookdbg.store import summary as layout
 
 
 def summary(shape, lo, hi, nan=0):
-    return (shape, "float32", "cpu", math.prod(shape), lo, hi, 0.5, 1.5, 2.5, nan, 0, 1, 0.25)
+    """A summary tuple in hookdbg/store/summary.py's order (0.375 for fields not named)."""
+    named = {"min": lo, "max": hi, "mean": 0.5, "std": 1.5, "norm": 2.5, "nan": nan}
+    named.update(posinf=0, neginf=1, zero_frac=0.25)
+    values = (named.get(name, 0.375) for name in layout.NAMES[layout.VALUES])
+    return (shape, "float32", "cpu", math.prod(shape), *values)
 
 
 ROWS = [

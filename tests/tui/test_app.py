@@ -4,7 +4,7 @@ screen read back."""
 import pytest
 from textual.widgets import DataTable
 
-from hookdbg.cells import cell_text
+from hookdbg.cells import cell_text, fraction_text
 from hookdbg.read import open_recording
 from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.dialogs import HelpScreen
@@ -64,6 +64,23 @@ async def test_replay_tree_detail_and_steps(mlp_h5):
         await pilot.press("end")
         await settle(app, pilot)
         assert "step 3" in text(app.screen.query_one(StepBar))
+
+
+async def test_a_wide_detail_shows_each_fraction_the_summary_declares(mlp_h5):
+    """The detail's columns follow hookdbg/store/summary.py: zeros, and the values at
+    the min or max (``sat``), half of a ReLU's output (its zeros)."""
+    rec = open_recording(mlp_h5)
+    app = HookdbgApp(rec)
+    async with app.run_test(size=(240, 48)) as pilot:
+        await settle(app, pilot)
+        app.screen.post_message(Goto(module=rec.modules.resolve("body.2").id))
+        await settle(app, pilot)
+        shown = records(app.screen.query_one("#detail-table", DataTable))
+        want = rec.tensors(0, 0)
+        want = want[(want["module"] == rec.modules.resolve("body.2").id) & (want["slot"] == 1)]
+        output = next(r for r in shown if r["slot"] == "output")
+        assert output["zeros"] == fraction_text(want["zero_frac"][0])
+        assert output["sat"] == fraction_text(want["sat_frac"][0]) != "-"
 
 
 async def test_plots_of_a_module_returning_a_dict_or_tuple_show_its_first_tensor(

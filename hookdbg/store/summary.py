@@ -1,0 +1,164 @@
+"""A tensor summary's fields, declared once: what hookdbg keeps of every tensor it sees.
+
+A summary travels from the recorder to the writer as a plain tuple in ``FIELDS``'
+order (hookdbg/recorder/stats.py says why a tuple), and is stored in the tensors
+table's columns of the same names (schema.TENSORS: ``WHERE_COLUMNS`` then these). Code
+names a field's position with the constants below (``NUMEL``, ``COUNTS``...) or
+``at(name)``, never with a number; the C extensions read the same positions from
+``summary.h``, generated from ``FIELDS`` by ``python -m hookdbg.store.summary`` (a test
+fails where the committed header is stale). Reports, the search language, TensorBoard
+scalars and the TUI take their lists of statistics from the flags here.
+
+CONTRIBUTING.md gives the steps to add a statistic.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+# the fixed widths of the text fields (bytes)
+SHAPE_BYTES = 64
+DTYPE_BYTES = 16
+DEVICE_BYTES = 16
+
+# What a summary's nan, posinf and neginf hold where no count was taken: its values
+# were not looked at (``--level shapes``, integer tensors), or, on a device, they changed
+# in place between the hook that saw the tensor and its statistics (recorder/deferred.py)
+NOT_LOOKED = -1
+CHANGED_IN_PLACE = -2
+
+TEXT, COUNT, STAT, FRACTION = "text", "count", "stat", "fraction"
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a summary, and what reads it."""
+
+    name: str  # the tensors table's column
+    dtype: str  # its numpy dtype
+    label: str  # a column's title in reports and the TUI
+    kind: str  # TEXT, COUNT, STAT (a number: ``-`` where NaN), FRACTION (written as 37%)
+    missing: float | int | bytes  # its value where nothing was measured
+    doc: str  # one line: what it is (search help, docs)
+    since: int = 1  # the schema version that added it: older recordings read ``missing``
+    search: bool = False  # a statistic the search language compares (``sat_frac>0.5``)
+    scalar: bool = False  # a TensorBoard series (``output/sat_frac``)
+    shown: bool = False  # a column of ``hookdbg show``'s tensor tables and of the TUI's
+
+
+_NAN = math.nan
+FIELDS: tuple[Field, ...] = (
+    Field("shape", f"S{SHAPE_BYTES}", "shape", TEXT, b"", "sizes, comma separated"),
+    Field("dtype", f"S{DTYPE_BYTES}", "dtype", TEXT, b"", "float32, bfloat16, int64..."),
+    Field("device", f"S{DEVICE_BYTES}", "device", TEXT, b"", "cpu, cuda:0..."),
+    Field("numel", "<i8", "numel", COUNT, 0, "elements", search=True),
+    *(
+        Field(name, "<f8", name, STAT, _NAN, doc, search=True, scalar=True, shown=True)
+        for name, doc in (
+            ("min", "the smallest finite value"),
+            ("max", "the largest finite value"),
+            ("mean", "the mean of the finite values"),
+            ("std", "their population std (ddof 0)"),
+            ("norm", "their L2 norm"),
+        )
+    ),
+    *(
+        Field(name, "<i8", name, COUNT, NOT_LOOKED, doc, search=True, scalar=True)
+        for name, doc in (
+            ("nan", "NaN values"),
+            ("posinf", "+inf values"),
+            ("neginf", "-inf values"),
+        )
+    ),
+    Field(
+        "zero_frac",
+        "<f4",
+        "zeros",
+        FRACTION,
+        _NAN,
+        "the fraction of values that are 0 (sampled above 4096 on the torch path)",
+        search=True,
+        scalar=True,
+        shown=True,
+    ),
+    Field(
+        "sat_frac",
+        "<f4",
+        "sat",
+        FRACTION,
+        _NAN,
+        "the fraction of values equal to the finite min or max (a ReLU6 at its cap)",
+        since=7,
+        search=True,
+        scalar=True,
+        shown=True,
+    ),
+)
+
+NAMES: tuple[str, ...] = tuple(f.name for f in FIELDS)
+LENGTH = len(FIELDS)
+_POSITIONS = {name: i for i, name in enumerate(NAMES)}
+
+
+def at(name: str) -> int:
+    """The position of field ``name`` in a summary tuple."""
+    return _POSITIONS[name]
+
+
+def field(name: str) -> Field:
+    return FIELDS[_POSITIONS[name]]
+
+
+SHAPE, DTYPE, DEVICE, NUMEL = at("shape"), at("dtype"), at("device"), at("numel")
+MIN, MAX, MEAN, STD, NORM = at("min"), at("max"), at("mean"), at("std"), at("norm")
+NAN, POSINF, NEGINF = at("nan"), at("posinf"), at("neginf")
+ZERO_FRAC = at("zero_frac")
+HEAD = slice(SHAPE, NUMEL + 1)  # where the tensor is and how large: known without its values
+VALUES = slice(MIN, LENGTH)  # what its values say (NaN, NOT_LOOKED where not looked at)
+COUNTS = slice(NAN, NEGINF + 1)  # its NaN, +inf and -inf counts
+
+# reports' lists of statistics, in declaration order
+STATS = tuple(f.name for f in FIELDS if f.kind == STAT and f.shown)  # min max mean std norm
+FRACTIONS = tuple(f.name for f in FIELDS if f.kind == FRACTION and f.shown)  # zero_frac...
+SEARCHED = tuple(f.name for f in FIELDS if f.search)
+SCALARS = tuple(f.name for f in FIELDS if f.scalar)
+COUNTED = tuple(f.name for f in FIELDS if f.kind == COUNT and f.missing == NOT_LOOKED)
+# the values of a summary whose tensor's values were not looked at
+NO_VALUES: tuple = tuple(f.missing for f in FIELDS[VALUES])
+# a summary is its head, then its values; the three counts lie together
+assert HEAD.start == 0 and HEAD.stop == VALUES.start and COUNTS.stop - COUNTS.start == 3
+
+
+def missing_since(version: int) -> dict[str, float | int | bytes]:
+    """The fields a recording of this schema version lacks, with what they read as."""
+    return {f.name: f.missing for f in FIELDS if f.since > version}
+
+
+HEADER = Path(__file__).with_name("summary.h")
+
+
+def header_text() -> str:
+    """summary.h: the fields' positions for the C extensions."""
+    width = max(len(n) for n in NAMES) + len("SUMMARY_")
+    lines = [
+        "/* Generated from hookdbg/store/summary.py by `python -m hookdbg.store.summary`:",
+        " * do not edit. The position of each field of a tensor summary tuple. */",
+        "",
+        "#ifndef HOOKDBG_SUMMARY_H",
+        "#define HOOKDBG_SUMMARY_H",
+        "",
+        *(f"#define {'SUMMARY_' + n.upper():<{width}} {i}" for i, n in enumerate(NAMES)),
+        f"#define {'SUMMARY_FIELDS':<{width}} {LENGTH}",
+        "",
+        "#endif",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    HEADER.write_text(header_text())
+    print(f"wrote {HEADER}", file=sys.stderr)
