@@ -42,6 +42,7 @@ class Column:
 
 COLUMNS = (
     Column("run", "run", 90, right=False),
+    Column("call", "call", 92),  # a module called more than once in the step only
     Column("phase", "phase", 60, right=False),
     Column("slot", "slot", 100, right=False),
     Column("nonfinite", "nan/inf", 95),
@@ -78,11 +79,13 @@ _COMPARED = {"nan": "nonfinite", "posinf": "nonfinite", "neginf": "nonfinite"}
 def summary_rows(run: str, detail: Detail) -> list[Row]:
     out = []
     masks = mask_rows(detail.rows) if len(detail.rows) else np.zeros(0, bool)
+    calls = _call_numbers(detail.timings)
     for r, mask in zip(detail.rows, masks, strict=True):
         text = tensor_text(r)
         row = Row(
             {
                 "run": run,
+                "call": calls.get(int(r["call"]), ""),
                 "phase": text.phase,
                 "slot": text.slot,
                 "nonfinite": text.count,
@@ -105,6 +108,14 @@ def summary_rows(run: str, detail: Detail) -> list[Row]:
                 row.bad.add(stat)
         out.append(row)
     return out
+
+
+def _call_numbers(calls: np.ndarray) -> dict[int, str]:
+    """Each call's number among the module's calls in the step (its call rows'
+    ``index``, as `hookdbg show` numbers them); {} for a module called once."""
+    if not len(calls) or len(set(calls["index"].tolist())) < 2:
+        return {}
+    return {int(c): str(int(i)) for c, i in zip(calls["call"], calls["index"], strict=True)}
 
 
 def paired_rows(detail: Detail, other: Detail, pairs: list[RowPair] | None) -> list[Row]:
@@ -234,7 +245,7 @@ class DetailPane(Vertical):
         table = self.query_one(DetailTable)
         two = any(r.cells["run"] for r in self._rows)
         columns = [c for c in COLUMNS if c.key != "run" or two]
-        for optional in ("histogram", "placement"):
+        for optional in ("call", "histogram", "placement"):
             if not any(r.cells[optional] for r in self._rows):
                 columns = [c for c in columns if c.key != optional]
         widths = {
@@ -253,6 +264,11 @@ class DetailPane(Vertical):
         table.clear(columns=True)
         for c in self._shown:
             table.add_column(c.label, width=widths[c.key], key=c.key)
+        # which tensor a row is stays in view while the table scrolls sideways
+        labels = ("run", "call", "phase", "slot")
+        table.fixed_columns = next(
+            (i for i, c in enumerate(self._shown) if c.key not in labels), len(self._shown)
+        )
         for row in self._rows:
             tint = self._style("nonfinite") if row.nonfinite > 0 else ""
             cells = []

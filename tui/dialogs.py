@@ -33,7 +33,8 @@ KEYS = (
     ("s S", "plot the next / previous statistic over steps"),
     ("L", "plot the loss; again: the next loss site (backward() call)"),
     ("m", "the module's statistics as sparklines, and back to the plot"),
-    ("t", "time tree of the step; in it: enter goes to a module"),
+    ("t", "time tree of the step; in it: ↑ caller, ↓ first call, enter to a module"),
+    ("", "(in the time tree) d: widths by device or host time"),
     ("o", "open the module's forward in $EDITOR (or $VISUAL) at its line"),
     ("p", "profile; in it: enter goes to a module, a all steps, s t c n sort"),
     ("a", "NaN/inf alerts of every rank; enter jumps to one"),
@@ -69,6 +70,11 @@ step), `★first` the first divergence. A folded module shows what is marked ins
 under the detail pane's title. After the name: a module's share of the step's time,
 `Σ` for a container (its children's time included; `self` its own), `×N` calls, and
 `-inf ×N` for an attention mask's -inf in its inputs (no alarm).
+
+**Columns** of the tensor table: `zeros` the fraction of values that are 0, `sat` the
+fraction at the tensor's min or max (saturated: a ReLU6 or a clamp at its cap; a
+one-element tensor is all at both ends, 100%), `call` which call of a module called
+more than once in the step (as `hookdbg show` numbers them).
 
 **Two runs**: each tensor's row of run a is followed by run b's; the cells that
 differ are highlighted (with the digits that tell them apart), their columns are

@@ -136,8 +136,8 @@ class TimeTreeView(Widget, can_focus=True):
     BINDINGS = [
         Binding("left,h", "move(-1)", "along the row", key_display="←→"),
         Binding("right,l", "move(1)", "along the row", show=False),
-        Binding("up,k", "up", "parent", key_display="↑↓"),
-        Binding("down,j", "down", "child", show=False),
+        Binding("up,k", "up", "caller / first call", key_display="↑↓"),
+        Binding("down,j", "down", "first call", show=False),
     ]
 
     class Selected(Message):

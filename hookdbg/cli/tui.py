@@ -14,9 +14,10 @@ from hookdbg.read import RankSet, rank_files
 
 @click.command(
     epilog="""\b
-Keys: ←/→ steps, g go to step, ↑/↓ modules, s plot, p profile, a alerts,
-/ search, f first divergence or alert, e eval batches, F follow, y copy,
-? help, q quit."""
+Keys: ←/→ steps ([ ] ten, { } a hundred), g go to step, ↑/↓ or j/k modules,
+h/l fold, tab tree/table, s/S plot, L loss, m statistics, t time tree,
+o open the module's code, p profile, a alerts, / search, f first divergence
+or NaN/inf origin, e eval batches, F follow, y copy, ? help, q quit."""
 )
 @click.argument("recording")
 @click.argument("other", required=False)

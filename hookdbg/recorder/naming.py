@@ -22,6 +22,7 @@ happens once, when a module is first seen.
 from __future__ import annotations
 
 import inspect
+import linecache
 import os
 import weakref
 from collections.abc import Callable
@@ -136,7 +137,19 @@ def _forward_source(cls: type) -> tuple[str, int]:
     file = inspect.getsourcefile(forward) if code is not None else None
     if code is None or not file or file.startswith("<"):  # <string>: exec'd code
         return "", 0
-    return recordable(file, code.co_firstlineno)
+    return recordable(file, _def_line(file, code.co_firstlineno))
+
+
+def _def_line(file: str, first: int) -> int:
+    """The line of the ``def`` itself: a decorated function's code starts at its first
+    decorator (``@deprecate_kwarg(...)`` over a transformers ``forward``)."""
+    if not linecache.getline(file, first).lstrip().startswith("@"):
+        return first
+    for line in range(first + 1, first + 50):
+        text = linecache.getline(file, line).lstrip()
+        if text.startswith(("def ", "async def ")):
+            return line
+    return first
 
 
 def recordable(file: str, line: int) -> tuple[str, int]:

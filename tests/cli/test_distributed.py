@@ -135,11 +135,12 @@ async def test_tui_switches_ranks(nan_run):
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.pause(0.2)
         await settle(app, pilot)
-        assert "rank 0 of 2" in app.title
+        # it opens where the first NaN was born: rank 1's data brought it in
+        assert "rank 1 of 2" in app.title and app.screen.run.rec.info.rank == 1
         await pilot.press("r")
         await pilot.pause(0.2)
         await settle(app, pilot)
-        assert "rank 1 of 2" in app.title and app.screen.run.rec.info.rank == 1
+        assert "rank 0 of 2" in app.title and app.screen.run.rec.info.rank == 0
 
 
 async def test_tui_f_goes_to_the_first_origin_across_ranks(nan_run):

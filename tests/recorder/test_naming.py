@@ -215,8 +215,11 @@ def test_modules_record_where_their_forward_is(tmp_path):
     linear = nn.Linear.forward.__code__
     lines = Path(here).read_text().splitlines()
     loss_line = next(i for i, x in enumerate(lines, 1) if ").sum().backward()  #" in x)
+    # a decorated function's code starts at the decorator; the editor goes to the def
+    assert lines[forward.co_firstlineno - 1].lstrip().startswith("@logged")
+    assert lines[forward.co_firstlineno].lstrip().startswith("def forward")
     assert source == {
-        "model": (here, forward.co_firstlineno),
+        "model": (here, forward.co_firstlineno + 1),
         "model.blocks": ("", 0),
         "model.blocks.0": (os.path.abspath(linear.co_filename), linear.co_firstlineno),
         "model.inline": ("", 0),

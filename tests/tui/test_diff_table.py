@@ -6,7 +6,7 @@ from rich.style import Style
 
 from hookdbg.analysis.diff import diff
 from hookdbg.read import open_recording
-from hookdbg.store.schema import Slot
+from hookdbg.store.schema import Slot, parse_slot_label, slot_label
 from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.detail import DetailPane, DetailTable
 from tests.tui.pilot import columns, records, settle, until
@@ -61,3 +61,39 @@ async def test_the_differing_norm_is_shown_highlighted_with_the_rows_side_by_sid
         assert shown[weight[0]]["norm"] != shown[weight[1]]["norm"]
         assert table.cursor_coordinate == (weight[0], norm)
         assert table.region.right <= size[0]
+        # scrolled sideways to the difference, the rows still say which tensor they are
+        fixed = columns(table)[: table.fixed_columns]
+        assert fixed[0] == "run" and fixed[-1] == "slot"
+
+
+async def test_a_module_called_several_times_numbers_its_calls(gan_h5, mlp_h5):
+    """The GAN's discriminator runs three times a step (real, detached fake, the
+    generator's pass): each row says which call, numbered as `hookdbg show` does."""
+    from tests.cli.test_reports import run_json
+
+    rec = open_recording(gan_h5)
+    disc = rec.modules.resolve("disc").id
+    app = HookdbgApp(rec)
+    async with app.run_test(size=(160, 40)) as pilot:
+        app.screen.go_to(step=1, module=disc)
+        await settle(app, pilot)
+        table = app.screen.query_one(DetailTable)
+        fixed = columns(table)[: table.fixed_columns]
+        assert fixed[0] == "call" and fixed[-1] == "slot"
+        shown = [(r["call"], r["phase"], r["slot"]) for r in records(table)]
+    rows = run_json("show", gan_h5, "disc", "--step", "1")["rows"]
+    label = {r["slot"]: parse_slot_label(r["slot"])[0] for r in rows}
+    called = [
+        (
+            "" if r["call"] is None else str(r["call"]),
+            r["phase"],
+            slot_label(label[r["slot"]], r["path"]),
+        )
+        for r in rows
+    ]
+    assert sorted(shown) == sorted(called)  # the optimizer's rows belong to no call
+    assert {call for call, phase, _ in shown if phase != "opt"} == {"0", "1", "2"}
+    app = HookdbgApp(open_recording(mlp_h5))  # called once a step: no call column
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        assert "call" not in columns(app.screen.query_one(DetailTable))
