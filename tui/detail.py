@@ -329,8 +329,10 @@ class DetailPane(Vertical):
         box.set_class(not detail.captures, "hidden")
         if not detail.captures:
             return
+        shown = detail.histogram_of or detail.captures[0]
         if detail.histogram is None:
-            box.update(Text("stored tensors have no finite values", style="dim"))
+            said = f"stored {shown.label} has no finite values ({shown.source})"
+            box.update(Text(said, style="dim"))
             return
         counts, low, high = detail.histogram
         peak = max(counts) or 1.0
@@ -341,7 +343,7 @@ class DetailPane(Vertical):
                 (f"{stat_text(low)} ", ""),
                 (bars, "green"),
                 (f" {stat_text(high)}", ""),
-                (f"  ({detail.captures[0].source})", "dim"),
+                (f"  ({shown.label}, {shown.source})", "dim"),
             )
         )
 

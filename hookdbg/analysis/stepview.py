@@ -78,6 +78,7 @@ class Detail:
     # ``rows`` hold the global tensors merged from the ranks' shards (read/ranks.py's
     # RankSet.global_tensors: with their ``placement`` and ``ranks``)
     merged: bool = False
+    histogram_of: Capture | None = None  # the stored tensor ``histogram`` is of
 
 
 def segment_rows(
@@ -200,9 +201,9 @@ def module_detail(rec: Recording, module: int, step: int, evals: bool = False) -
         for c in rec.captured(module, int(segment["step"]) if segment else step)
         if segment is None or c.segment == int(segment["segment"])
     ]
-    histogram = None
+    histogram, shown = None, None
     if captured:
-        first = next((c for c in captured if c.slot == Slot.OUTPUT), captured[0])
+        first = shown = next((c for c in captured if c.slot == Slot.OUTPUT), captured[0])
         values = rec.tensor(first).astype(np.float64).ravel()
         finite = values[np.isfinite(values)]
         if finite.size:
@@ -216,6 +217,7 @@ def module_detail(rec: Recording, module: int, step: int, evals: bool = False) -
         calls[calls["module"] == module],
         captured,
         histogram,
+        histogram_of=shown,
     )
 
 

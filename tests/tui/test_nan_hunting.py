@@ -3,6 +3,9 @@ readable table at 80x24, and plots that mark NaN/inf steps."""
 
 import os
 
+import numpy as np
+
+from hookdbg.cells import stat_text
 from hookdbg.read import open_recording
 from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.detail import DetailPane, DetailTable
@@ -104,3 +107,19 @@ async def test_a_run_with_a_nan_opens_where_the_first_was_born(nan_h5):
         assert "◆NaN" in tree.label_of(screen.module)
         [notice] = notices(app)
         assert notice.endswith("\nopened where the first was born:\nmodel.standardize, step 3")
+
+
+async def test_the_stored_tensors_histogram_says_which_tensor_it_is_of(nan_h5):
+    """The flight recorder keeps the origin's inputs and output: the line under the
+    table is of one of them, and says which."""
+    rec = open_recording(nan_h5)
+    app = HookdbgApp(rec)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)  # it opens on the origin, model.standardize
+        said = text(app.screen.query_one("#histogram"))
+        (output,) = [c for c in rec.captured(app.screen.module, 3) if c.label == "output"]
+        values = rec.tensor(output)
+        finite = values[np.isfinite(values)]
+        assert said.endswith("(output, flight recorder)")
+        assert said.startswith(f"values {stat_text(finite.min())} ")
+        assert f" {stat_text(finite.max())}  (output" in said
