@@ -48,25 +48,25 @@ from hookdbg.control import ANSWER, Command, control_path
 from hookdbg.options import ModuleFilter, OptionError, RecordOptions, StepRange
 from hookdbg.ranks import placement
 from hookdbg.recorder import accelerated
-from hookdbg.recorder.actions import Actions, NonFiniteStop
-from hookdbg.recorder.backward import BackwardWatch
-from hookdbg.recorder.calls import StepState
-from hookdbg.recorder.capture import Capturer, FlightRecorder
-from hookdbg.recorder.compiled import InPlaceCompiled, compiled_in_place
-from hookdbg.recorder.elsewhere import Elsewhere, unrecorded_processes, unrecorded_threads
-from hookdbg.recorder.gradscaler import ScalerWatch
-from hookdbg.recorder.handoff import Handoff
-from hookdbg.recorder.histograms import writer_layout
-from hookdbg.recorder.hookset import HookSet
-from hookdbg.recorder.meta import run_metadata
-from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry, compiled_model
-from hookdbg.recorder.nonfinite import OriginDetector
-from hookdbg.recorder.optimizer import OptimizerObserver
-from hookdbg.recorder.recursion import RecursionRoom
-from hookdbg.recorder.segments import Segments
+from hookdbg.recorder.alerts.actions import Actions, NonFiniteStop
+from hookdbg.recorder.alerts.capture import Capturer, FlightRecorder
+from hookdbg.recorder.alerts.nonfinite import OriginDetector
+from hookdbg.recorder.calls.calls import StepState
+from hookdbg.recorder.calls.handoff import Handoff
+from hookdbg.recorder.calls.naming import ModuleInfo, ModuleRegistry, compiled_model
+from hookdbg.recorder.hooks.backward import BackwardWatch
+from hookdbg.recorder.hooks.compiled import InPlaceCompiled, compiled_in_place
+from hookdbg.recorder.hooks.elsewhere import Elsewhere, unrecorded_processes, unrecorded_threads
+from hookdbg.recorder.hooks.gradscaler import ScalerWatch
+from hookdbg.recorder.hooks.hookset import HookSet
+from hookdbg.recorder.hooks.optimizer import OptimizerObserver
+from hookdbg.recorder.hooks.recursion import RecursionRoom
 from hookdbg.recorder.signals import TerminationSignals
-from hookdbg.recorder.steering import Plan, Steering
-from hookdbg.recorder.steps import StepTracker
+from hookdbg.recorder.steps.meta import run_metadata
+from hookdbg.recorder.steps.segments import Segments
+from hookdbg.recorder.steps.steering import Plan, Steering
+from hookdbg.recorder.steps.steps import StepTracker
+from hookdbg.recorder.summaries.histograms import writer_layout
 from hookdbg.store import owner, schema
 from hookdbg.store.owner import busy
 from hookdbg.store.rows import Rows
@@ -90,7 +90,7 @@ class RecordError(Exception):
 
 
 def _where(exc: BaseException) -> str:
-    """The innermost frame of hookdbg's in a traceback: ``recorder/stats.py:197``."""
+    """The innermost frame of hookdbg's in a traceback: ``recorder/summaries/stats.py:197``."""
     found = "?"
     tb = exc.__traceback__
     while tb is not None:
@@ -103,7 +103,7 @@ def _where(exc: BaseException) -> str:
 
 def _disable_after_fork() -> None:
     """DataLoader workers fork with the hooks installed: they must not record, and they
-    tell the recording that they ran modules (recorder/elsewhere.py)."""
+    tell the recording that they ran modules (recorder/hooks/elsewhere.py)."""
     if _active is not None:
         _active.guard.live = False
         if _active._elsewhere is not None:
@@ -175,7 +175,7 @@ class Recorder:
             handoff,
         )
         observer.defer_all = defer_cpu
-        # the segments (training steps and eval batches: recorder/steps.py)
+        # the segments (training steps and eval batches: recorder/steps/steps.py)
         self._segments = segments = Segments(
             guard,
             options,
@@ -329,7 +329,7 @@ class Recorder:
         hooks.add(TerminationSignals, self._terminated)
         self._segments.start(origin, opt, scaler)
         # torch.compile(model) warns that global hooks fire for its wrapper too: they
-        # are hookdbg's, which expects that (recorder/naming.py), not the script's
+        # are hookdbg's, which expects that (recorder/calls/naming.py), not the script's
         warnings.filterwarnings("ignore", message=_COMPILE_WARNING, category=UserWarning)
         self._warning_filter = warnings.filters[0]
         self.guard.live = True
@@ -402,7 +402,7 @@ class Recorder:
             lock.release()
         return self._writer.flush(timeout)
 
-    # -- steering (recorder/steering.py, hookdbg ctl) -----------------------------------
+    # -- steering (recorder/steps/steering.py, hookdbg ctl) ---------------------------
 
     def record_next(
         self,
@@ -687,7 +687,7 @@ class Recorder:
 
     @property
     def state(self) -> StepState:
-        """The current segment's (a training step or an eval batch: recorder/steps.py)."""
+        """The current segment's (a training step or an eval batch: recorder/steps/steps.py)."""
         return self._segments.state
 
     @property
