@@ -60,6 +60,7 @@ from hookdbg.recorder.hooks.elsewhere import Elsewhere, unrecorded_processes, un
 from hookdbg.recorder.hooks.gradscaler import ScalerWatch
 from hookdbg.recorder.hooks.hookset import HookSet
 from hookdbg.recorder.hooks.optimizer import OptimizerObserver
+from hookdbg.recorder.hooks.parts import Parts
 from hookdbg.recorder.hooks.recursion import RecursionRoom
 from hookdbg.recorder.signals import TerminationSignals
 from hookdbg.recorder.steps.meta import run_metadata
@@ -162,33 +163,13 @@ class Recorder:
             flight,
             self.path,
         )
-        self.observer = observer = per_call.observer(
-            guard,
-            options,
-            rows,
-            detector,
-            steps,
-            registry,
-            flight,
-            self._capturer,
-            self.actions.alert,
-            handoff,
+        self._parts = parts = Parts(
+            options, guard, rows, handoff, registry, steps, detector, flight, self.warn
         )
+        self.observer = observer = per_call.observer(parts, self._capturer, self.actions.alert)
         observer.defer_all = defer_cpu
         # the segments (training steps and eval batches: recorder/steps/steps.py)
-        self._segments = segments = Segments(
-            guard,
-            options,
-            rows,
-            detector,
-            observer,
-            steps,
-            registry,
-            flight,
-            handoff,
-            self.warn,
-            defer_cpu,
-        )
+        self._segments = segments = Segments(parts, observer, defer_cpu)
         # what each step records, as launched and as steered since (hookdbg ctl)
         self.steering = Steering(options, control_path(self.path) if steerable else None)
         self._plan = Plan(True, options.level, options.modules, options.capture)
@@ -268,16 +249,7 @@ class Recorder:
         self._elsewhere = Elsewhere()
         origin = self._handoff.last = perf_counter()
         self._calls.start(origin)
-        opt = OptimizerObserver(
-            self.guard,
-            self.observer,
-            self._steps,
-            self._registry,
-            self.rows,
-            self._call_ids,
-            origin,
-            self._calls,
-        )
+        opt = OptimizerObserver(self._parts, self.observer, self._call_ids, origin, self._calls)
         calls = self._calls
         hooks = self._hooks
         self._room = hooks.add(RecursionRoom)  # for the frame torch adds per nested call

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from hookdbg.options import Level, RecordOptions
+from hookdbg.options import Level
 from hookdbg.recorder.alerts.alert import checked
 from hookdbg.recorder.alerts.capture import Capturer, FlightRecorder
 from hookdbg.recorder.alerts.nonfinite import OriginDetector
@@ -37,6 +37,7 @@ from hookdbg.store.rows import Rows
 from hookdbg.store.schema import Phase, Slot
 
 if TYPE_CHECKING:
+    from hookdbg.recorder.hooks.parts import Parts
     from hookdbg.recorder.steps.steps import StepTracker
 
 _INPUT, _OUTPUT = int(Slot.INPUT), int(Slot.OUTPUT)
@@ -62,28 +63,17 @@ class TensorObserver:
     gradient_observer = GradientObserver  # its gradient hooks (accelerated.py: in C)
     seen_record: type[Seen] = Seen  # what it notes a tensor in (accelerated.py: in C)
 
-    def __init__(
-        self,
-        guard: Guard,
-        options: RecordOptions,
-        rows: Rows,
-        detector: OriginDetector,
-        steps: StepTracker,
-        registry: ModuleRegistry,
-        flight: FlightRecorder | None,
-        capturer: Capturer | None,
-        alert: Callable[..., None],
-        handoff: Handoff,
-    ) -> None:
-        self.guard = guard
-        self.rows = rows
-        self.detector = detector
-        self.steps = steps
-        self.registry = registry
-        self.flight = flight
+    def __init__(self, parts: Parts, capturer: Capturer | None, alert: Callable[..., None]) -> None:
+        options = parts.options
+        self.guard: Guard = parts.guard
+        self.rows: Rows = parts.rows
+        self.detector: OriginDetector = parts.detector
+        self.steps: StepTracker = parts.steps
+        self.registry: ModuleRegistry = parts.registry
+        self.flight: FlightRecorder | None = parts.flight
         self.capturer = capturer
         self.alert = alert  # queue an origin with its live objects (recorder/alerts/actions.py)
-        self.handoff = handoff  # hands the rows gathered so far to the writer
+        self.handoff: Handoff = parts.handoff  # hands the rows gathered so far to the writer
         self.histogram_bins = options.histograms
         self.set_level(options.level, options.nan_check, options.histograms)
         self.defer_all = False  # summarise CPU tensors on the device path too (tests)
@@ -98,7 +88,7 @@ class TensorObserver:
         self.bwd_current: Call | None = None
         self.bwd_last: Call | None = None
         self.device_mark: Callable[[Call | None], None] | None = None  # timing.Mark
-        self.shards = ShardPlaces(rows)  # where DTensors' summarised shards lie
+        self.shards = ShardPlaces(self.rows)  # where DTensors' summarised shards lie
         self.gradients = self.gradient_observer(self)  # hooks of tensors and parameters
 
     def set_level(self, level: Level, nan_check: bool | None, bins: int) -> None:

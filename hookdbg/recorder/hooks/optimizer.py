@@ -26,6 +26,7 @@ from hookdbg.store.schema import Phase, Slot
 
 if TYPE_CHECKING:
     from hookdbg.recorder.hooks.modulehooks import ModuleHooks
+    from hookdbg.recorder.hooks.parts import Parts
     from hookdbg.recorder.steps.steps import StepTracker
 
 _OPT = int(Phase.OPT)
@@ -36,20 +37,17 @@ class OptimizerObserver:
 
     def __init__(
         self,
-        guard: Guard,
+        parts: Parts,
         tensors: TensorObserver,
-        steps: StepTracker,
-        registry: ModuleRegistry,
-        rows: Rows,
         call_ids: Iterator[int],
         origin: float,
         calls: ModuleHooks,
     ) -> None:
-        self.guard = guard
+        self.guard: Guard = parts.guard
         self.tensors = tensors  # the segment's state, summaries, checks and alerts
-        self.steps = steps
-        self.registry = registry
-        self.rows = rows
+        self.steps: StepTracker = parts.steps
+        self.registry: ModuleRegistry = parts.registry
+        self.rows: Rows = parts.rows
         self.call_ids = call_ids
         self.origin = origin  # the recording's start, on its clock
         self.distributed = False  # torch.distributed with several ranks

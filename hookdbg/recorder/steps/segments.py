@@ -34,6 +34,7 @@ from hookdbg.recorder.hooks.devicetime import DeviceClock
 from hookdbg.recorder.hooks.gradscaler import Decision, ScalerWatch, step_columns
 from hookdbg.recorder.hooks.observe import TensorObserver
 from hookdbg.recorder.hooks.optimizer import OptimizerObserver
+from hookdbg.recorder.hooks.parts import Parts
 from hookdbg.recorder.hooks.timing import BackwardRows, backward_rows
 from hookdbg.recorder.steps.meta import backend_name
 from hookdbg.recorder.steps.steps import RootKind, StepTracker, root_kind
@@ -48,30 +49,18 @@ if TYPE_CHECKING:
 class Segments:
     """Begins and ends the segments of a recording; ``state`` is the current one's."""
 
-    def __init__(
-        self,
-        guard: Guard,
-        options: RecordOptions,
-        rows: Rows,
-        detector: OriginDetector,
-        observer: TensorObserver,
-        steps: StepTracker,
-        registry: ModuleRegistry,
-        flight: FlightRecorder | None,
-        handoff: Handoff,
-        warn: Callable[[str], None],
-        defer_all: bool,
-    ) -> None:
-        self.guard = guard
-        self.options = options
-        self.rows = rows
-        self.detector = detector
+    def __init__(self, parts: Parts, observer: TensorObserver, defer_all: bool) -> None:
+        self.guard: Guard = parts.guard
+        self.options: RecordOptions = parts.options
+        self.rows: Rows = parts.rows
+        self.detector: OriginDetector = parts.detector
         self.observer = observer
-        self.steps = steps
-        self.registry = registry
-        self.flight = flight
-        self.handoff = handoff
-        self.warn = warn
+        self.steps: StepTracker = parts.steps
+        self.registry: ModuleRegistry = parts.registry
+        self.flight: FlightRecorder | None = parts.flight
+        self.handoff: Handoff = parts.handoff
+        self.warn: Callable[[str], None] = parts.warn
+        options = parts.options
         # device tensors' statistics are read back a step later (recorder/summaries/deferred.py),
         # unless an action must happen inside the hook; defer_all does it on CPU too
         self.defer = options.on_nan in ("warn", "stop") and options.checks_nan
