@@ -19,9 +19,12 @@ from hookdbg.recorder.calls.recompute import RecomputeIndex
 
 if TYPE_CHECKING:
     from hookdbg.recorder.alerts.alert import Alert
-    from hookdbg.recorder.hooks.gradscaler import Decision
     from hookdbg.recorder.summaries.deferred import Pending, StepBatch
     from hookdbg.recorder.summaries.stats import Summary
+
+    # what a GradScaler.step found at a call (hooks/gradscaler.py): the found_inf and
+    # scale summaries, read back later on a device
+    Decision = tuple[tuple | Pending, tuple | Pending]
 
 LATER = float("inf")  # a time no interval begins at
 

@@ -38,14 +38,13 @@ from torch.compiler import is_compiling
 from hookdbg.recorder.calls.calls import Segment
 from hookdbg.recorder.calls.envelope import Guard, run_eagerly
 from hookdbg.recorder.summaries import stats
-from hookdbg.recorder.summaries.deferred import Pending, resolved
+from hookdbg.recorder.summaries.deferred import resolved
 
 if TYPE_CHECKING:
     from hookdbg.recorder.alerts.nonfinite import Alert
+    from hookdbg.recorder.calls.calls import Decision
     from hookdbg.recorder.hooks.observe import TensorObserver
     from hookdbg.recorder.steps.steps import StepTracker
-
-Decision = tuple[tuple | Pending, tuple | Pending]  # (found_inf, scale) summaries
 
 
 class ScalerWatch:

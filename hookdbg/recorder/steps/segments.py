@@ -31,7 +31,7 @@ from hookdbg.recorder.calls.envelope import Guard
 from hookdbg.recorder.calls.handoff import Handoff
 from hookdbg.recorder.calls.naming import ModuleInfo, ModuleRegistry
 from hookdbg.recorder.hooks.devicetime import DeviceClock
-from hookdbg.recorder.hooks.gradscaler import Decision, ScalerWatch, step_columns
+from hookdbg.recorder.hooks.gradscaler import ScalerWatch, step_columns
 from hookdbg.recorder.hooks.observe import TensorObserver
 from hookdbg.recorder.hooks.optimizer import OptimizerObserver
 from hookdbg.recorder.hooks.parts import Parts
@@ -43,6 +43,7 @@ from hookdbg.store.rows import Rows
 from hookdbg.store.schema import StepKind
 
 if TYPE_CHECKING:
+    from hookdbg.recorder.calls.calls import Decision
     from hookdbg.recorder.hooks.modulehooks import ModuleHooks
 
 
