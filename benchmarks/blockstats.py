@@ -1,7 +1,8 @@
-"""The large-tensor kernels on a GPU: the statistics kernel (hookdbg/recorder/blockstats.py)
-and the two histogram kernels (hookdbg/recorder/blockhist.py). Are they right, next to
-float64 references and numpy.histogram, and how fast, next to the torch paths large
-device tensors took before them (``deferred.tensor_stats``,
+"""The large-tensor kernels on a GPU: the statistics kernel
+(hookdbg/recorder/summaries/blockstats.py) and the two histogram kernels
+(hookdbg/recorder/summaries/blockhist.py). Are they right, next to float64
+references and numpy.histogram, and how fast, next to the torch paths large device
+tensors took before them (``deferred.tensor_stats``,
 ``histograms.tensor_histogram``)? Exits 1 on any mismatch.
 
     python benchmarks/blockstats.py                  # checks, then the 51M-element timings
@@ -44,7 +45,7 @@ if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1] == "cpu":
 import numpy as np
 import torch
 
-from hookdbg.recorder import blockhist, blockstats, deferred, histograms, stats
+from hookdbg.recorder.summaries import blockhist, blockstats, deferred, histograms, stats
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 

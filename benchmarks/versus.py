@@ -75,6 +75,15 @@ def package_at(revision: str, into: Path) -> ModuleType:
     return hookdbg_then  # type: ignore[no-any-return]
 
 
+def stats_of(package: str) -> ModuleType:
+    """Its one-pass statistics module: recorder/summaries/stats.py, or recorder/stats.py
+    in revisions from before the recorder had subpackages."""
+    try:
+        return importlib.import_module(f"{package}.recorder.summaries.stats")
+    except ModuleNotFoundError:
+        return importlib.import_module(f"{package}.recorder.stats")
+
+
 def _build_extensions(where: Path) -> None:
     """Its C extensions, built next to its sources (without them it would measure the
     fallbacks)."""
@@ -113,7 +122,7 @@ def main() -> None:
     overhead.DEVICE = torch.device(args.device)
     clock = time.perf_counter if overhead.DEVICE.type == "cuda" else time.process_time
     then = package_at(args.revision, Path(tempfile.mkdtemp(prefix="hookdbg-versus-")))
-    if importlib.import_module(f"{THEN}.recorder.stats")._one_pass is None:  # not a fair match
+    if stats_of(THEN)._one_pass is None:  # not a fair match
         sys.exit(f"hookdbg at {args.revision}: its C extensions did not load")
     make, steps = WORKLOADS[args.workload]
     step, calls = make()

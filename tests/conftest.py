@@ -3,7 +3,7 @@ import os
 import pytest
 import torch
 
-# Without a GPU, Triton kernels (hookdbg/recorder/blockkernel.py) run in Triton's
+# Without a GPU, Triton kernels (hookdbg/recorder/summaries/blockkernel.py) run in Triton's
 # interpreter on CPU tensors: tests/recorder/test_blockstats.py checks them that way. The
 # switch is read when triton is first imported, so it is set before any test runs.
 if not torch.cuda.is_available():

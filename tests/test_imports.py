@@ -121,6 +121,32 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+# The recorder's subpackages, lowest first: each imports only those before it (an import
+# under TYPE_CHECKING may point back, for a type). Its top modules (core, runner,
+# accelerated, signals) wire them together and come after all of them.
+RECORDER_ROOMS = ["summaries", "calls", "alerts", "hooks", "steps"]
+
+
+def _room(module: str) -> int:
+    """A recorder module's place in RECORDER_ROOMS (its top modules: after the last)."""
+    parts = module.split(".")
+    if len(parts) >= 3 and parts[2] in RECORDER_ROOMS:
+        return RECORDER_ROOMS.index(parts[2])
+    return len(RECORDER_ROOMS)
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Imports from one recorder module to another in a later room (or its top)."""
+    recorder = "hookdbg.recorder."
+    return sorted(
+        (a, b)
+        for a, targets in graph.items()
+        if a.startswith(recorder)
+        for b in targets
+        if (b.startswith(recorder) or b == "hookdbg.recorder") and _room(b) > _room(a)
+    )
+
+
 def test_the_graph_sees_the_imports():
     graph = import_graph()
     assert "hookdbg.cli.summary" in graph["hookdbg.cli.app"]
@@ -153,3 +179,25 @@ def test_each_module_imports_first(module):
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stderr
+
+
+def test_upward_imports_are_found():
+    graph = {
+        "hookdbg.recorder.calls.calls": {"hookdbg.recorder.hooks.observe"},
+        "hookdbg.recorder.hooks.observe": {"hookdbg.recorder.calls.calls"},
+        "hookdbg.recorder.steps.meta": {"hookdbg.recorder.core", "hookdbg.recorder"},
+    }
+    assert upward_imports(graph) == [
+        ("hookdbg.recorder.calls.calls", "hookdbg.recorder.hooks.observe"),
+        ("hookdbg.recorder.steps.meta", "hookdbg.recorder"),
+        ("hookdbg.recorder.steps.meta", "hookdbg.recorder.core"),
+    ]
+
+
+def test_recorder_rooms_import_downward():
+    graph = import_graph()
+    rooms = {
+        m.split(".")[2] for m in graph if m.count(".") >= 3 and m.startswith("hookdbg.recorder.")
+    }
+    assert rooms == set(RECORDER_ROOMS), "a new recorder subpackage needs its place"
+    assert upward_imports(graph) == []

@@ -60,5 +60,7 @@ def test_the_sdist_has_samples_docs_and_license_and_the_wheel_no_c_sources(tmp_p
     with zipfile.ZipFile(out / wheel) as whl:
         files = whl.namelist()
     assert not [f for f in files if f.endswith((".c", ".h"))], "C sources in the wheel"
+    modules = {n for n in listed if n.startswith("hookdbg/") and n.endswith(".py")}
+    assert sorted(modules - set(files)) == [], "modules left out of the wheel"
     assert any(f.endswith("/licenses/LICENSE") for f in files)
     assert "hookdbg/tui/hookdbg.tcss" in files

@@ -1,6 +1,6 @@
 """The loss over the run: one series per loss site (where the script calls backward()).
 
-Each backward pass's loss is a row of the ``losses`` table (recorder/backward.py). A
+Each backward pass's loss is a row of the ``losses`` table (recorder/hooks/backward.py). A
 step with several passes from one site (gradient accumulation's micro-batches, LBFGS's
 closure) counts as their mean; a GAN's two losses are two sites, two series.
 """

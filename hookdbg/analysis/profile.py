@@ -24,7 +24,7 @@ class ProfileRow:
     total_mean: float
     total_median: float
     share: float  # of all step time in the range, by self time
-    # the same on the device (CUDA events: recorder/devicetime.py); NaN where the calls
+    # the same on the device (CUDA events: recorder/hooks/devicetime.py); NaN where the calls
     # were not timed there (a model on the CPU, an older recording)
     device_self_mean: float = float("nan")
     device_total_mean: float = float("nan")
@@ -33,7 +33,7 @@ class ProfileRow:
 @dataclass(frozen=True)
 class StepTime:
     """Where a recorded step's time went, in seconds per step (mean over the profile's
-    steps), by recorder/timing.py's time model: ``parts`` add up to ``step``, the wall
+    steps), by recorder/hooks/timing.py's time model: ``parts`` add up to ``step``, the wall
     time without hookdbg; ``hookdbg`` is its own time, left out of all of them (NaN in
     recordings made before it was kept)."""
 

@@ -124,7 +124,7 @@ def segment_row(rec: Recording, step: int, evals: bool) -> np.void | None:
 def mask_rows(rows: np.ndarray) -> np.ndarray:
     """Which tensor rows are masks: forward inputs whose only non-finite values are
     -inf (an attention mask, ``masked_fill(-inf)``). The recorder holds an inf a module
-    receives for a mask until it is passed on (recorder/nonfinite.py), and raises an
+    receives for a mask until it is passed on (recorder/alerts/nonfinite.py), and raises an
     alert where it is; NaN and +inf stay alarms."""
     return (
         (rows["phase"] == Phase.FWD)
@@ -137,7 +137,7 @@ def mask_rows(rows: np.ndarray) -> np.ndarray:
 
 def _origin_from(alert: np.void) -> str:
     """Where an alert's NaN/inf came from when it says it was not made at its module:
-    a forward input no module produced, or another rank's gradient (recorder/alert.py
+    a forward input no module produced, or another rank's gradient (recorder/alerts/alert.py
     words them); '' for one born in the module."""
     if alert["phase"] == Phase.FWD and alert["slot"] == Slot.INPUT:
         return "the data" if b"came from the data" in bytes(alert["message"]) else "tensor code"

@@ -30,7 +30,7 @@ from hookdbg.options import ON_NAN_ACTIONS, OptionError, RecordOptions
 from hookdbg.ranks import placement, rank_files
 from hookdbg.read import RecordingError, open_recording
 from hookdbg.recorder import Recorder, RecordError, record
-from hookdbg.recorder.meta import backend_name
+from hookdbg.recorder.steps.meta import backend_name
 from hookdbg.text import human_bytes, plural
 
 _RECORD_OPTIONS = {

@@ -2,7 +2,7 @@
 
 Under FSDP2 or tensor parallel a rank's tensor rows summarise its local shard of each
 DTensor, and its ``shards`` table says how the tensor lies on its device mesh
-(hookdbg/recorder/shards.py). The shards that make up one global tensor are those of
+(hookdbg/recorder/summaries/shards.py). The shards that make up one global tensor are those of
 the ranks of its mesh that differ from this one only along the mesh dimensions it is
 sharded on (along a replicated dimension they hold copies; another data-parallel
 group holds another tensor). Their statistics merge exactly: counts and sums add, the

@@ -6,7 +6,7 @@ import os
 
 from hookdbg.options import Level, OptionError, RecordOptions, StepRange
 from hookdbg.ranks import rank_path
-from hookdbg.recorder.actions import NonFiniteError, NonFiniteStop
+from hookdbg.recorder.alerts.actions import NonFiniteError, NonFiniteStop
 from hookdbg.recorder.core import Recorder, RecordError
 
 __all__ = [

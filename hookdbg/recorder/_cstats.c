@@ -10,7 +10,7 @@
  *
  * summary(address, n, kind, shape, dtype) -> a summary tuple
  *
- * the whole summary tuple of hookdbg/recorder/stats.py (its fields at the positions
+ * the whole summary tuple of hookdbg/recorder/summaries/stats.py (its fields at the positions
  * summary.h gives, generated from hookdbg/store/summary.py), built here rather than
  * unpacked and packed again in Python (it runs for every new tensor). ``address`` is
  * the first element of ``n`` contiguous elements of type ``kind`` (the caller keeps
@@ -32,7 +32,7 @@
  * The finite values of a floating tensor in ``bins`` equal bins from ``lo`` to ``hi``
  * (its finite min and max), exactly as numpy.histogram(values.astype(float64), bins,
  * (lo, hi)) counts them: the same float64 edges, the last bin closed (see
- * hookdbg/recorder/histograms.py for why not torch.histc).
+ * hookdbg/recorder/summaries/histograms.py for why not torch.histc).
  */
 
 #define PY_SSIZE_T_CLEAN

@@ -6,7 +6,7 @@
  * function calls, frames and attribute lookups for a call, its tensors and their
  * gradients. This file does the same work with C structs and the C API. It is an
  * accelerator in the way CPython's _pickle is one for pickle: the Python code stays
- * (hookdbg/recorder/modulehooks.py, observe.py, gradients.py, calls.py, envelope.py)
+ * (hookdbg/recorder/hooks/modulehooks.py, observe.py, gradients.py, calls.py, envelope.py)
  * as the reference, used where this extension could not be built or with
  * HOOKDBG_PURE_PYTHON=1, and the parity tests (tests/recorder/test_accelerated.py)
  * record the same models both ways and require the same recordings. What is rare
@@ -98,7 +98,7 @@ static struct {
 } G;
 
 /* attribute and method names, interned once: each is declared, with its owner and why,
- * in hookdbg/recorder/cboundary.py (held to this list by tests/recorder/test_cboundary.py) */
+ * in hookdbg/recorder/calls/cboundary.py (held to this list by tests/recorder/test_cboundary.py) */
 #define NAMES(X)                                                                           \
     X(broken) X(ref) X(transparent) X(selected) X(id) X(capture) X(recording)              \
     X(module_calls) X(calls) X(step) X(batch) X(seg) X(training) X(memo) X(last) X(every)  \
@@ -452,7 +452,7 @@ typedef struct {
     double ovh;       /* seconds spent inside hookdbg's hooks so far */
     PyObject *lock;   /* a Lock: the writer thread takes it to collect the rows */
     PyObject *alerts; /* NaN/inf origins found, not acted on yet */
-    PyObject *act;    /* acts on them (recorder/actions.py) */
+    PyObject *act;    /* acts on them (recorder/alerts/actions.py) */
     PyObject *stopped; /* what a stop says and records (Recorder._stopped), or None */
 } Guard;
 
@@ -548,7 +548,7 @@ static PyTypeObject GuardType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hookdbg.recorder._hot.Guard",
     .tp_basicsize = sizeof(Guard),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "The state every hook reads first (see hookdbg/recorder/envelope.py).",
+    .tp_doc = "The state every hook reads first (see hookdbg/recorder/calls/envelope.py).",
     .tp_new = Guard_new,
     .tp_traverse = (traverseproc)Guard_traverse,
     .tp_clear = (inquiry)Guard_clear,
@@ -769,7 +769,7 @@ static PyTypeObject CallType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hookdbg.recorder._hot.Call",
     .tp_basicsize = sizeof(Call),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "A recorded module call (see hookdbg/recorder/calls.py).",
+    .tp_doc = "A recorded module call (see hookdbg/recorder/calls/calls.py).",
     .tp_new = Call_new,
     .tp_traverse = (traverseproc)Call_traverse,
     .tp_clear = (inquiry)Call_clear,
@@ -2056,7 +2056,7 @@ static PyTypeObject ParamHookType = {
     .tp_basicsize = sizeof(ParamHook),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "ParamHook(tensors, gradients, info, name): a parameter's post-accumulate-grad "
-              "hook (see hookdbg/recorder/gradients.py).",
+              "hook (see hookdbg/recorder/hooks/gradients.py).",
     .tp_new = ParamHook_new,
     .tp_traverse = (traverseproc)ParamHook_traverse,
     .tp_clear = (inquiry)ParamHook_clear,
@@ -2252,7 +2252,7 @@ static PyTypeObject TensorPathType = {
     .tp_basicsize = sizeof(TensorPath),
     .tp_dictoffset = offsetof(TensorPath, dict),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "The tensor observer's per-tensor path (see hookdbg/recorder/observe.py).",
+    .tp_doc = "The tensor observer's per-tensor path (see hookdbg/recorder/hooks/observe.py).",
     .tp_new = TensorPath_new,
     .tp_traverse = (traverseproc)TensorPath_traverse,
     .tp_clear = (inquiry)TensorPath_clear,
@@ -2679,7 +2679,7 @@ static PyTypeObject CallPathType = {
     .tp_basicsize = sizeof(CallPath),
     .tp_dictoffset = offsetof(CallPath, dict),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "The module hooks' per-call path (see hookdbg/recorder/modulehooks.py).",
+    .tp_doc = "The module hooks' per-call path (see hookdbg/recorder/hooks/modulehooks.py).",
     .tp_new = PyType_GenericNew,
     .tp_traverse = (traverseproc)CallPath_traverse,
     .tp_clear = (inquiry)CallPath_clear,

@@ -43,24 +43,25 @@ from typing import TYPE_CHECKING
 import torch
 import torch.compiler
 
-from hookdbg.recorder import cboundary, stats
-from hookdbg.recorder.calls import StepState
-from hookdbg.recorder.capture import FlightRecorder
-from hookdbg.recorder.deferred import Pending
-from hookdbg.recorder.envelope import Guard, run_eagerly
-from hookdbg.recorder.gradients import HOOK_KEY, GradHooks, GradientObserver
-from hookdbg.recorder.handoff import Handoff
-from hookdbg.recorder.modulehooks import _MUTED, _RAISED, ModuleHooks
-from hookdbg.recorder.naming import ModuleInfo
-from hookdbg.recorder.observe import _INDEX, TensorObserver
-from hookdbg.recorder.recompute import Recompute
-from hookdbg.recorder.tensors import iter_tensors
-from hookdbg.recorder.timing import BackwardRows, backward_rows
+from hookdbg.recorder.alerts.capture import FlightRecorder
+from hookdbg.recorder.calls import cboundary
+from hookdbg.recorder.calls.calls import StepState
+from hookdbg.recorder.calls.envelope import Guard, run_eagerly
+from hookdbg.recorder.calls.handoff import Handoff
+from hookdbg.recorder.calls.naming import ModuleInfo
+from hookdbg.recorder.calls.recompute import Recompute
+from hookdbg.recorder.calls.tensors import iter_tensors
+from hookdbg.recorder.hooks.gradients import HOOK_KEY, GradHooks, GradientObserver
+from hookdbg.recorder.hooks.modulehooks import _MUTED, _RAISED, ModuleHooks
+from hookdbg.recorder.hooks.observe import _INDEX, TensorObserver
+from hookdbg.recorder.hooks.timing import BackwardRows, backward_rows
+from hookdbg.recorder.summaries import stats
+from hookdbg.recorder.summaries.deferred import Pending
 from hookdbg.store.rows import RowBuffer
 from hookdbg.store.schema import Phase, Slot
 
 if TYPE_CHECKING:
-    from hookdbg.recorder.calls import Call, Seen
+    from hookdbg.recorder.calls.calls import Call, Seen
 
 try:
     import hookdbg.recorder._hot as _hot

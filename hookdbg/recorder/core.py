@@ -48,25 +48,26 @@ from hookdbg.control import ANSWER, Command, control_path
 from hookdbg.options import ModuleFilter, OptionError, RecordOptions, StepRange
 from hookdbg.ranks import placement
 from hookdbg.recorder import accelerated
-from hookdbg.recorder.actions import Actions, NonFiniteStop
-from hookdbg.recorder.backward import BackwardWatch
-from hookdbg.recorder.calls import StepState
-from hookdbg.recorder.capture import Capturer, FlightRecorder
-from hookdbg.recorder.compiled import InPlaceCompiled, compiled_in_place
-from hookdbg.recorder.elsewhere import Elsewhere, unrecorded_processes, unrecorded_threads
-from hookdbg.recorder.gradscaler import ScalerWatch
-from hookdbg.recorder.handoff import Handoff
-from hookdbg.recorder.histograms import writer_layout
-from hookdbg.recorder.hookset import HookSet
-from hookdbg.recorder.meta import run_metadata
-from hookdbg.recorder.naming import ModuleInfo, ModuleRegistry, compiled_model
-from hookdbg.recorder.nonfinite import OriginDetector
-from hookdbg.recorder.optimizer import OptimizerObserver
-from hookdbg.recorder.recursion import RecursionRoom
-from hookdbg.recorder.segments import Segments
+from hookdbg.recorder.alerts.actions import Actions, NonFiniteStop
+from hookdbg.recorder.alerts.capture import Capturer, FlightRecorder
+from hookdbg.recorder.alerts.nonfinite import OriginDetector
+from hookdbg.recorder.calls.calls import StepState
+from hookdbg.recorder.calls.handoff import Handoff
+from hookdbg.recorder.calls.naming import ModuleInfo, ModuleRegistry, compiled_model
+from hookdbg.recorder.hooks.backward import BackwardWatch
+from hookdbg.recorder.hooks.compiled import InPlaceCompiled, compiled_in_place
+from hookdbg.recorder.hooks.elsewhere import Elsewhere, unrecorded_processes, unrecorded_threads
+from hookdbg.recorder.hooks.gradscaler import ScalerWatch
+from hookdbg.recorder.hooks.hookset import HookSet
+from hookdbg.recorder.hooks.optimizer import OptimizerObserver
+from hookdbg.recorder.hooks.parts import Parts
+from hookdbg.recorder.hooks.recursion import RecursionRoom
 from hookdbg.recorder.signals import TerminationSignals
-from hookdbg.recorder.steering import Plan, Steering
-from hookdbg.recorder.steps import StepTracker
+from hookdbg.recorder.steps.meta import run_metadata
+from hookdbg.recorder.steps.segments import Segments
+from hookdbg.recorder.steps.steering import Plan, Steering
+from hookdbg.recorder.steps.steps import StepTracker
+from hookdbg.recorder.summaries.histograms import writer_layout
 from hookdbg.store import owner, schema
 from hookdbg.store.owner import busy
 from hookdbg.store.rows import Rows
@@ -90,7 +91,7 @@ class RecordError(Exception):
 
 
 def _where(exc: BaseException) -> str:
-    """The innermost frame of hookdbg's in a traceback: ``recorder/stats.py:197``."""
+    """The innermost frame of hookdbg's in a traceback: ``recorder/summaries/stats.py:197``."""
     found = "?"
     tb = exc.__traceback__
     while tb is not None:
@@ -103,7 +104,7 @@ def _where(exc: BaseException) -> str:
 
 def _disable_after_fork() -> None:
     """DataLoader workers fork with the hooks installed: they must not record, and they
-    tell the recording that they ran modules (recorder/elsewhere.py)."""
+    tell the recording that they ran modules (recorder/hooks/elsewhere.py)."""
     if _active is not None:
         _active.guard.live = False
         if _active._elsewhere is not None:
@@ -162,33 +163,13 @@ class Recorder:
             flight,
             self.path,
         )
-        self.observer = observer = per_call.observer(
-            guard,
-            options,
-            rows,
-            detector,
-            steps,
-            registry,
-            flight,
-            self._capturer,
-            self.actions.alert,
-            handoff,
+        self._parts = parts = Parts(
+            options, guard, rows, handoff, registry, steps, detector, flight, self.warn
         )
+        self.observer = observer = per_call.observer(parts, self._capturer, self.actions.alert)
         observer.defer_all = defer_cpu
-        # the segments (training steps and eval batches: recorder/steps.py)
-        self._segments = segments = Segments(
-            guard,
-            options,
-            rows,
-            detector,
-            observer,
-            steps,
-            registry,
-            flight,
-            handoff,
-            self.warn,
-            defer_cpu,
-        )
+        # the segments (training steps and eval batches: recorder/steps/steps.py)
+        self._segments = segments = Segments(parts, observer, defer_cpu)
         # what each step records, as launched and as steered since (hookdbg ctl)
         self.steering = Steering(options, control_path(self.path) if steerable else None)
         self._plan = Plan(True, options.level, options.modules, options.capture)
@@ -268,16 +249,7 @@ class Recorder:
         self._elsewhere = Elsewhere()
         origin = self._handoff.last = perf_counter()
         self._calls.start(origin)
-        opt = OptimizerObserver(
-            self.guard,
-            self.observer,
-            self._steps,
-            self._registry,
-            self.rows,
-            self._call_ids,
-            origin,
-            self._calls,
-        )
+        opt = OptimizerObserver(self._parts, self.observer, self._call_ids, origin, self._calls)
         calls = self._calls
         hooks = self._hooks
         self._room = hooks.add(RecursionRoom)  # for the frame torch adds per nested call
@@ -329,7 +301,7 @@ class Recorder:
         hooks.add(TerminationSignals, self._terminated)
         self._segments.start(origin, opt, scaler)
         # torch.compile(model) warns that global hooks fire for its wrapper too: they
-        # are hookdbg's, which expects that (recorder/naming.py), not the script's
+        # are hookdbg's, which expects that (recorder/calls/naming.py), not the script's
         warnings.filterwarnings("ignore", message=_COMPILE_WARNING, category=UserWarning)
         self._warning_filter = warnings.filters[0]
         self.guard.live = True
@@ -402,7 +374,7 @@ class Recorder:
             lock.release()
         return self._writer.flush(timeout)
 
-    # -- steering (recorder/steering.py, hookdbg ctl) -----------------------------------
+    # -- steering (recorder/steps/steering.py, hookdbg ctl) ---------------------------
 
     def record_next(
         self,
@@ -687,7 +659,7 @@ class Recorder:
 
     @property
     def state(self) -> StepState:
-        """The current segment's (a training step or an eval batch: recorder/steps.py)."""
+        """The current segment's (a training step or an eval batch: recorder/steps/steps.py)."""
         return self._segments.state
 
     @property

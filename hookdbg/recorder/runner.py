@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from torch.nn import Module
 from torch.nn.modules import module as torch_module
 
-from hookdbg.recorder.actions import NonFiniteStop
+from hookdbg.recorder.alerts.actions import NonFiniteStop
 from hookdbg.recorder.core import Recorder, status_prefix
 
 STOPPED = 3  # exit status after --on-nan stop

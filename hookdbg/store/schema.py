@@ -36,7 +36,7 @@ SCHEMA_VERSION = 7
 
 
 class StepKind(IntEnum):
-    """What a segment of the run was (hookdbg/recorder/steps.py)."""
+    """What a segment of the run was (hookdbg/recorder/steps/steps.py)."""
 
     TRAIN = 0  # a training step: a backward ran or an optimizer stepped
     EVAL = 1  # an eval batch: forwards only (validation, test, inference)
@@ -88,7 +88,7 @@ class ModuleKind(IntEnum):
     MODULE = 0
     OPTIMIZER = 1
     WRAPPER = 2  # DistributedDataParallel, DataParallel: transparent, named as its model
-    # a place in the script that calls backward() (hookdbg/recorder/backward.py): named
+    # a place in the script that calls backward() (hookdbg/recorder/hooks/backward.py): named
     # after what it is called on (``loss``, ``errD``), its type is its file and line
     LOSS = 3
 
@@ -138,7 +138,7 @@ CALLS = np.dtype(
 )
 
 # One row per recorded module call (and loss site) timed on a CUDA device, by phase:
-# seconds between CUDA events on the current stream (hookdbg/recorder/devicetime.py),
+# seconds between CUDA events on the current stream (hookdbg/recorder/hooks/devicetime.py),
 # written a step after the call's calls row. Joined to it by (call, phase).
 DEVICE_TIMES = np.dtype(
     [

@@ -1,7 +1,7 @@
 """A tensor summary's fields, declared once: what hookdbg keeps of every tensor it sees.
 
 A summary travels from the recorder to the writer as a plain tuple in ``FIELDS``'
-order (hookdbg/recorder/stats.py says why a tuple), and is stored in the tensors
+order (hookdbg/recorder/summaries/stats.py says why a tuple), and is stored in the tensors
 table's columns of the same names (schema.TENSORS: ``WHERE_COLUMNS`` then these). Code
 names a field's position with the constants below (``NUMEL``, ``COUNTS``...) or
 ``at(name)``, never with a number; the C extensions read the same positions from
@@ -26,7 +26,7 @@ DEVICE_BYTES = 16
 
 # What a summary's nan, posinf and neginf hold where no count was taken: its values
 # were not looked at (``--level shapes``, integer tensors), or, on a device, they changed
-# in place between the hook that saw the tensor and its statistics (recorder/deferred.py)
+# in place between the hook that saw the tensor and its statistics (recorder/summaries/deferred.py)
 NOT_LOOKED = -1
 CHANGED_IN_PLACE = -2
 

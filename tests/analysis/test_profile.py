@@ -1,4 +1,4 @@
-"""``profile`` and the time model (hookdbg/recorder/timing.py): every recorded second of a
+"""``profile`` and the time model (hookdbg/recorder/hooks/timing.py): every recorded second of a
 step is counted once, so self <= total <= step for every row and the shares of a step
 add up to at most all of it, on the shapes of training loop where a second could be
 counted twice (a module called twice, a GAN, LBFGS's closure, a cell unrolled over time)."""
@@ -14,7 +14,7 @@ from torch import nn
 import hookdbg
 from hookdbg.analysis.profile import profile
 from hookdbg.read import open_recording
-from hookdbg.recorder import actions
+from hookdbg.recorder.alerts import actions
 from hookdbg.store.schema import Phase
 
 

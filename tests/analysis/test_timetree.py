@@ -9,7 +9,8 @@ from torch import nn
 import hookdbg
 from hookdbg.analysis.timetree import time_tree
 from hookdbg.read import open_recording
-from hookdbg.recorder import devicetime, segments
+from hookdbg.recorder.hooks import devicetime
+from hookdbg.recorder.steps import segments
 from hookdbg.store.schema import Phase
 from tests.recorder.test_devicetime import HostEvent
 

@@ -49,7 +49,7 @@ def deepest() -> int:
 @pytest.mark.parametrize("pure", [False, True], ids=["c", "python"])
 def test_a_chain_as_deep_as_python_trains_records_too(tmp_path, deepest, pure):
     """torch adds a frame per nested call while global hooks are installed: the
-    recorder makes room for it (recorder/recursion.py)."""
+    recorder makes room for it (recorder/hooks/recursion.py)."""
     path = tmp_path / "run.h5"
     env = {accelerated.PURE_PYTHON: "1" if pure else ""}
     out = hookdbg("record", "-q", "-o", path, CHAIN, str(deepest), "--steps", "1", env=env)

@@ -187,7 +187,7 @@ V6_KILLED = """
 import os, signal, sys, time
 import numpy as np
 from hookdbg.options import RecordOptions
-from hookdbg.recorder.meta import run_metadata
+from hookdbg.recorder.steps.meta import run_metadata
 from hookdbg.store import rows, schema
 from hookdbg.store.writer import Writer
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hookdbg.read.shards import merge
-from hookdbg.recorder.stats import summarise
+from hookdbg.recorder.summaries.stats import summarise
 from hookdbg.store.schema import SUMMARY_COLUMNS, TENSORS
 
 

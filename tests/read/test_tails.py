@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from hookdbg.cli import cli
 from hookdbg.options import RecordOptions
 from hookdbg.read import Status, open_recording
-from hookdbg.recorder.meta import run_metadata
+from hookdbg.recorder.steps.meta import run_metadata
 from hookdbg.store import schema
 from hookdbg.store.writer import Writer
 from tests.helpers import live_recording, tables

@@ -18,7 +18,8 @@ from torch.utils.checkpoint import checkpoint
 
 import hookdbg
 from hookdbg.options import RecordOptions
-from hookdbg.recorder import Recorder, accelerated, calls, envelope
+from hookdbg.recorder import Recorder, accelerated
+from hookdbg.recorder.calls import calls, envelope
 
 pytestmark = pytest.mark.skipif(
     accelerated._hot is None, reason="the C extension hookdbg.recorder._hot is not built"

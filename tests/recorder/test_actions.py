@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import hookdbg
-from hookdbg.recorder.capture import FlightRecorder
+from hookdbg.recorder.alerts.capture import FlightRecorder
 from tests.helpers import SAMPLES, tables
 from tests.helpers import hookdbg as run_hookdbg
 

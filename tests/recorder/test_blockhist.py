@@ -1,4 +1,4 @@
-"""Histograms of large device tensors in two Triton launches (recorder/blockhist.py),
+"""Histograms of large device tensors in two Triton launches (recorder/summaries/blockhist.py),
 checked against numpy.histogram of the finite values and against the torch path they
 replace (``histograms.tensor_histogram``), bin for bin. Without a GPU the kernels run
 in Triton's interpreter on CPU tensors (tests/conftest.py sets ``TRITON_INTERPRET=1``),
@@ -16,8 +16,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from hookdbg.options import RecordOptions
 from hookdbg.read import open_recording
-from hookdbg.recorder import blockhist, blockstats, deferred, histograms
-from hookdbg.recorder.histograms import HISTOGRAM
+from hookdbg.recorder.summaries import blockhist, blockstats, deferred, histograms
+from hookdbg.recorder.summaries.histograms import HISTOGRAM
 from tests.helpers import ROOT
 from tests.recorder.test_blockstats import (
     Broken,
@@ -263,8 +263,8 @@ import re
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from hookdbg.recorder import blockhist
-from hookdbg.recorder.histkernel import bin_values, finite_range
+from hookdbg.recorder.summaries import blockhist
+from hookdbg.recorder.summaries.histkernel import bin_values, finite_range
 
 target = GPUTarget("cuda", 90, 32)
 options = {"num_warps": blockhist.WARPS}

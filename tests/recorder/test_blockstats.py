@@ -1,4 +1,4 @@
-"""The one-launch statistics of large device tensors (recorder/blockstats.py), checked
+"""The one-launch statistics of large device tensors (recorder/summaries/blockstats.py), checked
 against float64 references. Without a GPU the Triton kernel runs in Triton's
 interpreter on CPU tensors (tests/conftest.py sets ``TRITON_INTERPRET=1``), with small
 chunks so that each tensor takes a fraction of a second; with one, on CUDA tensors."""
@@ -15,9 +15,10 @@ from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
 from hookdbg.options import RecordOptions
-from hookdbg.recorder import Recorder, blockstats, deferred, stats
-from hookdbg.recorder.deferred import StepBatch
-from hookdbg.recorder.histograms import HISTOGRAM
+from hookdbg.recorder import Recorder
+from hookdbg.recorder.summaries import blockstats, deferred, stats
+from hookdbg.recorder.summaries.deferred import StepBatch
+from hookdbg.recorder.summaries.histograms import HISTOGRAM
 from hookdbg.store.schema import CHANGED_IN_PLACE
 from tests.helpers import ROOT, tables
 from tests.recorder.test_deferred import KernelCounter, counted_training
@@ -287,8 +288,8 @@ COMPILE = """
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from hookdbg.recorder import blockstats
-from hookdbg.recorder.blockkernel import TRITON_DTYPES, block_stats, table_stats
+from hookdbg.recorder.summaries import blockstats
+from hookdbg.recorder.summaries.blockkernel import TRITON_DTYPES, block_stats, table_stats
 
 options = {"num_warps": blockstats.WARPS}
 constants = {"BLOCK": blockstats.BLOCK, "COLUMNS": blockstats.COLUMNS}

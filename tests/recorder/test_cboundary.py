@@ -13,10 +13,11 @@ from torch import nn
 
 import hookdbg
 from hookdbg.read import open_recording
-from hookdbg.recorder import accelerated, calls, cboundary, envelope
-from hookdbg.recorder.modulehooks import ModuleHooks
+from hookdbg.recorder import accelerated
+from hookdbg.recorder.calls import calls, cboundary, envelope
+from hookdbg.recorder.hooks.modulehooks import ModuleHooks
 
-HOT_C = Path(cboundary.__file__).with_name("_hot.c")
+HOT_C = Path(accelerated.__file__).with_name("_hot.c")
 
 
 def names_in_hot_c(source: str) -> set[str]:
@@ -79,9 +80,9 @@ def test_every_declared_name_is_there():
 def test_no_class_is_swapped_at_import():
     """calls.py and envelope.py define the classes that run on the Python path; the C
     path's twins come with the path, from accelerated.chosen()."""
-    assert calls.Call.__module__ == "hookdbg.recorder.calls"
-    assert calls.Seen.__module__ == "hookdbg.recorder.calls"
-    assert envelope.Guard.__module__ == "hookdbg.recorder.envelope"
+    assert calls.Call.__module__ == "hookdbg.recorder.calls.calls"
+    assert calls.Seen.__module__ == "hookdbg.recorder.calls.calls"
+    assert envelope.Guard.__module__ == "hookdbg.recorder.calls.envelope"
 
 
 def _train(steps: int = 3) -> None:
@@ -114,7 +115,7 @@ def test_each_path_records_with_its_own_records(tmp_path, monkeypatch):
 @pytest.mark.skipif(accelerated._hot is None, reason="hookdbg.recorder._hot is not built")
 def test_a_missing_name_records_with_the_python_path_and_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(accelerated.PURE_PYTHON, "")
-    renamed = cboundary.Name("_root_renamed", "hookdbg.recorder.modulehooks:ModuleHooks", "t")
+    renamed = cboundary.Name("_root_renamed", "hookdbg.recorder.hooks.modulehooks:ModuleHooks", "t")
     monkeypatch.setattr(cboundary, "BOUNDARY", (*cboundary.BOUNDARY, renamed))
     accelerated._boundary_gaps.cache_clear()
     try:
@@ -124,7 +125,7 @@ def test_a_missing_name_records_with_the_python_path_and_says_so(tmp_path, monke
     finally:
         accelerated._boundary_gaps.cache_clear()
     said = capsys.readouterr().err
-    assert "hookdbg.recorder.modulehooks:ModuleHooks._root_renamed" in said
+    assert "hookdbg.recorder.hooks.modulehooks:ModuleHooks._root_renamed" in said
     assert "recording with the Python path" in said
     with open_recording(tmp_path / "run.h5") as r:
         assert r.info.per_call_path == "Python"

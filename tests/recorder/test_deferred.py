@@ -1,4 +1,4 @@
-"""Device statistics read back a step later (recorder/deferred.py), exercised on CPU:
+"""Device statistics read back a step later (recorder/summaries/deferred.py), exercised on CPU:
 ``defer_cpu=True`` sends CPU tensors down the path CUDA tensors take, so a recording
 made that way must say what an immediate one says."""
 
@@ -18,8 +18,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from hookdbg.options import RecordOptions
 from hookdbg.read import open_recording
-from hookdbg.recorder import NonFiniteStop, Recorder, deferred, stats
-from hookdbg.recorder.deferred import StepBatch
+from hookdbg.recorder import NonFiniteStop, Recorder
+from hookdbg.recorder.summaries import deferred, stats
+from hookdbg.recorder.summaries.deferred import StepBatch
 from hookdbg.store.schema import CHANGED_IN_PLACE, Slot
 from tests.helpers import SAMPLES, hookdbg, module_names, tables
 

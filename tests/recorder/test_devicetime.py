@@ -1,4 +1,4 @@
-"""Module times on the device (recorder/devicetime.py). Without a GPU the device clock
+"""Module times on the device (recorder/hooks/devicetime.py). Without a GPU the device clock
 runs on events that read the host's clock (``HostEvent``) and a CPU model counts as
 on CUDA: the whole path, from the hooks (the C path's and the Python path's) to the
 ``device_times`` table and ``profile``, with times that must add up as the host's do.
@@ -14,7 +14,9 @@ from torch import nn
 import hookdbg
 from hookdbg.analysis.profile import profile
 from hookdbg.read import open_recording
-from hookdbg.recorder import accelerated, devicetime, segments
+from hookdbg.recorder import accelerated
+from hookdbg.recorder.hooks import devicetime
+from hookdbg.recorder.steps import segments
 from hookdbg.store.schema import Phase
 from tests.helpers import tables
 

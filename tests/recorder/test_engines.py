@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 import torch
 
-from hookdbg.recorder import blockstats, deferred, stats
-from hookdbg.recorder.deferred import StepBatch
+from hookdbg.recorder.summaries import blockstats, deferred, stats
+from hookdbg.recorder.summaries.deferred import StepBatch
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 NAN, INF = float("nan"), float("inf")

@@ -8,7 +8,7 @@ from torch import nn
 import hookdbg
 from hookdbg.read import Status, open_recording
 from hookdbg.recorder import accelerated
-from hookdbg.recorder.nonfinite import OriginDetector
+from hookdbg.recorder.alerts.nonfinite import OriginDetector
 from tests.helpers import hookdbg as run_hookdbg
 
 

@@ -1,4 +1,4 @@
-"""Gradient hooks on the tensors module calls make (hookdbg/recorder/gradients.py), on
+"""Gradient hooks on the tensors module calls make (hookdbg/recorder/hooks/gradients.py), on
 both per-call paths: where they sit among the script's own hooks, and what they leave
 on the tensors."""
 

@@ -1,4 +1,4 @@
-"""AMP's GradScaler (recorder/gradscaler.py): overflowing scaled gradients are the scaler
+"""AMP's GradScaler (recorder/hooks/gradscaler.py): overflowing scaled gradients are the scaler
 at work, not alerts; a gradient non-finite even unscaled is one. On CPU, with the
 scaler's real code: ``GradScaler("cpu")`` with a loss scale too large to fit."""
 

@@ -14,8 +14,8 @@ from torch import nn
 from hookdbg.options import OptionError, RecordOptions
 from hookdbg.read import open_recording
 from hookdbg.recorder import Recorder, record
-from hookdbg.recorder.deferred import ARENA, StepBatch
-from hookdbg.recorder.histograms import HISTOGRAM
+from hookdbg.recorder.summaries.deferred import ARENA, StepBatch
+from hookdbg.recorder.summaries.histograms import HISTOGRAM
 from tests.helpers import SAMPLES
 
 BINS = 8

@@ -322,7 +322,7 @@ def test_a_name_utf8_cannot_hold_is_stored_escaped(tmp_path):
 def test_a_failure_while_closing_still_finishes_the_file(tmp_path, monkeypatch, capsys):
     """A bug met while closing (here: reading the last device statistics) is reported,
     and the file still gets what was gathered and its end row, which says it failed."""
-    from hookdbg.recorder.segments import Segments
+    from hookdbg.recorder.steps.segments import Segments
 
     def broken(self, wait):
         raise RuntimeError("a bug in hookdbg")

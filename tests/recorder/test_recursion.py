@@ -1,6 +1,6 @@
 """What recording costs the stack: torch's one frame per nested module call while global
 hooks are installed, and the room the recorder makes for it under the recursion limit
-(recorder/recursion.py)."""
+(recorder/hooks/recursion.py)."""
 
 import sys
 
@@ -10,7 +10,7 @@ from torch import nn
 
 import hookdbg
 from hookdbg.recorder import accelerated
-from hookdbg.recorder.recursion import room
+from hookdbg.recorder.hooks.recursion import room
 from tests.cli.nested_chain import chain
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from hookdbg.recorder import stats
+from hookdbg.recorder.summaries import stats
 
 
 def reference(t: torch.Tensor) -> dict[str, float]:

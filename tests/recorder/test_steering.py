@@ -16,7 +16,7 @@ from hookdbg.control import Command, control_path, send
 from hookdbg.options import Level
 from hookdbg.read import open_recording
 from hookdbg.recorder import Recorder, RecordOptions, accelerated
-from hookdbg.recorder.steering import Steering
+from hookdbg.recorder.steps.steering import Steering
 from hookdbg.store.schema import CaptureReason, Phase
 
 PATHS = [pytest.param(False, id="c"), pytest.param(True, id="python")]

@@ -1,4 +1,4 @@
-"""The step rule (hookdbg/recorder/steps.py) on the training loops people write."""
+"""The step rule (hookdbg/recorder/steps/steps.py) on the training loops people write."""
 
 import copy
 

@@ -9,7 +9,7 @@ import torch
 
 from hookdbg import cells
 from hookdbg.analysis import query, scalars
-from hookdbg.recorder import stats
+from hookdbg.recorder.summaries import stats
 from hookdbg.store import schema, summary
 
 

@@ -1,0 +1,196 @@
+"""What a NaN/inf origin does besides being recorded: a warning, the flight recorder's
+tensors, and --on-nan break, raise or stop."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from time import perf_counter
+
+from hookdbg.recorder.alerts.alert import Alert
+from hookdbg.recorder.alerts.capture import FlightRecorder
+from hookdbg.recorder.alerts.nonfinite import OriginDetector
+from hookdbg.recorder.calls.envelope import Guard
+from hookdbg.recorder.summaries.stats import FIELDS
+from hookdbg.store.rows import Rows
+from hookdbg.store.schema import Phase
+from hookdbg.text import plural
+
+
+class NonFiniteError(FloatingPointError):
+    """Raised into the training script by ``--on-nan raise`` at a NaN/inf origin."""
+
+    def __init__(self, alert: Alert) -> None:
+        super().__init__(alert.message())
+        self.step = alert.step
+        self.module = alert.module.name
+        self.phase = alert.phase.label
+        self.slot = alert.slot.label
+        self.path = alert.path
+
+
+class NonFiniteStop(BaseException):
+    """Ends the run at the first NaN/inf origin (``--on-nan stop``). A BaseException,
+    so that a script's ``except Exception`` does not swallow it."""
+
+    def __init__(self, alert: Alert) -> None:
+        super().__init__(alert.message())
+        self.alert = alert
+
+
+def interactive() -> bool:
+    """Whether a debugger prompt could be answered (else --on-nan break would hang CI)."""
+    try:
+        return sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def nan_breakpoint(alert: Alert) -> None:
+    """Open the debugger (``breakpoint()``: pdb, or whatever $PYTHONBREAKPOINT names)
+    with the origin's objects as locals of this frame; ``continue`` resumes training."""
+    context = alert.context
+    module = context.get("module")  # noqa: F841 (for the user at the prompt)
+    inputs = context.get("inputs")  # noqa: F841
+    output = context.get("output")  # noqa: F841
+    grad = context.get("grad")  # noqa: F841
+    step = alert.step  # noqa: F841
+    summary = dict(zip(FIELDS, alert.summary, strict=True))  # noqa: F841
+    names = ", ".join(
+        [
+            "module",
+            *(k for k in ("inputs", "output", "grad") if k in context),
+            "step",
+            "summary",
+            "alert",
+        ]
+    )
+    print(
+        f"\nhookdbg: in the debugger at the {alert.phase.label} hook where {alert.kind} was born "
+        f"({alert.where}, {alert.segment.when.removeprefix('at ').removeprefix('in ')}). "
+        f"Locals: {names}. 'up' walks into the model's "
+        "code, 'c' continues training.",
+        file=sys.stderr,
+        flush=True,
+    )
+    breakpoint()
+    return  # the debugger stops on this line, in this frame, with the locals above
+
+
+class Actions:
+    """What happens to the origins the hooks find: ``alert`` queues one with the live
+    objects a debugger would want, and ``act`` (run by each hook after its error guard,
+    so that an action may raise into the training code) records them, reports each
+    new origin (``report``: a line that --quiet does not hide; ``warn`` is a status
+    line), writes the flight recorder's tensors, then does what --on-nan asks."""
+
+    def __init__(
+        self,
+        guard: Guard,
+        rows: Rows,
+        detector: OriginDetector,
+        on_nan: str,
+        warn: Callable[[str], None],
+        report: Callable[[str], None],
+        handoff: Callable[[], None],
+        flight: FlightRecorder | None,
+        path: Path,
+    ) -> None:
+        self.guard = guard
+        self.rows = rows
+        self.detector = detector
+        self.on_nan = on_nan
+        self.warn = warn
+        self.report = report
+        self.handoff = handoff
+        self.flight = flight
+        self.path = path
+        guard.act = self.act
+
+    def alert(self, alert: Alert | None, **context: object) -> None:
+        """Queue an origin found by a hook, with the live objects a debugger would want.
+        A gradient's, in a step whose loss a GradScaler scaled, waits for the scaler's
+        decision instead (recorder/hooks/gradscaler.py)."""
+        if alert is None:
+            return
+        held = alert.segment.held
+        if held is not None and alert.phase != Phase.FWD:
+            held.append((alert, context))
+            return
+        self.release(alert, context)
+
+    def release(self, alert: Alert, context: dict[str, object]) -> None:
+        alert.context = context
+        self.guard.alerts.append(alert)
+
+    def act(self, actions: bool = True) -> None:
+        """``_act``, its time (a warning, the flight recorder's dump, a debugger prompt)
+        counted as hookdbg's own, which module and step times leave out."""
+        t0 = perf_counter()
+        try:
+            self._act(actions)
+        finally:
+            self.guard.ovh += perf_counter() - t0
+
+    def _act(self, actions: bool) -> None:
+        guard = self.guard
+        alerts, guard.alerts = guard.alerts, []
+        new_origin = None
+        action = self.on_nan
+        try:
+            for alert in alerts:
+                new = self.detector.is_new_origin(alert)
+                with guard.lock:
+                    self.rows.alerts.append(alert.row())
+                if new:
+                    new_origin = new_origin or alert
+                    self.report(alert.message())
+                    with guard.lock:
+                        self._fly(alert)
+            if action != "warn" and actions:
+                with guard.lock:
+                    self.handoff()  # what led here is on its way to disk before anything else
+        except Exception:  # a bug in hookdbg: the recording stops, not the training
+            guard.broken()  # nor the action asked for
+        if action == "warn" or not actions:
+            return
+        stop_at = alerts[0] if action in ("raise", "stop") else None
+        if action == "break" and new_origin is not None:
+            if interactive():
+                nan_breakpoint(new_origin)
+                return
+            self.report(
+                "--on-nan break needs a terminal to type into (stdin is not one); stopping instead"
+            )
+            stop_at = new_origin
+        if stop_at is None:
+            return
+        # the script is cut short in this segment: a training forward there is the
+        # training step its alert named, not an eval batch, whatever the script does next
+        stop_at.segment.interrupted = True
+        if action == "raise":
+            raise NonFiniteError(stop_at)
+        raise NonFiniteStop(stop_at)
+
+    def _fly(self, alert: Alert) -> None:
+        """Write the flight recorder's tensors around a new origin."""
+        if self.flight is None or alert.origin is None:
+            return
+        rows, stale = self.flight.dump(alert.origin, alert.segment)
+        if rows:
+            self.rows.captures.extend(rows)
+            steps = sorted({r[0] for r in rows})
+            span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+            if not alert.segment.training:
+                span = alert.segment.when.removeprefix("in ")
+            note = (
+                f"; {plural(stale, 'tensor')} changed in place since "
+                + ("it was seen, so it was left out" if stale == 1 else "seen, so left out")
+                if stale
+                else ""
+            )
+            self.warn(
+                f"flight recorder: wrote {len(rows)} tensors of {alert.module.name} and "
+                f"its neighbours ({span}) to {self.path}{note}"
+            )

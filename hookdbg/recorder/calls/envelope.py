@@ -1,0 +1,116 @@
+"""What every recorder hook is wrapped in, stated once, and what all hooks share."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from time import perf_counter
+from types import CodeType
+from typing import TYPE_CHECKING, Any
+
+from torch.compiler import is_compiling
+
+if TYPE_CHECKING:
+    from hookdbg.recorder.alerts.alert import Alert
+
+
+class Guard:
+    """The state every hook reads first: whether recording is live, the lock the writer
+    also takes to collect the rows, hookdbg's own time so far (module timings leave it
+    out), and the NaN/inf origins found but not yet acted on. A recording on the C path
+    has its twin, ``_hot.Guard`` (hookdbg/recorder/accelerated.py), for C to read."""
+
+    __slots__ = ("act", "alerts", "live", "lock", "ovh", "stopped")
+
+    def __init__(self) -> None:
+        self.live = False
+        self.lock = threading.RLock()
+        self.ovh = 0.0  # seconds spent inside hookdbg's hooks so far
+        self.alerts: list[Alert] = []
+        self.act: Callable[[], None] = lambda: None  # set by the recorder
+        # what a stop says and records (set by the recorder: Recorder._stopped)
+        self.stopped: Callable[[], None] | None = None
+
+    def broken(self) -> None:
+        """A bug in hookdbg must never break training: stop recording, say so, go on
+        (``stopped`` runs while the exception is being handled)."""
+        self.live = False
+        if self.stopped is not None:
+            self.stopped()
+            return
+        print("hookdbg: internal error, recording stopped (training continues):", file=sys.stderr)
+        traceback.print_exc(file=sys.stderr)
+
+
+def hook(body: Callable[..., None]) -> Callable[..., None]:
+    """Wrap a recorder hook ``body(self, t0, *args)`` (``self.guard`` is its Guard) so that:
+
+    * the time it takes counts as hookdbg's overhead, which module timings leave out
+      (``t0`` is when the hook was entered);
+    * a bug in hookdbg stops the recording (with a message) instead of the training;
+    * the body runs under the guard's lock, which the writer thread also takes to
+      collect the rows the hooks gathered;
+    * the NaN/inf origins the body found are acted on after that guard, so that
+      ``--on-nan raise`` can raise into the training code;
+    * the hook returns None: hookdbg never changes what a module or tensor passes on;
+    * while torch.compile traces a model it does nothing at all, first thing, so that
+      dynamo traces nothing of hookdbg into the graph: the compiled code is what it
+      would be without hookdbg (see recorder/hooks/compiled.py).
+    """
+
+    return _guarded(body, compiling=True)
+
+
+def inner_hook(body: Callable[..., None]) -> Callable[..., None]:
+    """``hook`` for a body reached only from an entry that has already returned while
+    torch.compile traces (the module hooks check that before their mute counter): the
+    same guard, without checking again on every module call."""
+    return _guarded(body, compiling=False)
+
+
+def _guarded(body: Callable[..., None], compiling: bool) -> Callable[..., None]:
+    @functools.wraps(body)
+    def guarded(self: Any, *args: Any) -> None:
+        if compiling and is_compiling():
+            return
+        t0 = perf_counter()
+        guard = self.guard
+        if not guard.live:
+            return
+        with guard.lock:
+            try:
+                body(self, t0, *args)
+            except Exception:
+                guard.broken()
+            finally:
+                guard.ovh += perf_counter() - t0
+        if guard.alerts:
+            guard.act()
+
+    return guarded
+
+
+def run_eagerly(code: CodeType) -> None:
+    """Tell torch.compile never to compile a frame of ``code``, nor the frames it calls, as
+    frames of their own: it would compile a hook into a trivial graph guarded on the grad
+    mode, recompiling as the mode changes (inlined into a model's graph, a hook already
+    returns at once). Uses dynamo's C entry point, loaded with torch, rather than
+    torch._dynamo, which takes seconds to import; without it (another torch), nothing
+    changes but those recompiles."""
+    try:
+        from torch._C._dynamo import eval_frame
+    except ImportError:
+        return
+    action = getattr(eval_frame, "_FrameAction", None)
+    strategy = getattr(eval_frame, "_FrameExecStrategy", None)
+    if action is None or strategy is None:
+        return
+    with contextlib.suppress(Exception):
+        eval_frame.set_code_exec_strategy(code, strategy(action.SKIP, action.SKIP))
+
+
+run_eagerly(hook(lambda self, t0: None).__code__)  # every hook shares this code
