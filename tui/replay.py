@@ -26,7 +26,7 @@ from textual.widgets import Footer, Header, Static
 from hookdbg.analysis.steer import SteerError, steer
 from hookdbg.read import RankSet, Status
 from hookdbg.store.schema import slot_label
-from hookdbg.text import plural, printable
+from hookdbg.text import plural, printable, utf8
 
 from .detail import DetailPane, DetailTable
 from .dialogs import GotoStepScreen, HelpScreen, RecordStepsScreen
@@ -308,9 +308,21 @@ class ReplayScreen(Screen[None]):
             self._explain()
 
     def _explain(self) -> None:
-        """Say in the detail pane what the tree's marks on the module mean."""
+        """Say in the detail pane what the tree's marks on the module mean (for a loss
+        site, which the tree does not show, what its alerts say)."""
         if self.module is not None:
-            self.query_one(DetailPane).explain(self.query_one(ModuleTree).explain(self.module))
+            said = self.query_one(ModuleTree).explain(self.module)
+            self.query_one(DetailPane).explain(said or self._alerts_of(self.module))
+
+    def _alerts_of(self, module: int) -> Text | None:
+        """What the alerts raised at ``module`` in the current step say."""
+        alerts = self.run.rec.alerts
+        if self.evals or not len(alerts):
+            return None
+        here = alerts[(alerts["module"] == module) & (alerts["step"] == self.step)]
+        if not len(here):
+            return None
+        return Text("\n").join(Text(f"◆ {printable(utf8(a['message']))}") for a in here)
 
     @work(thread=True, exclusive=True, group="detail")
     def load_detail(

@@ -12,7 +12,7 @@ from hookdbg.tui.detail import DetailPane, DetailTable
 from hookdbg.tui.plot import Plot
 from hookdbg.tui.stepbar import StepBar
 from hookdbg.tui.tree import ModuleTree
-from tests.helpers import ROOT
+from tests.helpers import ROOT, hookdbg
 from tests.tui.pilot import SIZE, SMALL, columns, notices, records, settle, text
 
 
@@ -123,3 +123,36 @@ async def test_the_stored_tensors_histogram_says_which_tensor_it_is_of(nan_h5):
         assert said.endswith("(output, flight recorder)")
         assert said.startswith(f"values {stat_text(finite.min())} ")
         assert f" {stat_text(finite.max())}  (output" in said
+
+
+LOSS_NAN = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(4):
+    opt.zero_grad()
+    out = model(torch.randn(16, 4))
+    shift = -100.0 if step == 2 else 1.0
+    loss = torch.log(out.pow(2).mean() + shift)  # NaN at step 2, in no module
+    loss.backward()
+    opt.step()
+"""
+
+
+async def test_a_nan_born_in_the_loss_opens_on_the_loss_and_says_so(tmp_path):
+    """The loss site is no module of the tree: what its alert says stands under the
+    detail's title."""
+    script = tmp_path / "loss_nan.py"
+    script.write_text(LOSS_NAN)
+    assert hookdbg("record", "-q", "-o", tmp_path / "run.h5", script).returncode == 0
+    rec = open_recording(tmp_path / "run.h5")
+    (alert,) = [a for a in rec.alerts if a["step"] == 2]
+    app = HookdbgApp(rec)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, pilot)
+        assert app.screen.step == 2 and app.screen.module == int(alert["module"])
+        title = text(app.screen.query_one("#detail-title"))
+        assert "◆ " + alert["message"].decode().splitlines()[0] in title
