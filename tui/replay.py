@@ -384,7 +384,7 @@ class ReplayScreen(Screen[None]):
         self.app.clear_notifications()
         first = self.diff.first()
         tree = self.query_one(ModuleTree)
-        tree.mark_first_divergence(first[0] if first else None)
+        tree.mark_first_divergence(*(first or (None, None)))
         self._diff_notes = self.diff.notes()
         self._notice()
         if first is None:

@@ -98,6 +98,7 @@ class ModuleTree(Tree[int]):
         self._inside: dict[int, list[tuple[str, str]]] = {}  # marks below a node: its fold
         self._marks_width: dict[int, int] = {}  # cells of a node's own marks
         self.first_divergence: str | None = None
+        self._first_step: int | None = None  # the step of the first divergence
         self._add_modules()
         _room_for(max((m.depth for m in modules), default=0))
 
@@ -158,7 +159,8 @@ class ModuleTree(Tree[int]):
         """(mark, component, what it means) of a module in the current step."""
         marks: list[Mark] = []
         if module.name == self.first_divergence:
-            marks.append(("★first", "first", "the two runs' first divergence"))
+            at = f" (at step {self._first_step})" if self._first_step is not None else ""
+            marks.append(("★first", "first", f"the two runs' first divergence{at}"))
         if diverges is not None:  # forward first: backward gaps may be spill-over
             if diverges.fwd is not None:
                 marks.append(("≠fwd", "diverges", f"forward differs from b {_by(diverges.fwd)}"))
@@ -247,8 +249,10 @@ class ModuleTree(Tree[int]):
             step = steps.get(module_id)
             node.set_label(self._label(self._module_table[module_id], step, marks[module_id]))
 
-    def mark_first_divergence(self, name: str | None) -> None:
+    def mark_first_divergence(self, name: str | None, step: int | None = None) -> None:
+        """Mark where two runs first diverge: ``name``'s module, at ``step``."""
         self.first_divergence = name
+        self._first_step = step
         self.badge(*self._badges)
 
     def render_label(self, node: TreeNode[int], base_style: Style, style: Style) -> Text:

@@ -38,6 +38,9 @@ async def test_the_differing_norm_is_shown_highlighted_with_the_rows_side_by_sid
         assert await until(app, pilot, lambda: screen.diff is not None)
         await settle(app, pilot)
         assert "model.body.1" in str(screen.query_one("#detail-title").content)
+        assert "★first the two runs' first divergence (at step 0)" in str(
+            screen.query_one("#detail-title").content
+        )
         table = screen.query_one(DetailTable)
         assert "norm" in columns(table)
         shown = records(table)
