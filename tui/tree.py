@@ -73,7 +73,7 @@ class ModuleTree(Tree[int]):
         Binding("k", "cursor_up", "up", show=False),
         Binding("h", "fold", "fold, or to the parent", show=False),
         Binding("l", "unfold", "unfold, or to the first child", show=False),
-        Binding("pagedown", "page_down", "page", key_display="pgup pgdn"),
+        Binding("pagedown", "page_down", "page", key_display="pgup pgdn", show=False),
         Binding("ctrl+f", "page_down", "page down", show=False),
         Binding("ctrl+b", "page_up", "page up", show=False),
         Binding("ctrl+d", "half_page(1)", "half a page down", show=False),

@@ -84,13 +84,16 @@ async def test_pgup_pgdn_page_the_tree_and_brackets_page_the_steps(resnet_h5):
         assert app.screen.step == app.screen.steps[0]
 
 
-async def test_the_footer_says_how_to_page_and_open_the_source(mlp_h5):
-    app = HookdbgApp(open_recording(mlp_h5))
-    async with app.run_test(size=(200, 30)) as pilot:
-        await settle(app, pilot)
-        keys = {k.key_display: k.description for k in app.screen.query(FooterKey)}
-        assert keys.get("[ ]") == "10 steps" and keys.get("pgup pgdn") == "page"
-        assert keys.get("o") == "source"
+async def test_the_footer_shows_the_nan_hunting_keys_first(mlp_h5):
+    """What fits in the footer at 100 columns: alerts, search, first; wider, how to
+    page through steps and open the source too (all keys are in ?)."""
+    for width, wanted in ((100, {"a", "/", "f", "p"}), (200, {"[ ]", "o", "a", "/", "f"})):
+        app = HookdbgApp(open_recording(mlp_h5))
+        async with app.run_test(size=(width, 30)) as pilot:
+            await settle(app, pilot)
+            room = width - len("^p palette") - 2
+            shown = {k.key_display for k in app.screen.query(FooterKey) if k.region.right <= room}
+            assert wanted <= shown, (width, shown)
 
 
 async def test_s_and_S_cycle_the_plot_both_ways(mlp_h5):
