@@ -215,6 +215,14 @@ class DetailPane(Vertical):
         yield DetailTable(id="detail-table", zebra_stripes=True, cursor_type="cell")
         yield Static(id="histogram", classes="hidden")
 
+    def on_mount(self) -> None:
+        # the cells carry the theme's colours (the NaN tint): drawn again in a new theme
+        self.watch(self.app, "theme", self._restyle, init=False)
+
+    def _restyle(self) -> None:
+        if self._rows:  # once the new theme's styles are in place
+            self.call_after_refresh(self._fill)
+
     def show(
         self,
         detail: Detail,

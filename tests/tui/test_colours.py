@@ -19,14 +19,17 @@ async def test_nan_rows_are_tinted_not_black_in_a_256_colour_terminal(monkeypatc
         app = HookdbgApp(open_recording("tests/data/nan_a.h5"))
         async with app.run_test(size=SIZE) as pilot:
             assert app.console.color_system == "256"
-            app.theme = theme
             await pilot.press("f")  # the NaN's origin: its rows tinted
+            await settle(app, pilot)
+            app.theme = theme  # after the table is drawn: its cells take the new colours
             await settle(app, pilot)
             table = app.screen.query_one(DetailTable)
             tint = app.screen.query_one(DetailPane).get_component_rich_style(
                 "detail-pane--nonfinite"
             )
             y = next(i for i, r in enumerate(records(table)) if r["nan/inf"] not in ("0", "-"))
+            table.show_cursor = False  # the cursor's cell has its own colours
+            await settle(app, pilot)
             strip = table.render_line(y + 1)  # below the header
             tinted = [s.style for s in strip if s.text.strip() and s.style]
             assert tinted and all(s.bgcolor == tint.bgcolor for s in tinted)
