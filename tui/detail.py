@@ -24,7 +24,7 @@ from textual.events import Resize
 from textual.widgets import DataTable, Static
 
 from hookdbg.analysis.histograms import has_histogram, sparkline
-from hookdbg.analysis.stepview import mask_rows
+from hookdbg.analysis.stepview import call_index, mask_rows
 from hookdbg.cells import FRACTIONS, STATS, label, num, stat_text, tensor_text
 from hookdbg.store.schema import HISTOGRAM, Phase
 from hookdbg.text import plural, printable, utf8
@@ -113,9 +113,8 @@ def summary_rows(run: str, detail: Detail) -> list[Row]:
 def _call_numbers(calls: np.ndarray) -> dict[int, str]:
     """Each call's number among the module's calls in the step (its call rows'
     ``index``, as `hookdbg show` numbers them); {} for a module called once."""
-    if not len(calls) or len(set(calls["index"].tolist())) < 2:
-        return {}
-    return {int(c): str(int(i)) for c, i in zip(calls["call"], calls["index"], strict=True)}
+    index = call_index(calls)
+    return {c: str(i) for c, i in index.items()} if len(set(index.values())) > 1 else {}
 
 
 def paired_rows(detail: Detail, other: Detail, pairs: list[RowPair] | None) -> list[Row]:

@@ -256,8 +256,13 @@ def module_rows(rec: Recording, module: int, first: int, last: int, evals: bool)
     calls = span_rows(rec, "calls", first, last, evals, ["call", "module", "index"])
     rows = rows[rows["module"] == module]
     calls = calls[calls["module"] == module]
-    index = dict(zip(calls["call"].tolist(), calls["index"].tolist(), strict=True))
-    return ModuleRows(rec.modules[module], evals, first, last, rows, index)
+    return ModuleRows(rec.modules[module], evals, first, last, rows, call_index(calls))
+
+
+def call_index(calls: np.ndarray) -> dict[int, int]:
+    """Call id -> which call of its module in its step it is (the rows' ``index``):
+    how `hookdbg show` and the TUI number a module's calls."""
+    return dict(zip(calls["call"].tolist(), calls["index"].tolist(), strict=True))
 
 
 def plotted_path(rec: Recording, module: int, stat: PlotStat) -> str | None:
