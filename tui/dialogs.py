@@ -182,6 +182,11 @@ class WaitScreen(Screen[None]):
         while not worker.is_cancelled:
             try:
                 opened = open_run(self.path)
+                try:
+                    opened.check()  # every table it will show, before the app shows it
+                except RecordingError:
+                    opened.close()
+                    raise
             except RecordingError as exc:
                 if self.path.exists():  # there, but not readable yet: say why
                     self.app.call_from_thread(self._why, str(exc))

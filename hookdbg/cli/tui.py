@@ -9,7 +9,7 @@ import click
 
 from hookdbg.cli.common import BadInput
 from hookdbg.cli.inputs import open_or_fail, open_run_or_fail
-from hookdbg.read import RankSet, rank_files
+from hookdbg.read import RankSet, Recording, RecordingError, rank_files
 
 
 @click.command(
@@ -38,12 +38,15 @@ def tui(recording: str, other: str | None, follow: bool) -> None:
             "search or diff (with --json)"
         )
     second = open_or_fail(other, quiet=True) if other else None
+    if second is not None:
+        checked(second)
     if follow and not Path(recording).exists() and not rank_files(recording):
         from hookdbg.tui.app import HookdbgApp  # Textual loads only for this command
 
         HookdbgApp(None, second, follow=True, wait_for=Path(recording)).run()
         return
     run = open_run_or_fail(recording, quiet=True)
+    checked(run)
     from hookdbg.tui.app import HookdbgApp
 
     if isinstance(run, RankSet):
@@ -51,3 +54,12 @@ def tui(recording: str, other: str | None, follow: bool) -> None:
     else:
         first, more = run, []
     HookdbgApp(first, second, follow=follow, more_ranks=more).run()
+
+
+def checked(run: Recording | RankSet) -> None:
+    """The TUI reads every table of every rank it shows: a damaged one is refused here,
+    in one line, rather than found by a view once the app is drawn."""
+    try:
+        run.check()
+    except RecordingError as exc:
+        raise BadInput(str(exc)) from None

@@ -1,14 +1,18 @@
 """What a file must pass before the reader trusts any of it.
 
 A recording is input like any other: copied half-way, cut short by a crash, edited by
-hand, or built to hurt. Before anything is read the reader checks, in order: the file
-is a regular HDF5 file whose superblock says it is whole; its writer finished setting
-it up; every table and column it reads is a plain dataset inside this file (no soft or
-external link, no virtual or external storage: a recording holds none); every column is
-1-D with the schema's type; its filters and chunks are the writer's; and no column, nor
-table, declares more rows than its stored bytes can hold (hookdbg/read/storage.py).
-Those checks run before anything is allocated: a 134 kB file that claims 10^12 rows is
-refused, not read into 312 TiB, and one naming a filter HDF5 lacks loads no plugin.
+hand, or built to hurt. At open the reader checks, in order: the file is a regular
+HDF5 file whose superblock says it is whole; its writer finished setting it up; every
+table is a group inside this file. Before a table is first read (``checked_columns``:
+all its columns at once, for a live file at open) it checks that every column is a
+plain dataset inside this file (no soft or external link, no virtual or external
+storage: a recording holds none), 1-D with the schema's type, with the writer's filters
+and chunks, and that no column, nor the table, declares more rows than its stored bytes
+can hold (hookdbg/read/storage.py). Nothing is read, nor allocated, before it is
+checked: a 134 kB file that claims 10^12 rows is refused, not read into 312 TiB, and
+one naming a filter HDF5 lacks loads no plugin. A report reads only the tables it
+needs, so that a distributed run's summary does not check every rank's tensors; a
+damaged table it does not read leaves it working (``Recording.check`` checks all).
 
 Every failure is a ``RecordingError`` whose message is one line for the user.
 
@@ -23,7 +27,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -244,10 +248,13 @@ def reason(exc: BaseException) -> str:
 _LINK_KINDS = {h5py.SoftLink: "a soft link", h5py.ExternalLink: "an external link"}
 
 
-def member(group: h5py.Group, name: str, where: str, path: Path) -> object | None:
+def member(
+    group: h5py.Group, name: str, where: str, path: Path, live: bool | None = None
+) -> object | None:
     """``group[name]`` if it is a hard link (an object inside this file), None if there
     is none. Soft links (which may point at themselves) and external links (to other
-    files) are refused without following them: a recording holds no links."""
+    files) are refused without following them: a recording holds no links. ``live``:
+    whether the file is read as it is written, where the caller knows."""
     key = name.encode()
     try:
         if not group.id.links.exists(key):
@@ -264,7 +271,7 @@ def member(group: h5py.Group, name: str, where: str, path: Path) -> object | Non
     except H5_ERRORS as exc:
         raise damaged(path, exc) from None
     if isinstance(found, h5py.h5d.DatasetID):
-        return _shared(group, name, h5py.Dataset(found))
+        return _shared(group, name, h5py.Dataset(found), live)
     return h5py.Group(found) if isinstance(found, h5py.h5g.GroupID) else found
 
 
@@ -275,10 +282,12 @@ _SHARED: weakref.WeakValueDictionary[tuple[object, str], h5py.Dataset] = (
 )
 
 
-def _shared(group: h5py.Group, name: str, opened: h5py.Dataset) -> h5py.Dataset:
+def _shared(
+    group: h5py.Group, name: str, opened: h5py.Dataset, live: bool | None
+) -> h5py.Dataset:
     """``opened``, or the handle of the same dataset another reader holds, in a file
     being written (SWMR); a closed file's datasets do not change, and are not shared."""
-    if not _swmr(group.id):
+    if not (_swmr(group.id) if live is None else live):
         return opened
     key = (group.id.fileno, f"{group.name.rstrip('/')}/{name}")
     held = _SHARED.get(key)
@@ -309,12 +318,13 @@ def checked_dataset(
     missing: str | None = None,
     dims: int = 1,
     filters: Collection[tuple[int, ...]] = schema.COLUMN_FILTERS,
+    live: bool | None = None,
 ) -> h5py.Dataset:
     """A column (or the capture bytes) that can be read safely: a dataset of ``dims``
     dimensions inside the file, of the expected kind, stored with ``filters`` (one of
     these pipelines) in chunks the writer could have made, declaring no more rows than
     its storage can hold (hookdbg/read/storage.py)."""
-    ds = member(parent, name, where, path)
+    ds = member(parent, name, where, path, live)
     if ds is None:
         raise RecordingError(f"{path} is damaged: {missing or where + ' is missing'}")
     if not isinstance(ds, h5py.Dataset):
@@ -349,20 +359,11 @@ def checked_dataset(
     return ds
 
 
-def checked_tables(
-    f: h5py.File,
-    path: Path,
-    tables: Mapping[str, np.dtype],
-    derived: Mapping[str, Mapping[str, object]] | None = None,
-) -> dict[str, dict[str, h5py.Dataset]]:
-    """Each table's columns, checked (see ``checked_dataset``), but those ``derived``
-    (an older schema lacks them). Extra groups, columns and attributes are ignored: a
-    newer recorder may add some."""
-    derived = derived or {}
-    file_size = os.path.getsize(path)
+def checked_groups(f: h5py.File, path: Path, tables: Collection[str]) -> dict[str, h5py.Group]:
+    """Each table's group: a group inside this file, not the file's root."""
     root = read_or_fail(path, "the root group", lambda: f["/"])
     out = {}
-    for name, dtype in tables.items():
+    for name in tables:
         group = member(f, name, f"table {name!r}", path)
         if group is None:
             raise RecordingError(f"{path} is damaged: table {name!r} is missing")
@@ -370,27 +371,44 @@ def checked_tables(
             raise RecordingError(f"{path} is damaged: table {name!r} is not a group of columns")
         if group == root:
             raise RecordingError(f"{path} is damaged: table {name!r} links back to the file's root")
-        filters = schema.END_FILTERS if name == schema.END_TABLE else schema.COLUMN_FILTERS
-        out[name] = {
-            column: checked_dataset(
-                group,
-                column,
-                f"{name}/{column}",
-                dtype[column],
-                path,
-                file_size,
-                missing=f"table {name!r} has no column {column!r}",
-                filters=filters,
-            )
-            for column in dtype.names or ()
-            if column not in derived.get(name, {})
-        }
-        try:
-            problem = table_problem(name, out[name].values(), file_size)
-        except H5_ERRORS as exc:
-            raise damaged(path, exc) from None
-        if problem is not None:
-            raise RecordingError(f"{path} is damaged: {problem}")
+        out[name] = group
+    return out
+
+
+def checked_columns(
+    group: h5py.Group,
+    name: str,
+    dtype: np.dtype,
+    path: Path,
+    lacks: Collection[str] = (),
+) -> dict[str, h5py.Dataset]:
+    """A table's columns, checked (see ``checked_dataset``), but those it ``lacks`` (an
+    older schema had none). Extra columns and attributes are ignored: a newer recorder
+    may add some."""
+    file_size = os.path.getsize(path)
+    filters = schema.END_FILTERS if name == schema.END_TABLE else schema.COLUMN_FILTERS
+    live = _swmr(group.id)
+    out = {
+        column: checked_dataset(
+            group,
+            column,
+            f"{name}/{column}",
+            dtype[column],
+            path,
+            file_size,
+            missing=f"table {name!r} has no column {column!r}",
+            filters=filters,
+            live=live,
+        )
+        for column in dtype.names or ()
+        if column not in lacks
+    }
+    try:
+        problem = table_problem(name, out.values(), file_size)
+    except H5_ERRORS as exc:
+        raise damaged(path, exc) from None
+    if problem is not None:
+        raise RecordingError(f"{path} is damaged: {problem}")
     return out
 
 

@@ -108,6 +108,11 @@ class RankSet:
         rows = read_rows(rec, "tensors", first, last)
         return resolve(rec, "tensors", self.global_tensors(rec.info.rank, rows)).to_pandas()
 
+    def check(self) -> None:
+        """Check every rank's file whole now (``Recording.check``)."""
+        for rec in self.recordings.values():
+            rec.check()
+
     def close(self) -> None:
         for rec in self.recordings.values():
             rec.close()

@@ -2,14 +2,15 @@
 
 It validates before it trusts (hookdbg/read/checks.py, runinfo.py): is the file there,
 is it whole HDF5, is it a hookdbg recording, is its schema one this version
-understands, is every attribute and column of the right type and shape, inside this
-file and no longer than its bytes can hold; and was it closed (complete), is it still
-being written (live), or was it cut short by a crash. Every failure, at open or in a
-later read, is a ``RecordingError`` with one line that says what is wrong. Files are
-opened read-only with SWMR, so reading never writes, works while the recorder is
-running, and works after a ``kill -9``.
+understands, is every attribute of the right type; is every column of a table of the
+right type and shape, inside this file and no longer than its bytes can hold (checked
+as the table is first read: a closed file does not change); and was it closed
+(complete), is it still being written (live), or was it cut short by a crash. Every
+failure, at open or in a later read, is a ``RecordingError`` with one line that says
+what is wrong. Files are opened read-only with SWMR, so reading never writes, works
+while the recorder is running, and works after a ``kill -9``.
 
-It stays one module of about 450 lines on purpose: ``Recording`` is the reader's one
+It stays one module of about 700 lines on purpose: ``Recording`` is the reader's one
 class, and its views share the open file's checked tables; splitting it would spread
 one class over several files.
 """
@@ -22,6 +23,7 @@ import socket
 import time
 from collections.abc import Callable
 from enum import Enum
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -33,8 +35,9 @@ from hookdbg.read.checks import (
     RecordingError,
     check_module_rows,
     checked_capture_data,
+    checked_columns,
     checked_committed,
-    checked_tables,
+    checked_groups,
     close_file,
     open_file,
     read_or_fail,
@@ -162,8 +165,9 @@ def open_recording(path: str | os.PathLike[str]) -> Recording:
 
 
 class Recording:
-    """A validated, read-only view of one recording. Small tables (modules, steps,
-    alerts) are read at open; ``calls`` and ``tensors`` are read lazily, by column."""
+    """A validated, read-only view of one recording. Small tables (steps, alerts, the
+    end row) are read at open, modules and captures when first asked for; ``calls`` and
+    ``tensors`` are read lazily, by column."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -179,34 +183,49 @@ class Recording:
             known = {name: dtype for name, (dtype, _) in schema.TABLES.items()}
             known[schema.END_TABLE] = schema.END
             dtypes = {name: known[name] for name in _tables_of(version)}
-            columns = checked_tables(self._file, path, dtypes, derived)
+            groups = checked_groups(self._file, path, dtypes)
             tails = version >= _TAILS  # rows after the last whole chunk, kept apart
             self._committed = checked_committed(
                 self._file, path, len([n for n in dtypes if n in schema.TABLES]), tails
             )
             optional = _optional_columns(self._file, path)
-            self._tails = self._tail_reader(dtypes, derived, optional) if tails else None
+            self._tails = self._tail_reader(groups, dtypes, derived, optional) if tails else None
             states = self._snapshot()
+            live = self._file.swmr_mode
             self._tables = {
                 n: Table(
                     n,
-                    columns[n],
+                    partial(checked_columns, groups[n], n, dtypes[n], path, derived.get(n, {})),
                     dtypes[n],
                     path,
                     derived.get(n),
                     None if tails else self._committed_length(n),
                     optional.get(n),
                     states.get(n),
+                    swmr=live,
                 )
                 for n in dtypes
             }
-            self._capture_data = checked_capture_data(self._file, path)
+            if live:
+                # a file being written (or cut short) changes under the reader: its
+                # tables are checked at once; a closed one's when first used
+                for table in self._tables.values():
+                    table.check()
+            self._capture_data: h5py.Dataset | None = None
             self._load_small()
         except BaseException:
             close_file(self._file)
             raise
 
     # -- lifecycle ------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Check every table and the stored tensors' bytes now, rather than as each is
+        first read: for a reader that will read them all (the TUI) and should refuse a
+        damaged file before it starts."""
+        for table in self._tables.values():
+            table.check()
+        self._captured_bytes()
 
     def close(self) -> None:
         if not self._closed:
@@ -233,6 +252,7 @@ class Recording:
 
     def _tail_reader(
         self,
+        groups: dict[str, h5py.Group],
         dtypes: dict[str, np.dtype],
         derived: Derived,
         optional: dict[str, dict[str, tuple[h5py.Dataset, np.dtype]]],
@@ -253,7 +273,7 @@ class Recording:
                     *((n, (d.base, d.shape)) for n, (_, d) in extra.items()),
                 ]
             )
-        return Tails(self._file, self.path, self._committed, rows)
+        return Tails(self._file, self.path, self._committed, rows, groups)
 
     def _snapshot(self) -> dict[str, TableState]:
         """Every table's rows in its columns and its tail, as of one commit ({} before
@@ -320,12 +340,18 @@ class Recording:
         self.answers = [
             (float(r["time"]), *_answer(utf8(r["value"]))) for r in facts if r["key"] == b"ctl"
         ]
-        modules = t["modules"].read()
-        check_module_rows(modules, self.path)
-        self.module_rows = modules
-        self.modules = ModuleTable(modules, sources=self.info.schema_version >= SOURCES)
+        # read when first asked for: a distributed run's summary needs neither of most ranks
+        self._modules: tuple[np.ndarray, ModuleTable] | None = None
+        self._captures: tuple[np.ndarray, list[Capture]] | None = None
+        ends = t[schema.END_TABLE].read(rows=slice(0, 1))
+        # the end row: its status is empty until the recorder closed the file, but it
+        # may say before that that writing stopped (disk full), and why
+        self.end_record = ends[0] if len(ends) else None
+        self.end = self.end_record if ends["status"].any() else None
         ended = t["steps"].read()
-        unfinished = self._unfinished_segment(ended)
+        # a recorder that closed the file normally ended every segment it began
+        complete = self.end is not None and self.end["status"] == b"complete"
+        unfinished = None if complete else self._unfinished_segment(ended)
         # training steps and eval batches, in order; the last one may still be running
         # (live) or have been cut short (a crash): then ``unfinished`` is its id
         self.unfinished = None if unfinished is None else int(unfinished["segment"])
@@ -339,16 +365,39 @@ class Recording:
         self._losses: np.ndarray | None = None
         self._shards: dict[Place, Shard] | None = None
         self.alerts = t["alerts"].read()
-        self.captures = t["captures"].read()
-        self._stored = captures_from(self.captures, self.modules, self.path)
-        ends = t[schema.END_TABLE].read(rows=slice(0, 1))
-        # the end row: its status is empty until the recorder closed the file, but it
-        # may say before that that writing stopped (disk full), and why
-        self.end_record = ends[0] if len(ends) else None
-        self.end = self.end_record if ends["status"].any() else None
         n = len(t["progress"])
         progress = t["progress"].read(rows=slice(max(n - 1, 0), n))
         self.last_progress = progress[-1] if len(progress) else None
+
+    @property
+    def modules(self) -> ModuleTable:
+        return self._module_table()[1]
+
+    @property
+    def module_rows(self) -> np.ndarray:
+        return self._module_table()[0]
+
+    def _module_table(self) -> tuple[np.ndarray, ModuleTable]:
+        if self._modules is None:
+            rows = self._tables["modules"].read()
+            check_module_rows(rows, self.path)
+            self._modules = rows, ModuleTable(rows, sources=self.info.schema_version >= SOURCES)
+        return self._modules
+
+    @property
+    def captures(self) -> np.ndarray:
+        """The rows of the full tensors stored (``captured`` gives them as objects)."""
+        return self._capture_rows()[0]
+
+    @property
+    def _stored(self) -> list[Capture]:
+        return self._capture_rows()[1]
+
+    def _capture_rows(self) -> tuple[np.ndarray, list[Capture]]:
+        if self._captures is None:
+            rows = self._tables["captures"].read()
+            self._captures = rows, captures_from(rows, self.modules, self.path)
+        return self._captures
 
     def _current(self, capture: Capture) -> Capture:
         def key(c: Capture) -> tuple:
@@ -382,9 +431,10 @@ class Recording:
         or the one a crash cut short. Training if an optimizer stepped in it, else like
         the segment before it."""
         calls = self._tables["calls"]
-        if not len(calls):
-            return None
+        n = len(calls)
         last = int(ended["segment"][-1]) if len(ended) else -1
+        if not n or int(calls.column("segment", slice(n - 1, n))[0]) <= last:
+            return None  # the last call's segment has its row
         since = int(ended["step"][-1]) if len(ended) else -(2**31)
         tail = calls.read(
             ["step", "segment", "phase", "start", "total"], calls.step_rows(since, 2**31 - 1)
@@ -640,7 +690,7 @@ class Recording:
         """The values of a stored tensor (found again if the file was written anew since
         ``capture`` was read: ``--keep-last`` moves the bytes it keeps)."""
         capture = self._current(capture)
-        ds = self._capture_data
+        ds = self._captured_bytes()
         if self._file.swmr_mode:
             read_or_fail(self.path, schema.CAPTURE_DATA, ds.refresh)
         end = capture.offset + capture.nbytes
@@ -653,3 +703,9 @@ class Recording:
             self.path, schema.CAPTURE_DATA, lambda: ds[capture.offset : end].tobytes()
         )
         return to_array(capture, data)
+
+    def _captured_bytes(self) -> h5py.Dataset:
+        """The flat bytes stored tensors are read from, checked when first needed."""
+        if self._capture_data is None:
+            self._capture_data = checked_capture_data(self._file, self.path)
+        return self._capture_data

@@ -32,41 +32,55 @@ T = TypeVar("T")
 
 
 class Table:
-    """``columns`` are the stored ones (an older schema may lack some of ``dtype``'s);
-    ``derived`` fills those it lacks: name -> the column to copy, or a constant.
-    ``committed`` says how many rows of the columns the writer vouched for: rows past it
-    were being written when writing stopped. From schema version 5 ``state`` says it
-    instead, with the rows after those, the table's tail (a structured array holding at
-    least the stored and optional columns), both from one snapshot of the file
-    (hookdbg/read/tails.py) that ``refresh`` is given anew."""
+    """``columns`` gives the stored ones, checked (an older schema may lack some of
+    ``dtype``'s); it is called when the table is first used (``check``), so that a
+    report reads, and checks, only the tables it needs. ``derived`` fills the columns
+    it lacks: name -> the column to copy, or a constant. ``committed`` says how many
+    rows of the columns the writer vouched for: rows past it were being written when
+    writing stopped. From schema version 5 ``state`` says it instead, with the rows
+    after those, the table's tail (a structured array holding at least the stored and
+    optional columns), both from one snapshot of the file (hookdbg/read/tails.py) that
+    ``refresh`` is given anew. ``swmr``: the file is read as it is written."""
 
     def __init__(
         self,
         name: str,
-        columns: dict[str, h5py.Dataset],
+        columns: Callable[[], dict[str, h5py.Dataset]],
         dtype: np.dtype,
         path: Path,
         derived: dict[str, str | float | bytes] | None = None,
         committed: Callable[[], int] | None = None,
         optional: dict[str, tuple[h5py.Dataset, np.dtype]] | None = None,
         state: TableState | None = None,
+        swmr: bool = False,
     ) -> None:
         self.name = name
-        self._columns = columns  # checked by hookdbg/read/checks.py
+        self._open = columns
         # columns only some recordings have (a histogram per row), read only when
         # named: name -> (checked dataset, how one row reads)
+        self._extra = {n: ds for n, (ds, _) in (optional or {}).items()}
         self.optional = {n: dtype for n, (_, dtype) in (optional or {}).items()}
-        self._columns = {**columns, **{n: ds for n, (ds, _) in (optional or {}).items()}}
+        self._columns: dict[str, h5py.Dataset] = {}
         self.dtype = dtype
         self._path = path
         self._derived = derived or {}
         self._stored = [n for n in dtype.names or () if n not in self._derived]
         self._committed = committed
-        self._swmr = next(iter(columns.values())).file.swmr_mode
+        self._swmr = swmr
+        self._state = state
+        self._checked = False
         self._main = 0  # rows read from the columns; the tail's follow them
         self._tail: np.ndarray | None = None
-        self._length = self._measure(state, refresh=False)
+        self._length = 0
         self._cache: dict[str, np.ndarray] = {}
+
+    def check(self) -> None:
+        """Check the columns (hookdbg/read/checks.py) and count the rows, once: before
+        anything of the table is read."""
+        if not self._checked:
+            self._columns = {**self._open(), **self._extra}
+            self._length = self._measure(self._state, refresh=False)
+            self._checked = True
 
     def _h5(self, what: str, read: Callable[[], T]) -> T:
         return read_or_fail(self._path, f"{self.name}/{what}", read)
@@ -81,6 +95,7 @@ class Table:
         return values
 
     def __len__(self) -> int:
+        self.check()
         return self._length
 
     def refresh(self, state: TableState | None = None) -> bool:
@@ -88,6 +103,7 @@ class Table:
         version 5 file); True if there are new ones."""
         if not self._swmr:
             return False  # a file closed by its writer does not change
+        self.check()
         before = self._length
         self._length = self._measure(state, refresh=True)
         if self._length != before:  # rows are only ever added: a new length is new rows
@@ -119,7 +135,7 @@ class Table:
         return self._main + (0 if self._tail is None else len(self._tail))
 
     def _refresh_columns(self) -> None:
-        for name in [*self._stored, *self.optional]:
+        for name in [*self._stored, *self._extra]:
             self._h5(name, self._columns[name].refresh)
 
     def _shortest(self) -> int:
@@ -127,6 +143,7 @@ class Table:
 
     def column(self, name: str, rows: slice | None = None) -> np.ndarray:
         """One column (whole, cached, or a row range)."""
+        self.check()
         if name in self._derived:
             source = self._derived[name]
             if isinstance(source, str):
@@ -159,6 +176,7 @@ class Table:
         self, columns: list[str] | tuple[str, ...] | None = None, rows: slice | None = None
     ) -> np.ndarray:
         """Rows as a numpy structured array, with only ``columns`` (default: all)."""
+        self.check()
         names = list(columns or self.dtype.names or ())
         dtype = np.dtype([(n, self._field(n)) for n in names])
         start, stop, _ = (rows or slice(None)).indices(self._length)
@@ -189,6 +207,7 @@ class Table:
         """The rows of steps ``first`` to ``last`` (inclusive): binary search on disk."""
         if first > last:
             return slice(0, 0)
+        self.check()
         if "step" in self._cache:
             steps = self._cache["step"]
             lo, hi = np.searchsorted(steps, [first, last + 1])

@@ -27,7 +27,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from hookdbg.read.checks import RecordingError, checked_dataset, member, read_or_fail
+from hookdbg.read.checks import RecordingError, checked_dataset, read_or_fail
 from hookdbg.store import schema
 
 # a table's rows in its columns, and the rows after them (None: none)
@@ -98,28 +98,18 @@ class Tails:
     """Reads every table's tail from one consistent snapshot of ``committed``."""
 
     def __init__(
-        self, f: h5py.File, path: Path, committed: h5py.Dataset, dtypes: dict[str, np.dtype]
+        self,
+        f: h5py.File,
+        path: Path,
+        committed: h5py.Dataset,
+        dtypes: dict[str, np.dtype],
+        groups: dict[str, h5py.Group],
     ) -> None:
         self.path = path
         self.live = f.swmr_mode
         self._committed = _committed_reader(f, path, committed)
-        size = os.path.getsize(path)
-        self._slots: dict[str, list[h5py.Dataset]] = {}
-        for table in dtypes:
-            group = member(f, table, f"table {table!r}", path)
-            assert isinstance(group, h5py.Group), "checked_tables has checked the table"
-            self._slots[table] = [
-                checked_dataset(
-                    group,
-                    slot,
-                    f"{table}/{slot}",
-                    np.dtype("u1"),
-                    path,
-                    size,
-                    filters=schema.NO_FILTERS,
-                )
-                for slot in schema.TAIL_SLOTS
-            ]
+        self._groups = groups
+        self._slots: dict[tuple[str, int], h5py.Dataset] = {}  # checked as first read
         self._dtypes = dtypes
 
     def snapshot(self) -> tuple[dict[str, int], dict[str, np.ndarray | None]]:
@@ -153,6 +143,22 @@ class Tails:
         sealed = {table: int(before[schema.SEALED, i]) for i, table in enumerate(self._dtypes)}
         return sealed, tails
 
+    def _slot(self, table: str, index: int) -> h5py.Dataset:
+        """A tail's byte slot, checked when first read."""
+        ds = self._slots.get((table, index))
+        if ds is None:
+            name = schema.TAIL_SLOTS[index]
+            ds = self._slots[table, index] = checked_dataset(
+                self._groups[table],
+                name,
+                f"{table}/{name}",
+                np.dtype("u1"),
+                self.path,
+                os.path.getsize(self.path),
+                filters=schema.NO_FILTERS,
+            )
+        return ds
+
     def _inflate(self, table: str, generation: int, nbytes: int) -> np.ndarray:
         path, where = self.path, f"the tail of table {table!r}"
         if generation < 0 or nbytes < 0:
@@ -161,7 +167,7 @@ class Tails:
             )
         index = generation % len(schema.TAIL_SLOTS)
         name = f"{table}/{schema.TAIL_SLOTS[index]}"
-        ds = self._slots[table][index]
+        ds = self._slot(table, index)
         if self.live and nbytes > ds.shape[0]:  # the writer grew the slot for a longer tail
             read_or_fail(path, name, ds.refresh)
         if nbytes > ds.shape[0]:

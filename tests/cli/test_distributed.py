@@ -1,13 +1,16 @@
 """A real 2-process DDP run (gloo, CPU) under torchrun, recorded and read as one run."""
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
 
+import h5py
 import pytest
 
-from hookdbg.read import RankSet, open_run
+from hookdbg.ranks import rank_file
+from hookdbg.read import RankSet, RecordingError, open_run
 from hookdbg.tui.app import HookdbgApp
 from tests.helpers import SAMPLES, hookdbg
 from tests.tui.pilot import settle
@@ -84,6 +87,29 @@ def test_summary_of_all_ranks(nan_run):
     assert sum(data["slowest_rank_counts"].values()) == 5
     one = hookdbg("summary", out, "--rank", "1")
     assert one.returncode == 0 and "rank 1 of 2 (gloo)" in one.stdout
+
+
+def test_a_rank_summary_reads_no_ranks_tensors(nan_run, tmp_path):
+    """A run's summary checks and reads each rank's steps, alerts and losses, not its
+    tensor summaries: a damaged tensors column of rank 1 leaves it working, and is
+    refused, in one line, by what reads it."""
+    out, _ = nan_run
+    for rank in (0, 1):
+        shutil.copy(rank_file(out, rank), rank_file(tmp_path / "nan.h5", rank))
+    with h5py.File(rank_file(tmp_path / "nan.h5", 1), "r+") as f:
+        del f["tensors/std"]
+    run = tmp_path / "nan.h5"
+    whole = json.loads(hookdbg("summary", out, "--json").stdout)
+    text = hookdbg("summary", run, "--json")
+    assert text.returncode == 0, text.stderr
+    assert json.loads(text.stdout)["per_rank"] == whole["per_rank"]
+    shown = hookdbg("show", run, "head", "--rank", "1")
+    assert shown.returncode == 2
+    assert shown.stderr.strip().splitlines() == [
+        f"Error: {rank_file(run, 1)} is damaged: table 'tensors' has no column 'std'"
+    ]
+    with pytest.raises(RecordingError, match="has no column 'std'"), open_run(run) as opened:
+        opened.check()
 
 
 def test_alerts_say_which_rank_saw_the_nan_first(nan_run):

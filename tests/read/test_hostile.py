@@ -1,7 +1,10 @@
 """The reader survives any file: a real recording damaged in every way the format allows
 (every attribute, every dataset, the tables, links, storage), run through every reader
-command. Each damaged file gets one line and exit status 2, never a traceback; the
-undamaged file still works. Commands run in-process through click's CliRunner (the same
+command. A command refuses a damaged file with one line and exit status 2, never a
+traceback, when it reads what is damaged: the file's attributes and its tables' groups
+are checked at open, a table's columns as the table is first read (so a report reads,
+and checks, only the tables it needs). A damaged column of a table a command does not
+read leaves it working. Commands run in-process through click's CliRunner (the same
 code path as the command line), and a few as real processes."""
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import pytest
 from click.testing import CliRunner
 
 from hookdbg.cli import cli
+from hookdbg.read import Recording, RecordingError, open_recording
+from hookdbg.read.table import Table
 from hookdbg.store import schema
 from tests.helpers import ROOT, hookdbg
 from tests.read import hostile
@@ -72,20 +77,89 @@ def test_the_undamaged_recording_works(tmp_path):
         assert result.stdout.strip() or "wrote" in result.stderr, args
 
 
+def damaged_table(name: str) -> str | None:
+    """The table a variant damages a column of (or the stored tensors' bytes): checked
+    as it is first read. None: the file's attributes or a table's group, checked at open."""
+    first = name.split()[0]
+    if first == schema.CAPTURE_DATA:
+        return first
+    return first.split("/")[0] if "/" in first else None
+
+
+def tables_read(path, tmp) -> list[set[str]]:
+    """For each reader command, the tables it reads of ``path`` (an undamaged file)."""
+    out = []
+    check, capture_bytes = Table.check, Recording._captured_bytes
+    for args in reader_commands(path, tmp):
+        seen: set[str] = set()
+
+        def spy_check(table, seen=seen):
+            if table._path == path:
+                seen.add(table.name)
+            check(table)
+
+        def spy_bytes(rec, seen=seen):
+            if rec.path == path:
+                seen.add(schema.CAPTURE_DATA)
+            return capture_bytes(rec)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(Table, "check", spy_check)
+            patch.setattr(Recording, "_captured_bytes", spy_bytes)
+            assert run(args).exit_code == 0, args
+        out.append(seen)
+    return out
+
+
+def test_a_command_reads_only_the_tables_it_needs(tmp_path):
+    """What checking a table as it is first read buys: a profile reads no tensor
+    summaries, printing a stored tensor reads its bytes and no summary, and nothing
+    but that reads the stored bytes."""
+    copy = hostile.make(BASE, tmp_path / "copy.h5", lambda f: None)
+    commands = reader_commands(copy, tmp_path)
+    reads = {
+        args[0] + " " + " ".join(args[2:]): r
+        for args, r in zip(commands, tables_read(copy, tmp_path), strict=True)
+    }
+    assert {"steps", "calls", "modules"} <= reads["profile "] and "tensors" not in reads["profile "]
+    stored = reads["tensor standardize --step 3 --slot output"]
+    assert {"captures", schema.CAPTURE_DATA} <= stored and "tensors" not in stored
+    assert [c for c, r in reads.items() if schema.CAPTURE_DATA in r] == [
+        "tensor standardize --step 3 --slot output"
+    ]
+
+
 @pytest.mark.parametrize("family", families())
-def test_every_reader_command_refuses_every_damaged_file(family, tmp_path, nan_h5):
+def test_every_reader_command_refuses_every_damage_it_reads(family, tmp_path, nan_h5):
     base = nan_h5 if family in NEWER else BASE
     made = variants(family, tmp_path, base)
     assert made, family
+    undamaged = hostile.make(base, tmp_path / "undamaged.h5", lambda f: None)
+    reads = tables_read(undamaged, tmp_path)
+    refusals = 0
     for i, (name, mutate) in enumerate(made):
         path = hostile.make(base, tmp_path / f"v{i}.h5", mutate)
+        table = damaged_table(name)
         start = time.perf_counter()
-        for args in reader_commands(path, tmp_path):
-            assert_refused(name, args, run(args))
+        for args, read in zip(reader_commands(path, tmp_path), reads, strict=True):
+            result = run(args)
+            if table is None or table in read:
+                assert_refused(name, args, result)
+                refusals += 1
+            else:  # the damage lies in a table it never reads
+                what = f"{name}: hookdbg {' '.join(args[:1] + args[2:])}"
+                assert result.exit_code == 0 and result.exception is None, (
+                    f"{what} exited {result.exit_code}: {result.output[-300:]}"
+                )
         seconds = time.perf_counter() - start  # refused before reading, not after
         assert seconds < 10, (
             f"{name}: {len(reader_commands(path, tmp_path))} commands took {seconds:.1f} s"
         )
+        # what the TUI does before it starts: every table checked, every damage refused
+        with pytest.raises(RecordingError):
+            open_recording(path).check()
+    # the shards table is read by `show --global` of a distributed run alone
+    assert refusals or family == "shards", f"no command reads any damage of {family}"
 
 
 @pytest.mark.parametrize(
@@ -177,8 +251,8 @@ EXPANDING = dict(hostile.expanding_variants(schema.TABLES))
 def test_files_that_expand_stay_within_memory_and_time(name, tmp_path, nan_h5):
     """A few MB claiming gigabytes of rows, every reader command on it in a real
     process limited to 2 GiB: a table claiming more than a recording's rows compress to
-    is refused in one line; what is read (200,000 modules, millions of steps) is
-    answered within the limit and a minute."""
+    is refused in one line by a command that reads it; what is read (200,000 modules,
+    millions of steps) is answered within the limit and a minute."""
     path = hostile.make(nan_h5, tmp_path / "big.h5", EXPANDING[name])
     assert path.stat().st_size < 4 << 20
     out = subprocess.run(
@@ -200,7 +274,12 @@ def test_files_that_expand_stay_within_memory_and_time(name, tmp_path, nan_h5):
             assert len(lines) == 1 and lines[0].startswith("Error: "), (what, lines)
         assert report["seconds"] < 60, f"{what} took {report['seconds']:.0f} s"
     if name.endswith("rows of zeros"):
-        assert all("refusing to read it" in r["stderr"] for r in reports), reports[0]
+        # a command that reads the table refuses it before reading; one that does not
+        # answers (only `show --global` of a distributed run reads shards, and device
+        # times exist where a GPU was timed)
+        refused = [r for r in reports if r["exit_code"] == 2]
+        assert all("refusing to read it" in r["stderr"] for r in refused), refused[0]
+        assert refused or name.startswith(("shards", "device_times")), reports[0]
     else:
         assert reports[0]["exit_code"] == 0, reports[0]["stderr"]  # summary answers
     assert peak["peak_rss"] < LIMIT
