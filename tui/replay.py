@@ -24,7 +24,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from hookdbg.analysis.steer import SteerError, steer
-from hookdbg.read import RankSet, Status
+from hookdbg.read import RankSet, RecordingError, Status
 from hookdbg.store.schema import slot_label
 from hookdbg.text import plural, printable, utf8
 
@@ -261,6 +261,24 @@ class ReplayScreen(Screen[None]):
         self._load_step()  # also when the number did not change: it is another batch
         self._load_detail()
         self._load_series()
+
+    def validate_rank(self, rank: int) -> int:
+        """A rank is shown once its file is checked whole (``hookdbg tui`` checked the
+        first; the views read every table): a damaged one is refused with its reason,
+        and the rank shown stays."""
+        if rank != self.rank and not self._checked(rank):
+            return self.rank
+        return rank
+
+    def _checked(self, *ranks: int) -> bool:
+        """Check these ranks' files whole (once each); say why if one is damaged."""
+        for rank in ranks:
+            try:
+                self.ranks[rank].rec.check()
+            except RecordingError as exc:
+                self.notify(str(exc), severity="error", markup=False)  # thread-safe
+                return False
+        return True
 
     def watch_rank(self, old: int, new: int) -> None:
         self._title()
@@ -565,6 +583,8 @@ class ReplayScreen(Screen[None]):
 
     @work(thread=True, group="screens")
     def _open_alerts(self) -> None:
+        if not self._checked(*range(len(self.ranks))):  # the list reads every rank
+            return
         screen = AlertsScreen(ranked_alerts(self.ranks), [v.rec.info.rank for v in self.ranks])
         self.app.call_from_thread(self.app.push_screen, screen, self._jump)
 
@@ -597,6 +617,8 @@ class ReplayScreen(Screen[None]):
         rank, step, module = first
         if rank != self.rank:
             self.rank = rank
+            if self.rank != rank:  # its file is damaged (said): its module ids are not these
+                return
             self.notify(f"the first NaN/inf origin is on rank {self.run.rec.info.rank}")
         alert = self.run.first_alert()
         batch = self.run.eval_number(alert[0], alert[1]) if alert else None
@@ -663,6 +685,8 @@ class ReplayScreen(Screen[None]):
                 "statistics; this recording is one rank"
             )
             return
+        if not self.merged and not self._checked(*range(len(self.ranks))):
+            return  # merging reads every rank's tensors
         self.merged = not self.merged
         self.notify(
             "global statistics: DTensor shards merged across the ranks"
@@ -727,4 +751,6 @@ class ReplayScreen(Screen[None]):
             return
         if jump.rank is not None and jump.rank != self.rank:
             self.rank = jump.rank  # before the module: its id is that rank's
+            if self.rank != jump.rank:  # its file is damaged (said)
+                return
         self.go_to(jump.step, jump.module)

@@ -46,19 +46,19 @@ def tui(recording: str, other: str | None, follow: bool) -> None:
         HookdbgApp(None, second, follow=True, wait_for=Path(recording)).run()
         return
     run = open_run_or_fail(recording, quiet=True)
-    checked(run)
     from hookdbg.tui.app import HookdbgApp
 
     if isinstance(run, RankSet):
         first, more = run[run.ranks[0]], [run[r] for r in run.ranks[1:]]
     else:
         first, more = run, []
+    checked(first)  # the other ranks as they are first shown
     HookdbgApp(first, second, follow=follow, more_ranks=more).run()
 
 
-def checked(run: Recording | RankSet) -> None:
-    """The TUI reads every table of every rank it shows: a damaged one is refused here,
-    in one line, rather than found by a view once the app is drawn."""
+def checked(run: Recording) -> None:
+    """The TUI reads every table of the recording it shows: a damaged one is refused
+    here, in one line, rather than found by a view once the app is drawn."""
     try:
         run.check()
     except RecordingError as exc:

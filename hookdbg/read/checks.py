@@ -271,7 +271,10 @@ def member(
     except H5_ERRORS as exc:
         raise damaged(path, exc) from None
     if isinstance(found, h5py.h5d.DatasetID):
-        return _shared(group, name, h5py.Dataset(found), live)
+        live = _swmr(group.id) if live is None else live
+        # a closed file does not change: h5py then keeps what it learnt of the column
+        # (its shape, its reader) instead of asking HDF5 again at every use
+        return _shared(group, name, h5py.Dataset(found, readonly=not live), live)
     return h5py.Group(found) if isinstance(found, h5py.h5g.GroupID) else found
 
 
@@ -282,12 +285,10 @@ _SHARED: weakref.WeakValueDictionary[tuple[object, str], h5py.Dataset] = (
 )
 
 
-def _shared(
-    group: h5py.Group, name: str, opened: h5py.Dataset, live: bool | None
-) -> h5py.Dataset:
+def _shared(group: h5py.Group, name: str, opened: h5py.Dataset, live: bool) -> h5py.Dataset:
     """``opened``, or the handle of the same dataset another reader holds, in a file
     being written (SWMR); a closed file's datasets do not change, and are not shared."""
-    if not (_swmr(group.id) if live is None else live):
+    if not live:
         return opened
     key = (group.id.fileno, f"{group.name.rstrip('/')}/{name}")
     held = _SHARED.get(key)
@@ -330,7 +331,7 @@ def checked_dataset(
     if not isinstance(ds, h5py.Dataset):
         raise RecordingError(f"{path} is damaged: {where} is a group, not a column")
     try:
-        shape, dtype = ds.id.shape, ds.id.dtype
+        shape, dtype = ds.shape, ds.dtype  # h5py keeps the shape it read
         plist = ds.id.get_create_plist()
         if plist.get_layout() == h5py.h5d.VIRTUAL or plist.get_external_count():
             raise RecordingError(

@@ -102,7 +102,7 @@ def storage_problem(
                 f"{where} is stored in chunks of {human_bytes(chunk_bytes)}, larger than "
                 f"hookdbg writes ({human_bytes(schema.MAX_CHUNK_BYTES)}); refusing to read it"
             )
-    shape: tuple[int, ...] = dsid.shape or (0,)
+    shape: tuple[int, ...] = ds.shape or (0,)
     declared = math.prod(shape) * itemsize
     compressing = [f for f in used if f in _COMPRESSING]
     if declared > _SLACK:
@@ -151,7 +151,7 @@ def table_problem(name: str, columns: Iterable[h5py.Dataset], file_size: int) ->
     rows."""
     declared = stored = rows = 0
     for ds in columns:
-        shape: tuple[int, ...] = ds.id.shape or (0,)
+        shape: tuple[int, ...] = ds.shape or (0,)
         declared += math.prod(shape) * ds.id.dtype.itemsize
         stored += ds.id.get_storage_size()
         rows = max(rows, shape[0])

@@ -169,6 +169,42 @@ async def test_tui_switches_ranks(nan_run):
         assert "rank 0 of 2" in app.title and app.screen.run.rec.info.rank == 0
 
 
+async def test_tui_refuses_a_damaged_rank_when_it_would_show_it(nan_run, tmp_path):
+    """The TUI checks the rank it opens on whole, another as it is first shown: rank 1's
+    damaged tensors stop neither the app nor rank 0; switching to rank 1 (where the NaN
+    origin it would open on lies), its alerts list or merged shards say why, in place."""
+    out, _ = nan_run
+    for rank in (0, 1):
+        shutil.copy(rank_file(out, rank), rank_file(tmp_path / "nan.h5", rank))
+    with h5py.File(rank_file(tmp_path / "nan.h5", 1), "r+") as f:
+        del f["tensors/std"]
+    run = open_run(tmp_path / "nan.h5")
+    run[0].check()
+    app = HookdbgApp(run[0], more_ranks=[run[1]])
+    errors: list[str] = []  # every error said (a notification leaves the screen in time)
+    notify = app.notify
+
+    def said(message, *args, **kwargs):
+        if kwargs.get("severity") == "error":
+            errors.append(message)
+        return notify(message, *args, **kwargs)
+
+    app.notify = said
+    why = "table 'tensors' has no column 'std'"
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause(0.2)
+        await settle(app, pilot)
+        assert "rank 0 of 2" in app.title and app.screen.run.rec.info.rank == 0
+        assert len(errors) == 1 and why in errors[0]
+        for key in ("r", "a", "G"):
+            await pilot.press(key)
+            await pilot.pause(0.2)
+            await settle(app, pilot)
+            assert app.screen.run.rec.info.rank == 0, key  # still the replay, on rank 0
+            assert len(errors) == 1 + ("r", "a", "G").index(key) + 1 and why in errors[-1], key
+        assert not app.screen.merged
+
+
 async def test_tui_f_goes_to_the_first_origin_across_ranks(nan_run):
     """Rank 1's data brings the NaN in: from rank 0, f switches to rank 1 and its origin."""
     from hookdbg.analysis.ranks import merged_alerts
