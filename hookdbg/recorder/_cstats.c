@@ -11,7 +11,8 @@
  * summary(address, n, kind, shape, dtype) -> a summary tuple
  *
  * the whole summary tuple of hookdbg/recorder/summaries/stats.py (its fields at the positions
- * summary.h gives, generated from hookdbg/store/summary.py), built here rather than
+ * hookdbg/store/summary.py declares, looked up when this module is imported: fields.h),
+ * built here rather than
  * unpacked and packed again in Python (it runs for every new tensor). ``address`` is
  * the first element of ``n`` contiguous elements of type ``kind`` (the caller keeps
  * the tensor alive and checks it is contiguous and on the CPU); ``shape`` and
@@ -41,7 +42,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../store/summary.h"
+#include "../store/fields.h"
 
 enum { F32 = 0, F64 = 1, F16 = 2, BF16 = 3, I64 = 4, I32 = 5, U8 = 6, I8 = 7, I16 = 8 };
 
@@ -411,39 +412,71 @@ static void f64_block(Acc *a, const double *p, Py_ssize_t n, double *scratch) {
 
 static PyObject *cpu_name; /* "cpu", the device of every summary made here */
 
+/* The positions of the fields a summary tuple holds (fields.h). ``summary_tuple`` fills
+ * every declared field: the module does not import where one is left out (``fills``). */
+static struct {
+    Py_ssize_t shape, dtype, device, numel, min, max, mean, std, norm, nan, posinf, neginf,
+        zero_frac, sat_frac;
+} at;
+static const SummaryField named[] = {
+    {"shape", &at.shape}, {"dtype", &at.dtype},   {"device", &at.device},
+    {"numel", &at.numel}, {"min", &at.min},       {"max", &at.max},
+    {"mean", &at.mean},   {"std", &at.std},       {"norm", &at.norm},
+    {"nan", &at.nan},     {"posinf", &at.posinf}, {"neginf", &at.neginf},
+    {"zero_frac", &at.zero_frac}, {"sat_frac", &at.sat_frac},
+};
+static Py_ssize_t length; /* summary.LENGTH */
+
+/* Whether ``named`` holds every declared field once: 0, or -1 with an exception. */
+static int fills(void) {
+    enum { COUNT = sizeof named / sizeof *named };
+    int seen[COUNT] = {0};
+    for (size_t i = 0; i < COUNT && (Py_ssize_t)COUNT == length; i++) {
+        if (*named[i].at >= COUNT || seen[*named[i].at]++) break;
+        if (i + 1 == COUNT) return 0;
+    }
+    PyErr_Format(PyExc_SystemError,
+                 "hookdbg.recorder._cstats fills %d fields of the %zd that "
+                 "hookdbg/store/summary.py declares: fill the others in summary_tuple "
+                 "and rebuild it (CONTRIBUTING.md)",
+                 (int)COUNT, length);
+    return -1;
+}
+
+/* Set item ``i`` of the new tuple ``t``; ``bad`` notes a failed allocation. */
+#define PUT(t, i, value)                      \
+    do {                                      \
+        PyObject *value_ = (value);           \
+        bad |= value_ == NULL;                \
+        PyTuple_SET_ITEM(t, i, value_);       \
+    } while (0)
+
 /* stats.py's summary tuple. It holds no container but the shape (shared, and itself
  * untracked), so the garbage collector need not track it: summaries live as long as
- * their step, by the hundreds. A field of summary.h this does not fill is an error. */
+ * their step, by the hundreds. */
 static PyObject *summary_tuple(PyObject *shape, PyObject *dtype, Py_ssize_t n, double lo,
                                double hi, double mean, double std, double norm, long long nan,
                                long long posinf, long long neginf, double zero_frac,
                                double sat_frac) {
-    PyObject *t = PyTuple_New(SUMMARY_FIELDS);
+    PyObject *t = PyTuple_New(length);
     if (t == NULL) return NULL;
-    PyObject *cells[SUMMARY_FIELDS] = {NULL};
-    cells[SUMMARY_SHAPE] = Py_NewRef(shape);
-    cells[SUMMARY_DTYPE] = Py_NewRef(dtype);
-    cells[SUMMARY_DEVICE] = Py_NewRef(cpu_name);
-    cells[SUMMARY_NUMEL] = PyLong_FromSsize_t(n);
-    cells[SUMMARY_MIN] = PyFloat_FromDouble(lo);
-    cells[SUMMARY_MAX] = PyFloat_FromDouble(hi);
-    cells[SUMMARY_MEAN] = PyFloat_FromDouble(mean);
-    cells[SUMMARY_STD] = PyFloat_FromDouble(std);
-    cells[SUMMARY_NORM] = PyFloat_FromDouble(norm);
-    cells[SUMMARY_NAN] = PyLong_FromLongLong(nan);
-    cells[SUMMARY_POSINF] = PyLong_FromLongLong(posinf);
-    cells[SUMMARY_NEGINF] = PyLong_FromLongLong(neginf);
-    cells[SUMMARY_ZERO_FRAC] = PyFloat_FromDouble(zero_frac);
-    cells[SUMMARY_SAT_FRAC] = PyFloat_FromDouble(sat_frac);
     int bad = 0;
-    for (int i = 0; i < SUMMARY_FIELDS; i++) {
-        if (cells[i] == NULL) bad = 1;
-        PyTuple_SET_ITEM(t, i, cells[i] != NULL ? cells[i] : Py_NewRef(Py_None));
-    }
-    if (bad) {
+    PUT(t, at.shape, Py_NewRef(shape));
+    PUT(t, at.dtype, Py_NewRef(dtype));
+    PUT(t, at.device, Py_NewRef(cpu_name));
+    PUT(t, at.numel, PyLong_FromSsize_t(n));
+    PUT(t, at.min, PyFloat_FromDouble(lo));
+    PUT(t, at.max, PyFloat_FromDouble(hi));
+    PUT(t, at.mean, PyFloat_FromDouble(mean));
+    PUT(t, at.std, PyFloat_FromDouble(std));
+    PUT(t, at.norm, PyFloat_FromDouble(norm));
+    PUT(t, at.nan, PyLong_FromLongLong(nan));
+    PUT(t, at.posinf, PyLong_FromLongLong(posinf));
+    PUT(t, at.neginf, PyLong_FromLongLong(neginf));
+    PUT(t, at.zero_frac, PyFloat_FromDouble(zero_frac));
+    PUT(t, at.sat_frac, PyFloat_FromDouble(sat_frac));
+    if (bad) { /* out of memory: the tuple's NULL items are skipped as it goes */
         Py_DECREF(t);
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_SystemError, "_cstats: a field of summary.h left unfilled");
         return NULL;
     }
     if (!PyObject_GC_IsTracked(shape)) PyObject_GC_UnTrack(t);
@@ -748,6 +781,8 @@ PyMODINIT_FUNC PyInit__cstats(void) {
     s_shape = PyUnicode_InternFromString("shape");
     if (cpu_name == NULL || s_dtype == NULL || s_is_cpu == NULL || s_is_contiguous == NULL ||
         s_data_ptr == NULL || s_shape == NULL)
+        return NULL;
+    if (summary_fields(named, sizeof named / sizeof *named, &length) < 0 || fills() < 0)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -370,3 +370,16 @@ def test_a_recorded_step_issues_a_fixed_number_of_torch_ops(tmp_path, monkeypatc
     per_step = 40
     assert recorded - plain <= 0.05 * summarised + per_step * 4, (recorded - plain, summarised)
     assert kernel.launches == 2 * 4  # the gradients after backward, the parameters' values
+
+
+def test_combine_adds_up_every_summed_column_of_the_programs():
+    """A column declared summable (rawrow.SUMMED) is each tensor's programs' values
+    added up, with no code of its own in combine."""
+    g = torch.Generator().manual_seed(7)
+    rows = torch.rand(5, blockstats.COLUMNS, generator=g, dtype=torch.float64) * 10
+    rows[:, blockstats.PARTIAL.index("count")] = 4.0
+    combined = blockstats.combine(rows, torch.tensor([2, 3]))
+    for name in blockstats.SUMMED:
+        column = rows[:, blockstats.PARTIAL.index(name)]
+        want = [float(column[:2].sum()), float(column[2:].sum())]
+        assert combined[:, blockstats.RAW.index(name)].tolist() == pytest.approx(want, rel=1e-15)
