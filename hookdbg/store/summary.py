@@ -102,6 +102,19 @@ FIELDS: tuple[Field, ...] = (
         scalar=True,
         shown=True,
     ),
+    Field(
+        "absmean",
+        "<f8",
+        "absmean",
+        STAT,
+        _NAN,
+        "the mean of |x| over the finite values (near 0: a vanishing activation)",
+        since=8,
+        search=True,
+        scalar=True,
+        shown=True,
+        merge=FINITE_MEAN,
+    ),
 )
 
 NAMES: tuple[str, ...] = tuple(f.name for f in FIELDS)
@@ -127,7 +140,7 @@ VALUES = slice(MIN, LENGTH)  # what its values say (NaN, NOT_LOOKED where not lo
 COUNTS = slice(NAN, NEGINF + 1)  # its NaN, +inf and -inf counts
 
 # reports' lists of statistics, in declaration order
-STATS = tuple(f.name for f in FIELDS if f.kind == STAT and f.shown)  # min max mean std norm
+STATS = tuple(f.name for f in FIELDS if f.kind == STAT and f.shown)  # min max mean...
 FRACTIONS = tuple(f.name for f in FIELDS if f.kind == FRACTION and f.shown)  # zero_frac...
 SEARCHED = tuple(f.name for f in FIELDS if f.search)
 SCALARS = tuple(f.name for f in FIELDS if f.scalar)
