@@ -36,6 +36,7 @@ def expect(whole: torch.Tensor) -> dict[str, float]:
         "norm": float(finite.norm()),
         "nan": int(torch.isnan(w).sum()),
         "zero_frac": float((w == 0).double().mean()),
+        "absmean": float(finite.abs().mean()),  # declared a mean over finite values
     }
 
 
