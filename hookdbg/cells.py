@@ -174,8 +174,9 @@ def tensor_text(row: np.void) -> TensorText:
 def _values(row: np.void) -> dict[str, float]:
     """A row's statistics; the recorded min and max are of the finite values, so a
     tensor holding -inf or inf has those as its own (an attention mask's min is -inf)."""
-    values = {name: float(row[name]) for name in STATS}
     names = row.dtype.names or ()
+    # a row read without a field (a report's own selection of columns) shows ``-``
+    values = {name: float(row[name]) if name in names else math.nan for name in STATS}
     for stat, count, infinite in (("min", "neginf", -math.inf), ("max", "posinf", math.inf)):
         if stat in values and count in names and int(row[count]) > 0:
             values[stat] = infinite

@@ -40,6 +40,9 @@ class Column:
     right: bool = True
 
 
+_FIRST = ("min", "max", "mean", "std", "norm")  # the statistics placed by hand below
+assert STATS[: len(_FIRST)] == _FIRST
+
 COLUMNS = (
     Column("run", "run", 90, right=False),
     Column("call", "call", 92),  # a module called more than once in the step only
@@ -51,6 +54,9 @@ COLUMNS = (
     Column("mean", "mean", 80),
     Column("std", "std", 78),
     Column("norm", "norm", 50),
+    # the statistics declared after these (hookdbg/store/summary.py), each its own
+    # column, left out of a narrow pane before the fractions and the shape
+    *(Column(name, label(name), 25 - i) for i, name in enumerate(STATS[len(_FIRST) :])),
     Column("histogram", "histogram", 55, right=False),  # --histograms recordings only
     # the fractions (zeros, ...), those declared later first to go on a narrow pane
     *(Column(name, label(name), 30 - i) for i, name in enumerate(FRACTIONS)),

@@ -210,6 +210,8 @@ class AlertsScreen(Screen[Jump | None]):
 
 # what a search shows of a matching tensor summary, most wanted first: a narrow screen
 # leaves out the columns of lowest ``keep`` rather than cut a number
+_FIRST = ("min", "max", "mean", "std", "norm")  # the statistics placed by hand below
+assert STATS[: len(_FIRST)] == _FIRST
 TENSOR_MATCH = (
     Column("step", "step", 100),
     Column("module", "module", 99, right=False),
@@ -221,6 +223,9 @@ TENSOR_MATCH = (
     Column("mean", "mean", 66),
     Column("std", "std", 64),
     Column("norm", "norm", 50),
+    # the statistics declared after these (hookdbg/store/summary.py), left out of a
+    # narrow screen before the fractions and the shape
+    *(Column(name, label(name), 35 - i) for i, name in enumerate(STATS[len(_FIRST) :])),
     Column("absmax", "max |x|", 45),
     Column("numel", "numel", 44),
     *(Column(name, label(name), 42 - i) for i, name in enumerate(FRACTIONS)),

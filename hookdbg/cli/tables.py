@@ -74,11 +74,7 @@ def tensor_table(
         "slot",
         "shape",
         "dtype",
-        ("min", "right"),
-        ("max", "right"),
-        ("mean", "right"),
-        ("std", "right"),
-        ("norm", "right"),
+        *((label(name), "right") for name in STATS),
         ("nan/inf", "right"),
         *((label(name), "right") for name in FRACTIONS),
     ]

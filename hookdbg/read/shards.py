@@ -8,7 +8,9 @@ sharded on (along a replicated dimension they hold copies; another data-parallel
 group holds another tensor). Their statistics merge exactly: counts and sums add, the
 minimum and maximum are those of the shards, the mean and the population std come from
 each shard's mean and std weighted by its finite values (Chan's formula), the norm is
-the root of the summed squared norms. A tensor that is a partial sum on some dimension
+the root of the summed squared norms; a field declared a mean (``summary.Field.merge``)
+is its shards' weighted by their finite values or elements, and any other field not
+merged here reads as not measured. A tensor that is a partial sum on some dimension
 (``P(sum)``: a row-parallel Linear's output before its all-reduce) has no global values
 until it is reduced: it is not merged, and says so.
 """
@@ -122,7 +124,6 @@ def merge(pieces: list[np.void]) -> dict[str, float | int]:
     lows = [float(p["min"]) for p in pieces if not np.isnan(p["min"])]
     highs = [float(p["max"]) for p in pieces if not np.isnan(p["max"])]
     norms = np.array([float(p["norm"]) for p in pieces])
-    zeros = np.array([float(p["zero_frac"]) for p in pieces])
     sizes = np.array([int(p["numel"]) for p in pieces], dtype=np.float64)
     merged: dict[str, float | int] = {
         "numel": numel,
@@ -132,13 +133,26 @@ def merge(pieces: list[np.void]) -> dict[str, float | int]:
         "std": std,
         "norm": float(np.sqrt((norms**2).sum())),
         **bad,
-        "zero_frac": float((zeros * sizes).sum() / sizes.sum()) if numel else float("nan"),
     }
-    if "sat_frac" in (pieces[0].dtype.names or ()):
+    names = pieces[0].dtype.names or ()
+    if "sat_frac" in names:
         merged["sat_frac"] = _at_ends(pieces, merged["min"], merged["max"], numel)
+    weighing = {summary.FINITE_MEAN: weights, summary.ELEMENT_MEAN: sizes}
     for f in summary.FIELDS[summary.VALUES]:
+        if f.merge in weighing and f.name in names:
+            merged[f.name] = _weighted(pieces, f.name, weighing[f.merge])
         merged.setdefault(f.name, f.missing)  # type: ignore[arg-type]
     return merged
+
+
+def _weighted(pieces: list[np.void], name: str, weights: np.ndarray) -> float:
+    """The mean of the shards' ``name`` weighted by ``weights`` (finite values or
+    elements); NaN where a shard that has any is NaN, or none has any."""
+    values = np.array([float(p[name]) for p in pieces])
+    some = weights > 0
+    if not some.any() or np.isnan(values[some]).any():
+        return float("nan")
+    return float((weights[some] * values[some]).sum() / weights[some].sum())
 
 
 def _at_ends(pieces: list[np.void], lo: float, hi: float, numel: int) -> float:

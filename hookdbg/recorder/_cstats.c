@@ -5,13 +5,14 @@
  * most of the cost, and on large ones each pass reads the tensor again from memory.
  * This reads it once: min and max over the finite values, their mean, population std
  * (ddof 0) and L2 norm as exact as a float64 two-pass computation (see ``Acc``), the
- * counts of NaN, +inf, -inf and zeros, and of the values equal to the min or the max
- * (each lane keeps its min and how many values equal it, which a smaller value resets).
+ * counts of NaN, +inf, -inf and zeros, the mean of |x|, and the values equal to the min
+ * or the max (counted in a second pass over a block that reaches them).
  *
  * summary(address, n, kind, shape, dtype) -> a summary tuple
  *
  * the whole summary tuple of hookdbg/recorder/summaries/stats.py (its fields at the positions
- * summary.h gives, generated from hookdbg/store/summary.py), built here rather than
+ * hookdbg/store/summary.py declares, looked up when this module is imported: fields.h),
+ * built here rather than
  * unpacked and packed again in Python (it runs for every new tensor). ``address`` is
  * the first element of ``n`` contiguous elements of type ``kind`` (the caller keeps
  * the tensor alive and checks it is contiguous and on the CPU); ``shape`` and
@@ -41,7 +42,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../store/summary.h"
+#include "../store/fields.h"
 
 enum { F32 = 0, F64 = 1, F16 = 2, BF16 = 3, I64 = 4, I32 = 5, U8 = 6, I8 = 7, I16 = 8 };
 
@@ -91,14 +92,14 @@ static inline float from_f16(uint16_t h) {
  * magnitudes, outliers first; tested in tests/recorder/test_engines.py), and cost one
  * pass over memory. */
 typedef struct {
-    double lo, hi, mean, mean_lo, m2;
+    double lo, hi, mean, mean_lo, m2, abs; /* abs: the sum of |x| */
     int64_t finite, nan, posinf, neginf, zeros, at_lo, at_hi; /* at_lo: values equal to lo */
 } Acc;
 
 /* One block's finite values about a shift c: their range, zero count and the values
- * at either end of it, the sums of y = x - c and of y^2. */
+ * at either end of it, the sums of y = x - c and of y^2, and of |x|. */
 typedef struct {
-    double lo, hi, s, q;
+    double lo, hi, s, q, abs;
     int64_t n, zeros, at_lo, at_hi;
 } Part;
 
@@ -151,6 +152,7 @@ static void merge(Acc *a, const Part *b, double c) {
     a->mean_lo = (mean - (sum - v)) + (t - v);
     a->finite += b->n;
     a->zeros += b->zeros;
+    a->abs += b->abs;
 }
 
 /* Built for x86-64-v3 (AVX2 and FMA) as well where the toolchain can (x86-64, glibc's
@@ -187,11 +189,11 @@ static inline double lanes_total(double *s) {
  * lanes in double, range and zero count half as many in the values' own type, fed two
  * values at a time: so that every lane stays in a register of AVX2's sixteen. The last
  * n % LANES values go apart, for the same reason. */
-#define MOMENTS(NAME, TYPE, SHIFT)                                             \
+#define MOMENTS(NAME, TYPE, SHIFT, MAG)                                             \
     CLONES static int NAME(Part *out, const TYPE *p, Py_ssize_t n, double c) { \
         enum { HALF = LANES / 2 };                                             \
         TYPE lo[HALF], hi[HALF];                                               \
-        double s[LANES], q[LANES];                                             \
+        double s[LANES], q[LANES], ab[HALF];                                   \
         int32_t zeros[HALF];                                                   \
         (void)c;                                                               \
         for (int j = 0; j < LANES; j++) s[j] = q[j] = 0.0;                     \
@@ -199,6 +201,7 @@ static inline double lanes_total(double *s) {
             lo[j] = (TYPE)INFINITY;                                            \
             hi[j] = (TYPE)-INFINITY;                                           \
             zeros[j] = 0;                                                      \
+            ab[j] = 0.0;                                                       \
         }                                                                      \
         Py_ssize_t i = 0;                                                      \
         for (; i + LANES <= n; i += LANES) {                                   \
@@ -213,10 +216,11 @@ static inline double lanes_total(double *s) {
                 s[j + HALF] += yb;                                             \
                 q[j] += ya * ya;                                               \
                 q[j + HALF] += yb * yb;                                        \
+                ab[j] += fabs(MAG(a, ya)) + fabs(MAG(b, yb));                  \
             }                                                                  \
         }                                                                      \
         TYPE tail_lo = lo[0], tail_hi = hi[0];                                 \
-        double tail_s = 0.0, tail_q = 0.0;                                     \
+        double tail_s = 0.0, tail_q = 0.0, tail_ab = 0.0;                      \
         int64_t tail_zeros = 0;                                                \
         for (; i < n; i++) {                                                   \
             TYPE x = p[i];                                                     \
@@ -226,9 +230,11 @@ static inline double lanes_total(double *s) {
             double y = (double)x SHIFT;                                        \
             tail_s += y;                                                       \
             tail_q += y * y;                                                   \
+            tail_ab += fabs(MAG(x, y));                                        \
         }                                                                      \
         out->s = lanes_total(s) + tail_s;                                      \
         out->q = lanes_total(q) + tail_q;                                      \
+        out->abs = tail_ab;                                                    \
         out->lo = tail_lo;                                                     \
         out->hi = tail_hi;                                                     \
         out->zeros = tail_zeros;                                               \
@@ -236,15 +242,20 @@ static inline double lanes_total(double *s) {
             if (lo[j] < out->lo) out->lo = lo[j];                              \
             if (hi[j] > out->hi) out->hi = hi[j];                              \
             out->zeros += zeros[j];                                            \
+            out->abs += ab[j];                                                 \
         }                                                                      \
         out->n = n;                                                            \
         return isfinite(out->s) && isfinite(out->q);                           \
     }
 
-MOMENTS(f32_plain, float, )
-MOMENTS(f32_shifted, float, -c)
-MOMENTS(f64_plain, double, )
-MOMENTS(f64_shifted, double, -c)
+/* |x| from the value already widened where there is no shift (GCC otherwise takes
+ * fabs in float and widens every value a second time: a third more instructions) */
+#define UNSHIFTED(x, y) (y)
+#define WIDENED(x, y) ((double)(x))
+MOMENTS(f32_plain, float, , UNSHIFTED)
+MOMENTS(f32_shifted, float, -c, WIDENED)
+MOMENTS(f64_plain, double, , UNSHIFTED)
+MOMENTS(f64_shifted, double, -c, WIDENED)
 
 /* How many of a block's values equal its min and its max: a second pass over the block
  * while it is in the cache, taken only where the block reaches the range so far (on
@@ -411,39 +422,72 @@ static void f64_block(Acc *a, const double *p, Py_ssize_t n, double *scratch) {
 
 static PyObject *cpu_name; /* "cpu", the device of every summary made here */
 
+/* The positions of the fields a summary tuple holds (fields.h). ``summary_tuple`` fills
+ * every declared field: the module does not import where one is left out (``fills``). */
+static struct {
+    Py_ssize_t shape, dtype, device, numel, min, max, mean, std, norm, nan, posinf, neginf,
+        zero_frac, sat_frac, absmean;
+} at;
+static const SummaryField named[] = {
+    {"shape", &at.shape}, {"dtype", &at.dtype},   {"device", &at.device},
+    {"numel", &at.numel}, {"min", &at.min},       {"max", &at.max},
+    {"mean", &at.mean},   {"std", &at.std},       {"norm", &at.norm},
+    {"nan", &at.nan},     {"posinf", &at.posinf}, {"neginf", &at.neginf},
+    {"zero_frac", &at.zero_frac}, {"sat_frac", &at.sat_frac}, {"absmean", &at.absmean},
+};
+static Py_ssize_t length; /* summary.LENGTH */
+
+/* Whether ``named`` holds every declared field once: 0, or -1 with an exception. */
+static int fills(void) {
+    enum { COUNT = sizeof named / sizeof *named };
+    int seen[COUNT] = {0};
+    for (size_t i = 0; i < COUNT && (Py_ssize_t)COUNT == length; i++) {
+        if (*named[i].at >= COUNT || seen[*named[i].at]++) break;
+        if (i + 1 == COUNT) return 0;
+    }
+    PyErr_Format(PyExc_SystemError,
+                 "hookdbg.recorder._cstats fills %d fields of the %zd that "
+                 "hookdbg/store/summary.py declares: fill the others in summary_tuple "
+                 "and rebuild it (CONTRIBUTING.md)",
+                 (int)COUNT, length);
+    return -1;
+}
+
+/* Set item ``i`` of the new tuple ``t``; ``bad`` notes a failed allocation. */
+#define PUT(t, i, value)                      \
+    do {                                      \
+        PyObject *value_ = (value);           \
+        bad |= value_ == NULL;                \
+        PyTuple_SET_ITEM(t, i, value_);       \
+    } while (0)
+
 /* stats.py's summary tuple. It holds no container but the shape (shared, and itself
  * untracked), so the garbage collector need not track it: summaries live as long as
- * their step, by the hundreds. A field of summary.h this does not fill is an error. */
+ * their step, by the hundreds. */
 static PyObject *summary_tuple(PyObject *shape, PyObject *dtype, Py_ssize_t n, double lo,
                                double hi, double mean, double std, double norm, long long nan,
                                long long posinf, long long neginf, double zero_frac,
-                               double sat_frac) {
-    PyObject *t = PyTuple_New(SUMMARY_FIELDS);
+                               double sat_frac, double absmean) {
+    PyObject *t = PyTuple_New(length);
     if (t == NULL) return NULL;
-    PyObject *cells[SUMMARY_FIELDS] = {NULL};
-    cells[SUMMARY_SHAPE] = Py_NewRef(shape);
-    cells[SUMMARY_DTYPE] = Py_NewRef(dtype);
-    cells[SUMMARY_DEVICE] = Py_NewRef(cpu_name);
-    cells[SUMMARY_NUMEL] = PyLong_FromSsize_t(n);
-    cells[SUMMARY_MIN] = PyFloat_FromDouble(lo);
-    cells[SUMMARY_MAX] = PyFloat_FromDouble(hi);
-    cells[SUMMARY_MEAN] = PyFloat_FromDouble(mean);
-    cells[SUMMARY_STD] = PyFloat_FromDouble(std);
-    cells[SUMMARY_NORM] = PyFloat_FromDouble(norm);
-    cells[SUMMARY_NAN] = PyLong_FromLongLong(nan);
-    cells[SUMMARY_POSINF] = PyLong_FromLongLong(posinf);
-    cells[SUMMARY_NEGINF] = PyLong_FromLongLong(neginf);
-    cells[SUMMARY_ZERO_FRAC] = PyFloat_FromDouble(zero_frac);
-    cells[SUMMARY_SAT_FRAC] = PyFloat_FromDouble(sat_frac);
     int bad = 0;
-    for (int i = 0; i < SUMMARY_FIELDS; i++) {
-        if (cells[i] == NULL) bad = 1;
-        PyTuple_SET_ITEM(t, i, cells[i] != NULL ? cells[i] : Py_NewRef(Py_None));
-    }
-    if (bad) {
+    PUT(t, at.shape, Py_NewRef(shape));
+    PUT(t, at.dtype, Py_NewRef(dtype));
+    PUT(t, at.device, Py_NewRef(cpu_name));
+    PUT(t, at.numel, PyLong_FromSsize_t(n));
+    PUT(t, at.min, PyFloat_FromDouble(lo));
+    PUT(t, at.max, PyFloat_FromDouble(hi));
+    PUT(t, at.mean, PyFloat_FromDouble(mean));
+    PUT(t, at.std, PyFloat_FromDouble(std));
+    PUT(t, at.norm, PyFloat_FromDouble(norm));
+    PUT(t, at.nan, PyLong_FromLongLong(nan));
+    PUT(t, at.posinf, PyLong_FromLongLong(posinf));
+    PUT(t, at.neginf, PyLong_FromLongLong(neginf));
+    PUT(t, at.zero_frac, PyFloat_FromDouble(zero_frac));
+    PUT(t, at.sat_frac, PyFloat_FromDouble(sat_frac));
+    PUT(t, at.absmean, PyFloat_FromDouble(absmean));
+    if (bad) { /* out of memory: the tuple's NULL items are skipped as it goes */
         Py_DECREF(t);
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_SystemError, "_cstats: a field of summary.h left unfilled");
         return NULL;
     }
     if (!PyObject_GC_IsTracked(shape)) PyObject_GC_UnTrack(t);
@@ -488,7 +532,7 @@ static PyObject *summary(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         }
         if (released) PyEval_RestoreThread(released);
         return summary_tuple(shape, dtype, n, ilo, ihi, NAN, NAN, NAN, 0, 0, 0,
-                             (double)zeros / (double)n, NAN);
+                             (double)zeros / (double)n, NAN, NAN);
     }
     if (kind > BF16) {
         PyErr_SetString(PyExc_ValueError, "summary: unknown element kind");
@@ -511,7 +555,7 @@ static PyObject *summary(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     }
     if (released) PyEval_RestoreThread(released);
 
-    double lo = NAN, hi = NAN, mean = NAN, std = NAN, norm = NAN, sat = NAN;
+    double lo = NAN, hi = NAN, mean = NAN, std = NAN, norm = NAN, sat = NAN, absmean = NAN;
     if (acc.finite > 0) {
         double m = (double)acc.finite;
         lo = acc.lo;
@@ -521,10 +565,11 @@ static PyObject *summary(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         norm = sqrt(acc.m2 + m * mean * mean);  /* the sum of squares: M2 + n * mean^2 */
         /* a constant tensor's values are at both ends: counted once */
         sat = (double)(lo == hi ? acc.at_lo : acc.at_lo + acc.at_hi) / (double)n;
+        absmean = acc.abs / m;
     }
     return summary_tuple(shape, dtype, n, lo, hi, mean, std, norm, (long long)acc.nan,
                          (long long)acc.posinf, (long long)acc.neginf,
-                         (double)acc.zeros / (double)n, sat);
+                         (double)acc.zeros / (double)n, sat, absmean);
 }
 
 
@@ -748,6 +793,8 @@ PyMODINIT_FUNC PyInit__cstats(void) {
     s_shape = PyUnicode_InternFromString("shape");
     if (cpu_name == NULL || s_dtype == NULL || s_is_cpu == NULL || s_is_contiguous == NULL ||
         s_data_ptr == NULL || s_shape == NULL)
+        return NULL;
+    if (summary_fields(named, sizeof named / sizeof *named, &length) < 0 || fills() < 0)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -43,7 +43,7 @@
 #include <time.h>
 
 #include "../store/rowbuffer.h"
-#include "../store/summary.h"
+#include "../store/fields.h"
 
 #if PY_VERSION_HEX >= 0x030D0000
 static inline PyObject *deref(PyObject *ref) { /* a new reference, or Py_None if dead */
@@ -59,6 +59,17 @@ static inline PyObject *deref(PyObject *ref) {
     return obj;
 }
 #endif
+
+/* Where a summary's fields are (fields.h: looked up when this module is imported) */
+static struct {
+    Py_ssize_t shape, dtype, device, numel, min, norm, nan, neginf;
+} summary_at;
+static const SummaryField summary_named[] = {
+    {"shape", &summary_at.shape}, {"dtype", &summary_at.dtype}, {"device", &summary_at.device},
+    {"numel", &summary_at.numel}, {"min", &summary_at.min},     {"norm", &summary_at.norm},
+    {"nan", &summary_at.nan},     {"neginf", &summary_at.neginf},
+};
+static Py_ssize_t summary_length; /* summary.LENGTH */
 
 /* -- what Python hands over once (setup) ---------------------------------------------- */
 
@@ -302,11 +313,11 @@ static int tensor_version(PyObject *t, int likely, long long *out) {
 
 /* stats.is_finite: no NaN, +inf or -inf counted (shape-only summaries count as finite) */
 static int summary_finite(PyObject *summary) {
-    if (!PyTuple_Check(summary) || PyTuple_GET_SIZE(summary) <= SUMMARY_NEGINF) {
+    if (!PyTuple_Check(summary) || PyTuple_GET_SIZE(summary) <= summary_at.neginf) {
         PyErr_SetString(PyExc_TypeError, "not a summary tuple");
         return -1;
     }
-    for (Py_ssize_t i = SUMMARY_NAN; i <= SUMMARY_NEGINF; i++) {
+    for (Py_ssize_t i = summary_at.nan; i <= summary_at.neginf; i++) {
         long v = PyLong_AsLong(PyTuple_GET_ITEM(summary, i));
         if (v == -1 && PyErr_Occurred()) return -1;
         if (v > 0) return 0;
@@ -1187,25 +1198,25 @@ static PyObject *shape_only(PyObject *t) {
     if (!read) goto python;
     long kind = PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
     PyObject *rest = kind <= 3 && n == 0 ? G.empty_float_stats : G.no_stats; /* 3: bfloat16 */
-    /* the values after the head (stats.values), in summary.h's order */
-    if (PyTuple_GET_SIZE(rest) != SUMMARY_FIELDS - SUMMARY_MIN) {
+    /* the values after the head (stats.values), in the declared order */
+    if (PyTuple_GET_SIZE(rest) != summary_length - summary_at.min) {
         Py_DECREF(shape);
-        PyErr_SetString(PyExc_SystemError, "stats' values do not fit summary.h");
+        PyErr_SetString(PyExc_SystemError, "stats' values do not fit the declared summary");
         return NULL;
     }
-    PyObject *summary = PyTuple_New(SUMMARY_FIELDS), *count = PyLong_FromLongLong(n);
+    PyObject *summary = PyTuple_New(summary_length), *count = PyLong_FromLongLong(n);
     if (summary == NULL || count == NULL) {
         Py_XDECREF(summary);
         Py_XDECREF(count);
         Py_DECREF(shape);
         return NULL;
     }
-    PyTuple_SET_ITEM(summary, SUMMARY_SHAPE, shape);
-    PyTuple_SET_ITEM(summary, SUMMARY_DTYPE, Py_NewRef(PyTuple_GET_ITEM(spec, 1)));
-    PyTuple_SET_ITEM(summary, SUMMARY_DEVICE, Py_NewRef(G.cpu));
-    PyTuple_SET_ITEM(summary, SUMMARY_NUMEL, count);
-    for (Py_ssize_t i = SUMMARY_MIN; i < SUMMARY_FIELDS; i++)
-        PyTuple_SET_ITEM(summary, i, Py_NewRef(PyTuple_GET_ITEM(rest, i - SUMMARY_MIN)));
+    PyTuple_SET_ITEM(summary, summary_at.shape, shape);
+    PyTuple_SET_ITEM(summary, summary_at.dtype, Py_NewRef(PyTuple_GET_ITEM(spec, 1)));
+    PyTuple_SET_ITEM(summary, summary_at.device, Py_NewRef(G.cpu));
+    PyTuple_SET_ITEM(summary, summary_at.numel, count);
+    for (Py_ssize_t i = summary_at.min; i < summary_length; i++)
+        PyTuple_SET_ITEM(summary, i, Py_NewRef(PyTuple_GET_ITEM(rest, i - summary_at.min)));
     if (!PyObject_GC_IsTracked(shape)) PyObject_GC_UnTrack(summary); /* as _cstats' */
     return summary;
 python:
@@ -1485,8 +1496,8 @@ static Seen *see(TensorPath *o, PyObject *t, int reuse, int likely) {
             int same = obj == base;
             if (same) { /* as many elements as the summary (not so for a view under vmap) */
                 PyObject *b = call_method0(t, s_numel);
-                same = b != NULL && PyTuple_GET_SIZE(of->summary) > SUMMARY_NUMEL &&
-                       PyObject_RichCompareBool(PyTuple_GET_ITEM(of->summary, SUMMARY_NUMEL),
+                same = b != NULL && PyTuple_GET_SIZE(of->summary) > summary_at.numel &&
+                       PyObject_RichCompareBool(PyTuple_GET_ITEM(of->summary, summary_at.numel),
                                                 b, Py_EQ) == 1;
                 Py_XDECREF(b);
                 if (PyErr_Occurred()) goto fail;
@@ -1509,7 +1520,7 @@ static Seen *see(TensorPath *o, PyObject *t, int reuse, int likely) {
                 }
                 for (Py_ssize_t i = 0; i < k; i++)
                     PyTuple_SET_ITEM(summary, i,
-                                     i == SUMMARY_SHAPE
+                                     i == summary_at.shape
                                          ? shape
                                          : Py_NewRef(PyTuple_GET_ITEM(of->summary, i)));
             }
@@ -2076,16 +2087,16 @@ static PyObject *norm_summary(PyObject *t, PyObject *norm) {
         return PyObject_Vectorcall(G.norm_summary, a, 2, NULL);
     }
     PyObject *count = PyLong_FromLongLong(numel), *zero = PyLong_FromLong(0), *out = NULL;
-    if (count != NULL && zero != NULL && (out = PyTuple_New(SUMMARY_FIELDS)) != NULL) {
+    if (count != NULL && zero != NULL && (out = PyTuple_New(summary_length)) != NULL) {
         /* stats.values(norm=norm, nan=0, posinf=0, neginf=0): NaN elsewhere */
-        for (Py_ssize_t i = 0; i < SUMMARY_FIELDS; i++) {
+        for (Py_ssize_t i = 0; i < summary_length; i++) {
             PyObject *v = G.nan;
-            if (i == SUMMARY_SHAPE) v = shape;
-            else if (i == SUMMARY_DTYPE) v = PyTuple_GET_ITEM(spec, 1);
-            else if (i == SUMMARY_DEVICE) v = G.cpu;
-            else if (i == SUMMARY_NUMEL) v = count;
-            else if (i == SUMMARY_NORM) v = norm;
-            else if (i >= SUMMARY_NAN && i <= SUMMARY_NEGINF) v = zero;
+            if (i == summary_at.shape) v = shape;
+            else if (i == summary_at.dtype) v = PyTuple_GET_ITEM(spec, 1);
+            else if (i == summary_at.device) v = G.cpu;
+            else if (i == summary_at.numel) v = count;
+            else if (i == summary_at.norm) v = norm;
+            else if (i >= summary_at.nan && i <= summary_at.neginf) v = zero;
             PyTuple_SET_ITEM(out, i, Py_NewRef(v));
         }
     }
@@ -2841,6 +2852,9 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__hot(void) {
     if (intern_names() < 0) return NULL;
+    if (summary_fields(summary_named, sizeof summary_named / sizeof *summary_named,
+                       &summary_length) < 0)
+        return NULL;
     if ((s_flag_name = PyUnicode_InternFromString("_is_compiling_flag")) == NULL) return NULL;
     PyTypeObject *types[] = {&LockType,       &GuardType,     &CallType,    &SeenType,
                              &TensorPathType, &ParamHookType, &CallPathType};

@@ -2,8 +2,8 @@
 
 Writer and reader both take every name and dtype from here, so the two can only
 change together. docs/format.md describes the same schema for people using h5py or
-pandas directly; a change here that is not backwards compatible bumps
-``SCHEMA_VERSION``.
+pandas directly; a change here that is not backwards compatible raises
+``SCHEMA_FLOOR`` (and with it ``SCHEMA_VERSION``).
 
 Every table is an HDF5 group of equal-length 1-D column datasets (one per field of
 the table's row dtype below), so that a query decompresses only the columns it reads:
@@ -31,8 +31,11 @@ FORMAT = "hookdbg-recording"
 # 2: segments (training steps and eval batches); 3: the GradScaler's steps.scale, .skipped;
 # 4: the losses and shards tables, loss sites in modules, steps.overhead, loss alerts;
 # 5: each table's tail kept apart while the file is written (TAIL_SLOTS); 6: device_times;
-# 7: modules.file and .line (where each module's forward is), tensors.sat_frac
-SCHEMA_VERSION = 7
+# 7: modules.file and .line (where each module's forward is), tensors.sat_frac.
+# A change to the tables here raises SCHEMA_FLOOR; a tensor summary field declared with a
+# later ``since`` (hookdbg/store/summary.py) raises the version by itself.
+SCHEMA_FLOOR = 7
+SCHEMA_VERSION = max(SCHEMA_FLOOR, *(f.since for f in summary.FIELDS))
 
 
 class StepKind(IntEnum):
@@ -168,7 +171,6 @@ TENSORS = np.dtype(
 )
 SUMMARY_COLUMNS = summary.NAMES
 assert TENSORS.names == (*WHERE_COLUMNS, *SUMMARY_COLUMNS)
-assert all(f.since <= SCHEMA_VERSION for f in summary.FIELDS)
 
 STEPS = np.dtype(
     [

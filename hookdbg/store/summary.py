@@ -4,10 +4,11 @@ A summary travels from the recorder to the writer as a plain tuple in ``FIELDS``
 order (hookdbg/recorder/summaries/stats.py says why a tuple), and is stored in the tensors
 table's columns of the same names (schema.TENSORS: ``WHERE_COLUMNS`` then these). Code
 names a field's position with the constants below (``NUMEL``, ``COUNTS``...) or
-``at(name)``, never with a number; the C extensions read the same positions from
-``summary.h``, generated from ``FIELDS`` by ``python -m hookdbg.store.summary`` (a test
-fails where the committed header is stale). Reports, the search language, TensorBoard
-scalars and the TUI take their lists of statistics from the flags here.
+``at(name)``, never with a number; the C extensions look the same positions up by name
+here when they are imported (hookdbg/store/fields.h), so nothing is generated from this.
+The schema version is the latest ``since`` (schema.SCHEMA_VERSION). Reports, the search
+language, TensorBoard scalars, the TUI and the merge of DTensor shards
+(read/shards.py) take their lists of statistics from the flags here.
 
 CONTRIBUTING.md gives the steps to add a statistic.
 """
@@ -15,9 +16,7 @@ CONTRIBUTING.md gives the steps to add a statistic.
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 # the fixed widths of the text fields (bytes)
 SHAPE_BYTES = 64
@@ -31,6 +30,9 @@ NOT_LOOKED = -1
 CHANGED_IN_PLACE = -2
 
 TEXT, COUNT, STAT, FRACTION = "text", "count", "stat", "fraction"
+# how DTensor shards' values of a field merge into the global tensor's (read/shards.py),
+# where it is a mean: weighted by each shard's finite values, or by its elements
+FINITE_MEAN, ELEMENT_MEAN = "finite mean", "element mean"
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,9 @@ class Field:
     search: bool = False  # a statistic the search language compares (``sat_frac>0.5``)
     scalar: bool = False  # a TensorBoard series (``output/sat_frac``)
     shown: bool = False  # a column of ``hookdbg show``'s tensor tables and of the TUI's
+    # FINITE_MEAN or ELEMENT_MEAN; otherwise read/shards.py merges it by name or a
+    # global row reads it as ``missing``
+    merge: str = ""
 
 
 _NAN = math.nan
@@ -83,6 +88,7 @@ FIELDS: tuple[Field, ...] = (
         search=True,
         scalar=True,
         shown=True,
+        merge=ELEMENT_MEAN,
     ),
     Field(
         "sat_frac",
@@ -95,6 +101,19 @@ FIELDS: tuple[Field, ...] = (
         search=True,
         scalar=True,
         shown=True,
+    ),
+    Field(
+        "absmean",
+        "<f8",
+        "absmean",
+        STAT,
+        _NAN,
+        "the mean of |x| over the finite values (near 0: a vanishing activation)",
+        since=8,
+        search=True,
+        scalar=True,
+        shown=True,
+        merge=FINITE_MEAN,
     ),
 )
 
@@ -121,7 +140,7 @@ VALUES = slice(MIN, LENGTH)  # what its values say (NaN, NOT_LOOKED where not lo
 COUNTS = slice(NAN, NEGINF + 1)  # its NaN, +inf and -inf counts
 
 # reports' lists of statistics, in declaration order
-STATS = tuple(f.name for f in FIELDS if f.kind == STAT and f.shown)  # min max mean std norm
+STATS = tuple(f.name for f in FIELDS if f.kind == STAT and f.shown)  # min max mean...
 FRACTIONS = tuple(f.name for f in FIELDS if f.kind == FRACTION and f.shown)  # zero_frac...
 SEARCHED = tuple(f.name for f in FIELDS if f.search)
 SCALARS = tuple(f.name for f in FIELDS if f.scalar)
@@ -135,30 +154,3 @@ assert HEAD.start == 0 and HEAD.stop == VALUES.start and COUNTS.stop - COUNTS.st
 def missing_since(version: int) -> dict[str, float | int | bytes]:
     """The fields a recording of this schema version lacks, with what they read as."""
     return {f.name: f.missing for f in FIELDS if f.since > version}
-
-
-HEADER = Path(__file__).with_name("summary.h")
-
-
-def header_text() -> str:
-    """summary.h: the fields' positions for the C extensions."""
-    width = max(len(n) for n in NAMES) + len("SUMMARY_")
-    lines = [
-        "/* Generated from hookdbg/store/summary.py by `python -m hookdbg.store.summary`:",
-        " * do not edit. The position of each field of a tensor summary tuple. */",
-        "",
-        "#ifndef HOOKDBG_SUMMARY_H",
-        "#define HOOKDBG_SUMMARY_H",
-        "",
-        *(f"#define {'SUMMARY_' + n.upper():<{width}} {i}" for i, n in enumerate(NAMES)),
-        f"#define {'SUMMARY_FIELDS':<{width}} {LENGTH}",
-        "",
-        "#endif",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    HEADER.write_text(header_text())
-    print(f"wrote {HEADER}", file=sys.stderr)

@@ -126,21 +126,26 @@ def test_modules_and_statistics_are_selectable(mlp_h5, tmp_path):
     assert forced.returncode == 0 and len(list((tmp_path / "tb" / "train").iterdir())) == 1
 
 
-def test_the_saturation_fraction_is_a_scalar(mlp_h5, tmp_path):
+@pytest.mark.parametrize("stat", ["sat_frac", "absmean"])
+def test_a_declared_statistic_is_a_scalar(mlp_h5, tmp_path, stat):
     """A summary field TensorBoard offers (hookdbg/store/summary.py) plots with no code
-    of its own: a ReLU's output is at its min (0) half the time."""
+    of its own: a ReLU's output is at its min (0) half the time, and its values' mean
+    magnitude is their mean (none is below 0)."""
     out = tmp_path / "tb"
-    args = ("--modules", "body.2", "--stat", "output/sat_frac")
+    args = ("--modules", "body.2", "--stat", f"output/{stat}")
     done = hookdbg("export", mlp_h5, "--format", "tensorboard", "-o", out, *args)
     assert done.returncode == 0, done.stderr
     rec = open_recording(mlp_h5)
-    rows = rec.tensors(columns=["step", "module", "phase", "slot", "sat_frac"])
+    rows = rec.tensors(columns=["step", "module", "phase", "slot", stat, "mean"])
     rows = rows[
         (rows["module"] == rec.modules.resolve("body.2").id) & (rows["slot"] == Slot.OUTPUT)
     ]
-    got = points(accumulator(out / "train"), "model.body.2/output/sat_frac")
-    assert got == list(zip(rows["step"].tolist(), f32(rows["sat_frac"]), strict=True))
-    assert all(0.3 < v < 0.7 for _, v in got)
+    got = points(accumulator(out / "train"), f"model.body.2/output/{stat}")
+    assert got == list(zip(rows["step"].tolist(), f32(rows[stat]), strict=True))
+    if stat == "sat_frac":
+        assert all(0.3 < v < 0.7 for _, v in got)
+    else:
+        assert [v for _, v in got] == pytest.approx(f32(rows["mean"]), rel=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -299,3 +299,31 @@ def test_a_file_its_writer_still_holds_locked_is_said_being_created(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_version_7_recording_reads_with_no_mean_magnitude(mlp_h5, tmp_path):
+    """``absmean`` (schema version 8): the mean of |x| over the finite values, searched
+    (``absmean<1e-6`` finds vanishing activations) and shown; a version 7 file reads it
+    as not measured."""
+    old = tmp_path / "v7.h5"
+    shutil.copy(mlp_h5, old)
+    with h5py.File(old, "r+") as f:
+        f.attrs["schema_version"] = 7
+        del f["tensors/absmean"]
+    rec, new = open_recording(old), open_recording(mlp_h5)
+    assert rec.info.schema_version == 7 and new.info.schema_version == 8
+    assert np.isnan(rec.tensors_table.read(["absmean"])["absmean"]).all()
+    table = new.tensors_table.read(["absmean", "mean", "min"])
+    positive = table["min"] >= 0  # where every value is >= 0, |x| is x
+    assert positive.any()
+    same = np.allclose(table["absmean"][positive], table["mean"][positive], equal_nan=True)
+    assert same and not np.isnan(table["absmean"][positive]).all()
+    assert "0 tensor summaries match" in hookdbg("search", old, "absmean>0").stdout
+    assert "0 tensor summaries match" not in hookdbg("search", mlp_h5, "absmean>0").stdout
+    assert "0 tensor summaries match" in hookdbg("search", mlp_h5, "absmean<1e-30").stdout
+    shown = hookdbg("show", mlp_h5, "model.body.2", "--step", "1").stdout.splitlines()
+    header = next(line for line in shown if "zeros" in line).split()
+    output = next(line for line in shown if " output " in line).split()
+    assert "absmean" in header
+    at = header.index("absmean") - len(header)  # columns counted from the right
+    assert float(output[at]) == pytest.approx(float(output[header.index("mean") - len(header)]))

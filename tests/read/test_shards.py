@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -10,6 +11,7 @@ import torch
 
 from hookdbg.read.shards import merge
 from hookdbg.recorder.summaries.stats import summarise
+from hookdbg.store import summary
 from hookdbg.store.schema import SUMMARY_COLUMNS, TENSORS
 
 
@@ -34,6 +36,7 @@ def expect(whole: torch.Tensor) -> dict[str, float]:
         "norm": float(finite.norm()),
         "nan": int(torch.isnan(w).sum()),
         "zero_frac": float((w == 0).double().mean()),
+        "absmean": float(finite.abs().mean()),  # declared a mean over finite values
     }
 
 
@@ -74,3 +77,17 @@ def test_non_finite_values_are_counted_and_left_out_of_the_statistics():
     whole = torch.arange(12, dtype=torch.float32).reshape(4, 3)
     whole[3, 1] = float("nan")
     check(merge(rows(whole[:1], whole[1:])), whole)
+
+
+def test_a_field_merges_as_its_declaration_says_or_reads_as_not_measured(monkeypatch):
+    """zero_frac is declared an element-weighted mean; a field that declares no merge
+    (and that read/shards.py does not merge by name) reads as not measured in a global
+    row, never as one shard's."""
+    whole = torch.tensor([[0.0, 1.0, 0.0, 2.0], [3.0, 0.0, 4.0, 5.0]])
+    pieces = rows(*whole.split([1, 1]))
+    assert merge(pieces)["zero_frac"] == pytest.approx(3 / 8)
+    undeclared = tuple(
+        dataclasses.replace(f, merge="") if f.name == "zero_frac" else f for f in summary.FIELDS
+    )
+    monkeypatch.setattr(summary, "FIELDS", undeclared)
+    assert math.isnan(merge(pieces)["zero_frac"])

@@ -19,6 +19,7 @@ from hookdbg.recorder import Recorder
 from hookdbg.recorder.summaries import blockstats, deferred, stats
 from hookdbg.recorder.summaries.deferred import StepBatch
 from hookdbg.recorder.summaries.histograms import HISTOGRAM
+from hookdbg.store import summary as layout
 from hookdbg.store.schema import CHANGED_IN_PLACE
 from tests.helpers import ROOT, tables
 from tests.recorder.test_deferred import KernelCounter, counted_training
@@ -82,11 +83,15 @@ def test_statistics_match_float64(dtype):
         randn(5000, seed=4, dtype=dtype).abs() + 1,  # all > 0: nor a min
     ]
     tensors[0][::97] = 0
-    for got, t in zip(raw_rows(tensors).tolist(), tensors, strict=True):
-        want = deferred.exact_row(t)
-        assert got[:2] == want[:2] and got[4:] == want[4:]  # min, max, counts: exact
-        assert got[2] == pytest.approx(want[2], rel=1e-12, abs=1e-9)
-        assert got[3] == pytest.approx(want[3], rel=1e-10)
+    for row, t in zip(raw_rows(tensors).tolist(), tensors, strict=True):
+        got = dict(zip(blockstats.RAW, row, strict=True))
+        want = dict(zip(blockstats.RAW, deferred.exact_row(t), strict=True))
+        summed = ("sum", "m2", "abssum")
+        exact = [name for name in blockstats.RAW if name not in summed]  # range, counts
+        assert [got[k] for k in exact] == [want[k] for k in exact]
+        assert got["sum"] == pytest.approx(want["sum"], rel=1e-12, abs=1e-9)
+        assert got["m2"] == pytest.approx(want["m2"], rel=1e-10)
+        assert got["abssum"] == pytest.approx(want["abssum"], rel=1e-12)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
@@ -111,7 +116,10 @@ def test_one_launch_over_many_tensors_matches_float64(dtype):
         want = deferred.from_raw(p.meta, deferred.exact_row(t))
         got = p.value
         assert got[stats.MIN : stats.MAX + 1] == want[stats.MIN : stats.MAX + 1]
-        assert got[stats.NAN :] == want[stats.NAN :]
+        absmean = layout.at("absmean")
+        assert got[stats.NAN : absmean] == want[stats.NAN : absmean]
+        assert got[absmean + 1 :] == want[absmean + 1 :]
+        assert got[absmean] == pytest.approx(want[absmean], rel=1e-12)
         assert got[stats.MEAN] == pytest.approx(want[stats.MEAN], rel=1e-12, abs=1e-12)
         assert got[stats.STD] == pytest.approx(want[stats.STD], rel=1e-10, abs=1e-12)
 
@@ -370,3 +378,16 @@ def test_a_recorded_step_issues_a_fixed_number_of_torch_ops(tmp_path, monkeypatc
     per_step = 40
     assert recorded - plain <= 0.05 * summarised + per_step * 4, (recorded - plain, summarised)
     assert kernel.launches == 2 * 4  # the gradients after backward, the parameters' values
+
+
+def test_combine_adds_up_every_summed_column_of_the_programs():
+    """A column declared summable (rawrow.SUMMED) is each tensor's programs' values
+    added up, with no code of its own in combine."""
+    g = torch.Generator().manual_seed(7)
+    rows = torch.rand(5, blockstats.COLUMNS, generator=g, dtype=torch.float64) * 10
+    rows[:, blockstats.PARTIAL.index("count")] = 4.0
+    combined = blockstats.combine(rows, torch.tensor([2, 3]))
+    for name in blockstats.SUMMED:
+        column = rows[:, blockstats.PARTIAL.index(name)]
+        want = [float(column[:2].sum()), float(column[2:].sum())]
+        assert combined[:, blockstats.RAW.index(name)].tolist() == pytest.approx(want, rel=1e-15)

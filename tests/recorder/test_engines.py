@@ -9,7 +9,8 @@ one over a tensor at a time (block_stats, where histograms are asked for).
 The contract: min and max exact; mean, population std (ddof 0) and L2 norm within
 1e-12 (relative) of numpy's on the values converted to float64, over the finite
 values; the std of a constant tensor exactly 0; NaN, +inf and -inf counted exactly, and
-the values equal to the finite min or max (``sat_frac``, a fraction of all values). A
+the values equal to the finite min or max (``sat_frac``, a fraction of all values); the
+mean of |x| over the finite values (``absmean``) within 1e-12 as well. A
 mean may also be off by 1e-14 of the values' mean magnitude: where the values cancel
 to a mean near 0, no float64 sum (numpy's neither) resolves it more finely. On the
 device path a tensor holding NaN or inf gets its counts and no statistics
@@ -93,6 +94,8 @@ def cases() -> dict[str, torch.Tensor]:
         "largest float32": with_values(randn(3_000, 18), {0: 3.4e38, 9: -3.4e38, 17: 3.4e38}),
         "largest float16": torch.tensor([65504.0, -65504.0, 1.0] * 600).half(),
         "tiny and huge float64": torch.tensor([1e-300, 1e150, -1e-300] * 700, dtype=f64),
+        # a vanishing activation: what absmean is for
+        "vanishing, 1e-30 float32": randn(5_000, 22) * 1e-30,
         "bfloat16 at its cap": torch.nn.functional.relu6(4 * randn(3_000, 19)).bfloat16(),
         "every other value": randn(8_000, 20)[::2],
         "a column of a matrix": (1 + randn(6_000, 21)).view(200, 30)[:, 3],
@@ -122,7 +125,7 @@ def reference(t: torch.Tensor) -> dict[str, float]:
         "mean": finite.mean(),
         "std": 0.0 if constant else finite.std(),  # ddof 0
         "norm": np.linalg.norm(finite),
-        "magnitude": np.abs(finite).mean(),
+        "absmean": np.abs(finite).mean(),
     }
 
 
@@ -217,12 +220,12 @@ def test_every_engine_agrees_with_float64(case: str, engine: str, monkeypatch) -
         assert got[key] == want[key], key
     withheld = on_the_device and (want["nan"] or want["posinf"] or want["neginf"])
     if withheld or "min" not in want:  # no statistics: none, not zeros
-        values = ("min", "max", "mean", "std", "norm", "sat_frac")
+        values = ("min", "max", "mean", "std", "norm", "sat_frac", "absmean")
         assert all(math.isnan(got[k]) for k in values), got
         return
     assert (got["min"], got["max"]) == (want["min"], want["max"])
     assert got["sat_frac"] == want["sat_frac"], ("sat_frac", got["sat_frac"], want["sat_frac"])
-    floors = {"mean": MEAN_FLOOR * want["magnitude"], "std": 0.0, "norm": 0.0}
+    floors = {"mean": MEAN_FLOOR * want["absmean"], "std": 0.0, "norm": 0.0, "absmean": 0.0}
     for key, floor in floors.items():
         if got[key] == want[key]:  # past the largest double's square root: inf, as numpy's
             continue

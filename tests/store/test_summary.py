@@ -1,10 +1,10 @@
 """The tensor summary's one declaration (hookdbg/store/summary.py) and what follows it:
-the C header generated from it, the tensors table, and every list of statistics."""
+the C extensions' field positions, the schema version, the tensors table, and every list
+of statistics."""
 
 from __future__ import annotations
 
-import re
-
+import pytest
 import torch
 
 from hookdbg import cells
@@ -13,16 +13,25 @@ from hookdbg.recorder.summaries import stats
 from hookdbg.store import schema, summary
 
 
-def test_the_committed_header_is_generated_from_the_declaration():
-    """A stale summary.h (a field added, moved or renamed without running
-    ``python -m hookdbg.store.summary``) would make the C extensions write a field at
-    another's place."""
-    assert summary.HEADER.read_text() == summary.header_text()
-    defined = dict(re.findall(r"#define SUMMARY_(\w+)\s+(\d+)", summary.HEADER.read_text()))
-    assert {k.lower(): int(v) for k, v in defined.items() if k != "FIELDS"} == {
-        name: summary.at(name) for name in summary.NAMES
-    }
-    assert int(defined["FIELDS"]) == summary.LENGTH
+def test_the_c_extensions_find_every_field_by_its_name():
+    """The C pass and the per-call path look the fields' positions up in the declaration
+    when they are imported: each C summary holds every declared field where the
+    declaration puts it, the same as the torch path's."""
+    _cstats = pytest.importorskip("hookdbg.recorder._cstats")
+    pytest.importorskip("hookdbg.recorder._hot")
+    t = torch.tensor([0.0, 1.0, 6.0, 6.0, float("nan")])
+    c = _cstats.summary(t.data_ptr(), 5, 0, (5,), "float32")
+    assert len(c) == summary.LENGTH
+    python = stats._torch_summary(t)
+    for name in summary.NAMES:
+        a, b = c[summary.at(name)], python[summary.at(name)]
+        assert a == b or (a != a and b != b) or abs(a - b) < 1e-12, name
+
+
+def test_the_schema_version_is_the_latest_field_or_table_change():
+    latest = max(schema.SCHEMA_FLOOR, *(f.since for f in summary.FIELDS))
+    assert latest == schema.SCHEMA_VERSION
+    assert schema.SCHEMA_VERSION >= 7
 
 
 def test_the_tensors_table_holds_the_summary_after_where_the_tensor_is():

@@ -67,8 +67,8 @@ async def test_replay_tree_detail_and_steps(mlp_h5):
 
 
 async def test_a_wide_detail_shows_each_fraction_the_summary_declares(mlp_h5):
-    """The detail's columns follow hookdbg/store/summary.py: zeros, and the values at
-    the min or max (``sat``), half of a ReLU's output (its zeros)."""
+    """The detail's columns follow hookdbg/store/summary.py: zeros, the values at the
+    min or max (``sat``), half of a ReLU's output (its zeros), and the mean of |x|."""
     rec = open_recording(mlp_h5)
     app = HookdbgApp(rec)
     async with app.run_test(size=(240, 48)) as pilot:
@@ -81,6 +81,8 @@ async def test_a_wide_detail_shows_each_fraction_the_summary_declares(mlp_h5):
         output = next(r for r in shown if r["slot"] == "output")
         assert output["zeros"] == fraction_text(want["zero_frac"][0])
         assert output["sat"] == fraction_text(want["sat_frac"][0]) != "-"
+        # a statistic declared after min..norm gets its own column: absmean
+        assert output["absmean"] == cell_text(float(want["absmean"][0]), 0) != "-"
 
 
 async def test_plots_of_a_module_returning_a_dict_or_tuple_show_its_first_tensor(

@@ -28,6 +28,7 @@ _MIN, _MAX, _SUM, _M2 = (tl.constexpr(PARTIAL.index(n)) for n in ("min", "max", 
 _NAN, _POSINF, _NEGINF = (tl.constexpr(PARTIAL.index(n)) for n in ("nan", "posinf", "neginf"))
 _ZEROS, _COUNT, _SHIFTED = (tl.constexpr(PARTIAL.index(n)) for n in ("zeros", "count", "shifted"))
 _AT_MIN, _AT_MAX = (tl.constexpr(PARTIAL.index(n)) for n in ("at_min", "at_max"))
+_ABSSUM = tl.constexpr(PARTIAL.index("abssum"))
 
 
 @triton.jit(do_not_specialize=["first_row"])
@@ -58,8 +59,8 @@ def table_stats(table, rows, DTYPE: tl.constexpr, BLOCK: tl.constexpr, COLUMNS: 
 @triton.jit
 def summarise_range(x, start, end, row, BLOCK: tl.constexpr):
     """Summarise ``x[start:end]`` into ``row`` (float64: min, max, sum, M2, NaN, +inf,
-    -inf, zeros, the values equal to the min and to the max, element count, and the sum
-    of x - shift: rawrow.PARTIAL).
+    -inf, zeros, sum of |x|, the values equal to the min and to the max, element count,
+    and the sum of x - shift: rawrow.PARTIAL).
 
     Per BLOCK-sized chunk the mean and the sum of squared deviations are exact two-pass
     values in float64; Chan's formula merges them into the range's running totals, so
@@ -85,6 +86,7 @@ def summarise_range(x, start, end, row, BLOCK: tl.constexpr):
     at_hi = tl.zeros([BLOCK], tl.int32)
     count = tl.zeros([], tl.float64)
     total = tl.zeros([BLOCK], tl.float64)  # of x
+    absolute = tl.zeros([BLOCK], tl.float64)  # of |x|
     shifted = tl.zeros([], tl.float64)  # of x - shift
     m2 = tl.zeros([], tl.float64)
     for offset in range(start, end, BLOCK):
@@ -101,6 +103,7 @@ def summarise_range(x, start, end, row, BLOCK: tl.constexpr):
         m2 += chunk_m2 + delta * delta * (count * n / (count + n))
         shifted += chunk_sum
         total += v  # masked lanes hold 0
+        absolute += tl.abs(v)
         count += n
         is_nan = v != v
         number = inside & ~is_nan
@@ -123,6 +126,7 @@ def summarise_range(x, start, end, row, BLOCK: tl.constexpr):
     tl.store(row + _AT_MIN, tl.sum(tl.where(lo == smallest, at_lo, 0), axis=0).to(tl.float64))
     tl.store(row + _AT_MAX, tl.sum(tl.where(hi == largest, at_hi, 0), axis=0).to(tl.float64))
     tl.store(row + _SUM, tl.sum(total, axis=0))
+    tl.store(row + _ABSSUM, tl.sum(absolute, axis=0))
     tl.store(row + _M2, m2)
     tl.store(row + _NAN, tl.sum(nan, axis=0).to(tl.float64))
     tl.store(row + _POSINF, tl.sum(posinf, axis=0).to(tl.float64))

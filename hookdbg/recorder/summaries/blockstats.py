@@ -11,7 +11,7 @@ How: a tensor of more than ``LARGE`` elements is read once, in its own dtype, by
 Triton kernel of blockkernel.py: at most ``PROGRAMS`` programs, each over a contiguous
 range of whole ``BLOCK``-sized chunks. Each program writes one float64 row (min, max,
 sum, M2 about its mean, NaN, +inf, -inf and zero counts, its element count, and the
-sum of x - shift, the shift being the tensor's first value) into the step's
+sum of x - shift, the shift being the tensor's first value; rawrow.PARTIAL) into the step's
 ``Partials``, a buffer of ``CAPACITY`` rows on the device; a full one is combined and
 another started. The kernel writes its own element counts, so that the host never
 builds a list as long as the partials.
@@ -43,6 +43,7 @@ import torch
 
 from hookdbg.recorder.summaries.rawrow import PARTIAL as PARTIAL
 from hookdbg.recorder.summaries.rawrow import RAW as RAW
+from hookdbg.recorder.summaries.rawrow import SUMMED as SUMMED
 
 if TYPE_CHECKING:
     from triton.runtime.jit import KernelInterface
@@ -185,7 +186,7 @@ def combine(rows: torch.Tensor, programs: torch.Tensor) -> torch.Tensor:
     mean = sums[:, summed["shifted"]] / sums[:, summed["count"]]  # less the shift
     apart = shifted / n - mean.repeat_interleave(programs, output_size=rows.shape[0])
     m2 = sums[:, summed["m2"]] + per_tensor(n * apart.square(), "sum")
-    out = {name: sums[:, summed[name]] for name in RAW if name in summed}
+    out = {name: sums[:, summed[name]] for name in ("sum", *SUMMED)}
     lo, hi = per_tensor(rows[:, _P["min"]], "min"), per_tensor(rows[:, _P["max"]], "max")
     out.update(m2=m2, min=lo, max=hi)
     # the values at the tensor's ends: those of the programs whose ends are its own

@@ -7,7 +7,7 @@ launch, into the step's *arena*: a float64 buffer on its device (the copy conver
 dtype, and later in-place changes to the tensor cannot reach it). At the end of the
 step, or when the arena is full, every tensor in it is summarised at once by segmented
 reductions (``arena_stats``: min, max, sum, two-pass sum of squared deviations, NaN,
-+inf, -inf and zero counts, the sums in runs of at most ``RUN`` values), a fixed number
++inf, -inf and zero counts, sum of |x|, the sums in runs of at most ``RUN`` values), a fixed number
 of launches however many tensors the step saw. A tensor of more than
 ``blockstats.LARGE`` elements is instead read once, in its own dtype, by one Triton
 kernel launch that leaves a row of partial statistics per program; the flush combines
@@ -95,6 +95,7 @@ def exact_row(t: torch.Tensor) -> list[float]:
         "neginf": v.isneginf().sum().item(),
         "zeros": (v == 0).sum().item(),
         "sat": ((v == usable.min()) | (v == usable.max())).sum().item(),
+        "abssum": v.abs().sum().item(),
     }
     return [row[name] for name in RAW]
 
@@ -133,7 +134,9 @@ def arena_stats(values: torch.Tensor, lengths: list[int]) -> torch.Tensor:
     total = summed(values)
     mean = total / n
     deviation = values - mean.repeat_interleave(n, output_size=values.numel())
-    off, squares = summed(torch.stack([deviation, deviation.square()], dim=1)).unbind(1)
+    off, squares, absolute = summed(
+        torch.stack([deviation, deviation.square(), values.abs()], dim=1)
+    ).unbind(1)
     lo, hi = per_segment(values, "min"), per_segment(values, "max")
     at_ends = (values == lo.repeat_interleave(n, output_size=values.numel())) | (
         values == hi.repeat_interleave(n, output_size=values.numel())
@@ -148,6 +151,7 @@ def arena_stats(values: torch.Tensor, lengths: list[int]) -> torch.Tensor:
         "neginf": per_segment(values.isneginf().double(), "sum"),
         "zeros": per_segment((values == 0).double(), "sum"),
         "sat": per_segment(at_ends.double(), "sum"),
+        "abssum": absolute,
     }
     return torch.stack([row[name] for name in RAW], dim=1)
 
@@ -175,6 +179,7 @@ def tensor_stats(t: torch.Tensor) -> torch.Tensor:
         "neginf": torch.isneginf(v).sum(),
         "zeros": v.numel() - torch.count_nonzero(v),
         "sat": torch.count_nonzero((v == lo) | (v == hi)),
+        "abssum": v.abs().sum(dtype=torch.float64),
     }
     return torch.stack([row[name].to(torch.float64) for name in RAW])[None]
 
@@ -194,15 +199,16 @@ def from_raw(meta: tuple, raw: list[float]) -> tuple:
     The std is the population std (ddof 0), exactly 0 for a constant tensor (whose M2
     may hold the rounding of its mean), as on the CPU path."""
     n = meta[stats.NUMEL]
-    lo, hi, total, m2, nan, posinf, neginf, zeros, sat = raw  # RAW's names
+    lo, hi, total, m2, nan, posinf, neginf, zeros, abssum, sat = raw  # RAW's names
     if nan or posinf or neginf:
-        lo = hi = mean = std = norm = sat = _NAN
+        lo = hi = mean = std = norm = sat = absmean = _NAN
     else:
         m2 = max(m2, 0.0)  # the correction term may take a rounding below 0
         mean = total / n
         std = 0.0 if lo == hi else math.sqrt(m2 / n)
         norm = math.sqrt(m2 + n * mean * mean)
         sat /= n
+        absmean = abssum / n
     counts = {"nan": int(nan), "posinf": int(posinf), "neginf": int(neginf)}
     return (
         *meta,
@@ -215,6 +221,7 @@ def from_raw(meta: tuple, raw: list[float]) -> tuple:
             **counts,
             zero_frac=zeros / n,
             sat_frac=sat,
+            absmean=absmean,
         ),
     )
 
