@@ -3,10 +3,11 @@
 Rows are aligned by (step, module, nth call of the module in the step, phase, slot,
 path) with ``by="name"``, or with the module replaced by the call's position in the
 step with ``by="order"`` (for renamed modules). Two aligned rows agree when shape,
-dtype and NaN/inf counts are equal and min, max, mean, std and norm are close:
-``|a - b| <= atol + rtol * |b|`` (NaN equals NaN). The zero fraction is not compared:
-it may be a sampled estimate. Rows are compared step by step, so memory stays bounded
-by one step's rows.
+dtype and NaN/inf counts are equal and the statistics both recordings hold are close
+(min, max, mean, std, norm, absmean: one made by an older hookdbg lacks the later
+ones): ``|a - b| <= atol + rtol * |b|`` (NaN equals NaN). The fractions (of zeros, of
+values at the ends) are not compared: the zero fraction may be a sampled estimate.
+Rows are compared step by step, so memory stays bounded by one step's rows.
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ class DiffResult:
     divergences: list[Divergence] = field(default_factory=list)
     # the recording made below --level stats (no values to compare), if one was
     values_from: str | None = None
+    # the statistics compared: those both recordings hold (``not_compared``: the rest,
+    # which a recording made by an older hookdbg lacks)
+    stats: tuple[str, ...] = STATS
+    not_compared: tuple[str, ...] = ()
 
     @property
     def equal(self) -> bool:
@@ -88,6 +93,9 @@ def diff(
 ) -> DiffResult:
     """Compare two recordings' tensor summaries, step by step."""
     result = DiffResult(rtol, atol, by, len(a.recorded_steps), len(b.recorded_steps))
+    older = min(a.info.schema_version, b.info.schema_version)
+    result.stats = tuple(s for s in STATS if layout.field(s).since <= older)
+    result.not_compared = tuple(s for s in STATS if s not in result.stats)
     names_a = {m.name for m in a.modules if m.is_model_part}
     names_b = {m.name for m in b.modules if m.is_model_part}
     if by == "name":
@@ -156,7 +164,7 @@ def _keys(rec: Recording, rows: np.ndarray, step: int, by: str) -> list[tuple]:
 def _compare_step(a: Recording, b: Recording, step: int, result: DiffResult) -> None:
     rows_a, rows_b = a.tensors(step, step, COLUMNS), b.tensors(step, step, COLUMNS)
     exact: tuple[str, ...] = EXACT
-    stats: tuple[str, ...] = STATS
+    stats = result.stats
     if result.values_from is not None:
         # without values on one side, compare what both have: no weights after the
         # optimizer step (recorded only with statistics), shapes and dtypes
@@ -210,3 +218,10 @@ def _compare_step(a: Recording, b: Recording, step: int, result: DiffResult) -> 
                 rel_diff=float(worst[i]),
             )
         )
+
+
+def not_compared(result: DiffResult) -> str:
+    """'absmean not compared: a recording made by an older hookdbg lacks it'."""
+    names = ", ".join(result.not_compared)
+    lacks = "it" if len(result.not_compared) == 1 else "them"
+    return f"{names} not compared: a recording made by an older hookdbg lacks {lacks}"

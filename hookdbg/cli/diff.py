@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import click
 
-from hookdbg.analysis.diff import DiffResult, Divergence, diff
+from hookdbg.analysis.diff import DiffResult, Divergence, diff, not_compared
 from hookdbg.cells import num, slot_label
 from hookdbg.cli.common import BadInput, plural
 from hookdbg.cli.inputs import check_tolerances, open_or_fail, step_options
@@ -135,6 +135,8 @@ def _explain(result: DiffResult, a: Recording, b: Recording) -> list[str]:
                 f"{result.values_from} was recorded without --level stats: compared shapes "
                 "and dtypes only"
             )
+        elif result.not_compared:
+            lines.append(not_compared(result))
         if result.steps_a != result.steps_b:
             lines.append(
                 f"recorded steps differ: {result.steps_a} in {a.path}, "
@@ -236,6 +238,7 @@ class RunsDiff(Report):
             "compared_steps": result.compared_steps,
             "compared_rows": result.compared_rows,
             "values_compared": result.values_from is None,
+            "statistics_compared": [] if result.values_from else list(result.stats),
             "unmatched_rows": result.unmatched_rows,
             "unmatched_examples": result.unmatched,
             "only_in_a": result.only_a,

@@ -71,3 +71,29 @@ def test_align_by_call_order_when_names_differ(runs, tmp_path):
         by_name = diff(a, b)
         assert not by_name.equal and "net.0" in by_name.only_a and "model.0" in by_name.only_b
         assert diff(a, b, by="order").equal
+
+
+def test_a_statistic_an_older_recording_lacks_is_not_compared(runs, tmp_path):
+    """A recording made before ``absmean`` existed reads it as not measured: diffing it
+    with a newer one compares what both hold, and says what it left out, instead of
+    calling every row divergent."""
+    import h5py
+
+    from hookdbg.store import summary
+
+    older = tmp_path / "older.h5"
+    older.write_bytes(runs["b"].read_bytes())
+    version = summary.field("absmean").since - 1
+    with h5py.File(older, "r+") as f:  # as the previous schema wrote it
+        f.attrs["schema_version"] = version
+        del f["tensors/absmean"]
+    with open_recording(runs["a"]) as a, open_recording(older) as b:
+        assert b.info.schema_version == version
+        result = diff(a, b, rtol=0, atol=0)
+        assert result.equal and result.compared_rows > 0
+        assert "absmean" not in result.stats and result.not_compared == ("absmean",)
+    out = hookdbg("diff", runs["a"], older)
+    assert out.returncode == 0, out.stdout
+    assert "absmean not compared: a recording made by an older hookdbg lacks it" in out.stdout
+    with open_recording(runs["a"]) as a, open_recording(runs["changed"]) as b:
+        assert "absmean" in diff(a, b).stats  # both hold it: compared
