@@ -58,8 +58,8 @@ class DiffResult:
     divergences: list[Divergence] = field(default_factory=list)
     # the recording made below --level stats (no values to compare), if one was
     values_from: str | None = None
-    # the statistics compared: those both recordings hold (``not_compared``: the rest,
-    # which a recording made by an older hookdbg lacks)
+    # the statistics compared: those both recordings hold (``not_compared``: those one
+    # holds and the other, made by an older hookdbg, lacks)
     stats: tuple[str, ...] = STATS
     not_compared: tuple[str, ...] = ()
 
@@ -93,9 +93,10 @@ def diff(
 ) -> DiffResult:
     """Compare two recordings' tensor summaries, step by step."""
     result = DiffResult(rtol, atol, by, len(a.recorded_steps), len(b.recorded_steps))
-    older = min(a.info.schema_version, b.info.schema_version)
+    older, newer = sorted((a.info.schema_version, b.info.schema_version))
     result.stats = tuple(s for s in STATS if layout.field(s).since <= older)
-    result.not_compared = tuple(s for s in STATS if s not in result.stats)
+    # (what neither holds needs no word)
+    result.not_compared = tuple(s for s in STATS if older < layout.field(s).since <= newer)
     names_a = {m.name for m in a.modules if m.is_model_part}
     names_b = {m.name for m in b.modules if m.is_model_part}
     if by == "name":

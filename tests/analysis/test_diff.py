@@ -97,3 +97,6 @@ def test_a_statistic_an_older_recording_lacks_is_not_compared(runs, tmp_path):
     assert "absmean not compared: a recording made by an older hookdbg lacks it" in out.stdout
     with open_recording(runs["a"]) as a, open_recording(runs["changed"]) as b:
         assert "absmean" in diff(a, b).stats  # both hold it: compared
+    with open_recording(older) as a, open_recording(older) as b:
+        both = diff(a, b)  # neither holds it: nothing to say
+        assert "absmean" not in both.stats and both.not_compared == () and both.equal
