@@ -9,7 +9,7 @@ import click
 
 from hookdbg.cli.common import BadInput
 from hookdbg.cli.inputs import open_or_fail, open_run_or_fail
-from hookdbg.read import RankSet, Recording, RecordingError, rank_files
+from hookdbg.read import RankSet, rank_files
 
 
 @click.command(
@@ -39,7 +39,7 @@ def tui(recording: str, other: str | None, follow: bool) -> None:
         )
     second = open_or_fail(other, quiet=True) if other else None
     if second is not None:
-        checked(second)
+        second.check()  # every table the views read (the group says a damaged one in a line)
     if follow and not Path(recording).exists() and not rank_files(recording):
         from hookdbg.tui.app import HookdbgApp  # Textual loads only for this command
 
@@ -52,14 +52,5 @@ def tui(recording: str, other: str | None, follow: bool) -> None:
         first, more = run[run.ranks[0]], [run[r] for r in run.ranks[1:]]
     else:
         first, more = run, []
-    checked(first)  # the other ranks as they are first shown
+    first.check()  # the other ranks as they are first shown
     HookdbgApp(first, second, follow=follow, more_ranks=more).run()
-
-
-def checked(run: Recording) -> None:
-    """The TUI reads every table of the recording it shows: a damaged one is refused
-    here, in one line, rather than found by a view once the app is drawn."""
-    try:
-        run.check()
-    except RecordingError as exc:
-        raise BadInput(str(exc)) from None

@@ -206,12 +206,11 @@ class Recording:
                 )
                 for n in dtypes
             }
-            if live:
-                # a file being written (or cut short) changes under the reader: its
-                # tables are checked at once; a closed one's when first used
-                for table in self._tables.values():
-                    table.check()
             self._capture_data: h5py.Dataset | None = None
+            if live:
+                # a file being written (or cut short) changes under the reader: it is
+                # checked whole at once; a closed one's tables when first used
+                self.check()
             self._load_small()
         except BaseException:
             close_file(self._file)
