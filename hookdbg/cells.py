@@ -56,6 +56,11 @@ CALL_COLUMNS = ("step", "segment", "call", "module", "phase", "index", "total", 
 # shown numbers: min, max, mean, std, norm), then its shown fractions (zero_frac...)
 STATS = layout.STATS
 FRACTIONS = layout.FRACTIONS
+# the TUI's tables place min, max, mean, std and norm by hand; the statistics declared
+# after them follow, each a column of its own
+PLACED = ("min", "max", "mean", "std", "norm")
+assert STATS[: len(PLACED)] == PLACED
+LATER_STATS = STATS[len(PLACED) :]
 
 
 def label(name: str) -> str:

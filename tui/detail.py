@@ -25,7 +25,7 @@ from textual.widgets import DataTable, Static
 
 from hookdbg.analysis.histograms import has_histogram, sparkline
 from hookdbg.analysis.stepview import call_index, mask_rows
-from hookdbg.cells import FRACTIONS, STATS, label, num, stat_text, tensor_text
+from hookdbg.cells import FRACTIONS, LATER_STATS, STATS, label, num, stat_text, tensor_text
 from hookdbg.store.schema import HISTOGRAM, Phase
 from hookdbg.text import plural, printable, utf8
 
@@ -40,9 +40,6 @@ class Column:
     right: bool = True
 
 
-_FIRST = ("min", "max", "mean", "std", "norm")  # the statistics placed by hand below
-assert STATS[: len(_FIRST)] == _FIRST
-
 COLUMNS = (
     Column("run", "run", 90, right=False),
     Column("call", "call", 92),  # a module called more than once in the step only
@@ -56,7 +53,7 @@ COLUMNS = (
     Column("norm", "norm", 50),
     # the statistics declared after these (hookdbg/store/summary.py), each its own
     # column, left out of a narrow pane before the fractions and the shape
-    *(Column(name, label(name), 25 - i) for i, name in enumerate(STATS[len(_FIRST) :])),
+    *(Column(name, label(name), 25 - i) for i, name in enumerate(LATER_STATS)),
     Column("histogram", "histogram", 55, right=False),  # --histograms recordings only
     # the fractions (zeros, ...), those declared later first to go on a narrow pane
     *(Column(name, label(name), 30 - i) for i, name in enumerate(FRACTIONS)),

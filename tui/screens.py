@@ -21,6 +21,7 @@ from hookdbg.analysis.query import Query, QueryError, parse
 from hookdbg.analysis.search import SearchResult
 from hookdbg.cells import (
     FRACTIONS,
+    LATER_STATS,
     STATS,
     cell_text,
     label,
@@ -210,8 +211,6 @@ class AlertsScreen(Screen[Jump | None]):
 
 # what a search shows of a matching tensor summary, most wanted first: a narrow screen
 # leaves out the columns of lowest ``keep`` rather than cut a number
-_FIRST = ("min", "max", "mean", "std", "norm")  # the statistics placed by hand below
-assert STATS[: len(_FIRST)] == _FIRST
 TENSOR_MATCH = (
     Column("step", "step", 100),
     Column("module", "module", 99, right=False),
@@ -225,7 +224,7 @@ TENSOR_MATCH = (
     Column("norm", "norm", 50),
     # the statistics declared after these (hookdbg/store/summary.py), left out of a
     # narrow screen before the fractions and the shape
-    *(Column(name, label(name), 35 - i) for i, name in enumerate(STATS[len(_FIRST) :])),
+    *(Column(name, label(name), 35 - i) for i, name in enumerate(LATER_STATS)),
     Column("absmax", "max |x|", 45),
     Column("numel", "numel", 44),
     *(Column(name, label(name), 42 - i) for i, name in enumerate(FRACTIONS)),
