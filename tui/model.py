@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hookdbg.analysis.alerts import AlertReport, alert_reports
-from hookdbg.analysis.diff import EXACT, DiffResult, diff, gaps, not_compared
+from hookdbg.analysis.diff import DiffResult, diff, gaps, not_compared
 from hookdbg.analysis.losses import loss_series
 from hookdbg.analysis.profile import Profile, profile
 from hookdbg.analysis.query import Query
@@ -305,7 +305,7 @@ class DiffView:
         rule and tolerance the comparison used (shapes and dtypes only, and no
         weights after the step, where one run was recorded without statistics)."""
         r = self.result
-        exact, stats = (("shape", "dtype"), ()) if r.values_from else (EXACT, r.stats)
+        exact, stats = r.exact, r.stats
         pairs = pair_rows(a, b)
         both = [
             (i, p.a, p.b)

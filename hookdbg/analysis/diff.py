@@ -58,8 +58,10 @@ class DiffResult:
     divergences: list[Divergence] = field(default_factory=list)
     # the recording made below --level stats (no values to compare), if one was
     values_from: str | None = None
-    # the statistics compared: those both recordings hold (``not_compared``: those one
-    # holds and the other, made by an older hookdbg, lacks)
+    # what is compared: the exact columns, and the statistics both recordings hold
+    # (``not_compared``: those one holds and the other, made by an older hookdbg,
+    # lacks); shapes and dtypes alone where one has no values (``values_from``)
+    exact: tuple[str, ...] = EXACT
     stats: tuple[str, ...] = STATS
     not_compared: tuple[str, ...] = ()
 
@@ -107,7 +109,8 @@ def diff(
     result.compared_steps = common
     for rec in (a, b):
         if rec.info.options.get("level") != "stats":
-            result.values_from = str(rec.path)  # then shapes and dtypes alone
+            result.values_from = str(rec.path)
+            result.exact, result.stats = ("shape", "dtype"), ()
     for step in common:
         _compare_step(a, b, step, result)
     return result
@@ -164,13 +167,11 @@ def _keys(rec: Recording, rows: np.ndarray, step: int, by: str) -> list[tuple]:
 
 def _compare_step(a: Recording, b: Recording, step: int, result: DiffResult) -> None:
     rows_a, rows_b = a.tensors(step, step, COLUMNS), b.tensors(step, step, COLUMNS)
-    exact: tuple[str, ...] = EXACT
-    stats = result.stats
+    exact, stats = result.exact, result.stats
     if result.values_from is not None:
         # without values on one side, compare what both have: no weights after the
         # optimizer step (recorded only with statistics), shapes and dtypes
         rows_a, rows_b = rows_a[rows_a["phase"] != Phase.OPT], rows_b[rows_b["phase"] != Phase.OPT]
-        exact, stats = ("shape", "dtype"), ()
     keys_a, keys_b = _keys(a, rows_a, step, result.by), _keys(b, rows_b, step, result.by)
     where_b = {k: i for i, k in enumerate(keys_b)}
     ia, ib = [], []

@@ -238,7 +238,7 @@ class RunsDiff(Report):
             "compared_steps": result.compared_steps,
             "compared_rows": result.compared_rows,
             "values_compared": result.values_from is None,
-            "statistics_compared": [] if result.values_from else list(result.stats),
+            "statistics_compared": list(result.stats),
             "unmatched_rows": result.unmatched_rows,
             "unmatched_examples": result.unmatched,
             "only_in_a": result.only_a,
