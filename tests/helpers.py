@@ -101,6 +101,19 @@ def hookdbg_in_terminal(
     return proc.returncode, bytes(out)
 
 
+def with_older_summaries(source: Path, target: Path, version: int) -> Path:
+    """A copy of ``source`` as a recorder of schema ``version`` wrote its tensor
+    summaries: without the fields declared since (hookdbg/store/summary.py)."""
+    from hookdbg.store import summary
+
+    target.write_bytes(source.read_bytes())
+    with h5py.File(target, "r+") as f:
+        f.attrs["schema_version"] = version
+        for name in summary.missing_since(version):
+            del f[f"tensors/{name}"]
+    return target
+
+
 def tables(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """Every table of a recording as a structured array, read with h5py alone (as any
     user could, docs/format.md): each table is a group of equal-length columns. A live

@@ -3,7 +3,7 @@ import pytest
 from hookdbg.analysis.diff import diff
 from hookdbg.read import open_recording
 from hookdbg.store.schema import Phase, Slot
-from tests.helpers import hookdbg
+from tests.helpers import hookdbg, with_older_summaries
 
 SCRIPT = """
 import sys, torch
@@ -77,16 +77,10 @@ def test_a_statistic_an_older_recording_lacks_is_not_compared(runs, tmp_path):
     """A recording made before ``absmean`` existed reads it as not measured: diffing it
     with a newer one compares what both hold, and says what it left out, instead of
     calling every row divergent."""
-    import h5py
-
     from hookdbg.store import summary
 
-    older = tmp_path / "older.h5"
-    older.write_bytes(runs["b"].read_bytes())
-    version = summary.field("absmean").since - 1
-    with h5py.File(older, "r+") as f:  # as the previous schema wrote it
-        f.attrs["schema_version"] = version
-        del f["tensors/absmean"]
+    version = summary.field("absmean").since - 1  # as the previous schema wrote it
+    older = with_older_summaries(runs["b"], tmp_path / "older.h5", version)
     with open_recording(runs["a"]) as a, open_recording(older) as b:
         assert b.info.schema_version == version
         result = diff(a, b, rtol=0, atol=0)

@@ -15,7 +15,7 @@ from torch import nn
 
 from hookdbg.read import RecordingError, Status, open_recording
 from hookdbg.store import schema, summary
-from tests.helpers import hookdbg, live_recording
+from tests.helpers import hookdbg, live_recording, with_older_summaries
 
 
 def digest(path) -> str:
@@ -265,11 +265,7 @@ def test_a_version_6_recording_reads_with_no_saturation_fraction(mlp_h5, tmp_pat
     """Before schema version 7 a tensor summary had no ``sat_frac`` (a field of
     hookdbg/store/summary.py added since): such a file reads it as not measured, shown
     as ``-`` and matching no search, where a new one has it."""
-    old = tmp_path / "v6.h5"
-    shutil.copy(mlp_h5, old)
-    with h5py.File(old, "r+") as f:
-        f.attrs["schema_version"] = 6
-        del f["tensors/sat_frac"]
+    old = with_older_summaries(mlp_h5, tmp_path / "v6.h5", 6)
     rec, new = open_recording(old), open_recording(mlp_h5)
     assert rec.info.schema_version == 6 and len(rec.tensors_table) == len(new.tensors_table)
     assert np.isnan(rec.tensors_table.read(["sat_frac"])["sat_frac"]).all()
@@ -305,11 +301,7 @@ def test_a_version_7_recording_reads_with_no_mean_magnitude(mlp_h5, tmp_path):
     """``absmean`` (schema version 8): the mean of |x| over the finite values, searched
     (``absmean<1e-6`` finds vanishing activations) and shown; a version 7 file reads it
     as not measured."""
-    old = tmp_path / "v7.h5"
-    shutil.copy(mlp_h5, old)
-    with h5py.File(old, "r+") as f:
-        f.attrs["schema_version"] = 7
-        del f["tensors/absmean"]
+    old = with_older_summaries(mlp_h5, tmp_path / "v7.h5", 7)
     rec, new = open_recording(old), open_recording(mlp_h5)
     assert rec.info.schema_version == 7 and new.info.schema_version == 8
     assert np.isnan(rec.tensors_table.read(["absmean"])["absmean"]).all()
