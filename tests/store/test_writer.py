@@ -193,7 +193,7 @@ def test_a_full_disk_stops_recording_but_not_training(tmp_path):
 
 
 FILLS_THE_DISK = """
-import os, resource, signal, sys, torch
+import os, resource, signal, sys, time, torch
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 full = os.path.getsize(sys.argv[1]) + 330_000  # some 20 steps in
 resource.setrlimit(resource.RLIMIT_FSIZE, (full, full))
@@ -203,6 +203,7 @@ steps_after_full = 0
 for _ in range(3000):  # until 20 steps after the file is full
     opt.zero_grad()
     model(torch.randn(8, 64)).pow(2).mean().backward()
+    time.sleep(0.02)  # some 25 steps a flush, whatever the machine
     opt.step()
     steps_after_full += os.path.getsize(sys.argv[1]) >= full
     if steps_after_full == 20:
