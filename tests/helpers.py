@@ -103,7 +103,8 @@ def hookdbg_in_terminal(
 
 def with_older_summaries(source: Path, target: Path, version: int) -> Path:
     """A copy of ``source`` as a recorder of schema ``version`` wrote its tensor
-    summaries: without the fields declared since (hookdbg/store/summary.py)."""
+    summaries: without the fields declared since (hookdbg/store/summary.py), and
+    without the copy of the small tables, which those recorders did not keep."""
     from hookdbg.store import summary
 
     target.write_bytes(source.read_bytes())
@@ -111,6 +112,8 @@ def with_older_summaries(source: Path, target: Path, version: int) -> Path:
         f.attrs["schema_version"] = version
         for name in summary.missing_since(version):
             del f[f"tensors/{name}"]
+        if schema.SMALL in f:
+            del f[schema.SMALL]
     return target
 
 

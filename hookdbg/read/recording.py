@@ -47,6 +47,7 @@ from hookdbg.read.modules import ModuleTable
 from hookdbg.read.resolve import read_rows, resolve
 from hookdbg.read.runinfo import RunInfo, run_info
 from hookdbg.read.shards import Place, Shard, shard_places
+from hookdbg.read.small import read_small
 from hookdbg.read.table import Table
 from hookdbg.read.tails import TableState, Tails
 from hookdbg.store import schema, summary
@@ -110,6 +111,27 @@ def _derived(version: int) -> Derived:
     return out
 
 
+def _row_dtypes(
+    dtypes: dict[str, np.dtype],
+    derived: Derived,
+    optional: dict[str, dict[str, tuple[h5py.Dataset, np.dtype]]],
+) -> dict[str, np.dtype]:
+    """Each table's rows as the file's writer kept them together (a tail's, the copy of
+    the small tables): the columns the file's version has, and the optional ones (a
+    histogram)."""
+    rows = {}
+    for table, dtype in dtypes.items():
+        lacks = derived.get(table) or {}
+        extra = optional.get(table) or {}
+        rows[table] = np.dtype(
+            [
+                *((n, dtype[n]) for n in dtype.names or () if n not in lacks),
+                *((n, (d.base, d.shape)) for n, (_, d) in extra.items()),
+            ]
+        )
+    return rows
+
+
 def _one_row_per_step(rows: np.ndarray) -> np.ndarray:
     """Training segments as steps: a step interrupted before its optimizer step (by
     validation during gradient accumulation) is two segments with one number; they
@@ -167,7 +189,8 @@ def open_recording(path: str | os.PathLike[str]) -> Recording:
 class Recording:
     """A validated, read-only view of one recording. Small tables (steps, alerts, the
     end row) are read at open, modules and captures when first asked for; ``calls`` and
-    ``tensors`` are read lazily, by column."""
+    ``tensors`` are read lazily, by column. A file its recorder closed normally gives
+    its small tables from the one copy it keeps of them (hookdbg/read/small.py)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -189,9 +212,14 @@ class Recording:
                 self._file, path, len([n for n in dtypes if n in schema.TABLES]), tails
             )
             optional = _optional_columns(self._file, path)
-            self._tails = self._tail_reader(groups, dtypes, derived, optional) if tails else None
+            rows = _row_dtypes(dtypes, derived, optional)
+            self._tails = self._tail_reader(groups, rows) if tails else None
             states = self._snapshot()
             live = self._file.swmr_mode
+            held, last_progress = None, None
+            if self._tails is not None and not live:
+                held = read_small(self._file, path, groups[schema.END_TABLE], states, rows)
+                last_progress = None if held is None else held.pop("progress")
             self._tables = {
                 n: Table(
                     n,
@@ -203,6 +231,7 @@ class Recording:
                     optional.get(n),
                     states.get(n),
                     swmr=live,
+                    held=None if held is None else held.get(n),
                 )
                 for n in dtypes
             }
@@ -211,7 +240,7 @@ class Recording:
                 # a file being written (or cut short) changes under the reader: it is
                 # checked whole at once; a closed one's tables when first used
                 self.check()
-            self._load_small()
+            self._load_small(last_progress)
         except BaseException:
             close_file(self._file)
             raise
@@ -221,9 +250,10 @@ class Recording:
     def check(self) -> None:
         """Check every table and the stored tensors' bytes now, rather than as each is
         first read: for a reader that will read them all (the TUI) and should refuse a
-        damaged file before it starts."""
+        damaged file before it starts. The columns of tables read from the copy of the
+        small tables too, and that they hold what it holds."""
         for table in self._tables.values():
-            table.check()
+            table.check(stored=True)
         self._captured_bytes()
 
     def close(self) -> None:
@@ -250,29 +280,13 @@ class Recording:
         return lambda: int(read_or_fail(self.path, schema.COMMITTED, lambda: committed[index]))
 
     def _tail_reader(
-        self,
-        groups: dict[str, h5py.Group],
-        dtypes: dict[str, np.dtype],
-        derived: Derived,
-        optional: dict[str, dict[str, tuple[h5py.Dataset, np.dtype]]],
+        self, groups: dict[str, h5py.Group], rows: dict[str, np.dtype]
     ) -> Tails | None:
-        """What reads the tables' tails (the end row has none); a tail's rows hold the
-        columns the file's version has, and the optional ones (a histogram)."""
+        """What reads the tables' tails (the end row has none)."""
         if self._committed is None:
             return None
-        rows = {}
-        for table, dtype in dtypes.items():
-            if table not in schema.TABLES:
-                continue
-            lacks = derived.get(table) or {}
-            extra = optional.get(table) or {}
-            rows[table] = np.dtype(
-                [
-                    *((n, dtype[n]) for n in dtype.names or () if n not in lacks),
-                    *((n, (d.base, d.shape)) for n, (_, d) in extra.items()),
-                ]
-            )
-        return Tails(self._file, self.path, self._committed, rows, groups)
+        appended = {table: dtype for table, dtype in rows.items() if table in schema.TABLES}
+        return Tails(self._file, self.path, self._committed, appended, groups)
 
     def _snapshot(self) -> dict[str, TableState]:
         """Every table's rows in its columns and its tail, as of one commit ({} before
@@ -328,9 +342,10 @@ class Recording:
         end = self._tables[schema.END_TABLE].read(rows=slice(0, 1))
         return bool(len(end) and end["status"].any())
 
-    def _load_small(self) -> None:
+    def _load_small(self, last_progress: np.ndarray | None = None) -> None:
         """The small tables, read whole: all but progress (only its last row matters,
-        and a damaged file may claim 10^8 of them), end (one row) and info (bounded)."""
+        and a damaged file may claim 10^8 of them; ``last_progress``: it, from the copy
+        of the small tables), end (one row) and info (bounded)."""
         t = self._tables
         facts = t["info"].read(rows=slice(0, _MAX_FACTS))
         self.facts = {utf8(r["key"]): utf8(r["value"]) for r in facts}
@@ -364,9 +379,10 @@ class Recording:
         self._losses: np.ndarray | None = None
         self._shards: dict[Place, Shard] | None = None
         self.alerts = t["alerts"].read()
-        n = len(t["progress"])
-        progress = t["progress"].read(rows=slice(max(n - 1, 0), n))
-        self.last_progress = progress[-1] if len(progress) else None
+        if last_progress is None:
+            n = len(t["progress"])
+            last_progress = t["progress"].read(rows=slice(max(n - 1, 0), n))
+        self.last_progress = last_progress[-1] if len(last_progress) else None
 
     @property
     def modules(self) -> ModuleTable:

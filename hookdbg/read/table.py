@@ -40,7 +40,9 @@ class Table:
     writing stopped. From schema version 5 ``state`` says it instead, with the rows
     after those, the table's tail (a structured array holding at least the stored and
     optional columns), both from one snapshot of the file (hookdbg/read/tails.py) that
-    ``refresh`` is given anew. ``swmr``: the file is read as it is written."""
+    ``refresh`` is given anew. ``swmr``: the file is read as it is written. ``held``:
+    every row, from the copy a closed file keeps of its small tables
+    (hookdbg/read/small.py); its columns are then read only by ``check(stored=True)``."""
 
     def __init__(
         self,
@@ -53,6 +55,7 @@ class Table:
         optional: dict[str, tuple[h5py.Dataset, np.dtype]] | None = None,
         state: TableState | None = None,
         swmr: bool = False,
+        held: np.ndarray | None = None,
     ) -> None:
         self.name = name
         self._open = columns
@@ -68,19 +71,34 @@ class Table:
         self._committed = committed
         self._swmr = swmr
         self._state = state
+        self.held = held
         self._checked = False
         self._main = 0  # rows read from the columns; the tail's follow them
         self._tail: np.ndarray | None = None
         self._length = 0
         self._cache: dict[str, np.ndarray] = {}
 
-    def check(self) -> None:
+    def check(self, stored: bool = False) -> None:
         """Check the columns (hookdbg/read/checks.py) and count the rows, once: before
-        anything of the table is read."""
+        anything of the table is read. A held table has its rows; ``stored``: check its
+        columns nonetheless, and that they hold those rows."""
         if not self._checked:
-            self._columns = {**self._open(), **self._extra}
-            self._length = self._measure(self._state, refresh=False)
+            if self.held is None:
+                self._columns = {**self._open(), **self._extra}
+                self._length = self._measure(self._state, refresh=False)
+            else:
+                self._main, self._tail, self._length = 0, self.held, len(self.held)
             self._checked = True
+        if stored and self.held is not None:
+            n = len(self.held)
+            stored_rows = Table(
+                self.name, self._open, self.dtype, self._path, self._derived, state=(n, None)
+            )
+            if stored_rows.read().tobytes() != self.read().tobytes():
+                raise RecordingError(
+                    f"{self._path} is damaged: table {self.name!r} holds other rows than "
+                    "its copy among the small tables"
+                )
 
     def _h5(self, what: str, read: Callable[[], T]) -> T:
         return read_or_fail(self._path, f"{self.name}/{what}", read)
@@ -164,7 +182,7 @@ class Table:
         """Rows ``start``..``stop`` of a column: from the columns, then the tail."""
         main = self._main
         stop = max(stop, start)
-        if stop <= main or self._tail is None:
+        if self._tail is None or (start < main and stop <= main):
             return self._load(name, start, min(stop, main))
         from_tail = self._tail[name][max(start - main, 0) : stop - main]
         check_column_values(self.name, name, from_tail, self._path)
@@ -217,7 +235,7 @@ class Table:
     def _bisect(self, step: int) -> int:
         """First row whose step is >= ``step``: in the columns, else in the tail."""
         tail = self._tail
-        if tail is not None and len(tail) and (self._main == 0 or self._last_step() < step):
+        if tail is not None and (self._main == 0 or self._last_step() < step):
             return self._main + int(np.searchsorted(tail["step"], step))
         col = self._columns["step"]
         lo, hi = 0, self._main

@@ -299,6 +299,9 @@ class Writer:
             _allocated(end, field, schema.END[field], 1)
         end["write_failed"][0] = math.nan
         self._committed = _allocated(f, schema.COMMITTED, np.dtype("<i8"), (3, len(schema.TABLES)))
+        self._small = f.create_dataset(
+            schema.SMALL, shape=(0,), maxshape=(None,), dtype="u1", chunks=(schema.SMALL_CHUNK,)
+        )
         self._capture_data = f.create_dataset(
             schema.CAPTURE_DATA,
             shape=(0,),
@@ -329,6 +332,7 @@ class Writer:
                 for field in dtype.names or ()
             ]
         self._committed = f[schema.COMMITTED]
+        self._small = f[schema.SMALL]
         self._capture_data = _opened(f, schema.CAPTURE_DATA, schema.CAPTURE_CHUNK + 1024)
         self._locate_end(f)
 
@@ -547,6 +551,7 @@ class Writer:
         "_columns",
         "_tails",
         "_committed",
+        "_small",
         "_capture_data",
         "_end_columns",
         "_offsets",
@@ -661,6 +666,8 @@ class Writer:
                 self._changed.update(name for name in schema.TABLES if len(self._tail[name]))
                 self._commit(last=True)  # every row into the columns: the tails are empty
                 row = self._end_row(status)
+                self._write_small(row)
+                self._file.flush()  # on disk whole before the end row says the file closed
                 for field, ds in self._end_columns.items():
                     ds[0] = row[field][0]
                 self._file.flush()
@@ -673,6 +680,27 @@ class Writer:
             self._file.close()
         if self.failed is None:
             compact(self.path)
+
+    def _write_small(self, end: np.ndarray) -> None:
+        """Every row of the small tables, the last progress row and the end row, as one
+        stream into ``schema.SMALL``: a reader of a run's many rank files then reads one
+        object of each file, not a column of every table."""
+        parts = [self._sealed_rows(table) for table in schema.SMALL_TABLES]
+        parts += [self._sealed_rows("progress", last=1), end]
+        counts = np.array([len(part) for part in parts], dtype="<i8")
+        counts[schema.SMALL_PARTS.index("progress")] = self._sealed["progress"]
+        blob = zlib.compress(b"".join([counts.tobytes(), *(p.tobytes() for p in parts)]), 1)
+        self._small.resize((len(blob),))
+        self._small[:] = np.frombuffer(blob, dtype="u1")
+
+    def _sealed_rows(self, table: str, last: int | None = None) -> np.ndarray:
+        """The table's rows as its columns hold them (``last``: only that many)."""
+        n = self._sealed[table]
+        start = 0 if last is None else max(n - last, 0)
+        rows = np.empty(n - start, dtype=self._tables[table][0])
+        for field, ds in self._columns[table]:
+            rows[field] = ds[start:n]
+        return rows
 
     def _write_end_directly(self, row: np.ndarray) -> None:
         """Write the end row into its preallocated bytes with plain OS writes: HDF5 has
