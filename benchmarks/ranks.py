@@ -1,11 +1,13 @@
 """How reading a distributed run's N rank files compares with reading one.
 
 Records `samples/numnet_mlp.py --steps 300` once and copies it as N ranks (run.rank0.h5
-... with rank and world size rewritten), then times what a user runs: `hookdbg summary`
-and `hookdbg alerts` as subprocesses (median of --repeat runs, one rank's file against
-the N-rank run), opening in-process (`open_recording` of one file, `open_run` of all
-N), and the TUI until its replay screen is drawn (headless, in-process). Target
-(issue: sharded training): N ranks in about the time of one.
+... with rank and world size rewritten), and once more as N ranks without the copy of
+their small tables (as a hookdbg before it wrote them: every column read). Then times
+what a user runs: `hookdbg summary` and `hookdbg alerts` as subprocesses (median of
+--repeat runs, with Python's bytecode cache as an installed package has it), opening
+in-process (`open_recording` of one file, `open_run` of all N), and the TUI until its
+replay screen is drawn (headless, in-process). Target (issue: sharded training): N
+ranks in about the time of one.
 
     python benchmarks/ranks.py [--ranks 8] [--repeat 5]
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import statistics
 import subprocess
@@ -26,25 +29,27 @@ from pathlib import Path
 import h5py
 
 from hookdbg.read import RankSet, open_recording, open_run
+from hookdbg.store import schema
 
 SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "numnet_mlp.py"
 STEPS = ["--steps", "300"]
 
 
-def make_run(folder: Path, ranks: int) -> Path:
-    """One recording, copied as ``ranks`` ranks of one run; the run's name."""
+def make_run(folder: Path, ranks: int, name: str = "run", small: bool = True) -> Path:
+    """One recording (``one.h5``, made once), copied as ``ranks`` ranks of one run;
+    the run's name. ``small``: keep the copy of the small tables."""
     one = folder / "one.h5"
-    subprocess.run(
-        [sys.executable, "-m", "hookdbg", "record", "-q", "-o", str(one), str(SAMPLE), *STEPS],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+    if not one.exists():
+        argv = [sys.executable, "-m", "hookdbg", "record", "-q", "-o", str(one), str(SAMPLE)]
+        subprocess.run([*argv, *STEPS], check=True, stdout=subprocess.DEVNULL)
     for rank in range(ranks):
-        copy = folder / f"run.rank{rank}.h5"
+        copy = folder / f"{name}.rank{rank}.h5"
         shutil.copy(one, copy)
         with h5py.File(copy, "r+") as f:
             f.attrs["rank"], f.attrs["local_rank"], f.attrs["world_size"] = rank, rank, ranks
-    return folder / "run.h5"
+            if not small:
+                del f[schema.SMALL]
+    return folder / f"{name}.h5"
 
 
 def median_seconds(run: Callable[[], object], repeat: int) -> float:
@@ -56,9 +61,13 @@ def median_seconds(run: Callable[[], object], repeat: int) -> float:
     return statistics.median(times)
 
 
+# as an installed package runs: its modules' bytecode cached (a first run writes it)
+_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def command(*args: str) -> Callable[[], object]:
     argv = [sys.executable, "-m", "hookdbg", *args]
-    return lambda: subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    return lambda: subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=_ENV)
 
 
 def opened(path: Path, many: bool) -> Callable[[], object]:
@@ -98,16 +107,25 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         run = make_run(Path(tmp), args.ranks)
+        columns = make_run(Path(tmp), args.ranks, "columns", small=False)
         one = Path(tmp) / "one.h5"
-        print(f"{'what':<22} {'one rank':>9} {f'{args.ranks} ranks':>9} {'ratio':>6}")
-        for what, single, many in [
-            ("summary", command("summary", str(one)), command("summary", str(run))),
-            ("alerts", command("alerts", str(one)), command("alerts", str(run))),
-            ("open (in process)", opened(one, False), opened(run, True)),
-            ("tui drawn (in process)", tui_opened(one, False), tui_opened(run, True)),
+        command("summary", str(one))()  # Python writes the bytecode cache
+        n = f"{args.ranks} ranks"
+        print(f"{'what':<22} {'one rank':>9} {n + ', columns':>17} {n:>17}")
+        for what, single, tables, many in [
+            ("summary", *(command("summary", str(p)) for p in (one, columns, run))),
+            ("alerts", *(command("alerts", str(p)) for p in (one, columns, run))),
+            ("open (in process)", opened(one, False), opened(columns, True), opened(run, True)),
+            (
+                "tui drawn (in process)",
+                tui_opened(one, False),
+                tui_opened(columns, True),
+                tui_opened(run, True),
+            ),
         ]:
-            a, b = median_seconds(single, args.repeat), median_seconds(many, args.repeat)
-            print(f"{what:<22} {a * 1e3:7.0f}ms {b * 1e3:7.0f}ms {b / a:5.2f}x")
+            a, b, c = (median_seconds(f, args.repeat) for f in (single, tables, many))
+            cells = [f"{t * 1e3:7.0f}ms ({t / a:4.2f}x)" for t in (b, c)]
+            print(f"{what:<22} {a * 1e3:7.0f}ms {cells[0]:>17} {cells[1]:>17}")
 
 
 if __name__ == "__main__":
