@@ -216,10 +216,12 @@ class Recording:
             self._tails = self._tail_reader(groups, rows) if tails else None
             states = self._snapshot()
             live = self._file.swmr_mode
-            held, last_progress = None, None
+            small = None
             if self._tails is not None and not live:
-                held = read_small(self._file, path, groups[schema.END_TABLE], states, rows)
-                last_progress = None if held is None else held.pop("progress")
+                small = read_small(self._file, path, groups[schema.END_TABLE], states, rows)
+            copied = {*schema.SMALL_TABLES, schema.END_TABLE} if small is not None else set()
+            # the last progress row, from the copy (its other rows are in no report)
+            self._progress_copied = None if small is None else small.part("progress")
             self._tables = {
                 n: Table(
                     n,
@@ -231,7 +233,7 @@ class Recording:
                     optional.get(n),
                     states.get(n),
                     swmr=live,
-                    held=None if held is None else held.get(n),
+                    held=partial(small.part, n) if small is not None and n in copied else None,
                 )
                 for n in dtypes
             }
@@ -240,7 +242,7 @@ class Recording:
                 # a file being written (or cut short) changes under the reader: it is
                 # checked whole at once; a closed one's tables when first used
                 self.check()
-            self._load_small(last_progress)
+            self._load_small(self._progress_copied)
         except BaseException:
             close_file(self._file)
             raise
@@ -254,6 +256,16 @@ class Recording:
         small tables too, and that they hold what it holds."""
         for table in self._tables.values():
             table.check(stored=True)
+        copied = self._progress_copied
+        if copied is not None:
+            progress = self._tables["progress"]
+            n = len(progress)
+            if progress.read(rows=slice(max(n - 1, 0), n)).tobytes() != copied.tobytes():
+                raise RecordingError(
+                    f"{self.path} is damaged: its last progress row is not the one its copy "
+                    "among the small tables holds"
+                )
+            self._progress_copied = None  # compared
         self._captured_bytes()
 
     def close(self) -> None:

@@ -40,8 +40,8 @@ class Table:
     writing stopped. From schema version 5 ``state`` says it instead, with the rows
     after those, the table's tail (a structured array holding at least the stored and
     optional columns), both from one snapshot of the file (hookdbg/read/tails.py) that
-    ``refresh`` is given anew. ``swmr``: the file is read as it is written. ``held``:
-    every row, from the copy a closed file keeps of its small tables
+    ``refresh`` is given anew. ``swmr``: the file is read as it is written. ``held``
+    gives every row, from the copy a closed file keeps of its small tables
     (hookdbg/read/small.py); its columns are then read only by ``check(stored=True)``."""
 
     def __init__(
@@ -55,7 +55,7 @@ class Table:
         optional: dict[str, tuple[h5py.Dataset, np.dtype]] | None = None,
         state: TableState | None = None,
         swmr: bool = False,
-        held: np.ndarray | None = None,
+        held: Callable[[], np.ndarray] | None = None,
     ) -> None:
         self.name = name
         self._open = columns
@@ -73,6 +73,7 @@ class Table:
         self._state = state
         self.held = held
         self._checked = False
+        self._compared = held is None  # its columns hold what the copy holds
         self._main = 0  # rows read from the columns; the tail's follow them
         self._tail: np.ndarray | None = None
         self._length = 0
@@ -87,18 +88,20 @@ class Table:
                 self._columns = {**self._open(), **self._extra}
                 self._length = self._measure(self._state, refresh=False)
             else:
-                self._main, self._tail, self._length = 0, self.held, len(self.held)
+                rows = self.held()
+                self._main, self._tail, self._length = 0, rows, len(rows)
             self._checked = True
-        if stored and self.held is not None:
-            n = len(self.held)
-            stored_rows = Table(
+        if stored and not self._compared:
+            n = self._length
+            columns = Table(
                 self.name, self._open, self.dtype, self._path, self._derived, state=(n, None)
             )
-            if stored_rows.read().tobytes() != self.read().tobytes():
+            if columns.read().tobytes() != self.read().tobytes():
                 raise RecordingError(
                     f"{self._path} is damaged: table {self.name!r} holds other rows than "
                     "its copy among the small tables"
                 )
+            self._compared = True
 
     def _h5(self, what: str, read: Callable[[], T]) -> T:
         return read_or_fail(self._path, f"{self.name}/{what}", read)

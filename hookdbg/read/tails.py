@@ -141,6 +141,12 @@ class Tails:
                 f"{self.path}: its writer changed it at every read ({_TRIES} tries)"
             )
         sealed = {table: int(before[schema.SEALED, i]) for i, table in enumerate(self._dtypes)}
+        negative = [table for table, n in sealed.items() if n < 0]
+        if negative:
+            raise RecordingError(
+                f"{self.path} is damaged: {schema.COMMITTED} says table {negative[0]!r} "
+                f"holds {sealed[negative[0]]:,} rows"
+            )
         return sealed, tails
 
     def _slot(self, table: str, index: int) -> h5py.Dataset:

@@ -343,20 +343,21 @@ TAIL_CHUNK = 16384  # bytes per chunk of a tail slot
 # HDF5 dataset that costs a reader about 0.15 ms to open and check, some 45 of them per
 # file, and a report on a run of many ranks reads them from every rank's file. As the
 # writer closes a file normally it keeps every row of SMALL_TABLES, the last progress
-# row and the end row in the byte dataset SMALL (made empty with the file: under SWMR
-# no object can be added later), as one zlib stream: the row count of each part
-# (int64, in SMALL_PARTS' order; of the progress table, its rows), then each part's
-# rows as a numpy array of its row dtype (a tail row's). It is written before the end
-# row, so a file whose end row says it closed normally has it whole; an empty one (the
-# file is live, was cut short, or writing failed) says nothing. Readers that do not
-# know it ignore it; the tables stay the record, and a copy that disagrees with
-# ``committed`` (a table rewritten since) is not used. Added without a schema version:
-# its presence says it.
+# row and the end row in the byte dataset SMALL (made empty with the file, its
+# attribute "parts" naming SMALL_PARTS: under SWMR no object can be added later): two
+# int64 rows, the row count of each part (in SMALL_PARTS' order; of the progress
+# table, its rows) and the bytes of its stream, then each part's zlib stream of its
+# rows as a numpy array of its row dtype (a tail row's): a reader inflates only the
+# parts it reads. It is written before the end row, so a file whose end row says it
+# closed normally has it whole; an empty one (the file is live, was cut short, or
+# writing failed) says nothing. Readers that do not know it ignore it; the tables stay
+# the record, and a copy whose counts disagree with ``committed`` (a table rewritten
+# since) is not used. Added without a schema version: its presence says it.
 SMALL = "small_tables"
 SMALL_TABLES = ("modules", "steps", "alerts", "captures", "info", "losses", "shards")
 # and the last progress row (a reader needs no other) and the end row
 SMALL_PARTS = (*SMALL_TABLES, "progress", END_TABLE)
-SMALL_CHUNK = TAIL_CHUNK
+SMALL_CHUNK = 4096
 # Raw bytes of captured tensors; "captures" rows point into it (offset, nbytes).
 CAPTURE_DATA = "capture_data"
 CAPTURE_CHUNK = 1 << 20

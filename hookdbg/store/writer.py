@@ -302,6 +302,7 @@ class Writer:
         self._small = f.create_dataset(
             schema.SMALL, shape=(0,), maxshape=(None,), dtype="u1", chunks=(schema.SMALL_CHUNK,)
         )
+        self._small.attrs["parts"] = list(schema.SMALL_PARTS)
         self._capture_data = f.create_dataset(
             schema.CAPTURE_DATA,
             shape=(0,),
@@ -682,14 +683,15 @@ class Writer:
             compact(self.path)
 
     def _write_small(self, end: np.ndarray) -> None:
-        """Every row of the small tables, the last progress row and the end row, as one
-        stream into ``schema.SMALL``: a reader of a run's many rank files then reads one
-        object of each file, not a column of every table."""
+        """Every row of the small tables, the last progress row and the end row, into
+        ``schema.SMALL``: a reader of a run's many rank files then reads one object of
+        each file, not a column of every table."""
         parts = [self._sealed_rows(table) for table in schema.SMALL_TABLES]
         parts += [self._sealed_rows("progress", last=1), end]
-        counts = np.array([len(part) for part in parts], dtype="<i8")
-        counts[schema.SMALL_PARTS.index("progress")] = self._sealed["progress"]
-        blob = zlib.compress(b"".join([counts.tobytes(), *(p.tobytes() for p in parts)]), 1)
+        streams = [zlib.compress(part.tobytes(), 1) for part in parts]
+        head = np.array([[len(p) for p in parts], [len(s) for s in streams]], dtype="<i8")
+        head[0, schema.SMALL_PARTS.index("progress")] = self._sealed["progress"]
+        blob = b"".join([head.tobytes(), *streams])
         self._small.resize((len(blob),))
         self._small[:] = np.frombuffer(blob, dtype="u1")
 
