@@ -8,6 +8,7 @@ import os
 import pty
 import select
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -99,6 +100,14 @@ def hookdbg_in_terminal(
             proc.wait()
         os.close(master)
     return proc.returncode, bytes(out)
+
+
+def free_port() -> int:
+    """A port no process listens on now: for torchrun's rendezvous, as tests may run
+    side by side (its default port would be shared)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def with_older_summaries(source: Path, target: Path, version: int) -> Path:

@@ -163,7 +163,11 @@ def main() -> None:
     out_dir = sys.argv[1]
     if world == 4:
         mesh2d = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
-        cases = {"fsdp_tp": (fsdp_tp(mesh2d), mesh2d["dp"].get_local_rank())}
+        data_rank = mesh2d["dp"].get_local_rank()
+        cases = {
+            "fsdp_tp": (fsdp_tp(mesh2d), data_rank),
+            "fsdp_tp_nan": (fsdp_tp(mesh2d), data_rank),
+        }
     else:
         mesh = init_device_mesh("cpu", (world,))
         cases = {

@@ -4,7 +4,6 @@ ranks under torchrun (gloo, CPU), started idle and recorded for a window of step
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hookdbg.read import RecordingError, Status, open_recording
-from tests.helpers import SAMPLES, hookdbg
+from tests.helpers import SAMPLES, free_port, hookdbg
 
 LONG_RUN = SAMPLES / "long_run.py"
 
@@ -25,9 +24,7 @@ def start(out: Path, until: Path, ranks: int = 1) -> subprocess.Popen[str]:
     if ranks == 1:
         command = [sys.executable, *record, *script]
     else:
-        with socket.socket() as s:  # a free port: tests may run side by side
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         launcher = ["-m", "torch.distributed.run", f"--nproc-per-node={ranks}"]
         command = [sys.executable, *launcher, f"--master-port={port}", *record, *script]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -2,7 +2,6 @@
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 
@@ -12,14 +11,12 @@ import pytest
 from hookdbg.ranks import rank_file
 from hookdbg.read import RankSet, RecordingError, open_run
 from hookdbg.tui.app import HookdbgApp
-from tests.helpers import SAMPLES, hookdbg
+from tests.helpers import SAMPLES, free_port, hookdbg
 from tests.tui.pilot import settle
 
 
 def torchrun(out, *args: str) -> subprocess.CompletedProcess[str]:
-    with socket.socket() as s:  # a free port: tests may run side by side
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     return subprocess.run(
         [
             sys.executable,

@@ -18,7 +18,7 @@ import pytest
 from hookdbg.read import Status, open_run
 from hookdbg.store.schema import Phase, Slot
 from hookdbg.text import utf8
-from tests.helpers import hookdbg
+from tests.helpers import free_port, hookdbg
 
 SCRIPT = Path(__file__).with_name("sharded_train.py")
 STEPS = 3
@@ -27,6 +27,7 @@ STEPS = 3
 def torchrun(ranks: int, out: Path) -> dict[str, dict]:
     """Run the strategies on ``ranks`` processes; what rank 0 printed, by strategy."""
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks)]
+    launch.append(f"--master-port={free_port()}")
     done = subprocess.run(
         [*launch, str(SCRIPT), str(out)],
         capture_output=True,
@@ -76,12 +77,18 @@ def test_two_ranks_record_every_step_with_global_statistics(two_ranks, strategy)
     assert_recorded_truly(out, cases[strategy], 2)
 
 
-def test_fsdp_over_tensor_parallel_on_a_2d_mesh_of_four_ranks(tmp_path):
-    cases = torchrun(4, tmp_path)
-    assert_recorded_truly(tmp_path, cases["fsdp_tp"], 4)
-    diff = hookdbg("diff", "--ranks", tmp_path / "fsdp_tp.h5")  # tensor-parallel replicas
+@pytest.fixture(scope="module")
+def four_ranks(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
+    out = tmp_path_factory.mktemp("sharded2d")
+    return out, torchrun(4, out)
+
+
+def test_fsdp_over_tensor_parallel_on_a_2d_mesh_of_four_ranks(four_ranks):
+    out, cases = four_ranks
+    assert_recorded_truly(out, cases["fsdp_tp"], 4)
+    diff = hookdbg("diff", "--ranks", out / "fsdp_tp.h5")  # tensor-parallel replicas
     assert diff.returncode == 0 and "replicated weights and gradients agree" in diff.stdout
-    with open_run(tmp_path / "fsdp_tp.h5") as run:
+    with open_run(out / "fsdp_tp.h5") as run:
         q = next(
             p
             for (m, ph, s, path), p in run[0].shards.items()
@@ -105,12 +112,17 @@ def test_the_reports_say_what_sharding_does(two_ranks):
     assert nan.returncode == 1 and "not finite on every rank" in nan.stdout
 
 
-@pytest.mark.parametrize("strategy", ["tp_nan", "fsdp_nan"])
-def test_a_nan_born_in_one_ranks_shard_is_named_on_that_rank_only(two_ranks, strategy):
+@pytest.mark.parametrize(
+    ("strategy", "run"),
+    [("tp_nan", "two_ranks"), ("fsdp_nan", "two_ranks"), ("fsdp_tp_nan", "four_ranks")],
+)
+def test_a_nan_born_in_one_ranks_shard_is_named_on_that_rank_only(strategy, run, request):
     """Rank 1's shard of a weight goes NaN between two steps: rank 1 names it, in its
-    shard; rank 0, which gets it through a collective (tensor parallel's reduction,
-    FSDP2's all-gather), names nothing: it was not born there."""
-    out, cases = two_ranks
+    shard; the ranks that get it through a collective (tensor parallel's reduction,
+    FSDP2's all-gather, on a 2-D mesh both: there FSDP2 gathers a tensor-parallel
+    piece, whose local tensor is no rank's own shard) name nothing: it was not born
+    there."""
+    out, cases = request.getfixturevalue(run)
     for run in ("plain", "recorded"):  # the same run: NaN from step 1, as unrecorded
         losses = cases[strategy][run]
         assert not math.isnan(losses[0]) and all(map(math.isnan, losses[1:])), (run, losses)

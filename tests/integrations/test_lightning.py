@@ -2,7 +2,6 @@
 of a tiny model on CPU, read back with hookdbg's reader."""
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -15,7 +14,7 @@ from hookdbg.integrations.lightning import HookdbgCallback
 from hookdbg.options import OptionError
 from hookdbg.read import RankSet, open_recording, open_run
 from hookdbg.recorder import RecordError
-from tests.helpers import ROOT, hookdbg
+from tests.helpers import ROOT, free_port, hookdbg
 from tests.integrations.lit_model import LitNet, loaders, trainer
 
 
@@ -99,9 +98,7 @@ def test_ddp_writes_one_file_per_rank_and_every_rank_stops(tmp_path):
     """Lightning's own launcher starts rank 1 (it sets no RANK); the NaN is on rank 1
     only, and both ranks stop at the same step (else rank 0 would wait forever)."""
     (tmp_path / "ddp.py").write_text(textwrap.dedent(DDP))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MASTER_PORT": str(port)}
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         env.pop(name, None)

@@ -2,7 +2,6 @@
 built from a config, on CPU, read back with hookdbg's reader."""
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -16,7 +15,7 @@ from transformers import Trainer
 
 from hookdbg.integrations.transformers import HookdbgCallback
 from hookdbg.read import RankSet, open_recording, open_run
-from tests.helpers import ROOT
+from tests.helpers import ROOT, free_port
 from tests.integrations.hf_model import Embedded, Tokens, arguments, tiny_bert
 
 
@@ -138,9 +137,7 @@ print("rank", trainer.args.process_index, "global_step", trainer.state.global_st
 
 def test_torchrun_writes_one_file_per_rank(tmp_path):
     (tmp_path / "hf.py").write_text(textwrap.dedent(TORCHRUN))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     done = subprocess.run(
         [
             sys.executable,

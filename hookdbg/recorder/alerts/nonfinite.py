@@ -463,16 +463,20 @@ def _received_birth(call: Call) -> Alert | None:
 def _nonfinite_param(module: object, call: Call) -> tuple[str, torch.Tensor, bool | None] | None:
     """A non-finite parameter of ``module``, if any: a module computing with non-finite
     weights spreads an earlier NaN; it is no origin itself. The third value says whether
-    this rank's own shard of it holds the non-finite value: True for a DTensor (its
-    local shard was read), under FSDP2 False when it came from another rank's shard
-    through the all-gather; None for a parameter held whole."""
+    this rank's own shard of it holds the non-finite value: under FSDP2 (over tensor
+    parallel too) False when it came from another rank's shard through the all-gather;
+    True for another DTensor (its local shard was read); None for a parameter held
+    whole."""
     if not isinstance(module, torch.nn.Module):
         return None
     with torch.no_grad():
         for name, p in module.named_parameters(recurse=False):
             v = local(p)  # a DTensor's own shard: reading it whole would run collectives
             if v.is_floating_point() and not bool(torch.isfinite(v).all()):
-                return name, p, True if v is not p else _own_shard_bad(module, name, call)
+                # FSDP2 gathers a tensor-parallel piece over its data-parallel ranks:
+                # the local tensor of the gathered DTensor is not this rank's own shard
+                own = _own_shard_bad(module, name, call)
+                return name, p, (v is not p or None) if own is None else own
     return None
 
 
