@@ -179,10 +179,12 @@ class RankDiff:
 
 
 def replica_groups(shards: dict[int, Shard]) -> list[list[int]]:
-    """The ranks that hold the same piece of a sharded tensor (they differ only along
-    the mesh dimensions it is replicated on: FSDP2 over tensor parallel keeps a
-    replicated norm's shard on each tensor-parallel rank), in groups of two or more; none
-    for a partial sum, which no two ranks hold alike."""
+    """The ranks that hold the same piece of a sharded tensor, in groups of two or more:
+    they differ only along the mesh dimensions it is replicated on, or they lie on
+    sub-meshes alike with the same coordinates (FSDP2 over tensor parallel shards a
+    norm it does not split over each tensor-parallel rank's data-parallel sub-mesh, and
+    each tensor-parallel rank keeps a replica of it); none for a partial sum, which no
+    two ranks hold alike."""
     groups: dict[tuple, list[int]] = {}
     for rank, shard in shards.items():
         if shard.partial:
@@ -190,7 +192,7 @@ def replica_groups(shards: dict[int, Shard]) -> list[list[int]]:
         piece = tuple(
             c for p, c in zip(shard.placements, shard.coordinate, strict=True) if p != "R"
         )
-        groups.setdefault((shard.mesh.tobytes(), shard.text, piece), []).append(rank)
+        groups.setdefault((shard.mesh.shape, shard.text, shard.shape, piece), []).append(rank)
     return [g for g in groups.values() if len(g) > 1]
 
 

@@ -130,13 +130,16 @@ def ddp_compiled():
     return make
 
 
-def train(net: nn.Module, data_rank: int, poison: bool = False) -> list[float]:
+def train(net: nn.Module, data_rank: int, poison: bool = False, nudge: bool = False) -> list[float]:
     opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
     losses = []
     for i in range(STEPS):
         if poison and i == 1 and dist.get_rank() == 1:  # one rank's shard of a weight
             with torch.no_grad():
                 net[0].q.weight._local_tensor[0, 0] = float("nan")
+        if nudge and i == 1 and dist.get_rank() == 1:  # one replica of a norm's shard
+            with torch.no_grad():
+                net[0].norm.weight._local_tensor.mul_(1.001)
         g = torch.Generator().manual_seed(1000 * data_rank + i)
         x = torch.randn(4, 8, 16, generator=g)
         loss = net(x).pow(2).mean()
@@ -167,6 +170,7 @@ def main() -> None:
         cases = {
             "fsdp_tp": (fsdp_tp(mesh2d), data_rank),
             "fsdp_tp_nan": (fsdp_tp(mesh2d), data_rank),
+            "fsdp_tp_desync": (fsdp_tp(mesh2d), data_rank),
         }
     else:
         mesh = init_device_mesh("cpu", (world,))
@@ -183,11 +187,11 @@ def main() -> None:
     for name, (make, data_rank) in cases.items():
         if only and name not in only:
             continue
-        poison = name.endswith("_nan")
-        plain = train(make(), data_rank, poison)
+        poison, nudge = name.endswith("_nan"), name.endswith("_desync")
+        plain = train(make(), data_rank, poison, nudge)
         net = make()
         with hookdbg.record(f"{out_dir}/{name}.h5", force=True, quiet=True) as rec:
-            recorded = train(net, data_rank, poison)
+            recorded = train(net, data_rank, poison, nudge)
             live = bool(rec.guard.live)
         norms = full_norms(net)
         if rank == 0:

@@ -97,6 +97,19 @@ def test_fsdp_over_tensor_parallel_on_a_2d_mesh_of_four_ranks(four_ranks):
         assert q.holders() == [0, 1, 2, 3] and len(q.placements) == 2  # dp and tp
 
 
+def test_replicas_of_a_shard_on_sub_meshes_alike_are_compared(four_ranks):
+    """FSDP2 over tensor parallel shards the norm, which tensor parallel leaves whole,
+    over each tensor-parallel rank's data-parallel sub-mesh ([0, 2] and [1, 3]): ranks
+    0 and 1 hold replicas of the same piece. Rank 1's, changed at step 1, differs."""
+    out, _ = four_ranks
+    diff = hookdbg("diff", "--ranks", out / "fsdp_tp_desync.h5", "--json", "--top", "100")
+    assert diff.returncode == 1, diff.stdout
+    desyncs = json.loads(diff.stdout)["desyncs"]
+    assert desyncs[0]["step"] == 1, desyncs[0]
+    nudged = [d for d in desyncs if (d["module"], d["slot"]) == ("net.0.norm", "param[weight]")]
+    assert nudged and nudged[0]["step"] == 1 and set(nudged[0]["norms"]) == {"0", "1"}, nudged
+
+
 def test_the_reports_say_what_sharding_does(two_ranks):
     out, _ = two_ranks
     shown = hookdbg("show", out / "fsdp.h5", "net.0.q", "--step", "2", "--global")
