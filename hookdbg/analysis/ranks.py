@@ -150,6 +150,8 @@ class RankDiff:
     # are not replicas, by placement; norms NaN/inf on every rank, which nothing can compare
     sharded: dict[str, int] = field(default_factory=dict)
     nonfinite: list[tuple[int, str, Slot, str]] = field(default_factory=list)
+    # an optimizer stepped in a compared step on some rank (norms are taken after it)
+    optimizer_stepped: bool = False
 
     @property
     def in_sync(self) -> bool:
@@ -213,6 +215,10 @@ def rank_diff(
     steps = set.intersection(*(set(r.recorded_steps.tolist()) for r in recs.values()))
     result.compared_steps = sorted(
         s for s in steps if (first is None or s >= first) and (last is None or s <= last)
+    )
+    result.optimizer_stepped = any(
+        bool(r.steps["optimizer_steps"][np.isin(r.steps["step"], result.compared_steps)].any())
+        for r in recs.values()
     )
     for step in result.compared_steps:
         values: dict[tuple[str, int, str], dict[int, float]] = {}

@@ -52,6 +52,19 @@ class RanksDiff(Report):
     def exit_status(self) -> int:
         return 0 if self.result.in_sync else 1
 
+    def why_nothing(self) -> str:
+        """Why no norm was compared: no step recorded on every rank, no optimizer step
+        in those (norms are taken after one), or no norms recorded."""
+        steps = self.result.compared_steps
+        if not steps:
+            return "no step was recorded on every rank"
+        if not self.result.optimizer_stepped:
+            return (
+                f"no optimizer step ran in the {plural(len(steps), 'step')} recorded on "
+                "every rank (weights and gradients are compared after it)"
+            )
+        return "record with --level stats under torch.distributed to get parameter norms"
+
     def to_json(self) -> dict[str, object]:
         run, result, top = self.run, self.result, self.top
         return {
@@ -63,6 +76,9 @@ class RanksDiff(Report):
             "compared": result.compared,
             "agree": result.in_sync,
             "sharded_not_compared": result.sharded,
+            "nothing_compared": (
+                self.why_nothing() if not result.compared and not result.sharded else None
+            ),
             "nonfinite_on_every_rank": [
                 {"step": s, "module": m, "slot": slot_label(slot, p)}
                 for s, m, slot, p in result.nonfinite[:top]
@@ -119,10 +135,7 @@ class RanksDiff(Report):
                 "updates only its own piece of it"
             )
         elif not result.compared and not result.sharded:
-            out.print(
-                "[bold yellow]nothing to compare[/]: record with --level stats under "
-                "torch.distributed to get parameter norms"
-            )
+            out.print(f"[bold yellow]nothing to compare[/]: {literal(self.why_nothing())}")
         elif first is None and not result.nonfinite:
             what = (
                 "the replicated weights and gradients agree on every rank"

@@ -222,3 +222,31 @@ async def test_tui_f_goes_to_the_first_origin_across_ranks(nan_run):
         title = str(app.screen.query_one("#detail-title").content)
         module = run[1].modules[int(first["module"])].name
         assert title.startswith(f"{module} ") and f"step {int(first['step'])}" in title
+
+
+CRASHES_BEFORE_ITS_OPTIMIZER_STEPS = """
+import torch
+model = torch.nn.Linear(8, 1)
+model(torch.randn(4, 8)).pow(2).mean().backward()
+raise RuntimeError("out of memory")
+"""
+
+
+def test_diff_ranks_says_why_it_compared_nothing(tmp_path):
+    """A run that crashed before its first optimizer step has norms of nothing: the
+    ranks' weights are compared after an optimizer step, and the report says so
+    (both ranks' files written by the launcher's environment alone)."""
+    script = tmp_path / "crash.py"
+    script.write_text(CRASHES_BEFORE_ITS_OPTIMIZER_STEPS)
+    for rank in (0, 1):
+        env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2"}
+        out = hookdbg("record", "-q", "-o", tmp_path / "run.h5", script, env=env)
+        assert out.returncode == 1 and "out of memory" in out.stderr, out.stderr
+    diff = hookdbg("diff", "--ranks", tmp_path / "run.h5")
+    assert diff.returncode == 1
+    assert diff.stdout.splitlines()[-1] == (
+        "nothing to compare: no optimizer step ran in the 1 step recorded on every rank "
+        "(weights and gradients are compared after it)"
+    )
+    data = json.loads(hookdbg("diff", "--ranks", tmp_path / "run.h5", "--json").stdout)
+    assert data["nothing_compared"].startswith("no optimizer step ran") and not data["agree"]
