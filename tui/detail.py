@@ -50,7 +50,7 @@ COLUMNS = (
     Column("max", "max", 70),
     Column("mean", "mean", 80),
     Column("std", "std", 78),
-    Column("norm", "norm", 50),
+    Column("norm", "norm", 77),  # all a parameter's or a step gradient's row has
     # the statistics declared after these (hookdbg/store/summary.py), each its own
     # column, left out of a narrow pane before the fractions and the shape
     *(Column(name, label(name), 25 - i) for i, name in enumerate(LATER_STATS)),

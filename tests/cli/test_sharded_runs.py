@@ -192,3 +192,17 @@ async def test_the_tui_shows_global_statistics_with_g(two_ranks):
             await pilot.press("G")
             assert await until(app, pilot, lambda: "global" not in records(table)[0])
             assert "each rank's own shard statistics" in notices(app)
+        # at an everyday width the global view keeps the norm: all a weight's row has
+        app = HookdbgApp(rec, more_ranks=more)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await settle(app, pilot)
+            app.screen.post_message(Goto(module=module, step=last))
+            await settle(app, pilot)
+            await pilot.press("G")
+            assert await until(app, pilot, lambda: "global" in records(table_of(app))[0])
+            weight = next(r for r in records(table_of(app)) if r["slot"] == "param[weight]")
+            assert weight["norm"] == num(float(row["norm"][0]))
+
+
+def table_of(app):
+    return app.screen.query_one("#detail-table")
