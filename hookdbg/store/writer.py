@@ -692,6 +692,9 @@ class Writer:
         head = np.array([[len(p) for p in parts], [len(s) for s in streams]], dtype="<i8")
         head[0, schema.SMALL_PARTS.index("progress")] = self._sealed["progress"]
         blob = b"".join([head.tobytes(), *streams])
+        free = _free_bytes(self.path)
+        if free is not None and free < len(blob) + newfile.START_ROOM:
+            return  # the copy is optional, an HDF5 write into a full disk is not undone
         self._small.resize((len(blob),))
         self._small[:] = np.frombuffer(blob, dtype="u1")
 
@@ -773,6 +776,16 @@ def compact(path: Path) -> bool:
         with contextlib.suppress(OSError):
             tmp.unlink()
         return False
+
+
+def _free_bytes(path: Path) -> int | None:
+    """What the file system holding ``path`` has free for this user (None: it does not
+    say)."""
+    try:
+        fs = os.statvfs(path.parent)
+    except OSError:
+        return None
+    return fs.f_bavail * fs.f_frsize
 
 
 def _silence(f: h5py.File) -> None:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from hookdbg.store import rows, schema
+from hookdbg.store import writer as writer_module
 from hookdbg.store.schema import ModuleKind, Phase
 from hookdbg.store.writer import Writer, WriterError, batch_bytes
 from tests.helpers import hookdbg, live_recording, tables
@@ -38,6 +39,27 @@ def test_rows_are_appended_and_the_end_row_marks_completion(tmp_path):
     assert len(t["progress"]) >= 1
     with h5py.File(tmp_path / "w.h5", "r") as f:  # closed cleanly: a plain open works too
         assert f.attrs["format"] == schema.FORMAT
+
+
+def test_a_file_closed_with_no_room_for_the_copy_of_its_small_tables_stays_complete(
+    tmp_path, monkeypatch
+):
+    """Every row is committed when the copy is written: with the disk nearly full the
+    writer leaves it out (the columns hold everything) rather than risk a write error
+    that would call the recording failed."""
+    monkeypatch.setattr(writer_module, "_free_bytes", lambda path: 4096)
+    writer = Writer(tmp_path / "w.h5", {"format": schema.FORMAT}, flush_interval=0.05)
+    writer.submit({"steps": [STEP_ROW]})
+    writer.close({**END, "steps": 1})
+    assert writer.failed is None
+    with h5py.File(tmp_path / "w.h5", "r") as f:
+        assert f[schema.SMALL].shape == (0,) and f["end/status"][0] == b"complete"
+    monkeypatch.undo()
+    writer = Writer(tmp_path / "room.h5", {"format": schema.FORMAT}, flush_interval=0.05)
+    writer.submit({"steps": [STEP_ROW]})
+    writer.close({**END, "steps": 1})
+    with h5py.File(tmp_path / "room.h5", "r") as f:
+        assert f[schema.SMALL].shape[0] > 0
 
 
 def test_columns_are_compressed_as_the_format_says(tmp_path):
