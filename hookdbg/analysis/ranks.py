@@ -32,6 +32,7 @@ class RankRow:
     alerts: int
     dropped: int
     loss: LossSeries | None  # its first loss site's (each rank computes its own loss)
+    ended: str = ""  # how its end row says it ended ('complete', 'exception', ...; '': none)
 
 
 def rank_rows(ranks: RankSet) -> list[RankRow]:
@@ -48,6 +49,7 @@ def rank_rows(ranks: RankSet) -> list[RankRow]:
                 len(rec.alerts),
                 rec.dropped_rows,
                 next(iter(loss_series(rec)), None),
+                "" if rec.end is None else utf8(rec.end["status"]),
             )
         )
     return rows

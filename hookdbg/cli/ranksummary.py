@@ -50,6 +50,7 @@ class RanksSummary(Report):
                 {
                     "rank": r.rank,
                     "status": r.status.value,
+                    "ended": r.ended or None,
                     "steps": r.steps,
                     "step_seconds_median": r.step_median,
                     "alerts": r.alerts,
@@ -127,9 +128,11 @@ def _ranks_table(view: RanksOverview) -> Table:
         ],
     )
     for r in view.rows:
+        # a recording closed normally says how its script ended, where not as planned
+        ended = r.status is Status.COMPLETE and r.ended not in ("", "complete")
         t.add_row(
             str(r.rank),
-            r.status.value,
+            f"{r.status.value}: {r.ended}" if ended else r.status.value,
             str(r.steps),
             ms(r.step_median),
             str(r.alerts),

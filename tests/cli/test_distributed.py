@@ -250,3 +250,22 @@ def test_diff_ranks_says_why_it_compared_nothing(tmp_path):
     )
     data = json.loads(hookdbg("diff", "--ranks", tmp_path / "run.h5", "--json").stdout)
     assert data["nothing_compared"].startswith("no optimizer step ran") and not data["agree"]
+
+
+def test_the_ranks_table_says_how_each_rank_ended(tmp_path):
+    """One rank's script raised, the other's finished: the rank's row says so."""
+    finishes = tmp_path / "finishes.py"
+    finishes.write_text(CRASHES_BEFORE_ITS_OPTIMIZER_STEPS.split("raise")[0])
+    raises = tmp_path / "raises.py"
+    raises.write_text(CRASHES_BEFORE_ITS_OPTIMIZER_STEPS)
+    for rank, script in ((0, finishes), (1, raises)):
+        env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2"}
+        hookdbg("record", "-q", "-o", tmp_path / "run.h5", script, env=env)
+    text = hookdbg("summary", tmp_path / "run.h5").stdout
+    rows = {
+        line.split()[0]: line for line in text.splitlines() if line.split()[:1] in (["0"], ["1"])
+    }
+    assert rows["0"].split()[1] == "complete" and "exception" not in rows["0"], rows
+    assert "complete: exception" in rows["1"], rows
+    data = json.loads(hookdbg("summary", tmp_path / "run.h5", "--json").stdout)
+    assert [r["ended"] for r in data["per_rank"]] == ["complete", "exception"]
