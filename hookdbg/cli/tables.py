@@ -10,7 +10,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from hookdbg.cells import CHANGED_NOTE, FRACTIONS, STATS, label, num, shape_text, tensor_text
+from hookdbg.cells import CHANGED_NOTE, FRACTIONS, STATS, label, shape_text, tensor_text
 from hookdbg.cli.terminal import printable_lines
 from hookdbg.read import Recording
 from hookdbg.store.schema import CHANGED_IN_PLACE, SUMMARY_COLUMNS, Phase, Slot
@@ -92,7 +92,7 @@ def tensor_table(
             text.slot,
             text.shape,
             text.dtype,
-            *(num(text.values[name]) for name in STATS),
+            *(text.stat(name) for name in STATS),
             Text(text.count, style="bold red") if text.nonfinite > 0 else text.count,
             *(text.fractions[name] for name in FRACTIONS),
         ]

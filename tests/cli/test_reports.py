@@ -72,6 +72,19 @@ def test_show_one_module(resnet_h5):
     assert data["type"] == "Linear" and {r["step"] for r in data["rows"]} == {0, 1}
 
 
+def test_show_writes_nan_statistics_as_nan_and_unmeasured_ones_as_a_dash(nan_h5):
+    """As the TUI does (hookdbg.cells.cell_text): a gradient all NaN has mean ``nan``;
+    a statistic not measured (a float's saturation of an integer) stays ``-``."""
+    lines = hookdbg("show", nan_h5, "proj", "--step", "3").stdout.splitlines()
+    header = next(line for line in lines if "mean" in line).split()
+    stats = header[header.index("dtype") + 1 : header.index("nan/inf")]
+    assert stats[:4] == ["min", "max", "mean", "std"] and header[-1] == "sat", header
+    grad = next(line for line in lines if "param_grad[weight]" in line).split()
+    at = grad.index("float32") + 1  # the statistics follow the dtype
+    assert grad[at : at + len(stats)] == ["nan"] * len(stats), grad
+    assert grad[at + len(stats)] == "256" and grad[-1] == "-", grad
+
+
 def test_search_tensors_and_calls(nan_h5):
     data = run_json("search", nan_h5, "nan", "phase:fwd")
     assert data["matches"] >= 1 and data["rows"][0]["module"] == "model.standardize"
