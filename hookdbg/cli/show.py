@@ -160,7 +160,8 @@ def _global_note(shown: np.ndarray, rank: int) -> str:
     unmerged = placed[placed["ranks"] == b""]
     replicated = np.array([set(utf8(p).split(",")) == {"R"} for p in unmerged["placement"]])
     others = unmerged[~replicated] if len(unmerged) else unmerged
-    kinds = ", ".join(sorted({utf8(p) for p in merged["placement"]}))
+    groups = sorted({(utf8(r["placement"]), utf8(r["ranks"])) for r in merged})
+    kinds = "; ".join(f"{placement} from ranks {ranks}" for placement, ranks in groups)
     note = f"  global: {len(merged)} of {len(shown)} rows merged from their ranks' shards"
     note += f" ({kinds})" if kinds else ""
     if replicated.any():
@@ -170,8 +171,8 @@ def _global_note(shown: np.ndarray, rank: int) -> str:
             {f"{Phase(r['phase']).label} {slot_label(r['slot'], utf8(r['path']))}" for r in others}
         )
         note += (
-            f"; rank {rank}'s own values, not the global tensor's (a partial sum, or a "
-            f"rank's file missing): {', '.join(labels)}"
+            f"; kept as rank {rank}'s own values, not the global tensor's: "
+            f"{', '.join(labels)} (a partial sum, or a rank's file missing)"
         )
     return note
 

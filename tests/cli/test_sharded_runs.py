@@ -114,7 +114,12 @@ def test_the_reports_say_what_sharding_does(two_ranks):
     out, _ = two_ranks
     shown = hookdbg("show", out / "fsdp.h5", "net.0.q", "--step", "2", "--global")
     assert shown.returncode == 0, shown.stderr
-    assert "global: " in shown.stdout and "S(0)" in shown.stdout
+    note = next(line for line in shown.stdout.splitlines() if "global: " in line)
+    assert "merged from their ranks' shards (S(0) from ranks 0,1)" in note, note
+    # a row-parallel Linear's output is a partial sum: named as the rank's own
+    tp = hookdbg("show", out / "tp.h5", "net.0.out", "--step", "2", "--global").stdout
+    note = next(line for line in tp.splitlines() if "global: " in line)
+    assert "kept as rank 0's own values, not the global tensor's: fwd output" in note, note
     fsdp = hookdbg("diff", "--ranks", out / "fsdp.h5")
     assert fsdp.returncode == 0, fsdp.stdout  # one copy of each weight: nothing can drift
     assert "sharded tensors" in fsdp.stdout and "every parameter is sharded" in fsdp.stdout
