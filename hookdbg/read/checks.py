@@ -420,24 +420,28 @@ def checked_committed(
     (the file's schema version has those): the rows in each table's columns and, from
     version 5 (``tails``), its tail's generation and length (schema.SEALED, GENERATION, TAIL_BYTES);
     None in a schema-1 file, which has none."""
-    if member(f, schema.COMMITTED, schema.COMMITTED, path) is None:
-        return None
     shape = (3, tables) if tails else (tables,)
-    ds = checked_dataset(
-        f,
-        schema.COMMITTED,
-        schema.COMMITTED,
-        np.dtype("<i8"),
-        path,
-        os.path.getsize(path),
-        dims=len(shape),
-        filters=schema.NO_FILTERS,
-    )
+    ds = optional_dataset(f, schema.COMMITTED, np.dtype("<i8"), path, dims=len(shape))
+    if ds is None:
+        return None
     if ds.shape != shape:
         raise RecordingError(
             f"{path} is damaged: {schema.COMMITTED} has shape {ds.shape}, expected {shape}"
         )
     return ds
+
+
+def optional_dataset(
+    f: h5py.File, name: str, expected: np.dtype, path: Path, dims: int = 1
+) -> h5py.Dataset | None:
+    """An uncompressed dataset at the file's root that some recordings lack (None
+    there), checked (``checked_dataset``)."""
+    if member(f, name, name, path) is None:
+        return None
+    size = os.path.getsize(path)
+    return checked_dataset(
+        f, name, name, expected, path, size, dims=dims, filters=schema.NO_FILTERS
+    )
 
 
 def checked_capture_data(f: h5py.File, path: Path) -> h5py.Dataset:

@@ -27,7 +27,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from hookdbg.read.checks import RecordingError, checked_dataset, member, read_or_fail
+from hookdbg.read.checks import RecordingError, checked_dataset, optional_dataset, read_or_fail
 from hookdbg.read.storage import MAX_MODULES, TABLE_RATIO, TABLE_SLACK
 from hookdbg.read.tails import TableState
 from hookdbg.store import schema
@@ -86,21 +86,13 @@ def read_small(
     """The copy of the small tables, its layout checked, with each part's rows as a
     dtype of ``rows``; None where the file holds no copy to use. ``states``: each
     table's rows in its columns and its tail, as ``committed`` says."""
-    if member(f, schema.SMALL, schema.SMALL, path) is None:
-        return None  # a recorder before the copy was kept
     status = _closed_status(end, path)
     expected = _expected_counts(states)
     if status is None or expected is None:
         return None  # not closed normally: the tables say what happened
-    ds = checked_dataset(
-        f,
-        schema.SMALL,
-        schema.SMALL,
-        np.dtype("u1"),
-        path,
-        os.path.getsize(path),
-        filters=schema.NO_FILTERS,
-    )
+    ds = optional_dataset(f, schema.SMALL, np.dtype("u1"), path)
+    if ds is None:
+        return None  # a recorder before the copy was kept
     parts = read_or_fail(path, schema.SMALL, partial(ds.attrs.get, "parts"))
     if not ds.shape[0] or parts is None or [str(p) for p in parts] != list(schema.SMALL_PARTS):
         return None  # empty, or laid out by a hookdbg this one does not know
@@ -166,7 +158,7 @@ def _closed_status(end: h5py.Group, path: Path) -> bytes | None:
 def _expected_counts(states: dict[str, TableState]) -> list[int] | None:
     """The rows ``committed`` says each part's table has (None: one has a tail, which a
     closed file never has)."""
-    tables = schema.SMALL_PARTS[:-1]
+    tables = (*schema.SMALL_TABLES, "progress")
     if any(states[t][1] is not None for t in tables):
         return None
     return [*(states[t][0] for t in tables), 1]

@@ -104,15 +104,17 @@ def _marked(data: bytes) -> bytes:
     return data[:_FLAGS_AT] + bytes([data[_FLAGS_AT] | _WRITING]) + data[_FLAGS_AT + 1 :]
 
 
-def free_space(path: Path) -> int | None:
+def free_space(path: Path, replacing: bool = True) -> int | None:
     """Bytes that a file written at ``path`` can take: what the file system holding it
-    has free for this user, plus what the file there now (replaced) holds. None where
-    the file system does not say."""
+    has free for this user, plus what the file there now holds if it is ``replacing``
+    it (not if it grows). None where the file system does not say."""
     try:
         fs = os.statvfs(path.parent)
     except OSError:
         return None
     free = fs.f_bavail * fs.f_frsize
+    if not replacing:
+        return free
     with contextlib.suppress(OSError):
         st = os.stat(path, follow_symlinks=False)
         if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:

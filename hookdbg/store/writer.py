@@ -692,7 +692,7 @@ class Writer:
         head = np.array([[len(p) for p in parts], [len(s) for s in streams]], dtype="<i8")
         head[0, schema.SMALL_PARTS.index("progress")] = self._sealed["progress"]
         blob = b"".join([head.tobytes(), *streams])
-        free = _free_bytes(self.path)
+        free = newfile.free_space(self.path, replacing=False)
         if free is not None and free < len(blob) + newfile.START_ROOM:
             return  # the copy is optional, an HDF5 write into a full disk is not undone
         self._small.resize((len(blob),))
@@ -776,16 +776,6 @@ def compact(path: Path) -> bool:
         with contextlib.suppress(OSError):
             tmp.unlink()
         return False
-
-
-def _free_bytes(path: Path) -> int | None:
-    """What the file system holding ``path`` has free for this user (None: it does not
-    say)."""
-    try:
-        fs = os.statvfs(path.parent)
-    except OSError:
-        return None
-    return fs.f_bavail * fs.f_frsize
 
 
 def _silence(f: h5py.File) -> None:

@@ -11,8 +11,7 @@ import h5py
 import numpy as np
 import pytest
 
-from hookdbg.store import rows, schema
-from hookdbg.store import writer as writer_module
+from hookdbg.store import newfile, rows, schema
 from hookdbg.store.schema import ModuleKind, Phase
 from hookdbg.store.writer import Writer, WriterError, batch_bytes
 from tests.helpers import hookdbg, live_recording, tables
@@ -47,7 +46,12 @@ def test_a_file_closed_with_no_room_for_the_copy_of_its_small_tables_stays_compl
     """Every row is committed when the copy is written: with the disk nearly full the
     writer leaves it out (the columns hold everything) rather than risk a write error
     that would call the recording failed."""
-    monkeypatch.setattr(writer_module, "_free_bytes", lambda path: 4096)
+    real = newfile.free_space  # the new file is made as usual; growing it finds 4 kB
+
+    def free_space(path, replacing=True):
+        return real(path) if replacing else 4096
+
+    monkeypatch.setattr(newfile, "free_space", free_space)
     writer = Writer(tmp_path / "w.h5", {"format": schema.FORMAT}, flush_interval=0.05)
     writer.submit({"steps": [STEP_ROW]})
     writer.close({**END, "steps": 1})
