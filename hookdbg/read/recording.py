@@ -87,6 +87,8 @@ _ADDED: dict[int, Derived] = {
 SOURCES = 7  # the version from which modules hold their source (file and line)
 # Tables older schema versions did not have, by the version that added them: read as empty.
 _ADDED_TABLES: dict[int, tuple[str, ...]] = {4: ("losses", "shards"), 6: ("device_times",)}
+# the tables a closed file's copy of its small tables holds whole (hookdbg/read/small.py)
+_COPIED = frozenset({*schema.SMALL_TABLES, schema.END_TABLE})
 _TAILS = 5  # the version from which a table's last rows may be kept apart (its tail)
 
 
@@ -219,7 +221,6 @@ class Recording:
             small = None
             if self._tails is not None and not live:
                 small = read_small(self._file, path, groups[schema.END_TABLE], states, rows)
-            copied = {*schema.SMALL_TABLES, schema.END_TABLE} if small is not None else set()
             # the last progress row, from the copy (its other rows are in no report)
             self._progress_copied = None if small is None else small.part("progress")
             self._tables = {
@@ -233,7 +234,7 @@ class Recording:
                     optional.get(n),
                     states.get(n),
                     swmr=live,
-                    held=partial(small.part, n) if small is not None and n in copied else None,
+                    held=partial(small.part, n) if small is not None and n in _COPIED else None,
                 )
                 for n in dtypes
             }

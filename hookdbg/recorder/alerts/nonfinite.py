@@ -476,7 +476,9 @@ def _nonfinite_param(module: object, call: Call) -> tuple[str, torch.Tensor, boo
                 # FSDP2 gathers a tensor-parallel piece over its data-parallel ranks:
                 # the local tensor of the gathered DTensor is not this rank's own shard
                 own = _own_shard_bad(module, name, call)
-                return name, p, (v is not p or None) if own is None else own
+                if own is None and v is not p:
+                    own = True  # another DTensor: its local shard is this rank's own
+                return name, p, own
     return None
 
 
