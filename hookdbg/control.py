@@ -3,15 +3,27 @@
 The channel is a control file beside the recording, ``run.h5.ctl``: one for every rank
 of a torchrun run (``run.rank0.h5``, ``run.rank1.h5`` read the same file). ``ctl``
 appends one JSON line per command; each recorder reads the lines it has not read yet at
-its step boundaries (one ``stat`` every tenth of a second at most when nothing changed)
-and answers in its recording (``info`` rows keyed ``ctl``: the command's number and what
-it did), which ``ctl`` reads back.
+its step boundaries and answers in its recording (``info`` rows keyed ``ctl``: the
+command's number and what it did, or why it was refused), which ``ctl`` reads back.
 
 Why a file and not a socket: nothing listens (no thread in the training process, no
 port, no socket path limit of 108 bytes), every rank reads the same commands, and the
-recording keeps each answer: what was steered, when, is in the file. Private: ``ctl``
-creates the file readable and writable by its owner only, and a recorder reads it only
-if it is a regular file (not a link) of its own user that no one else may write.
+recording keeps each answer: what was steered, when, is in the file.
+
+The contract (docs/format.md, "The control file", says it for users):
+
+- Who may write: the file's owner, who must be the recorder's user, and no one else
+  (no group or other write bit). ``ctl`` creates it private; a recorder reads only a
+  regular file (not a link, pipe or device) of its own user that no one else may write,
+  and what it held unread while others could write it is refused, never applied later.
+- A line is one JSON object of at most ``MAX_LINE`` bytes with the fields of
+  ``Command``, checked by ``check``; ``ctl`` refuses before writing anything a recorder
+  would refuse by the line alone. A numbered line that breaks a rule is answered with
+  why (``refused: ...``); any other is said once on stderr and in the recording.
+- Bounded work: a recorder looks at most every ``POLL_EVERY`` seconds, and spends at
+  most ``BUDGET`` seconds of a step boundary on the lines waiting (at least one line):
+  a flood of commands drains over many boundaries and costs training at most
+  ``BUDGET / POLL_EVERY`` of its time.
 
 Stdlib only: the recorder (with torch) and the CLI (without) both import it.
 """
@@ -19,15 +31,16 @@ Stdlib only: the recorder (with torch) and the CLI (without) both import it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import math
 import os
 import stat
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TypeGuard
 
 from hookdbg.options import Level, ModuleFilter, OptionError
 from hookdbg.ranks import rank_of
@@ -36,9 +49,14 @@ SUFFIX = ".ctl"
 OPS = ("record", "level", "stop", "dump")
 IDLE = "idle"  # the level of a run that records no step, only watches
 LEVELS = ("timing", "shapes", "stats", IDLE)
-MAX_LINE = 4096  # bytes: a longer line is no command ctl wrote
+MAX_LINE = 4096  # bytes, its line break not counted: a longer line is no command
 MAX_STEPS = 1_000_000  # steps one ``record`` may ask for
+MAX_FIRST = 10**15  # the largest step a command may name (a recorder also bounds it)
 ANSWER = "ctl"  # the key of a recorder's answers in its ``info`` table
+REFUSED = "refused: "  # how an answer that refuses a command begins
+CHANNEL = "ctl_channel"  # the key of what a recorder said of the control file itself
+POLL_EVERY = 0.1  # seconds: the most often a recorder looks at the control file
+BUDGET = 0.001  # seconds of a step boundary a recorder spends on waiting lines
 
 
 def control_path(recording: str | os.PathLike[str]) -> Path:
@@ -89,161 +107,178 @@ class Command:
         return what + ("" if self.first is None else f" from step {self.first}")
 
 
+def _whole(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def check(command: Command) -> None:
     """Raise OptionError unless ``command`` is one ``ctl`` could have sent."""
     if command.op not in OPS:
         raise OptionError(f"unknown command {command.op!r}; use one of: {', '.join(OPS)}")
-    if isinstance(command.seq, bool) or not isinstance(command.seq, int) or command.seq < 0:
+    if not _whole(command.seq) or command.seq < 0:
         raise OptionError(f"bad command number {command.seq!r}")
     if not isinstance(command.sent, (int, float)) or not math.isfinite(command.sent):
         raise OptionError(f"bad command time {command.sent!r}")
-    if command.first is not None and (not isinstance(command.first, int) or command.first < 0):
-        raise OptionError(f"bad first step {command.first!r}")
+    first = command.first
+    if first is not None and (not _whole(first) or not 0 <= first <= MAX_FIRST):
+        raise OptionError(f"bad first step {first!r}: a whole number from 0 to {MAX_FIRST:,}")
     if command.level is not None and command.level not in LEVELS:
         raise OptionError(f"unknown level {command.level!r}; use one of: {', '.join(LEVELS)}")
     if command.op == "record":
         steps = command.steps
-        if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
+        if not _whole(steps) or not 1 <= steps <= MAX_STEPS:
             raise OptionError(
                 f"--steps must be a whole number from 1 to {MAX_STEPS:,}, not {steps!r}"
             )
         if command.level == IDLE:
             raise OptionError("record --level idle records nothing; use `level idle`")
-        ModuleFilter.parse(list(command.modules))
-        ModuleFilter.parse(list(command.capture))
+        if command.modules:
+            ModuleFilter.parse(list(command.modules))
+        if command.capture:
+            ModuleFilter.parse(list(command.capture))
     if command.op == "level" and command.level is None:
         raise OptionError(f"level needs one of: {', '.join(LEVELS)}")
     if command.level is not None and command.level != IDLE:
         Level.parse(command.level)
 
 
+_FIELDS = frozenset(Command.__dataclass_fields__)
+
+
+class BadLine(OptionError):
+    """A line of a control file that is no command; ``seq``: its command number, if it
+    had a valid one (the recorder answers it), else None."""
+
+    def __init__(self, why: str, seq: int | None = None) -> None:
+        super().__init__(why)
+        self.seq = seq
+
+
 def parse(line: bytes) -> Command:
-    """A command from one line of a control file (OptionError if it is none)."""
+    """A command from one line of a control file (``BadLine`` if it is none)."""
     if len(line) > MAX_LINE:
-        raise OptionError(f"a line of {len(line):,} bytes, more than any command")
+        raise BadLine(f"a line of {len(line):,} bytes, more than any command ({MAX_LINE:,})")
     try:
-        data = json.loads(line)
+        data = json.loads(line.decode())
     except (UnicodeDecodeError, ValueError) as exc:
-        raise OptionError(f"not a JSON line: {exc}") from None
+        raise BadLine(f"not a JSON line: {exc}") from None
     if not isinstance(data, dict):
-        raise OptionError("not a JSON object")
-    known = set(Command.__dataclass_fields__)
-    unknown = set(data) - known
-    if unknown:
-        raise OptionError(f"unknown fields {', '.join(sorted(unknown))}")
-    for key in ("modules", "capture"):
-        value = data.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(g, str) for g in value):
-            raise OptionError(f"{key} must be a list of globs")
-        data[key] = tuple(value)
+        raise BadLine("not a JSON object")
+    raw = data.get("seq")
+    seq = raw if _whole(raw) and 1 <= raw <= 2**63 else None  # 0: made in the recorder
     try:
-        command = Command(**data)
-    except TypeError as exc:
-        raise OptionError(str(exc)) from None
-    if command.seq < 1:  # 0: a command made inside the recording process
-        raise OptionError(f"bad command number {command.seq!r}")
-    return command
+        unknown = data.keys() - _FIELDS
+        if unknown:
+            raise OptionError(f"unknown fields {', '.join(sorted(unknown))}")
+        for key in ("modules", "capture"):
+            value = data.get(key)
+            if value is None:
+                continue
+            if not isinstance(value, list) or not all(isinstance(g, str) for g in value):
+                raise OptionError(f"{key} must be a list of globs")
+            data[key] = tuple(value)
+        if seq is None:
+            raise OptionError(f"bad command number {raw!r}")
+        return Command(**data)
+    except (OptionError, TypeError) as exc:
+        raise BadLine(str(exc), seq) from None
 
 
-def send(path: Path, **fields: object) -> Command:
+# -- ctl's side ------------------------------------------------------------------------
+
+
+def send(path: Path, lock_wait: float = 5.0, /, **fields: object) -> Command:
     """Append a command to the control file at ``path`` (created private), numbered
-    after those already in it; returns it. Two ``ctl`` at once are serialised by a lock."""
-    Command(seq=1, **fields)  # type: ignore[arg-type]  # a bad one leaves no file behind
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    after the lines already in it; returns it. Two ``ctl`` at once are serialised by a
+    lock, waited for ``lock_wait`` seconds at most. Everything a recorder would refuse
+    of the line is refused here (OptionError), before anything is written; so is a
+    ``path`` that is no control file of this user (a link, pipe, device, another's)."""
+    probe = Command(seq=10**12, **fields)  # type: ignore[arg-type]  # a bad one: no file
+    length = len(probe.line()) - 1
+    if length > MAX_LINE:
+        raise OptionError(
+            f"the command takes {length:,} bytes, more than a control line may hold "
+            f"({MAX_LINE:,}): ask for fewer or shorter --modules/--capture globs"
+        )
+    with contextlib.suppress(FileNotFoundError):
+        _own(path, os.lstat(path))  # before opening: a pipe would block, a device act
+    fd = _open_private(path)
     try:
-        info = os.fstat(fd)
-        if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise OptionError(f"{path} is not a control file of yours (owner or mode)")
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        with open(path, "rb") as f:
-            seq = sum(1 for _ in f) + 1
-        command = Command(seq=seq, **fields)  # type: ignore[arg-type]
-        os.write(fd, command.line())
+        _own(path, os.fstat(fd))
+        _lock(fd, path, lock_wait)
+        lines, terminated = _count_lines(fd)
+        command = Command(seq=lines + 1, **fields)  # type: ignore[arg-type]
+        data = command.line() if terminated else b"\n" + command.line()
+        written = os.write(fd, data)
+        if written != len(data):
+            raise OptionError(f"{path}: only {written} of {len(data)} bytes written (disk full?)")
         return command
     finally:
         os.close(fd)
 
 
-@dataclass
-class Reader:
-    """A recorder's side: the commands appended to a control file since it last looked.
-    Lines there before ``since`` (the recording's start) were meant for another run."""
+def _open_private(path: Path) -> int:
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        return os.open(path, flags, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OptionError(f"{path} is a symbolic link, not a control file") from None
+        raise
 
-    path: Path
-    since: float
-    offset: int = 0
-    _size: int = -1
-    _inode: int = -1
-    _head: bytes = b""  # its first bytes: a file made anew (same inode or not) differs
-    _seen: float = 0.0
-    problems: list[str] = field(default_factory=list)  # what was refused, to say once
 
-    def __post_init__(self) -> None:
-        with contextlib.suppress(OSError):
-            info = os.lstat(self.path)
-            self.offset = self._size = info.st_size
-            self._inode = info.st_ino
-            if stat.S_ISREG(info.st_mode):
-                self._head = self._first_bytes()
+def refusal(info: os.stat_result) -> str | None:
+    """Why a file (its ``fstat``) is no control file of this user, if it is not: the
+    one rule of who may write the channel, for ``ctl`` and recorders alike."""
+    if not stat.S_ISREG(info.st_mode):
+        return f"it is {_kind(info.st_mode)}"
+    if info.st_uid != os.getuid():
+        return "it belongs to another user"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "others may write it"
+    return None
 
-    def poll(self, now: float, every: float = 0.1) -> list[Command]:
-        """New commands, at most every ``every`` seconds (a ``stat`` when none)."""
-        if now - self._seen < every:
-            return []
-        self._seen = now
+
+def _own(path: Path, info: os.stat_result) -> None:
+    why = refusal(info)
+    if why is not None:
+        raise OptionError(f"{path} is not a control file of yours: {why}")
+
+
+def _lock(fd: int, path: Path, wait: float) -> None:
+    deadline = time.monotonic() + wait
+    while True:
         try:
-            info = os.lstat(self.path)
-        except OSError:
-            return []
-        if (info.st_size, info.st_ino) == (self._size, self._inode):
-            return []
-        self._size = info.st_size
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
-            return self._refuse("it is not a regular file of this user")
-        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return self._refuse("others may write it")
-        head = self._first_bytes()
-        if (info.st_ino, head[: len(self._head)]) != (self._inode, self._head):
-            self.offset = 0  # removed and made anew (the inode may be reused): start over
-        self._inode, self._head = info.st_ino, head
-        if info.st_size < self.offset:  # replaced by a shorter one
-            self.offset = 0
-        return list(self._read())
-
-    def _read(self) -> Iterator[Command]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read(64 * MAX_LINE)
-        except OSError:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
-        end = data.rfind(b"\n") + 1  # whole lines only: the rest is still being written
-        self.offset += end
-        for line in data[:end].splitlines():
-            if not line.strip():
-                continue
-            try:
-                command = parse(line)
-            except OptionError as exc:
-                self.problems.append(f"ignored a line of {self.path}: {exc}")
-                continue
-            if command.sent >= self.since:
-                yield command
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise OptionError(
+                    f"{path} stayed locked by another writer for {wait:g} s"
+                ) from None
+            time.sleep(0.01)
 
-    def _first_bytes(self) -> bytes:
-        """(Of a regular file: O_NOFOLLOW, O_NONBLOCK, as a link or a pipe put there
-        since the check is not followed or waited on.)"""
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            return b""
-        try:
-            return os.read(fd, 64)
-        except OSError:
-            return b""
-        finally:
-            os.close(fd)
 
-    def _refuse(self, why: str) -> list[Command]:
-        self.problems.append(f"not reading {self.path}: {why}")
-        return []
+def _count_lines(fd: int) -> tuple[int, bool]:
+    """The lines a file holds, and whether its last one is ended (an unended one would
+    glue the next command to it)."""
+    lines, offset, last = 0, 0, b"\n"
+    while chunk := os.pread(fd, 1 << 20, offset):
+        lines += chunk.count(b"\n")
+        offset += len(chunk)
+        last = chunk[-1:]
+    return lines + (last != b"\n"), last == b"\n"
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"

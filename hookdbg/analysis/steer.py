@@ -21,10 +21,10 @@ class SteerError(Exception):
     """A command that cannot be sent, in one line for the user."""
 
 
-def steer(recs: list[Recording], **fields: object) -> Command:
+def steer(recs: list[Recording], lock_wait: float = 5.0, **fields: object) -> Command:
     """Send a command to every rank of a live run (``recs``: one recording per rank);
     ``record``, ``level`` and ``stop`` take effect at a step every rank reaches after
-    hearing of it."""
+    hearing of it. ``lock_wait``: the most seconds to wait for another sender."""
     ended = [rec for rec in recs if rec.status is not Status.LIVE]
     if ended:
         rec = ended[0]
@@ -35,7 +35,7 @@ def steer(recs: list[Recording], **fields: object) -> Command:
         fields["first"] = common_step(recs)
     target = control.control_path(recs[0].path)
     try:
-        return control.send(target, **fields)
+        return control.send(target, lock_wait, **fields)
     except OptionError as exc:
         raise SteerError(str(exc)) from None
     except OSError as exc:

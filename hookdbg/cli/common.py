@@ -4,9 +4,24 @@ from __future__ import annotations
 
 import click
 
+from hookdbg.read import Recording
 from hookdbg.text import human_bytes, plural, printable
 
 __all__ = ["BadInput", "human_bytes", "plural"]
+
+
+def commands_answered(rec: Recording) -> str:
+    """'3 commands' of steering the recording answered ('more than 4,100 commands'
+    where a flood of them left more info rows than a report reads)."""
+    count = plural(len(rec.answers), "command")
+    return f"more than {count}" if rec.facts_cut else count
+
+
+def steered(rec: Recording) -> str | None:
+    """The summary's line on steering: how many commands, and the last answer."""
+    if not rec.answers:
+        return None
+    return f"{commands_answered(rec)}, the last: {rec.answers[-1][2]}"
 
 
 class BadInput(click.ClickException):

@@ -16,10 +16,11 @@ from pathlib import Path
 import click
 
 from hookdbg.analysis.steer import SteerError, current_step, steer
-from hookdbg.cli.common import BadInput, human_bytes, plural
-from hookdbg.control import LEVELS, Command
+from hookdbg.cli.common import BadInput, commands_answered, human_bytes, plural
+from hookdbg.control import LEVELS, REFUSED, Command
 from hookdbg.ranks import rank_files
 from hookdbg.read import Recording, RecordingError, Status, open_recording
+from hookdbg.text import printable
 
 _POLL = 0.2  # seconds between looks for the answers
 
@@ -144,21 +145,26 @@ def _open(recording: str) -> dict[int, Recording]:
 
 
 def _steer(recording: str, wait: float, **fields: object) -> None:
+    deadline = time.monotonic() + wait
     ranks = _open(recording)
+    cursors = {rank: rec.info_rows for rank, rec in ranks.items()}
     try:
-        command = steer(list(ranks.values()), **fields)
+        command = steer(list(ranks.values()), lock_wait=max(wait, 0.5), **fields)
     except SteerError as exc:
         raise BadInput(str(exc)) from None
     who = "" if len(ranks) == 1 else f" to {len(ranks)} ranks"
-    click.echo(f"sent command {command.seq}{who}: {command.describe()}")
+    click.echo(printable(f"sent command {command.seq}{who}: {command.describe()}"))
     if wait > 0:
-        _await(ranks, command, wait)
+        _await(ranks, cursors, command, deadline)
 
 
-def _await(ranks: dict[int, Recording], command: Command, wait: float) -> None:
-    """Print each rank's answer to ``command`` as it comes; exit 1 if one does not come
-    within ``wait`` seconds, or if the ranks start at different steps."""
-    deadline = time.monotonic() + wait
+def _await(
+    ranks: dict[int, Recording], cursors: dict[int, int], command: Command, deadline: float
+) -> None:
+    """Print each rank's answer to ``command`` as it comes (``cursors``: the info rows
+    each had before it was sent); exit 1 if one does not come by ``deadline``, or if
+    the ranks start at different steps, 2 if one refused it."""
+    wait = deadline - time.monotonic()
     sent = command.sent - 1.0  # answers from then on (clocks of one machine)
     pending = dict(ranks)
     answers: dict[int, str] = {}
@@ -166,14 +172,15 @@ def _await(ranks: dict[int, Recording], command: Command, wait: float) -> None:
         for rank, rec in list(pending.items()):
             try:
                 rec.refresh()
+                found, cursors[rank] = rec.answers_from(cursors[rank])
             except RecordingError as exc:
                 raise BadInput(str(exc)) from None
             # (a number is used again if the control file was removed: the time tells)
-            found = [text for when, seq, text in rec.answers if seq == command.seq and when >= sent]
-            if found:
-                answers[rank] = found[0]
+            mine = [text for when, seq, text in found if seq == command.seq and when >= sent]
+            if mine:
+                answers[rank] = mine[0]
                 prefix = "" if len(ranks) == 1 else f"rank {rank}: "
-                click.echo(f"{prefix}{found[0]}")
+                click.echo(printable(f"{prefix}{mine[0]}"))
                 del pending[rank]
             elif rec.status is not Status.LIVE:
                 raise BadInput(
@@ -189,7 +196,9 @@ def _await(ranks: dict[int, Recording], command: Command, wait: float) -> None:
                 "a recorder reads commands at step boundaries (is the run between steps, "
                 f"in a long pause or a hang?). Command {command.seq} stays sent."
             )
-        time.sleep(_POLL)
+        time.sleep(min(_POLL, max(deadline - time.monotonic(), 0.0)))
+    if any(text.startswith(REFUSED) for text in answers.values()):
+        raise BadInput(f"command {command.seq} was refused (see above)")
     if command.op != "dump" and len({_first_step(text) for text in answers.values()}) > 1:
         raise click.ClickException("the ranks did not start at the same step (see above)")
 
@@ -217,8 +226,11 @@ def _print_status(rank: int, rec: Recording) -> None:
     alerts = f"; {plural(len(rec.alerts), 'NaN/inf alert')}" if len(rec.alerts) else ""
     click.echo(
         f"  launched {launched}, {now} now; {plural(len(recorded), 'step')} recorded{last}"
-        f"{alerts}; steering: {plural(len(rec.answers), 'command')} answered"
+        f"{alerts}; steering: {commands_answered(rec)} answered"
     )
     for when, seq, text in rec.answers[-5:]:
         stamp = time.strftime("%H:%M:%S", time.localtime(when))
-        click.echo(f"    {stamp}  {seq}: {text}")
+        click.echo(printable(f"    {stamp}  {seq}: {text}"))
+    for when, text in rec.channel_notes[-3:]:
+        stamp = time.strftime("%H:%M:%S", time.localtime(when))
+        click.echo(printable(f"  control file, {stamp}: {text}"))

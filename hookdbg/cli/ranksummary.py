@@ -9,6 +9,7 @@ from rich.table import Table
 from hookdbg.analysis.losses import LossSeries
 from hookdbg.analysis.overview import ending
 from hookdbg.analysis.ranks import RanksOverview, ranks_overview
+from hookdbg.cli.common import steered
 from hookdbg.cli.report import Report
 from hookdbg.cli.tables import ms, table
 from hookdbg.cli.terminal import Output, literal
@@ -93,9 +94,8 @@ class RanksSummary(Report):
                 "; ".join(sorted(endings)) if len(endings) > 1 else endings.pop() + " (every rank)"
             )
             out.print(f"  [dim]{'ended':<10}[/dim] {literal(ended)}")
-        if rank0.answers:
-            steered = f"{plural(len(rank0.answers), 'command')}, the last: {rank0.answers[-1][2]}"
-            out.print(f"  [dim]{'steered':<10}[/dim] {literal(steered)}")
+        if text := steered(rank0):
+            out.print(f"  [dim]{'steered':<10}[/dim] {literal(text)}")
         out.print(_ranks_table(view))
         for line in _stragglers(view):
             out.print(literal(line))

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from hookdbg.analysis.losses import describe
 from hookdbg.analysis.overview import Overview, ending, overview
-from hookdbg.cli.common import BadInput, human_bytes, plural
+from hookdbg.cli.common import BadInput, human_bytes, plural, steered
 from hookdbg.cli.inputs import open_or_fail, open_run_or_fail, rank_option
 from hookdbg.cli.ranksummary import RanksSummary, clean
 from hookdbg.cli.report import Report, emit, exit_code_option, json_option
@@ -217,11 +217,7 @@ def _how_run(rec: Recording) -> list[tuple[str, str]]:
             )
             + f", modules {opts.get('modules')}",
         ),
-        *(
-            [("steered", f"{plural(len(rec.answers), 'command')}, the last: {rec.answers[-1][2]}")]
-            if rec.answers
-            else []
-        ),
+        *([("steered", text)] if (text := steered(rec)) else []),
         *(
             [
                 (

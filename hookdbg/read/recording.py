@@ -62,7 +62,7 @@ __all__ = ["Recording", "RecordingError", "RunInfo", "Status", "open_recording"]
 # A live recorder appends a progress row every flush interval; this much silence
 # (or a dead pid on this host) means the recording was cut short.
 _SILENCE = 10.0
-_MAX_FACTS = 4096  # info rows read: a run learns a handful of facts
+_MAX_FACTS = 4096  # info rows read from the start, and again from the end
 
 
 Derived = dict[str, dict[str, str | float | bytes]]
@@ -328,6 +328,16 @@ class Recording:
             self._load_small()
         return new or ended
 
+    def answers_from(self, row: int) -> tuple[list[tuple[float, int, str]], int]:
+        """The answers to steering commands in the ``info`` rows from ``row`` on, as far
+        as this reader has refreshed (``answers`` holds the first ones only: a flood
+        of commands leaves more rows than a report reads), and the row to go on from."""
+        table = self._tables["info"]
+        end = len(table)
+        rows = table.read(rows=slice(min(row, end), end))
+        found = [(float(r["time"]), *_answer(utf8(r["value"]))) for r in rows if r["key"] == b"ctl"]
+        return found, max(row, end)
+
     def _replaced(self) -> bool:
         """The file at the path is another than the one open: the writer replaced it
         (``--keep-last`` wrote it anew without older detail; a closed file compacted).
@@ -360,12 +370,26 @@ class Recording:
         and a damaged file may claim 10^8 of them; ``last_progress``: it, from the copy
         of the small tables), end (one row) and info (bounded)."""
         t = self._tables
-        facts = t["info"].read(rows=slice(0, _MAX_FACTS))
+        info = t["info"]
+        # a run learns a handful of facts, but a flood of steering commands leaves a
+        # row for each: the first rows and the last are read (a fact said late, as
+        # why recording failed, is among the last)
+        facts = info.read(rows=slice(0, _MAX_FACTS))
+        self.info_rows = len(info)
+        self.facts_cut = self.info_rows > 2 * _MAX_FACTS
+        if self.info_rows > _MAX_FACTS:
+            later = info.read(rows=slice(max(self.info_rows - _MAX_FACTS, _MAX_FACTS), None))
+            facts = np.concatenate([facts, later])
         self.facts = {utf8(r["key"]): utf8(r["value"]) for r in facts}
         self.compiled = [utf8(r["value"]) for r in facts if r["key"] == b"compiled"]
-        # what steering commands did (hookdbg ctl): (time, command number, answer)
+        # what steering commands did (hookdbg ctl): (time, command number, answer), of
+        # the rows read (``facts_cut``: not all were)
         self.answers = [
             (float(r["time"]), *_answer(utf8(r["value"]))) for r in facts if r["key"] == b"ctl"
+        ]
+        # what the recorder said of the control file itself (refused it, bad lines)
+        self.channel_notes = [
+            (float(r["time"]), utf8(r["value"])) for r in facts if r["key"] == b"ctl_channel"
         ]
         # read when first asked for: a distributed run's summary needs neither of most ranks
         self._modules: tuple[np.ndarray, ModuleTable] | None = None

@@ -44,7 +44,7 @@ from time import perf_counter
 from torch.nn.modules import module as module_hooks
 from torch.optim import optimizer as optimizer_hooks
 
-from hookdbg.control import ANSWER, Command, control_path
+from hookdbg.control import ANSWER, CHANNEL, REFUSED, Command, control_path
 from hookdbg.options import ModuleFilter, OptionError, RecordOptions, StepRange
 from hookdbg.ranks import placement
 from hookdbg.recorder import accelerated
@@ -63,9 +63,10 @@ from hookdbg.recorder.hooks.optimizer import OptimizerObserver
 from hookdbg.recorder.hooks.parts import Parts
 from hookdbg.recorder.hooks.recursion import RecursionRoom
 from hookdbg.recorder.signals import TerminationSignals
+from hookdbg.recorder.steps.inbox import Refused
 from hookdbg.recorder.steps.meta import run_metadata
 from hookdbg.recorder.steps.segments import Segments
-from hookdbg.recorder.steps.steering import Plan, Steering
+from hookdbg.recorder.steps.steering import AnswerEcho, Plan, Steering
 from hookdbg.recorder.steps.steps import StepTracker
 from hookdbg.recorder.summaries.histograms import writer_layout
 from hookdbg.store import owner, schema
@@ -172,6 +173,7 @@ class Recorder:
         self._segments = segments = Segments(parts, observer, defer_cpu)
         # what each step records, as launched and as steered since (hookdbg ctl)
         self.steering = Steering(options, control_path(self.path) if steerable else None)
+        self._echo = AnswerEcho(self.warn)  # the answers said on stderr
         self._plan = Plan(True, options.level, options.modules, options.capture)
         segments.plan = self._plan_step
         segments.boundary = self._boundary
@@ -338,6 +340,7 @@ class Recorder:
                 with guard.lock:
                     self._finish_segments(status)
                     self._say_unrecorded()
+                    self._say_steering(final=True)
                     try:
                         self._handoff()
                     except Exception:
@@ -456,23 +459,43 @@ class Recorder:
 
     def _steer(self, step: int) -> bool:
         """At a step boundary (``step`` begins): apply the commands that arrived, answer
-        each in the recording. True if one stopped the recording."""
+        each in the recording (one flight recorder dump however many asked for it).
+        True if one stopped the recording."""
         steering = self.steering
-        commands = steering.commands(time.monotonic())
-        for problem in steering.problems():
-            self.warn(problem)
-        for command in commands:
-            text = self._dump_flight() if command.op == "dump" else steering.apply(command, step)
-            if text and command.op == "record":
+        dumped = ""
+        for command in steering.commands(time.monotonic()):
+            if isinstance(command, Refused):
+                self._answer(command.seq, f"command {command.seq}", REFUSED + command.why)
+                continue
+            if command.op == "dump":
+                text = dumped = dumped or self._dump_flight()
+            else:
+                text = steering.apply(command, step)
+            if text and command.op == "record" and not text.startswith(REFUSED):
                 text += self._unmatched(command)
             if text:
-                self._answer(command, text)
+                self._answer(command.seq, command.describe(), text)
+        self._say_steering()
         if steering.stop is not None and step >= steering.stop[0]:
             for command in steering.stop[1]:
-                self._answer(command, f"stopped at step {step}: training goes on unrecorded")
+                self._answer(
+                    command.seq,
+                    command.describe(),
+                    f"stopped at step {step}: training goes on unrecorded",
+                )
+            self._say_steering()
             self.close("detached", 0, f"stopped by hookdbg ctl before step {step}")
             return True
         return False
+
+    def _say_steering(self, final: bool = False) -> None:
+        """What the control file itself called for (refused, bad lines), in the file
+        and on stderr; and the count of answers a flood kept off stderr."""
+        now = time.monotonic()
+        for problem in self.steering.problems(now, final):
+            self.rows.info.append((time.time(), CHANNEL, problem[: schema.MESSAGE_BYTES]))
+            self.warn(problem)
+        self._echo.flush(now, final)
 
     def _unmatched(self, command: Command) -> str:
         """A warning for a ``record --modules`` glob that matches no module seen so far
@@ -487,12 +510,11 @@ class Recorder:
             f"modules (names look like {examples})"
         )
 
-    def _answer(self, command: Command, text: str) -> None:
-        """What a command did: in the file (``ctl`` reads it back) and on stderr."""
-        self.rows.info.append(
-            (time.time(), ANSWER, f"{command.seq}: {text}"[: schema.MESSAGE_BYTES])
-        )
-        self.warn(f"{command.describe()}: {text}")
+    def _answer(self, seq: int, what: str, text: str) -> None:
+        """What command ``seq`` did: in the file (``ctl`` reads it back) and on stderr
+        (there, in a flood, a count instead)."""
+        self.rows.info.append((time.time(), ANSWER, f"{seq}: {text}"[: schema.MESSAGE_BYTES]))
+        self._echo(f"{what}: {text}")
 
     def _dump_flight(self) -> str:
         flight = self.actions.flight

@@ -4,20 +4,28 @@
 The launch options give the standing rule (``--level``, ``--steps``, ``--every``, or
 ``--idle``: no step). ``level`` commands replace it from a step on (the rule before
 holds until then); ``record`` commands add windows of steps recorded in a given detail
-(level, modules, captures), which win over it; a window asked while another is still to
-come or running starts after it. Commands arrive through the control file (hookdbg/control.py) or
-the Python API and take effect at a step boundary: the step named in the command (so
-every rank of a run starts at the same one), or the next step this process begins.
+(level, modules, captures), which win over it; a window that would overlap one asked
+before it starts after that one. Commands arrive through the control file
+(hookdbg/control.py, read by recorder/steps/inbox.py) or the Python API and take effect
+at a step boundary: the step named in the command (so every rank of a run starts at the
+same one), or the next step this process begins. What may wait is bounded: a command
+starts at most ``MAX_AHEAD`` steps ahead, and at most ``MAX_WAITING`` windows or level
+changes wait to begin; a command past either is refused, with why.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hookdbg import control
-from hookdbg.control import IDLE, Command
+from hookdbg.control import IDLE, REFUSED, Command
 from hookdbg.options import Level, ModuleFilter, RecordOptions
+from hookdbg.recorder.steps.inbox import Reader, Refused
+
+MAX_AHEAD = 1_000_000  # steps ahead of this process a command may take effect at
+MAX_WAITING = 1_000  # windows, and level changes, that may wait to begin
 
 
 @dataclass(frozen=True)
@@ -58,13 +66,13 @@ class Steering:
         # the step ``stop`` commands close the recording at (the earliest asked), and
         # those commands, each answered then
         self.stop: tuple[int, list[Command]] | None = None
-        self.reader: control.Reader | None = None
+        self.reader: Reader | None = None
         self.queue: list[Command] = []  # from the Python API (number 0), in order
 
     def listen(self, since: float) -> None:
         """Read the control file's commands sent from ``since`` (the recording's start)."""
         if self.control_file is not None:
-            self.reader = control.Reader(self.control_file, since)
+            self.reader = Reader(self.control_file, since)
 
     # -- commands ---------------------------------------------------------------------
 
@@ -74,25 +82,29 @@ class Steering:
         self.queue.append(command)
         return command
 
-    def commands(self, now: float) -> list[Command]:
-        """The commands that arrived since the last look (API ones first)."""
-        found, self.queue = self.queue, []
+    def commands(self, now: float) -> list[Command | Refused]:
+        """The commands that arrived since the last look (API ones first), and the
+        numbered lines of the control file refused, to answer."""
+        found: list[Command | Refused] = [*self.queue]
+        self.queue = []
         if self.reader is not None:
             found += self.reader.poll(now)
         return found
 
-    def problems(self) -> list[str]:
-        """What the control file held that was refused, once each."""
-        if self.reader is None:
-            return []
-        found, self.reader.problems = self.reader.problems, []
-        return found
+    def problems(self, now: float, final: bool = False) -> list[str]:
+        """What to say of the control file itself (refused, bad lines), once each."""
+        return [] if self.reader is None else self.reader.said(now, final)
 
     def apply(self, command: Command, step: int) -> str:
         """Change the schedule from the step beginning now (``step``) or the command's
         own first step; returns what was done, as an answer ("" for stop and dump,
         which the recorder does itself)."""
         first = step if command.first is None else max(command.first, step)
+        if first - step > MAX_AHEAD:
+            return (
+                f"{REFUSED}step {first:,} is more than {MAX_AHEAD:,} steps ahead of this "
+                f"process (step {step:,})"
+            )
         late = command.first is not None and command.first < step
         since = f" (asked from step {command.first}: this process was past it)" if late else ""
         if command.op == "stop":  # the recorder closes the recording at that step
@@ -100,7 +112,13 @@ class Steering:
             self.stop = (min(at, first), [*asked, command])
             return ""
         if command.op == "record":
-            start = max([first, *(w.stop for w in self.windows if w.stop > first)])
+            self.windows = [w for w in self.windows if w.stop > step]
+            if len(self.windows) >= MAX_WAITING:
+                return f"{REFUSED}{len(self.windows):,} windows wait to be recorded already"
+            start = first
+            for w in sorted(self.windows, key=lambda w: w.first):  # the first gap it fits
+                if w.first < start + command.steps and start < w.stop:
+                    start = w.stop
             level = Level.parse(command.level) if command.level else self.options.level
             window = Window(
                 start,
@@ -109,7 +127,7 @@ class Steering:
                 ModuleFilter.parse(list(command.modules)) if command.modules else None,
                 ModuleFilter.parse(list(command.capture)) if command.capture else None,
             )
-            self.windows = [w for w in self.windows if w.stop > step] + [window]
+            self.windows.append(window)
             last = window.stop - 1
             span = f"step {start}" if last == start else f"steps {start}-{last}"
             queued = " (after the window asked before it)" if start > first else ""
@@ -118,6 +136,8 @@ class Steering:
             new = None if command.level == IDLE else Level.parse(command.level or "stats")
             current = [rule for rule in self.standing if rule[0] <= step][-1:]
             later = [rule for rule in self.standing if step < rule[0] < first]
+            if len(later) >= MAX_WAITING:
+                return f"{REFUSED}{len(later):,} level changes wait to begin already"
             self.standing = [*current, *later, (first, new)]
             if new is None:
                 return f"idle from step {first}: no step recorded, the loss watched{since}"
@@ -159,6 +179,44 @@ class Steering:
         """No step will be recorded unless a command asks for some."""
         standing = self.standing
         return bool(standing) and all(level is None for _, level in standing) and not self.windows
+
+
+class AnswerEcho:
+    """The answers to steering commands said on stderr: each one while they come a few
+    at a time; in a flood (the file keeps every one), a line now and then that counts
+    those not said."""
+
+    BURST = 5  # answers said at once at most
+    EVERY = 2.0  # seconds to earn one more
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.credit = float(self.BURST)
+        self.unsaid = 0
+        self._earned = time.monotonic()
+
+    def __call__(self, line: str) -> None:
+        self._earn(time.monotonic())
+        if self.credit >= 1 and not self.unsaid:
+            self.credit -= 1
+            self.say(line)
+        else:
+            self.unsaid += 1
+
+    def flush(self, now: float, final: bool = False) -> None:
+        """Say the count of answers not said, when a line is earned (or at the end)."""
+        self._earn(now)
+        if self.unsaid and (final or self.credit >= 1):
+            self.credit = max(self.credit - 1, 0.0)
+            n, self.unsaid = self.unsaid, 0
+            self.say(
+                f"{n:,} more steering command{'s' * (n != 1)} answered (each answer is in "
+                "the recording: hookdbg ctl RECORDING status)"
+            )
+
+    def _earn(self, now: float) -> None:
+        self.credit = min(self.BURST, self.credit + (now - self._earned) / self.EVERY)
+        self._earned = now
 
 
 def _local(op: str, **fields: object) -> Command:

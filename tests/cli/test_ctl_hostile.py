@@ -1,0 +1,208 @@
+"""The steering channel attacked from a second process while a real recorder trains:
+lines nobody should be able to slip in, lines too long or too many, things put at the
+control file's path, numbers out of range, half-written lines (hookdbg/control.py has
+the contract). One recorder serves the tests of this file, in order; each leaves the
+control file as ``ctl`` made it."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from hookdbg.control import MAX_LINE, REFUSED
+from tests.cli.live import LiveRun
+from tests.helpers import hookdbg
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    live = LiveRun(tmp_path_factory.mktemp("hostile"))
+    first = hookdbg("ctl", live.out, "level", "idle")  # makes the control file, private
+    assert first.returncode == 0, first.stdout + first.stderr
+    yield live
+    live.kill()
+
+
+def append(path: Path, data: bytes) -> None:
+    """What another process writes into the control file, whatever its mode."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def line(seq: int, **fields: object) -> bytes:
+    return (json.dumps({"seq": seq, "sent": time.time(), **fields}) + "\n").encode()
+
+
+def answer_to(run: LiveRun, seq: int, after: float) -> str | None:
+    found = [text for when, s, text in run.answers() if s == seq and when >= after]
+    return found[0] if found else None
+
+
+def ctl(run: LiveRun, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return hookdbg("ctl", run.out, *args, timeout=timeout)
+
+
+def test_a_line_written_while_others_could_write_the_file_is_never_applied(run):
+    os.chmod(run.ctl, 0o666)
+    try:
+        since = time.time()
+        append(run.ctl, line(900, op="record", steps=3, modules=["INJECTED"]))
+        run.wait_for(
+            lambda: any("others may write it" in note for note in run.notes()),
+            "the recorder never said it refused the file",
+        )
+    finally:
+        os.chmod(run.ctl, 0o600)
+    asked = ctl(run, "record", "--steps", "1", "--level", "timing")
+    assert asked.returncode == 0, asked.stdout + asked.stderr
+    refused = answer_to(run, 900, since)
+    assert refused is not None and refused.startswith(REFUSED), refused
+    assert "while others could write it" in refused
+    assert not [t for _, _, t in run.answers() if "INJECTED" in t and not t.startswith(REFUSED)]
+
+
+def test_a_line_longer_than_any_command_is_skipped_and_the_channel_goes_on(run):
+    glob = "x" * 300_000
+    append(run.ctl, line(901, op="record", steps=2, modules=[glob]))
+    asked = ctl(run, "record", "--steps", "1", "--level", "timing")
+    assert asked.returncode == 0, asked.stdout + asked.stderr
+    assert "recording step" in asked.stdout
+    said = "".join(run.stderr)
+    assert re.search(r"ignored a line of .*run\.h5\.ctl: a line of 300,\d{3} bytes", said), said
+
+
+def test_ctl_refuses_what_a_recorder_would_refuse_before_writing_it(run):
+    size = run.ctl.stat().st_size
+    many = [arg for i in range(60) for arg in ("--modules", f"{i}" + "x" * 5_000)]
+    for globs in (many, ["--modules", "y" * 5_000]):  # 300 kB, and one 5,000-byte glob
+        refused = ctl(run, "record", "--steps", "2", *globs)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert f"more than a control line may hold ({MAX_LINE:,})" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+    assert run.ctl.stat().st_size == size  # nothing was written
+
+
+def test_a_numbered_line_the_recorder_refuses_is_answered_with_why(run):
+    since = time.time()
+    append(run.ctl, line(902, op="explode"))
+    append(run.ctl, line(903, op="record", steps=1, first=10**29))
+    append(run.ctl, line(904, op="record", steps=1, first=10**12))
+    run.wait_for(lambda: answer_to(run, 904, since), "the refusals were never answered")
+    assert answer_to(run, 902, since) == f"{REFUSED}unknown command 'explode'; use one of: " + (
+        "record, level, stop, dump"
+    )
+    assert "bad first step 100000000000000000000000000000" in (answer_to(run, 903, since) or "")
+    assert "steps ahead of this process" in (answer_to(run, 904, since) or "")
+    asked = ctl(run, "record", "--steps", "1", "--level", "timing")  # nothing queued ahead
+    assert asked.returncode == 0, asked.stdout + asked.stderr
+    first = int(re.search(r"recording step (\d+)", asked.stdout).group(1))  # type: ignore[union-attr]
+    assert first < run.step() + 100
+
+
+def test_ctl_ends_a_half_written_last_line_before_its_own(run):
+    append(run.ctl, b'{"seq": 905, "op": "du')  # a writer that died mid-line
+    asked = ctl(run, "dump")
+    assert asked.returncode == 0, asked.stdout + asked.stderr
+    assert "flight recorder" in asked.stdout
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "directory", "link to a device"])
+def test_ctl_never_hangs_on_what_sits_at_the_control_path(run, kind):
+    saved = run.ctl.with_name("saved.ctl")
+    os.rename(run.ctl, saved)
+    made = None
+    try:
+        if kind == "fifo":
+            os.mkfifo(run.ctl)
+        elif kind == "socket":
+            made = socket.socket(socket.AF_UNIX)
+            made.bind(str(run.ctl))
+        elif kind == "directory":
+            run.ctl.mkdir()
+        else:
+            run.ctl.symlink_to("/dev/zero")
+        start = time.monotonic()
+        refused = ctl(run, "dump", "--wait", "2", timeout=30)
+        assert time.monotonic() - start < 30
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert "not a control file of yours" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+    finally:
+        if made is not None:
+            made.close()
+        if run.ctl.is_dir() and not run.ctl.is_symlink():
+            run.ctl.rmdir()
+        else:
+            run.ctl.unlink()
+        os.rename(saved, run.ctl)
+    back = ctl(run, "dump")
+    assert back.returncode == 0, back.stdout + back.stderr
+
+
+def test_a_flood_of_commands_is_answered_in_order_over_many_boundaries(run):
+    since = time.time()
+    flood = b"".join(
+        line(10_000 + i, op="level", level="idle") if i % 2 else line(10_000 + i, op="dump")
+        for i in range(2_000)
+    )
+    append(run.ctl, flood + b"garbage\n" * 2_000)
+    asked = ctl(run, "record", "--steps", "1", "--level", "timing", "--wait", "120", timeout=180)
+    assert asked.returncode == 0, asked.stdout + asked.stderr
+    answered = [(when, seq) for when, seq, _ in run.answers() if seq >= 10_000 and when >= since]
+    assert [seq for _, seq in answered] == list(range(10_000, 12_000))  # each once, in order
+    polls = _bursts([when for when, _ in answered])  # a recorder looks 0.1 s apart at least
+    assert len(polls) > 2 and max(polls) < 1_000, polls  # a bounded share of each look
+    said = "".join(run.stderr)
+    assert said.count("ignored a line") <= 2  # the garbage: said once, then counted
+    assert "more steering commands answered" in said  # stderr got a count, not 2,000 lines
+
+
+def test_a_refused_control_file_is_said_once_and_kept_in_the_recording(run):
+    before = "".join(run.stderr).count("it belongs to another user")
+    saved = run.ctl.with_name("saved.ctl")
+    os.rename(run.ctl, saved)
+    try:
+        for _ in range(20):  # a new file of another user, again and again
+            tmp = run.ctl.with_name("other.ctl")
+            tmp.write_bytes(line(906, op="stop"))
+            os.chown(tmp, 65534, 65534)
+            os.rename(tmp, run.ctl)
+            time.sleep(0.1)
+        run.wait_for(
+            lambda: any("belongs to another user" in n for n in run.notes()),
+            "the refusal never reached the recording",
+        )
+    finally:
+        run.ctl.unlink()
+        os.rename(saved, run.ctl)
+    back = ctl(run, "dump")
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert "".join(run.stderr).count("it belongs to another user") == before + 1
+    assert answer_to(run, 906, 0) is None  # its stop was never read
+
+
+def test_ctl_shows_a_glob_s_control_characters_escaped(run):
+    asked = ctl(run, "record", "--steps", "1", "--level", "timing", "--modules", "\x1b[31mred")
+    assert asked.returncode == 0, asked.stdout + asked.stderr
+    assert "\x1b" not in asked.stdout and "\\x1b[31mred" in asked.stdout
+
+
+def _bursts(times: list[float], gap: float = 0.05) -> list[int]:
+    """How many of the answers at ``times`` came together, burst by burst."""
+    sizes = [1]
+    for before, after in itertools.pairwise(times):
+        if after - before > gap:
+            sizes.append(0)
+        sizes[-1] += 1
+    return sizes
