@@ -10,9 +10,15 @@ effect, and how large the file ends.
    for each, the time from running ``ctl`` to the recorder taking the command (the
    answer's time in the file: the first recorded step begins then), and the file's size
    at the end.
+3. A flood (``--flood``): the tiny MLP trained idle while the control file receives
+   100,000 lines (valid commands and bad lines mixed) in ten bursts; each burst's steps
+   until it is drained against as many steps with nothing to read, interleaved; the CPU
+   time per step (all threads) of each, how fast the lines drain, and whether every
+   valid command was answered once, in order.
 
     python benchmarks/steering.py
     python benchmarks/steering.py --rounds 3 --steps 20000
+    python benchmarks/steering.py --flood            # only the flood; minutes
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from pathlib import Path
 import torch
 from overhead import Costs, keep_freed_memory, measure, mlp, resnet18
 
+from hookdbg.control import Command, control_path, send
 from hookdbg.read import Status, open_recording
 from hookdbg.recorder import record
 
@@ -95,6 +102,62 @@ def steered_run(total: int) -> None:
         )
 
 
+def flood(commands: int, bursts: int = 10) -> None:
+    step, calls = mlp()
+    per_burst = commands // bursts
+    quiet: list[float] = []  # CPU seconds per step with nothing to read
+    flooded: list[float] = []  # ... while a burst is read
+    valid: list[int] = []
+    drained = 0.0
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "flood.h5"
+        ctl = control_path(out)
+        with record(out, idle=True, force=True, quiet=True) as rec:
+            for _ in range(20):
+                step()
+            seq = send(ctl, op="level", level="idle").seq
+            for _ in range(bursts):
+                lines = []
+                for i in range(per_burst):
+                    seq += 1
+                    if i % 4 == 3:
+                        lines.append(b"not a command\n")
+                    elif i % 4 == 2:
+                        lines.append(b'{"seq": %d, "op": "explode"}\n' % seq)  # refused
+                    else:
+                        op = {"op": "dump"} if i % 2 else {"op": "level", "level": "idle"}
+                        lines.append(Command(seq=seq, **op).line())  # type: ignore[arg-type]
+                        valid.append(seq)
+                with open(ctl, "ab") as f:  # written before the timed steps begin
+                    f.write(b"".join(lines))
+                reader = rec.steering.reader
+                assert reader is not None
+                size = ctl.stat().st_size
+                wall, cpu, n = time.perf_counter(), time.process_time(), 0
+                while reader.offset < size:
+                    step()
+                    n += 1
+                drained += time.perf_counter() - wall
+                flooded.append((time.process_time() - cpu) / n)
+                cpu = time.process_time()
+                for _ in range(n):
+                    step()
+                quiet.append((time.process_time() - cpu) / n)
+            rec.flush()
+        answered = [seq for _, seq, _ in open_recording(out).answers_from(0)[0]]
+    answered_valid = [seq for seq in answered if seq in set(valid)]
+    base, hit = statistics.median(quiet), statistics.median(flooded)
+    print(
+        f"flood: {bursts} bursts of {per_burst:,} lines (half valid commands, a quarter "
+        f"numbered and refused, a quarter garbage) while the tiny MLP trains idle "
+        f"({calls} module calls a step, {base * 1e3:.3f} ms CPU a step with nothing to "
+        f"read): {hit / base:.3f}x CPU per step while a burst is read (median of bursts; "
+        f"each burst against as many steps after it); "
+        f"{commands / drained:,.0f} lines read a second; valid commands answered once and "
+        f"in order: {answered_valid == valid} ({len(answered_valid):,} of {len(valid):,})"
+    )
+
+
 def _live(path: Path):  # type: ignore[no-untyped-def]
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -110,9 +173,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20_000, help="of the long run")
+    parser.add_argument("--flood", action="store_true", help="measure a flood only")
+    parser.add_argument("--commands", type=int, default=100_000, help="lines of the flood")
     args = parser.parse_args()
     keep_freed_memory()
     torch.set_num_threads(1)  # as benchmarks/overhead.py: less noise on a shared machine
+    if args.flood:
+        flood(args.commands)
+        return
     cost(args.rounds)
     steered_run(args.steps)
 

@@ -155,19 +155,24 @@ def _steer(recording: str, wait: float, **fields: object) -> None:
     who = "" if len(ranks) == 1 else f" to {len(ranks)} ranks"
     click.echo(printable(f"sent command {command.seq}{who}: {command.describe()}"))
     if wait > 0:
-        _await(ranks, cursors, command, deadline)
+        _await(ranks, cursors, command, wait, deadline)
 
 
 def _await(
-    ranks: dict[int, Recording], cursors: dict[int, int], command: Command, deadline: float
+    ranks: dict[int, Recording],
+    cursors: dict[int, int],
+    command: Command,
+    wait: float,
+    deadline: float,
 ) -> None:
     """Print each rank's answer to ``command`` as it comes (``cursors``: the info rows
-    each had before it was sent); exit 1 if one does not come by ``deadline``, or if
-    the ranks start at different steps, 2 if one refused it."""
-    wait = deadline - time.monotonic()
+    each had before it was sent); exit 1 if one does not come by ``deadline`` (``wait``
+    seconds from the start) or if the ranks start at different steps, 2 if one
+    refused it."""
     sent = command.sent - 1.0  # answers from then on (clocks of one machine)
     pending = dict(ranks)
     answers: dict[int, str] = {}
+    others = 0  # answers to other commands meanwhile: those sent before this one
     while pending:
         for rank, rec in list(pending.items()):
             try:
@@ -177,6 +182,7 @@ def _await(
                 raise BadInput(str(exc)) from None
             # (a number is used again if the control file was removed: the time tells)
             mine = [text for when, seq, text in found if seq == command.seq and when >= sent]
+            others += sum(1 for _, seq, _ in found if seq != command.seq)
             if mine:
                 answers[rank] = mine[0]
                 prefix = "" if len(ranks) == 1 else f"rank {rank}: "
@@ -191,10 +197,18 @@ def _await(
             break
         if time.monotonic() >= deadline:
             missing = ", ".join(map(str, pending))
+            why = (
+                "a recorder reads commands at step boundaries (is the run between steps, "
+                "in a long pause or a hang?)"
+            )
+            if others:  # lines are read in order: those came before this one
+                why = (
+                    "the recorder is working through commands sent before this one "
+                    f"(it answered {others:,} meanwhile)"
+                )
             raise click.ClickException(
                 f"no answer from {plural(len(pending), 'rank')} ({missing}) in {wait:g} s: "
-                "a recorder reads commands at step boundaries (is the run between steps, "
-                f"in a long pause or a hang?). Command {command.seq} stays sent."
+                f"{why}. Command {command.seq} stays sent."
             )
         time.sleep(min(_POLL, max(deadline - time.monotonic(), 0.0)))
     if any(text.startswith(REFUSED) for text in answers.values()):

@@ -73,7 +73,7 @@ class Attacker:
         if size <= 300:
             data = bytes(self.rng.getrandbits(8) for _ in range(size))
         else:
-            data = bytes(self.rng.choice(b"{}[]\",:x0") for _ in range(size // 100)) * 100
+            data = bytes(self.rng.choice(b'{}[]",:x0') for _ in range(size // 100)) * 100
         append(self.run.ctl, data + self.rng.choice([b"\n", b""]))
 
     def json_lines(self) -> None:

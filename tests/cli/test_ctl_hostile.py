@@ -12,6 +12,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -157,6 +158,10 @@ def test_a_flood_of_commands_is_answered_in_order_over_many_boundaries(run):
         for i in range(2_000)
     )
     append(run.ctl, flood + b"garbage\n" * 2_000)
+    behind = ctl(run, "dump", "--wait", "2")
+    assert behind.returncode == 1, behind.stdout + behind.stderr
+    working = r"working through commands sent before this one \(it answered [\d,]+ meanwhile\)"
+    assert re.search(working + r"\. Command \d+ stays sent", behind.stderr), behind.stderr
     asked = ctl(run, "record", "--steps", "1", "--level", "timing", "--wait", "120", timeout=180)
     assert asked.returncode == 0, asked.stdout + asked.stderr
     answered = [(when, seq) for when, seq, _ in run.answers() if seq >= 10_000 and when >= since]
@@ -166,6 +171,32 @@ def test_a_flood_of_commands_is_answered_in_order_over_many_boundaries(run):
     said = "".join(run.stderr)
     assert said.count("ignored a line") <= 2  # the garbage: said once, then counted
     assert "more steering commands answered" in said  # stderr got a count, not 2,000 lines
+
+
+def test_ctl_gives_up_on_a_lock_another_writer_holds(run):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(run.ctl)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        start = time.monotonic()
+        blocked = ctl(run, "dump", "--wait", "2", timeout=60)
+        assert time.monotonic() - start < 15  # --wait, and the interpreter's start
+        assert blocked.returncode == 2, blocked.stdout + blocked.stderr
+        assert "stayed locked by another writer for 2 s" in blocked.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    assert ctl(run, "dump").returncode == 0
+
+
+HOLD_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(120)
+"""
 
 
 def test_a_refused_control_file_is_said_once_and_kept_in_the_recording(run):

@@ -16,7 +16,7 @@ changes wait to begin; a command past either is refused, with why.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,14 +82,15 @@ class Steering:
         self.queue.append(command)
         return command
 
-    def commands(self, now: float) -> list[Command | Refused]:
+    def commands(self, now: float) -> Iterator[Command | Refused]:
         """The commands that arrived since the last look (API ones first), and the
-        numbered lines of the control file refused, to answer."""
-        found: list[Command | Refused] = [*self.queue]
-        self.queue = []
+        numbered lines of the control file refused, to answer. The control file's
+        come as they are read: the time the caller takes over each counts in the
+        look's budget."""
+        found, self.queue = self.queue, []
+        yield from found
         if self.reader is not None:
-            found += self.reader.poll(now)
-        return found
+            yield from self.reader.poll(now)
 
     def problems(self, now: float, final: bool = False) -> list[str]:
         """What to say of the control file itself (refused, bad lines), once each."""
