@@ -500,9 +500,11 @@ class Recorder:
     def _unmatched(self, command: Command) -> str:
         """A warning for a ``record --modules`` glob that matches no module seen so far
         (almost always a typo: the window would record nothing)."""
+        if not command.modules:
+            return ""
         seen = self._registry.module_names()
         globs = ModuleFilter.parse(list(command.modules)).unmatched(seen) if seen else []
-        if not command.modules or not globs:
+        if not globs:
             return ""
         examples = ", ".join(repr(n) for n, _ in seen[1:3])
         return (

@@ -237,3 +237,17 @@ def _bursts(times: list[float], gap: float = 0.05) -> list[int]:
             sizes.append(0)
         sizes[-1] += 1
     return sizes
+
+
+def test_ctl_prints_why_a_recorder_refused_its_command_and_exits_2(run):
+    """(Last: it leaves the recorder with windows queued far ahead.)"""
+    since, far = time.time(), run.step() + 500_000
+    append(
+        run.ctl,
+        b"".join(line(20_000 + i, op="record", steps=1, first=far + 2 * i) for i in range(1_000)),
+    )
+    run.wait_for(lambda: answer_to(run, 20_999, since), "the windows were never queued", 180)
+    refused = ctl(run, "record", "--steps", "1")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert refused.stdout.splitlines()[-1] == "refused: 1,000 windows wait to be recorded already"
+    assert refused.stderr.strip().endswith("was refused (see above)")

@@ -15,6 +15,7 @@ changes wait to begin; a command past either is refused, with why.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -113,13 +114,15 @@ class Steering:
             self.stop = (min(at, first), [*asked, command])
             return ""
         if command.op == "record":
-            self.windows = [w for w in self.windows if w.stop > step]
-            if len(self.windows) >= MAX_WAITING:
-                return f"{REFUSED}{len(self.windows):,} windows wait to be recorded already"
+            windows = self.windows  # in step order, none overlapping another
+            del windows[: bisect.bisect_right(windows, step, key=_stop)]  # those over
+            if len(windows) >= MAX_WAITING:
+                return f"{REFUSED}{len(windows):,} windows wait to be recorded already"
             start = first
-            for w in sorted(self.windows, key=lambda w: w.first):  # the first gap it fits
-                if w.first < start + command.steps and start < w.stop:
-                    start = w.stop
+            at = bisect.bisect_right(windows, start, key=_stop)  # the first gap it fits
+            while at < len(windows) and windows[at].first < start + command.steps:
+                start = windows[at].stop
+                at += 1
             level = Level.parse(command.level) if command.level else self.options.level
             window = Window(
                 start,
@@ -128,7 +131,7 @@ class Steering:
                 ModuleFilter.parse(list(command.modules)) if command.modules else None,
                 ModuleFilter.parse(list(command.capture)) if command.capture else None,
             )
-            self.windows.append(window)
+            windows.insert(at, window)
             last = window.stop - 1
             span = f"step {start}" if last == start else f"steps {start}-{last}"
             queued = " (after the window asked before it)" if start > first else ""
@@ -150,14 +153,15 @@ class Steering:
     def plan(self, step: int) -> Plan:
         """How ``step`` is recorded."""
         options = self.options
-        for window in self.windows:
-            if step in window:
-                return Plan(
-                    True,
-                    window.level,
-                    window.modules or options.modules,
-                    window.capture or self._launch_capture(step),
-                )
+        at = bisect.bisect_right(self.windows, step, key=_stop)
+        if at < len(self.windows) and step in self.windows[at]:
+            window = self.windows[at]
+            return Plan(
+                True,
+                window.level,
+                window.modules or options.modules,
+                window.capture or self._launch_capture(step),
+            )
         rules = [level for first, level in self.standing if first <= step]
         if rules:
             level = rules[-1]
@@ -180,6 +184,10 @@ class Steering:
         """No step will be recorded unless a command asks for some."""
         standing = self.standing
         return bool(standing) and all(level is None for _, level in standing) and not self.windows
+
+
+def _stop(window: Window) -> int:
+    return window.stop
 
 
 class AnswerEcho:
