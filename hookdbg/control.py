@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import TypeGuard
 
 from hookdbg.options import Level, ModuleFilter, OptionError
-from hookdbg.ranks import rank_of
+from hookdbg.ranks import run_of
 
 SUFFIX = ".ctl"
 OPS = ("record", "level", "stop", "dump")
@@ -61,12 +61,11 @@ BUDGET = 0.001  # seconds of a step boundary a recorder spends on waiting lines
 
 def control_path(recording: str | os.PathLike[str]) -> Path:
     """``run.h5`` -> ``run.h5.ctl``; a rank's file ``run.rank1.h5`` -> the run's
-    ``run.h5.ctl``, the one every rank reads."""
-    p = Path(recording)
-    run = p.with_name(p.stem.rpartition(".rank")[0] + p.suffix)
-    if run.stem and rank_of(run, p) is not None:
-        p = run
-    return p.with_name(p.name + SUFFIX)
+    ``run.h5.ctl``, the one every rank reads. Beside the file a link names (the
+    recorder and ``ctl`` reach the same control file however they name the run)."""
+    p = Path(os.path.realpath(recording))
+    run = run_of(p) or p
+    return run.with_name(run.name + SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -111,14 +110,38 @@ def _whole(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _finite(value: object) -> bool:
+    """A number of seconds (an int beyond a float's range is none)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+_OPTIONAL = ("first", "steps", "level", "modules", "capture")
+_TAKES = {  # the fields each command may have, beside seq, op and sent
+    "record": frozenset(_OPTIONAL),
+    "level": frozenset(("first", "level")),
+    "stop": frozenset(("first",)),
+    "dump": frozenset(),
+}
+
+
 def check(command: Command) -> None:
     """Raise OptionError unless ``command`` is one ``ctl`` could have sent."""
     if command.op not in OPS:
         raise OptionError(f"unknown command {command.op!r}; use one of: {', '.join(OPS)}")
     if not _whole(command.seq) or command.seq < 0:
         raise OptionError(f"bad command number {command.seq!r}")
-    if not isinstance(command.sent, (int, float)) or not math.isfinite(command.sent):
+    if not _finite(command.sent):
         raise OptionError(f"bad command time {command.sent!r}")
+    given = [name for name in _OPTIONAL if getattr(command, name) not in (None, 0, ())]
+    given += ["first"] if command.first == 0 else []
+    extra = [name for name in given if name not in _TAKES[command.op]]
+    if extra:
+        raise OptionError(f"{command.op} takes no {', '.join(extra)}")
     first = command.first
     if first is not None and (not _whole(first) or not 0 <= first <= MAX_FIRST):
         raise OptionError(f"bad first step {first!r}: a whole number from 0 to {MAX_FIRST:,}")
@@ -146,12 +169,13 @@ _FIELDS = frozenset(Command.__dataclass_fields__)
 
 
 class BadLine(OptionError):
-    """A line of a control file that is no command; ``seq``: its command number, if it
-    had a valid one (the recorder answers it), else None."""
+    """A line of a control file that is no command; ``seq`` and ``sent``: its command
+    number and time, if it had valid ones (the recorder answers it), else None."""
 
-    def __init__(self, why: str, seq: int | None = None) -> None:
+    def __init__(self, why: str, seq: int | None = None, sent: float | None = None) -> None:
         super().__init__(why)
         self.seq = seq
+        self.sent = sent
 
 
 def parse(line: bytes) -> Command:
@@ -162,6 +186,8 @@ def parse(line: bytes) -> Command:
         data = json.loads(line.decode())
     except (UnicodeDecodeError, ValueError) as exc:
         raise BadLine(f"not a JSON line: {exc}") from None
+    except RecursionError:
+        raise BadLine("not a JSON line: nested deeper than Python reads") from None
     if not isinstance(data, dict):
         raise BadLine("not a JSON object")
     raw = data.get("seq")
@@ -180,8 +206,10 @@ def parse(line: bytes) -> Command:
         if seq is None:
             raise OptionError(f"bad command number {raw!r}")
         return Command(**data)
-    except (OptionError, TypeError) as exc:
-        raise BadLine(str(exc), seq) from None
+    except (OptionError, TypeError, ValueError) as exc:
+        sent = data.get("sent")
+        when = float(sent) if isinstance(sent, (int, float)) and _finite(sent) else None
+        raise BadLine(str(exc), seq, when) from None
 
 
 # -- ctl's side ------------------------------------------------------------------------
@@ -189,10 +217,11 @@ def parse(line: bytes) -> Command:
 
 def send(path: Path, lock_wait: float = 5.0, /, **fields: object) -> Command:
     """Append a command to the control file at ``path`` (created private), numbered
-    after the lines already in it; returns it. Two ``ctl`` at once are serialised by a
-    lock, waited for ``lock_wait`` seconds at most. Everything a recorder would refuse
-    of the line is refused here (OptionError), before anything is written; so is a
-    ``path`` that is no control file of this user (a link, pipe, device, another's)."""
+    after the lines already in it (by its size past 16 MiB); returns it. Two ``ctl`` at
+    once are serialised by a lock, waited for ``lock_wait`` seconds at most. Everything
+    a recorder would refuse of the line is refused here (OptionError), before anything
+    is written; so is a ``path`` that is no control file of this user (a link, pipe,
+    device, another's)."""
     probe = Command(seq=10**12, **fields)  # type: ignore[arg-type]  # a bad one: no file
     length = len(probe.line()) - 1
     if length > MAX_LINE:
@@ -261,13 +290,20 @@ def _lock(fd: int, path: Path, wait: float) -> None:
 
 def _count_lines(fd: int) -> tuple[int, bool]:
     """The lines a file holds, and whether its last one is ended (an unended one would
-    glue the next command to it)."""
-    lines, offset, last = 0, 0, b"\n"
+    glue the next command to it). Past ``_COUNTED`` bytes (a flood's), its size: more
+    than its lines, and no slower to know however large the file grows."""
+    size = os.fstat(fd).st_size
+    last = os.pread(fd, 1, size - 1) if size else b"\n"
+    if size > _COUNTED:
+        return size, last == b"\n"
+    lines, offset = 0, 0
     while chunk := os.pread(fd, 1 << 20, offset):
         lines += chunk.count(b"\n")
         offset += len(chunk)
-        last = chunk[-1:]
     return lines + (last != b"\n"), last == b"\n"
+
+
+_COUNTED = 16 << 20  # bytes of a control file whose lines ctl counts
 
 
 def _kind(mode: int) -> str:

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from hookdbg.store.schema import MAX_HISTOGRAM_BINS
+from hookdbg.store.schema import MAX_HISTOGRAM_BINS, NAME_BYTES
 
 
 class OptionError(ValueError):
@@ -91,6 +91,9 @@ class StepRange:
         return f"{self.start}:{'' if self.stop is None else self.stop}"
 
 
+MAX_GLOBS = 64  # module globs one option may give: each is matched against every module
+
+
 @dataclass(frozen=True)
 class ModuleFilter:
     """Glob selection of modules; ``!GLOB`` excludes. A glob matches a module's full
@@ -108,9 +111,15 @@ class ModuleFilter:
             globs = [globs]
         elif globs is not None and not isinstance(globs, (list, tuple)):
             raise OptionError(f"module globs must be strings like 'layer3.*', not {globs!r}")
+        if globs is not None and len(globs) > MAX_GLOBS:
+            raise OptionError(f"{len(globs):,} module globs: at most {MAX_GLOBS} may be given")
         for glob in globs or ():
             if not isinstance(glob, str):
                 raise OptionError(f"module globs must be strings like 'layer3.*', not {glob!r}")
+            if len(glob) > NAME_BYTES:  # longer than any name it could match
+                raise OptionError(
+                    f"a module glob of {len(glob):,} characters: at most {NAME_BYTES}, as names"
+                )
             pattern = glob.strip()
             negate = pattern.startswith("!")
             pattern = pattern[1:].strip() if negate else pattern

@@ -98,6 +98,14 @@ def rank_of(path: str | os.PathLike[str], candidate: str | os.PathLike[str]) -> 
     return int(m.group(1)) if m else None
 
 
+def run_of(candidate: str | os.PathLike[str]) -> Path | None:
+    """``run.rank1.h5`` -> ``run.h5``: the run a rank's file belongs to (None: it is
+    no rank's file)."""
+    p = Path(candidate)
+    run = p.with_name(p.stem.rpartition(_MARK)[0] + p.suffix)
+    return run if run.stem and rank_of(run, p) is not None else None
+
+
 def rank_files(path: str | os.PathLike[str]) -> dict[int, Path]:
     """``{rank: file}`` of the per-rank recordings that ``path`` names, by rank."""
     p = Path(path)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 
 import pytest
 
 from hookdbg import control
 from hookdbg.control import control_path, parse, send
-from hookdbg.options import OptionError
+from hookdbg.options import ModuleFilter, OptionError
 
 
 def test_every_rank_of_a_run_reads_the_runs_one_control_file(tmp_path):
@@ -53,10 +54,11 @@ def test_an_invalid_command_leaves_no_file(tmp_path):
 
 def test_a_command_longer_than_a_line_may_be_is_refused_before_anything_is_written(tmp_path):
     path = tmp_path / "run.h5.ctl"
+    globs = tuple(f"{i}" + "x" * 200 for i in range(20))  # 4,000 bytes and more
     with pytest.raises(OptionError, match=r"more than a control line may hold \(4,096\)"):
-        send(path, op="record", steps=1, modules=("x" * control.MAX_LINE,))
+        send(path, op="record", steps=1, modules=globs)
     assert not path.exists()
-    longest = send(path, op="record", steps=1, modules=("x" * (control.MAX_LINE - 150),))
+    longest = send(path, op="record", steps=1, modules=globs[:19])
     assert parse(longest.line().rstrip(b"\n")) == longest  # what ctl sends, a recorder takes
 
 
@@ -111,3 +113,36 @@ def test_a_bad_line_keeps_its_command_number_to_be_answered(line, seq):
     with pytest.raises(control.BadLine) as refused:
         parse(line)
     assert refused.value.seq == seq
+
+
+def test_a_control_file_past_16_mib_numbers_by_its_size_without_reading_it(tmp_path):
+    path = tmp_path / "run.h5.ctl"
+    send(path, op="dump")
+    os.truncate(path, 32 << 20)  # a flood's worth, no line break in it
+    command = send(path, op="dump")
+    assert command.seq == (32 << 20) + 1  # one more than its size: more than its lines
+    assert path.read_bytes().endswith(b"\n" + command.line())
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        (b"[" * 4_000, "nested deeper than Python reads"),
+        (b'{"seq": 3, "op": "dump", "sent": 1' + b"0" * 400 + b"}", "bad command time 1"),
+        (b'{"seq": 3, "op": "dump", "level": "stats"}', "dump takes no level"),
+        (b'{"seq": 3, "op": "level", "level": "idle", "modules": [""]}', "level takes no modules"),
+        (b'{"seq": 3, "op": "stop", "first": 0, "steps": 2}', "stop takes no steps"),
+        (b'{"seq": 3, "op": "record", "steps": 1, "modules": ["' + b"x" * 300 + b'"]}', "300"),
+    ],
+)
+def test_a_line_no_command_could_be_is_refused_and_never_raises_else(line, why):
+    with pytest.raises(control.BadLine, match=re.escape(why)):
+        parse(line)
+
+
+def test_module_globs_are_bounded_as_module_names_are():
+    with pytest.raises(OptionError, match="at most 64 may be given"):
+        ModuleFilter.parse([f"layer{i}.*" for i in range(65)])
+    with pytest.raises(OptionError, match="a module glob of 257 characters: at most 256"):
+        ModuleFilter.parse(["x" * 257])
+    assert ModuleFilter.parse(["x" * 256]).include == ("x" * 256,)

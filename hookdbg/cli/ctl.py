@@ -9,6 +9,7 @@ every rank sees the command before it gets there.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from pathlib import Path
@@ -17,18 +18,29 @@ import click
 
 from hookdbg.analysis.steer import SteerError, current_step, steer
 from hookdbg.cli.common import BadInput, commands_answered, human_bytes, plural
+from hookdbg.cli.terminal import note
 from hookdbg.control import LEVELS, REFUSED, Command
-from hookdbg.ranks import rank_files
+from hookdbg.ranks import rank_files, run_of
 from hookdbg.read import Recording, RecordingError, Status, open_recording
 from hookdbg.text import printable
 
 _POLL = 0.2  # seconds between looks for the answers
 
 
+class _Seconds(click.FloatRange):
+    """A number of seconds from 0 (inf: as long as it takes), not NaN."""
+
+    def convert(self, value, param, ctx):  # type: ignore[no-untyped-def]
+        seconds = super().convert(value, param, ctx)
+        if math.isnan(seconds):
+            self.fail("nan is no number of seconds", param, ctx)
+        return seconds
+
+
 def _wait_option(f):  # type: ignore[no-untyped-def]
     return click.option(
         "--wait",
-        type=click.FloatRange(min=0),
+        type=_Seconds(min=0),
         default=30.0,
         show_default=True,
         metavar="SECONDS",
@@ -146,6 +158,10 @@ def _open(recording: str) -> dict[int, Recording]:
 
 def _steer(recording: str, wait: float, **fields: object) -> None:
     deadline = time.monotonic() + wait
+    run = run_of(recording)
+    if run is not None:  # one control file serves every rank: steer them all alike
+        note(f"{recording} is one rank's file of {run}: the command goes to every rank")
+        recording = str(run)
     ranks = _open(recording)
     cursors = {rank: rec.info_rows for rank, rec in ranks.items()}
     try:
@@ -169,7 +185,6 @@ def _await(
     each had before it was sent); exit 1 if one does not come by ``deadline`` (``wait``
     seconds from the start) or if the ranks start at different steps, 2 if one
     refused it."""
-    sent = command.sent - 1.0  # answers from then on (clocks of one machine)
     pending = dict(ranks)
     answers: dict[int, str] = {}
     others = 0  # answers to other commands meanwhile: those sent before this one
@@ -180,9 +195,8 @@ def _await(
                 found, cursors[rank] = rec.answers_from(cursors[rank])
             except RecordingError as exc:
                 raise BadInput(str(exc)) from None
-            # (a number is used again if the control file was removed: the time tells)
-            mine = [text for when, seq, text in found if seq == command.seq and when >= sent]
-            others += sum(1 for _, seq, _ in found if seq != command.seq)
+            mine = [a[3] for a in found if _answers(command, a[0], a[1], a[2])]
+            others += sum(1 for a in found if not _answers(command, a[0], a[1], a[2]))
             if mine:
                 answers[rank] = mine[0]
                 prefix = "" if len(ranks) == 1 else f"rank {rank}: "
@@ -215,6 +229,15 @@ def _await(
         raise BadInput(f"command {command.seq} was refused (see above)")
     if command.op != "dump" and len({_first_step(text) for text in answers.values()}) > 1:
         raise click.ClickException("the ranks did not start at the same step (see above)")
+
+
+def _answers(command: Command, when: float, seq: int, sent: float) -> bool:
+    """Whether an answer given at ``when`` to command ``seq`` sent at ``sent`` is to
+    ``command``: a number is used again in a control file made anew, the time tells
+    (an answer without it, from an older recorder: given since ``command`` was sent)."""
+    if seq != command.seq:
+        return False
+    return sent == command.sent if not math.isnan(sent) else when >= command.sent - 1.0
 
 
 def _first_step(answer: str) -> str:

@@ -147,15 +147,33 @@ def open_file(path: Path) -> tuple[h5py.File, Superblock | None]:
         # Everything the writer committed is there (``committed``); reads are bounded.
     writing = block is not None and bool(block.flags & SWMR_WRITING)
     try:
-        if not writing:  # closed by its writer: a plain open (HDF5 refuses it otherwise)
-            return h5py.File(path, "r"), block
+        return _open(path, writing, locking=True), block
     except OSError as exc:
-        if "already open for write" not in str(exc):
+        if not _locked(exc):
             raise damaged(path, exc) from None
-    try:  # the writer set the "open for write" flag: live, or it died (kill -9, crash)
-        return _open_swmr(path), block
-    except OSError as exc:
-        raise damaged(path, exc) from None
+        locked = exc
+    # HDF5 could not take the file's lock. A recorder holds it while it creates the
+    # file, but anyone who may read a file can lock it: opened again without HDF5's
+    # locks, a file being created still fails (and is said to be), any other opens
+    try:
+        return _open(path, writing, locking=False), block
+    except OSError:
+        raise damaged(path, locked) from None
+
+
+def _open(path: Path, writing: bool, locking: bool) -> h5py.File:
+    if not writing:  # closed by its writer: a plain open (HDF5 refuses it otherwise)
+        try:
+            return h5py.File(path, "r", locking=locking)
+        except OSError as exc:
+            if "already open for write" not in str(exc):
+                raise
+    return _open_swmr(path, locking)  # open for write: live, or it died (kill -9, crash)
+
+
+def _locked(exc: OSError) -> bool:
+    """HDF5 could not take the file's lock."""
+    return getattr(exc, "errno", None) == 11 and "lock" in str(exc)
 
 
 # A SWMR reader retries a metadata read that fails its checksum (a torn read while the
@@ -174,8 +192,10 @@ _LIVE: dict[tuple[int, int], list] = {}
 _LIVE_LOCK = threading.Lock()
 
 
-def _open_swmr(path: Path) -> h5py.File:
+def _open_swmr(path: Path, locking: bool = True) -> h5py.File:
     fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    if not locking:
+        fapl.set_file_locking(False, True)
     _limit_read_attempts(fapl, _SWMR_READ_ATTEMPTS)
     flags = h5py.h5f.ACC_RDONLY | h5py.h5f.ACC_SWMR_READ
     with _LIVE_LOCK:
@@ -227,7 +247,7 @@ def read_or_fail(path: Path, what: str, read: Callable[[], T]) -> T:
 
 
 def damaged(path: Path, exc: BaseException) -> RecordingError:
-    if getattr(exc, "errno", None) == 11 and "lock" in str(exc):  # HDF5's file lock
+    if isinstance(exc, OSError) and _locked(exc):  # HDF5's file lock, even without it
         return RecordingError(
             f"{path} is being created by its recorder (it holds the file's lock until "
             "the file can be read): try again in a moment"

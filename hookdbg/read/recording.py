@@ -176,11 +176,18 @@ class Status(Enum):
     FAILED = "failed"
 
 
-def _answer(value: str) -> tuple[int, str]:
-    """``'3: recording steps 10-14 at stats'`` -> (3, 'recording steps 10-14 at stats');
-    a value that is not one reads as number -1."""
-    number, sep, text = value.partition(": ")
-    return (int(number), text) if sep and number.isdigit() else (-1, value)
+def _answer(value: str) -> tuple[int, float, str]:
+    """``'3 1796157369.25: recording steps 10-14 at stats'`` -> (3, 1796157369.25,
+    'recording steps 10-14 at stats'): the command's number and time (NaN where the
+    answer does not give it); a value that is not one reads as number -1."""
+    head, sep, text = value.partition(": ")
+    number, _, sent = head.partition(" ")
+    if not sep or not number.isdigit():
+        return -1, math.nan, value
+    try:
+        return int(number), float(sent) if sent else math.nan, text
+    except ValueError:
+        return -1, math.nan, value
 
 
 def open_recording(path: str | os.PathLike[str]) -> Recording:
@@ -328,10 +335,11 @@ class Recording:
             self._load_small()
         return new or ended
 
-    def answers_from(self, row: int) -> tuple[list[tuple[float, int, str]], int]:
+    def answers_from(self, row: int) -> tuple[list[tuple[float, int, float, str]], int]:
         """The answers to steering commands in the ``info`` rows from ``row`` on, as far
-        as this reader has refreshed (``answers`` holds the first ones only: a flood
-        of commands leaves more rows than a report reads), and the row to go on from."""
+        as this reader has refreshed (``answers`` holds the first and last ones only:
+        a flood of commands leaves more rows than a report reads), and the row to go
+        on from: (time answered, command number, time the command was sent, answer)."""
         table = self._tables["info"]
         end = len(table)
         rows = table.read(rows=slice(min(row, end), end))
@@ -385,7 +393,10 @@ class Recording:
         # what steering commands did (hookdbg ctl): (time, command number, answer), of
         # the rows read (``facts_cut``: not all were)
         self.answers = [
-            (float(r["time"]), *_answer(utf8(r["value"]))) for r in facts if r["key"] == b"ctl"
+            (float(r["time"]), seq, text)
+            for r in facts
+            if r["key"] == b"ctl"
+            for seq, _, text in [_answer(utf8(r["value"]))]
         ]
         # what the recorder said of the control file itself (refused it, bad lines)
         self.channel_notes = [

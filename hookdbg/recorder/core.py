@@ -74,7 +74,7 @@ from hookdbg.store.owner import busy
 from hookdbg.store.rows import Rows
 from hookdbg.store.schema import ModuleKind
 from hookdbg.store.writer import Writer, WriterError
-from hookdbg.text import plural
+from hookdbg.text import plural, printable
 
 _active: Recorder | None = None  # the recording of this process, from its start
 _starting = threading.Lock()  # claiming ``_active``: one start at a time
@@ -174,6 +174,7 @@ class Recorder:
         # what each step records, as launched and as steered since (hookdbg ctl)
         self.steering = Steering(options, control_path(self.path) if steerable else None)
         self._echo = AnswerEcho(self.warn)  # the answers said on stderr
+        self._dumped = -1  # the last call whose flight recorder tensors ctl dump wrote
         self._plan = Plan(True, options.level, options.modules, options.capture)
         segments.plan = self._plan_step
         segments.boundary = self._boundary
@@ -465,7 +466,8 @@ class Recorder:
         dumped = ""
         for command in steering.commands(time.monotonic()):
             if isinstance(command, Refused):
-                self._answer(command.seq, f"command {command.seq}", REFUSED + command.why)
+                what = f"command {command.seq}"
+                self._answer(command.seq, command.sent, what, REFUSED + command.why)
                 continue
             if command.op == "dump":
                 text = dumped = dumped or self._dump_flight()
@@ -474,12 +476,15 @@ class Recorder:
             if text and command.op == "record" and not text.startswith(REFUSED):
                 text += self._unmatched(command)
             if text:
-                self._answer(command.seq, command.describe(), text)
+                self._answer(command.seq, command.sent, command.describe(), text)
+            if steering.stop is not None and step >= steering.stop[0]:
+                break  # the recording closes now: later lines are for no one
         self._say_steering()
         if steering.stop is not None and step >= steering.stop[0]:
             for command in steering.stop[1]:
                 self._answer(
                     command.seq,
+                    command.sent,
                     command.describe(),
                     f"stopped at step {step}: training goes on unrecorded",
                 )
@@ -494,7 +499,7 @@ class Recorder:
         now = time.monotonic()
         for problem in self.steering.problems(now, final):
             self.rows.info.append((time.time(), CHANNEL, problem[: schema.MESSAGE_BYTES]))
-            self.warn(problem)
+            self.warn(printable(problem))
         self._echo.flush(now, final)
 
     def _unmatched(self, command: Command) -> str:
@@ -512,20 +517,25 @@ class Recorder:
             f"modules (names look like {examples})"
         )
 
-    def _answer(self, seq: int, what: str, text: str) -> None:
-        """What command ``seq`` did: in the file (``ctl`` reads it back) and on stderr
-        (there, in a flood, a count instead)."""
-        self.rows.info.append((time.time(), ANSWER, f"{seq}: {text}"[: schema.MESSAGE_BYTES]))
-        self._echo(f"{what}: {text}")
+    def _answer(self, seq: int, sent: float | None, what: str, text: str) -> None:
+        """What command ``seq`` (sent at ``sent``) did: in the file (``ctl`` reads it
+        back) and on stderr (there, in a flood, a count instead)."""
+        number = f"{seq}" if sent is None else f"{seq} {sent!r}"
+        value = f"{number}: {text}"[: schema.MESSAGE_BYTES]
+        self.rows.info.append((time.time(), ANSWER, value))
+        self._echo(printable(f"{what}: {text}"))
 
     def _dump_flight(self) -> str:
         flight = self.actions.flight
         if flight is None:
             return "no flight recorder (it needs NaN checks and --flight-recorder above 0)"
-        rows, stale = flight.dump_all()
+        rows, stale = flight.dump_all(after=self._dumped)
         self.rows.captures.extend(rows)
+        if not rows and self._dumped >= 0 and flight.held:
+            return "the flight recorder holds nothing new since the dump before (written then)"
         if not rows:
             return "the flight recorder holds no tensors (it keeps those of recorded steps)"
+        self._dumped = max(row[2] for row in rows)  # the last call whose tensors are written
         steps = sorted({r[0] for r in rows})
         span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
         left = f"; {plural(stale, 'tensor')} changed in place since, left out" if stale else ""

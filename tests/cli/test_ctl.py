@@ -122,6 +122,13 @@ def test_one_command_steers_every_rank_from_the_same_step(tmp_path):
         steps = window(answers["rank 0"])
         assert window(answers["rank 1"]) == steps and len(steps) == 2
         wait_recorded(files, steps, proc)
+        one = hookdbg("ctl", files[1], "level", "idle")  # one rank's file: every rank
+        assert one.returncode == 0, one.stdout + one.stderr
+        assert f"{files[1]} is one rank's file of {out}: the command goes to every rank" in (
+            one.stderr
+        )
+        answers = dict(line.split(": ", 1) for line in one.stdout.strip().splitlines()[1:])
+        assert answers["rank 0"] == answers["rank 1"], answers
         stopped = hookdbg("ctl", out, "stop")  # every rank at one step too
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
         answers = dict(line.split(": ", 1) for line in stopped.stdout.strip().splitlines()[1:])

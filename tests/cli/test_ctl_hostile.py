@@ -10,6 +10,7 @@ import itertools
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -46,7 +47,7 @@ def line(seq: int, **fields: object) -> bytes:
 
 
 def answer_to(run: LiveRun, seq: int, after: float) -> str | None:
-    found = [text for when, s, text in run.answers() if s == seq and when >= after]
+    found = [text for when, s, _, text in run.answers() if s == seq and when >= after]
     return found[0] if found else None
 
 
@@ -54,23 +55,32 @@ def ctl(run: LiveRun, *args: str, timeout: float = 60) -> subprocess.CompletedPr
     return hookdbg("ctl", run.out, *args, timeout=timeout)
 
 
-def test_a_line_written_while_others_could_write_the_file_is_never_applied(run):
+def test_a_file_others_could_write_is_never_applied_again_until_made_anew(run):
     os.chmod(run.ctl, 0o666)
     try:
         since = time.time()
-        append(run.ctl, line(900, op="record", steps=3, modules=["INJECTED"]))
+        held = os.open(run.ctl, os.O_WRONLY | os.O_APPEND)  # another user's, kept open
+        os.write(held, line(900, op="record", steps=3, modules=["INJECTED"]))
         run.wait_for(
             lambda: any("others may write it" in note for note in run.notes()),
             "the recorder never said it refused the file",
         )
     finally:
         os.chmod(run.ctl, 0o600)
-    asked = ctl(run, "record", "--steps", "1", "--level", "timing")
-    assert asked.returncode == 0, asked.stdout + asked.stderr
-    refused = answer_to(run, 900, since)
-    assert refused is not None and refused.startswith(REFUSED), refused
-    assert "while others could write it" in refused
-    assert not [t for _, _, t in run.answers() if "INJECTED" in t and not t.startswith(REFUSED)]
+    try:
+        os.write(held, line(901, op="record", steps=3, modules=["INJECTED"]))  # private now
+        refused = ctl(run, "record", "--steps", "1", "--level", "timing")
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert refused.stdout.splitlines()[-1].startswith("refused: others could write it")
+        assert "remove it, and `hookdbg ctl` makes a new one" in refused.stdout
+        for seq in (900, 901):
+            assert (answer_to(run, seq, since) or "").startswith(REFUSED), seq
+        run.ctl.unlink()  # as the answer says; the held descriptor keeps the old file
+        asked = ctl(run, "record", "--steps", "1", "--level", "timing")
+        assert asked.returncode == 0, asked.stdout + asked.stderr
+    finally:
+        os.close(held)
+    assert not [t for *_, t in run.answers() if "INJECTED" in t and not t.startswith(REFUSED)]
 
 
 def test_a_line_longer_than_any_command_is_skipped_and_the_channel_goes_on(run):
@@ -85,21 +95,35 @@ def test_a_line_longer_than_any_command_is_skipped_and_the_channel_goes_on(run):
 
 def test_ctl_refuses_what_a_recorder_would_refuse_before_writing_it(run):
     size = run.ctl.stat().st_size
-    many = [arg for i in range(60) for arg in ("--modules", f"{i}" + "x" * 5_000)]
-    for globs in (many, ["--modules", "y" * 5_000]):  # 300 kB, and one 5,000-byte glob
-        refused = ctl(run, "record", "--steps", "2", *globs)
-        assert refused.returncode == 2, refused.stdout + refused.stderr
-        assert f"more than a control line may hold ({MAX_LINE:,})" in refused.stderr
-        assert len(refused.stderr.strip().splitlines()) == 1
-    assert run.ctl.stat().st_size == size  # nothing was written
+    many = [arg for i in range(60) for arg in ("--modules", f"{i}" + "x" * 250)]  # 15 kB
+    cases = [
+        (many, f"more than a control line may hold ({MAX_LINE:,})"),
+        (["--modules", "y" * 5_000], "a module glob of 5,000 characters: at most 256"),
+        (["--modules", "[a-" * 80], None),  # costly to match, but as long as a name: taken
+    ]
+    for globs, why in cases:
+        asked = ctl(run, "record", "--steps", "1", "--level", "timing", *globs)
+        if why is None:
+            assert asked.returncode == 0, asked.stdout + asked.stderr
+            size = run.ctl.stat().st_size
+            continue
+        assert asked.returncode == 2, asked.stdout + asked.stderr
+        assert why in asked.stderr and len(asked.stderr.strip().splitlines()) == 1
+        assert run.ctl.stat().st_size == size  # nothing was written
 
 
 def test_a_numbered_line_the_recorder_refuses_is_answered_with_why(run):
     since = time.time()
     append(run.ctl, line(902, op="explode"))
     append(run.ctl, line(903, op="record", steps=1, first=10**29))
+    append(run.ctl, b"[" * 4_000 + b"\n")  # deeper than Python's JSON reader goes
+    append(run.ctl, b'{"seq": 905, "op": "dump", "sent": 9' + b"9" * 400 + b"}\n")
+    append(run.ctl, line(906, op="dump", steps=3))
     append(run.ctl, line(904, op="record", steps=1, first=10**12))
     run.wait_for(lambda: answer_to(run, 904, since), "the refusals were never answered")
+    assert answer_to(run, 905, since) == f"{REFUSED}bad command time 9" + "9" * 400
+    assert answer_to(run, 906, since) == f"{REFUSED}dump takes no steps"
+    assert "internal error" not in "".join(run.stderr)  # the deep line: a bad line, no more
     assert answer_to(run, 902, since) == f"{REFUSED}unknown command 'explode'; use one of: " + (
         "record, level, stop, dump"
     )
@@ -164,7 +188,7 @@ def test_a_flood_of_commands_is_answered_in_order_over_many_boundaries(run):
     assert re.search(working + r"\. Command \d+ stays sent", behind.stderr), behind.stderr
     asked = ctl(run, "record", "--steps", "1", "--level", "timing", "--wait", "120", timeout=180)
     assert asked.returncode == 0, asked.stdout + asked.stderr
-    answered = [(when, seq) for when, seq, _ in run.answers() if seq >= 10_000 and when >= since]
+    answered = [(when, seq) for when, seq, _, _ in run.answers() if seq >= 10_000 and when >= since]
     assert [seq for _, seq in answered] == list(range(10_000, 12_000))  # each once, in order
     polls = _bursts([when for when, _ in answered])  # a recorder looks 0.1 s apart at least
     assert len(polls) > 2 and max(polls) < 1_000, polls  # a bounded share of each look
@@ -206,7 +230,7 @@ def test_a_refused_control_file_is_said_once_and_kept_in_the_recording(run):
     try:
         for _ in range(20):  # a new file of another user, again and again
             tmp = run.ctl.with_name("other.ctl")
-            tmp.write_bytes(line(906, op="stop"))
+            tmp.write_bytes(line(907, op="stop"))
             os.chown(tmp, 65534, 65534)
             os.rename(tmp, run.ctl)
             time.sleep(0.1)
@@ -220,13 +244,69 @@ def test_a_refused_control_file_is_said_once_and_kept_in_the_recording(run):
     back = ctl(run, "dump")
     assert back.returncode == 0, back.stdout + back.stderr
     assert "".join(run.stderr).count("it belongs to another user") == before + 1
-    assert answer_to(run, 906, 0) is None  # its stop was never read
+    assert answer_to(run, 907, 0) is None  # its stop was never read
 
 
-def test_ctl_shows_a_glob_s_control_characters_escaped(run):
-    asked = ctl(run, "record", "--steps", "1", "--level", "timing", "--modules", "\x1b[31mred")
+def test_ctl_and_the_recorder_show_a_glob_s_control_characters_escaped(run):
+    said = len(run.stderr)
+    glob = "\x1b]0;PWNED\x07\x1b[2J\u202eevil"
+    asked = ctl(run, "record", "--steps", "1", "--level", "timing", "--modules", glob)
     assert asked.returncode == 0, asked.stdout + asked.stderr
-    assert "\x1b" not in asked.stdout and "\\x1b[31mred" in asked.stdout
+    assert "\x1b" not in asked.stdout and "\\x1b]0;PWNED\\x07" in asked.stdout
+    run.wait_for(lambda: any("PWNED" in line for line in run.stderr[said:]), "never said")
+    echoed = "".join(run.stderr[said:])
+    assert "\x1b" not in echoed and "\u202e" not in echoed and "\\x1b]0;PWNED" in echoed
+
+
+def test_ctl_reaches_the_recorder_through_a_link_to_its_recording(run):
+    link = run.out.with_name("link.h5")
+    link.symlink_to(run.out)
+    asked = ctl(run, "dump")  # beside the file itself
+    assert asked.returncode == 0
+    through = hookdbg("ctl", link, "dump", "--wait", "30")
+    assert through.returncode == 0, through.stdout + through.stderr
+    assert not link.with_name("link.h5.ctl").exists()
+
+
+def test_ctl_takes_no_answer_to_another_command_of_the_same_number(run):
+    """The control file emptied after a command went in and before the recorder read it:
+    the next command gets the same number; its answer is not the first one's."""
+    os.kill(run.proc.pid, signal.SIGSTOP)  # the recorder reads nothing meanwhile
+    try:
+        run.ctl.write_bytes(b"")  # (its mode stays)
+        first = subprocess.Popen(
+            [sys.executable, "-m", "hookdbg", "ctl", str(run.out), "level", "idle", "--wait", "8"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while not run.ctl.stat().st_size:
+            assert time.monotonic() < deadline and first.poll() is None
+            time.sleep(0.05)
+        run.ctl.write_bytes(b"")  # emptied before the recorder read it
+        second = subprocess.Popen(
+            [sys.executable, "-m", "hookdbg", "ctl", str(run.out), "dump", "--wait", "30"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        while not run.ctl.stat().st_size:
+            assert time.monotonic() < deadline and second.poll() is None
+            time.sleep(0.05)
+    finally:
+        os.kill(run.proc.pid, signal.SIGCONT)
+    out, err = second.communicate(timeout=60)
+    assert second.returncode == 0, out + err
+    assert out.splitlines()[0] == "sent command 1: dump"
+    out, err = first.communicate(timeout=60)
+    assert out.splitlines() == ["sent command 1: level idle"], out + err
+    assert first.returncode == 1 and "no answer from 1 rank" in err
+
+
+def test_a_wait_that_is_no_number_is_refused(run):
+    refused = ctl(run, "dump", "--wait", "nan")
+    assert refused.returncode == 2 and "nan is no number of seconds" in refused.stderr
 
 
 def _bursts(times: list[float], gap: float = 0.05) -> list[int]:

@@ -297,6 +297,25 @@ def test_a_file_its_writer_still_holds_locked_is_said_being_created(tmp_path):
         holder.wait()
 
 
+def test_a_lock_someone_else_holds_on_a_recording_keeps_no_reader_out(mlp_h5, tmp_path):
+    """Anyone who may read a file may lock it: a reader does not wait for HDF5's lock."""
+    path = tmp_path / "locked.h5"
+    shutil.copy(mlp_h5, path)
+    code = (
+        f"import fcntl, os, time\nfd = os.open({str(path)!r}, os.O_RDONLY)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(20)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        assert open_recording(path).status is Status.COMPLETE
+        shown = hookdbg("summary", path)
+        assert shown.returncode == 0, shown.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_a_version_7_recording_reads_with_no_mean_magnitude(mlp_h5, tmp_path):
     """``absmean`` (schema version 8): the mean of |x| over the finite values, searched
     (``absmean<1e-6`` finds vanishing activations) and shown; a version 7 file reads it

@@ -5,6 +5,7 @@ within a budget per look; what it must not apply, refused with why."""
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import pytest
@@ -16,7 +17,7 @@ from hookdbg.recorder.steps.inbox import Reader, Refused
 
 def test_commands_go_out_numbered_and_come_back_whole(tmp_path):
     path = tmp_path / "run.h5.ctl"
-    reader = Reader(path, since=time.time() - 1)
+    reader = Reader(path, since=time.time() - 1, budget=60.0)
     first = send(path, op="record", steps=5, level="shapes", modules=("layer4.*",))
     second = send(path, op="level", level="idle", first=120)
     assert (first.seq, second.seq) == (1, 2)
@@ -31,14 +32,14 @@ def test_commands_go_out_numbered_and_come_back_whole(tmp_path):
 def test_a_reader_skips_commands_sent_before_its_recording_began(tmp_path):
     path = tmp_path / "run.h5.ctl"
     send(path, op="stop")  # for an earlier run
-    reader = Reader(path, since=time.time() + 1)
+    reader = Reader(path, since=time.time() + 1, budget=60.0)
     send(path, op="dump", sent=time.time() + 2)
     assert [c.op for c in list(reader.poll(time.monotonic()))] == ["dump"]
 
 
 def test_a_line_still_being_written_waits_for_its_end(tmp_path):
     path = tmp_path / "run.h5.ctl"
-    reader = Reader(path, since=0)
+    reader = Reader(path, since=0, budget=60.0)
     line = Command(seq=1, op="dump").line()
     path.write_bytes(line[:10])
     os.chmod(path, 0o600)
@@ -49,7 +50,7 @@ def test_a_line_still_being_written_waits_for_its_end(tmp_path):
 
 def test_a_control_file_others_may_write_is_not_read(tmp_path):
     path = tmp_path / "run.h5.ctl"
-    reader = Reader(path, since=0)
+    reader = Reader(path, since=0, budget=60.0)
     send(path, op="stop")
     os.chmod(path, 0o666)
     assert list(reader.poll(time.monotonic())) == []
@@ -65,14 +66,14 @@ def test_a_link_is_not_followed(tmp_path):
     path.symlink_to(target)
     with pytest.raises(OptionError, match="it is a symbolic link"):
         send(path, op="stop")
-    reader = Reader(path, since=0)
+    reader = Reader(path, since=0, budget=60.0)
     target.write_text(Command(seq=1, op="stop").line().decode())
     assert list(reader.poll(time.monotonic())) == []
 
 
 def test_bad_lines_are_skipped_and_said(tmp_path):
     path = tmp_path / "run.h5.ctl"
-    reader = Reader(path, since=0)
+    reader = Reader(path, since=0, budget=60.0)
     path.write_bytes(b"garbage\n" + Command(seq=2, op="dump").line())
     os.chmod(path, 0o600)
     assert [c.op for c in list(reader.poll(time.monotonic()))] == ["dump"]
@@ -81,7 +82,7 @@ def test_bad_lines_are_skipped_and_said(tmp_path):
 
 def test_a_control_file_removed_and_made_anew_is_read_from_its_start(tmp_path):
     path = tmp_path / "run.h5.ctl"
-    reader = Reader(path, since=0)
+    reader = Reader(path, since=0, budget=60.0)
     send(path, op="dump")
     send(path, op="dump")
     assert len(list(reader.poll(time.monotonic()))) == 2
@@ -95,7 +96,7 @@ def test_a_control_file_written_anew_in_place_is_read_from_its_start(tmp_path):
     """The same inode made anew (a removed file's inode is reused at once on ext4): its
     first bytes tell."""
     path = tmp_path / "run.h5.ctl"
-    reader = Reader(path, since=0)
+    reader = Reader(path, since=0, budget=60.0)
     send(path, op="dump")
     assert len(list(reader.poll(time.monotonic()))) == 1
     longer = Command(seq=1, op="record", steps=3, level="timing").line()
@@ -144,7 +145,7 @@ def test_a_line_longer_than_any_command_is_skipped_across_reads(tmp_path):
 
 def test_a_line_too_long_still_being_written_is_dropped_as_it_comes(tmp_path):
     path = tmp_path / "run.h5.ctl"
-    reader = Reader(path, since=0)
+    reader = Reader(path, since=0, budget=60.0)
     private(path, b"x" * (MAX_LINE + 10))  # no end yet
     assert list(reader.poll(0.0)) == []
     with open(path, "ab") as f:
@@ -152,39 +153,85 @@ def test_a_line_too_long_still_being_written_is_dropped_as_it_comes(tmp_path):
     assert [c.op for c in reader.poll(1.0)] == ["stop"]
 
 
-def test_what_an_exposed_file_held_unread_is_refused_once_it_is_private(tmp_path):
+TAINTED = (
+    "others could write it, or it was another user's, while this recording watched it, "
+    "and may still hold it open: remove it, and `hookdbg ctl` makes a new one"
+)
+
+
+@pytest.mark.parametrize("exposure", ["mode", "owner"])
+def test_a_file_others_could_write_is_never_applied_again_even_once_private(tmp_path, exposure):
+    """Whoever could write it then may hold it open and write it later."""
+    path = tmp_path / "run.h5.ctl"
+    reader = Reader(path, since=0, budget=60.0)
+    private(path, b"")
+    if exposure == "mode":
+        os.chmod(path, 0o666)
+    else:
+        os.chown(path, 65534, 65534)
+    with open(path, "ab") as held:  # another user's descriptor, kept open
+        held.write(Command(seq=1, op="stop").line())
+        held.flush()
+        assert list(reader.poll(0.0)) == []
+        os.chmod(path, 0o600)
+        os.chown(path, os.getuid(), os.getgid())
+        held.write(Command(seq=2, op="stop").line())  # written after it is private again
+    sent = send(path, op="dump")  # the owner's own
+    got = list(reader.poll(1.0))
+    assert [(r.seq, r.why) for r in got] == [(1, TAINTED), (2, TAINTED), (sent.seq, TAINTED)]
+    assert all(isinstance(r, Refused) for r in got) and got[2].sent == sent.sent
+    why = "others may write it" if exposure == "mode" else "it belongs to another user"
+    assert reader.said(1.0) == [
+        f"not reading {path}: {why}",
+        f"applying no command of {path}: {TAINTED}",
+    ]
+    path.unlink()  # as the refusal says
+    again = send(path, op="dump")
+    assert list(reader.poll(2.0)) == [again]
+    assert reader.said(2.0) == [f"reading {path} again"]
+
+
+def test_a_copy_of_an_older_control_file_put_back_applies_nothing_again(tmp_path):
+    path, copy = tmp_path / "run.h5.ctl", tmp_path / "copy"
+    reader = Reader(path, since=0, budget=60.0)
+    first = send(path, op="level", level="timing")
+    assert list(reader.poll(0.0)) == [first]
+    copy.write_bytes(path.read_bytes())
+    os.chmod(copy, 0o600)
+    second = send(path, op="dump")
+    assert list(reader.poll(1.0)) == [second]
+    os.rename(copy, path)  # the older file back in its place, as long as before or not
+    later = send(path, op="record", steps=2, level="timing", modules=("a.long.glob.*",))
+    assert list(reader.poll(2.0)) == [later]  # its first line is not applied again
+    assert reader.said(2.0) == [
+        f"skipped 1 command of {path} sent before the last one read (a copy of an older "
+        "control file put back?)"
+    ]
+
+
+def test_a_line_that_never_ends_costs_a_look_its_budget_only(tmp_path):
     path = tmp_path / "run.h5.ctl"
     reader = Reader(path, since=0)
     private(path, b"")
-    os.chmod(path, 0o666)
-    with open(path, "ab") as f:  # another user's line, or one of ours: no way to tell
-        f.write(Command(seq=1, op="stop").line())
-    assert list(reader.poll(0.0)) == []
-    os.chmod(path, 0o600)
-    send(path, op="dump")
-    assert list(reader.poll(1.0)) == [
-        Refused(
-            1,
-            f"it was unread in {path} while others could write it, so it may be "
-            "theirs: send it again",
-        ),
-        Refused(
-            2,
-            f"it was unread in {path} while others could write it, so it may be "
-            "theirs: send it again",
-        ),
-    ]
-    send(path, op="dump")  # after it was read again: applied
-    assert [c.seq for c in reader.poll(2.0)] == [3]
-    assert reader.said(2.0) == [
-        f"not reading {path}: others may write it",
-        f"reading {path} again; what it held unread while others could write it is refused",
-    ]
+    os.truncate(path, 64 << 20)  # 64 MiB without a line break
+    with open(path, "ab") as f:
+        f.write(b"\n" + Command(seq=2, op="dump").line())
+    looks, got = 0, []
+    while not got:
+        got = list(reader.poll(float(looks)))
+        looks += 1
+    assert looks > 1  # not read in one look
+    assert [c.seq for c in got] == [2]
+    said = reader.said(float(looks))
+    assert re.fullmatch(
+        rf"reading a backlog of [\d,]+ bytes of {re.escape(str(path))}, 1 ms a look", said[0]
+    )
+    assert f"read the backlog of {path}" in said
 
 
 def test_another_thing_at_the_path_for_a_while_leaves_the_file_trusted(tmp_path):
     path, saved = tmp_path / "run.h5.ctl", tmp_path / "saved"
-    reader = Reader(path, since=0)
+    reader = Reader(path, since=0, budget=60.0)
     send(path, op="dump")
     os.rename(path, saved)
     os.mkfifo(path)
@@ -198,7 +245,7 @@ def test_another_thing_at_the_path_for_a_while_leaves_the_file_trusted(tmp_path)
 
 def test_another_users_file_is_refused_once_however_often_it_is_made_anew(tmp_path):
     path = tmp_path / "run.h5.ctl"
-    reader = Reader(path, since=0)
+    reader = Reader(path, since=0, budget=60.0)
     for look in range(20):
         made = tmp_path / "new"
         private(made, Command(seq=1, op="stop").line())
@@ -210,7 +257,7 @@ def test_another_users_file_is_refused_once_however_often_it_is_made_anew(tmp_pa
 
 def test_bad_lines_are_said_first_with_why_then_counted(tmp_path):
     path = tmp_path / "run.h5.ctl"
-    reader = Reader(path, since=0)
+    reader = Reader(path, since=0, budget=60.0)
     private(path, b"garbage\n" * 5 + b'{"seq": 9, "op": "explode"}\n')
     assert list(reader.poll(0.0)) == [
         Refused(9, "unknown command 'explode'; use one of: record, level, stop, dump")

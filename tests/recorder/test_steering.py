@@ -189,6 +189,66 @@ def test_dump_writes_what_the_flight_recorder_holds(tmp_path):
     assert answer.startswith(f"wrote the flight recorder's {len(captured)} tensors (steps 1-2)")
 
 
+def test_a_command_after_a_stop_that_closes_now_is_left_unread(tmp_path):
+    path = tmp_path / "run.h5"
+    train = Trainer()
+    with hookdbg.record(path, quiet=True):
+        train.steps(2)
+        stop = send(control_path(path), op="stop")
+        send(control_path(path), op="record", steps=5)  # in the same look as the stop
+        time.sleep(0.15)
+        train.steps(3)
+    rec = open_recording(path)
+    assert [(seq, text) for _, seq, text in rec.answers] == [
+        (stop.seq, "stopped at step 2: training goes on unrecorded")
+    ]
+    assert rec.recorded_steps.tolist() == [0, 1]
+
+
+def test_a_window_after_the_step_a_stop_is_set_for_is_refused(tmp_path):
+    path = tmp_path / "run.h5"
+    train = Trainer()
+    with hookdbg.record(path, quiet=True):
+        train.steps(1)
+        stop = send(control_path(path), op="stop", first=4)
+        send(control_path(path), op="record", steps=1, first=5)
+        time.sleep(0.15)
+        train.steps(5)
+    rec = open_recording(path)
+    assert [text for _, _, text in rec.answers] == [
+        f"refused: the recording stops at step 4 (command {stop.seq}), before step 5",
+        "stopped at step 4: training goes on unrecorded",
+    ]
+
+
+def test_a_second_dump_writes_only_what_is_new(tmp_path):
+    path = tmp_path / "run.h5"
+    train = Trainer()
+    with hookdbg.record(path, quiet=True) as rec:
+        train.steps(2)
+        rec.set_level("idle")  # no new tensors from step 2 on
+        for _ in range(2):
+            send(control_path(path), op="dump")
+            time.sleep(0.15)
+            train.steps(1)
+    rec = open_recording(path)
+    first, second = (text for _, _, text in rec.answers[1:])
+    assert first.startswith("wrote the flight recorder's ")
+    assert second == "the flight recorder holds nothing new since the dump before (written then)"
+    assert len(rec.captured()) == int(first.split()[4])  # each tensor once
+
+
+def test_a_recording_whose_control_file_name_is_too_long_says_it_cannot_be_steered(tmp_path):
+    path = tmp_path / ("a" * 249 + ".h5")  # a name of 252 bytes: with .ctl, 256
+    with hookdbg.record(path, quiet=True):
+        Trainer().steps(2)
+    (note,) = [text for _, text in open_recording(path).channel_notes]
+    assert note == (
+        f"{path.name}.ctl is a longer name than this file system allows (255 bytes): "
+        "`hookdbg ctl` cannot steer this recording; name it shorter to"
+    )
+
+
 def test_a_bad_api_call_says_which_keyword(tmp_path):
     with steered(tmp_path) as rec:
         with pytest.raises(hookdbg.recorder.OptionError, match="steps"):

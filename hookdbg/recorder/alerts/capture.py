@@ -209,8 +209,9 @@ class FlightRecorder:
                 rows.append(_capture_row(entry_seg, call, phase, slot, path, t))
         return rows, stale
 
-    def dump_all(self) -> tuple[list[tuple], int]:
-        """Capture rows for every tensor held (``hookdbg ctl dump``), each place once,
+    def dump_all(self, after: int = -1) -> tuple[list[tuple], int]:
+        """Capture rows for every tensor held of calls after call ``after`` (``hookdbg
+        ctl dump``: those before it were written by the dump before), each place once,
         and how many were left out, changed in place since they were seen."""
         rows: list[tuple] = []
         stale = 0
@@ -219,7 +220,7 @@ class FlightRecorder:
             for i in range(0, len(entries), _ENTRY):
                 call, phase, slot, path, version, t = _entry(entries, i)
                 place = (call.id, phase, slot, path)
-                if place in seen:
+                if call.id <= after or place in seen:
                     continue
                 seen.add(place)
                 if version != -1 and t._version != version:

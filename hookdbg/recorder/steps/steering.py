@@ -16,6 +16,7 @@ changes wait to begin; a command past either is refused, with why.
 from __future__ import annotations
 
 import bisect
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -72,8 +73,19 @@ class Steering:
 
     def listen(self, since: float) -> None:
         """Read the control file's commands sent from ``since`` (the recording's start)."""
-        if self.control_file is not None:
-            self.reader = Reader(self.control_file, since)
+        path = self.control_file
+        if path is None:
+            return
+        self.reader = Reader(path, since)
+        try:
+            longest = os.pathconf(path.parent, "PC_NAME_MAX")
+        except (OSError, ValueError):
+            return
+        if len(os.fsencode(path.name)) > longest:
+            self.reader.problems.append(
+                f"{path.name} is a longer name than this file system allows ({longest} "
+                "bytes): `hookdbg ctl` cannot steer this recording; name it shorter to"
+            )
 
     # -- commands ---------------------------------------------------------------------
 
@@ -94,8 +106,14 @@ class Steering:
             yield from self.reader.poll(now)
 
     def problems(self, now: float, final: bool = False) -> list[str]:
-        """What to say of the control file itself (refused, bad lines), once each."""
-        return [] if self.reader is None else self.reader.said(now, final)
+        """What to say of the control file itself (refused, bad lines), once each
+        (``final``: at the end, when the files it held are let go)."""
+        if self.reader is None:
+            return []
+        said = self.reader.said(now, final)
+        if final:
+            self.reader.close()
+        return said
 
     def apply(self, command: Command, step: int) -> str:
         """Change the schedule from the step beginning now (``step``) or the command's
@@ -109,6 +127,11 @@ class Steering:
             )
         late = command.first is not None and command.first < step
         since = f" (asked from step {command.first}: this process was past it)" if late else ""
+        if self.stop is not None and command.op != "stop" and first >= self.stop[0]:
+            return (
+                f"{REFUSED}the recording stops at step {self.stop[0]:,} (command "
+                f"{self.stop[1][0].seq}), before step {first:,}"
+            )
         if command.op == "stop":  # the recorder closes the recording at that step
             at, asked = self.stop or (first, [])
             self.stop = (min(at, first), [*asked, command])
