@@ -185,6 +185,7 @@ class Recorder:
         self._elsewhere: Elsewhere | None = None  # forked children's word (from start)
         self._backward: BackwardWatch | None = None  # set by start
         self._room: RecursionRoom | None = None  # set by start
+        self._signals: TerminationSignals | None = None  # set by start
         self.failure: str | None = None  # why recording stopped while the script went on
         guard.stopped = self._stopped
         self._closed = False
@@ -298,7 +299,7 @@ class Recorder:
         )
         self._backward = hooks.add(BackwardWatch, calls, self._call_ids, origin, scaler)
         self._backward.going_on = self._pass_begins
-        hooks.add(TerminationSignals, self._terminated)
+        self._signals = TerminationSignals(self._terminated)  # kept until closed
         self._segments.start(origin, opt, scaler)
         # torch.compile(model) warns that global hooks fire for its wrapper too: they
         # are hookdbg's, which expects that (recorder/calls/naming.py), not the script's
@@ -310,10 +311,20 @@ class Recorder:
         """Remove every hook, write what is pending and the end row, close the file. A
         recording an internal error stopped ends with status ``failed``, saying why and
         what ran unrecorded after it, whatever ``status`` the script ended with."""
-        global _active
+        signals = self._signals
+        if signals is not None:  # SIGTERM from here on waits for the end row
+            signals.hold()
         if self._closed:
             return
         self._closed = True
+        try:
+            self._close(status, exit_code, message)
+        finally:
+            if signals is not None:
+                signals.release()  # a signal that came meanwhile ends the process now
+
+    def _close(self, status: str, exit_code: int, message: str) -> None:
+        global _active
         guard = self.guard
         if guard.live:  # removed since the last check: the file must not say complete
             with guard.lock:
@@ -343,6 +354,9 @@ class Recorder:
                     except Exception:
                         guard.broken()
             finally:  # the file gets its end row whatever failed above
+                arrived = self._signals.arrived if self._signals is not None else None
+                if arrived is not None:  # torchrun ending a rank whose collective failed
+                    message += f"{'; ' if message else ''}then {arrived.name} while it closed"
                 if self.failure is not None:
                     status, message = "failed", self._failed_message(status, message)
                 end = {
