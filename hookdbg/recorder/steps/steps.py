@@ -353,10 +353,16 @@ class StepTracker:
     def optimizer_begin(self) -> None:
         self._in_optimizer += 1
 
-    def optimizer_end(self, opt: torch.optim.Optimizer) -> None:
+    def optimizer_end(
+        self, opt: torch.optim.Optimizer, inner: list[torch.optim.Optimizer] | None = None
+    ) -> None:
+        """``opt`` stepped, stepping the ``inner`` ones inside (a container of
+        optimizers): those found in the script's variables are awaited no more."""
         self._in_optimizer = max(0, self._in_optimizer - 1)
         self.optimizer_calls += 1
         self._stepped_once(opt)
+        for stepped in inner or ():
+            self._found.pop(id(stepped), None)
         self.optimizer_steps += 1
 
     def optimizer_skipped(self, opt: torch.optim.Optimizer) -> None:
