@@ -92,6 +92,16 @@ class OriginDetector:
         # non-finite (a NaN that stays is said once, where it appeared)
         self.watch_loss = True
         self.loss_bad = False
+        # the weights found non-finite after the last optimizer step, by module id: what
+        # a check replayed once the script let its model go knows of its parameters
+        self.bad_weights: dict[int, set[str]] = {}
+
+    def weight_after_step(self, module: int, name: str, finite: bool) -> None:
+        """An optimizer step left parameter ``name`` of module ``module`` as said."""
+        if finite:
+            self.bad_weights.get(module, set()).discard(name)
+        else:
+            self.bad_weights.setdefault(module, set()).add(name)
 
     def new_step(self) -> None:
         self.step_tainted = False
@@ -141,7 +151,8 @@ class OriginDetector:
     def forward_output(
         self, call: Call, path: str, seen: Seen, module: object, seg: Segment, now: float
     ) -> Alert | None:
-        """Output ``path`` of ``call`` is non-finite; called after its inputs' checks."""
+        """Output ``path`` of ``call`` is non-finite; called after its inputs' checks.
+        ``module``: None when a deferred check finds it gone (the script let it go)."""
         if any(c is call and s == Slot.GRAD_INPUT for c, s, _ in seen.slots()):
             return None  # it returned a tensor it was given
         root = call.parent is None  # what it returns goes to the script itself
@@ -154,7 +165,11 @@ class OriginDetector:
         if call.tainted or call.nan_in or seen.alerted:
             call.tainted = True
             return None
-        bad = _nonfinite_param(module, call)
+        if module is not None:
+            bad = _nonfinite_param(module, call)
+        else:  # gone before its deferred check: what the last optimizer step left
+            names = self.bad_weights.get(call.info.id)
+            bad = (min(names), None, None) if names else None
         if bad is not None:
             call.tainted = True
             if bad[2] is False:  # this rank's shard is finite: another rank's, gathered
@@ -201,17 +216,21 @@ class OriginDetector:
         return self._passed_on(seen.birth, seen, call, "returned it", now)
 
     def _param_before(
-        self, call: Call, bad: tuple[str, torch.Tensor, bool | None], seg: Segment, now: float
+        self,
+        call: Call,
+        bad: tuple[str, torch.Tensor | None, bool | None],
+        seg: Segment,
+        now: float,
     ) -> Alert | None:
         """A parameter already non-finite when its module ran, with no origin found
         before it: it turned so where nothing was recorded (a step that --every or
         --steps skipped, or before the recording began), or, every step recorded,
         outside the optimizer (the script, another process). Named once, as the place to
         look; later non-finite values are spread from it."""
-        if self.alerts or self.unrecorded_in is not None or self.from_elsewhere:
+        name, param, shard = bad
+        if self.alerts or self.unrecorded_in is not None or self.from_elsewhere or param is None:
             return None
         self.unrecorded_in = seg.id
-        name, param, shard = bad
         where = " in this rank's shard of it" if shard else ""
         how = (
             f"it was already non-finite{where} when the module ran, and finite after the "

@@ -9,6 +9,7 @@ attributes and builds plain tuples.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from math import isfinite
 from time import time
@@ -243,16 +244,31 @@ class TensorObserver:
         self, call: Call, path: str, seen: Seen, module: torch.nn.Module, args: tuple
     ) -> None:
         """Check an input now or with the step's statistics (called only when it is not
-        finite, or when checks wait for the device)."""
-        self.check(self._input_check, self.state.seg, call, path, seen, module, self.context(args))
+        finite, or when checks wait for the device). A check that waits holds the
+        module weakly: the script may let its model go before the step is read back."""
+        self.check(
+            self._input_check,
+            self.state.seg,
+            call,
+            path,
+            seen,
+            weakref.ref(module),
+            self.context(args),
+        )
 
     def _input_check(
-        self, seg: Segment, call: Call, path: str, seen: Seen, module: object, args: object
+        self,
+        seg: Segment,
+        call: Call,
+        path: str,
+        seen: Seen,
+        module: Callable[[], object],
+        args: object,
     ) -> None:
         if stats.is_finite(checked(seen.summary)):
             return
         alert = self.detector.forward_input(call, path, seen, seg, time())
-        self.alert(alert, module=module, inputs=args)
+        self.alert(alert, module=module(), inputs=args)
 
     def outputs(
         self, call: Call, module: torch.nn.Module, args: tuple, kwargs: dict, result: object
@@ -305,7 +321,7 @@ class TensorObserver:
             call,
             path,
             seen,
-            module,
+            weakref.ref(module),
             self.context(args),
             self.context(result),
         )
@@ -316,14 +332,15 @@ class TensorObserver:
         call: Call,
         path: str,
         seen: Seen,
-        module: object,
+        module: Callable[[], object],
         args: object,
         result: object,
     ) -> None:
         if stats.is_finite(checked(seen.summary)):
             return
-        alert = self.detector.forward_output(call, path, seen, module, seg, time())
-        self.alert(alert, module=module, inputs=args, output=result)
+        live = module()
+        alert = self.detector.forward_output(call, path, seen, live, seg, time())
+        self.alert(alert, module=live, inputs=args, output=result)
 
     @called_from_c
     def taint_parent(self, call: Call) -> None:

@@ -215,7 +215,15 @@ class OptimizerObserver:
                 for i, value in bad:
                     p, (owner, name) = owned[i]
                     observer.check(
-                        check, state.seg, owner, name, value, id(p), state.grad_finite, call, opt
+                        check,
+                        state.seg,
+                        owner,
+                        name,
+                        value,
+                        id(p),
+                        state.grad_finite,
+                        call,
+                        observer.context(opt),  # a check that waits holds no optimizer
                     )
             return
         rows = self.rows.tensors if state.batch is None else state.batch.rows
@@ -239,7 +247,7 @@ class OptimizerObserver:
                 id(p),
                 state.grad_finite,
                 call,
-                opt,
+                observer.context(opt),
             )
 
     def _step_grad_check(
@@ -251,7 +259,7 @@ class OptimizerObserver:
         param: int,
         grad_finite: dict[int, bool],
         call: int,
-        opt: torch.optim.Optimizer,
+        opt: torch.optim.Optimizer | None,
     ) -> None:
         value = checked(summary)
         if stats.is_finite(value):
@@ -260,7 +268,7 @@ class OptimizerObserver:
         grad_finite[param] = False  # the step's weights spread it, not born
         if local:
             alert = self.tensors.detector.reduced_grad(owner, name, value, seg, time())
-            self.tensors.alert(alert, module=owner.ref(), optimizer=self.tensors.context(opt))
+            self.tensors.alert(alert, module=owner.ref(), optimizer=opt)
 
     def _param_value_check(
         self,
@@ -272,12 +280,14 @@ class OptimizerObserver:
         param: int,
         grad_finite: dict[int, bool],
         call: int,
-        opt: torch.optim.Optimizer,
+        opt: torch.optim.Optimizer | None,
     ) -> None:
         value = checked(summary)
+        detector = self.tensors.detector
+        detector.weight_after_step(owner.id, name, stats.is_finite(value))
         if stats.is_finite(value):
             return
-        alert = self.tensors.detector.param_value(
+        alert = detector.param_value(
             owner, info, call, name, value, grad_finite.get(param), seg, time()
         )
-        self.tensors.alert(alert, module=owner.ref(), optimizer=self.tensors.context(opt))
+        self.tensors.alert(alert, module=owner.ref(), optimizer=opt)
