@@ -165,6 +165,7 @@ class OriginDetector:
         if call.tainted or call.nan_in or seen.alerted:
             call.tainted = True
             return None
+        bad: tuple[str, torch.Tensor | None, bool | None] | None
         if module is not None:
             bad = _nonfinite_param(module, call)
         else:  # gone before its deferred check: what the last optimizer step left
