@@ -76,8 +76,13 @@ def ending(recording: Recording) -> str:
     message = end["message"].decode(errors="replace")
     if status == "exception":
         return f"{message} (exit status {code})"
-    if status == "stopped":
-        return f"stopped at the first NaN/inf origin (exit status {code})"
+    if status == "stopped":  # at its alert: an origin, or a value another rank sent
+        where = (
+            "where a NaN/inf came from another rank"
+            if "came from another rank" in message
+            else "at the first NaN/inf origin"
+        )
+        return f"stopped {where} (exit status {code})"
     if status == "detached":  # hookdbg ctl stop: the script went on, its end unknown
         return f"{message}; training went on unrecorded"
     if status in ("interrupted", "terminated"):

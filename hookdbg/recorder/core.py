@@ -12,8 +12,8 @@ Hooks installed (all owned by one ``HookSet`` and removed together):
   see docs/design.md);
 * a post-accumulate-grad hook on each parameter of a recorded module (gradients.py);
 * global optimizer step pre/post hooks (optimizer.py): step boundaries, parameter values;
-* a wrapper around models compiled in place (compiled.py), and SIGTERM/SIGHUP handlers
-  (signals.py).
+* a wrapper around models compiled in place (compiled.py), around torch.distributed's
+  reductions and gathers (collectives.py), and SIGTERM/SIGHUP handlers (signals.py).
 
 ``Recorder`` is the lifecycle: it makes the parts, opens the file, installs the hooks,
 and at the end removes them, writes what is pending and closes the file. Everything
@@ -55,6 +55,7 @@ from hookdbg.recorder.calls.calls import StepState
 from hookdbg.recorder.calls.handoff import Handoff
 from hookdbg.recorder.calls.naming import ModuleInfo, ModuleRegistry, compiled_model
 from hookdbg.recorder.hooks.backward import BackwardWatch
+from hookdbg.recorder.hooks.collectives import CollectiveWatch
 from hookdbg.recorder.hooks.compiled import InPlaceCompiled, compiled_in_place
 from hookdbg.recorder.hooks.elsewhere import Elsewhere, unrecorded_processes, unrecorded_threads
 from hookdbg.recorder.hooks.gradscaler import ScalerWatch
@@ -288,6 +289,7 @@ class Recorder:
         if self._froze:
             gc.freeze()
         hooks.add(InPlaceCompiled, calls.pre, calls.post)
+        hooks.add(CollectiveWatch, self.guard, calls, self.observer)  # other ranks' values
         scaler = hooks.add(
             ScalerWatch,
             self.guard,

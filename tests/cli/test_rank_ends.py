@@ -75,3 +75,37 @@ def test_every_rank_says_how_it_ended_when_a_peer_ends_early(tmp_path, how):
     assert f"{first}" in text and "(rank 1)" in text and "(rank 0)" in text, text
     data = json.loads(hookdbg("summary", out, "--json").stdout)
     assert [r["ended"] for r in data["per_rank"]][1] == ("stopped" if how == "nan" else None)
+
+
+def test_a_rank_receiving_a_nan_through_tensor_parallel_names_no_origin(tmp_path):
+    """--on-nan stop, checks waiting for the step's statistics (as on a GPU): rank 1,
+    where the NaN was born, stops there; rank 0, which it reaches through the
+    all-reduce inside a row-parallel Linear's forward, names no origin and does not stop
+    on one."""
+    out = tmp_path / "run.h5"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            f"--master-port={free_port()}",
+            str(SCRIPT),
+            "tp",
+            str(out),
+        ],
+        capture_output=True,
+        timeout=240,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    ends = ended(out)
+    assert ends[1][:2] == (Status.COMPLETE, "stopped") and "model.0 (Linear)" in ends[1][2]
+    assert ends[0][0] is Status.COMPLETE, ends
+    found = json.loads(hookdbg("alerts", out, "--json").stdout)["alerts"]
+    assert found[0]["rank"] == 1, found
+    for alert in found:
+        if alert["rank"] == 0:
+            assert "came from another rank" in alert["message"], alert
+    if ends[0][1] == "stopped":  # it stopped where the NaN came in, saying so
+        assert "came from another rank" in ends[0][2], ends

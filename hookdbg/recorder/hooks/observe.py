@@ -254,6 +254,7 @@ class TensorObserver:
             seen,
             weakref.ref(module),
             self.context(args),
+            time(),  # when it happened, also when checked later
         )
 
     def _input_check(
@@ -264,10 +265,11 @@ class TensorObserver:
         seen: Seen,
         module: Callable[[], object],
         args: object,
+        when: float,
     ) -> None:
         if stats.is_finite(checked(seen.summary)):
             return
-        alert = self.detector.forward_input(call, path, seen, seg, time())
+        alert = self.detector.forward_input(call, path, seen, seg, when)
         self.alert(alert, module=module(), inputs=args)
 
     def outputs(
@@ -324,6 +326,8 @@ class TensorObserver:
             weakref.ref(module),
             self.context(args),
             self.context(result),
+            self.state.batch is not None,
+            time(),
         )
 
     def _output_check(
@@ -335,11 +339,15 @@ class TensorObserver:
         module: Callable[[], object],
         args: object,
         result: object,
+        deferred: bool,
+        when: float,
     ) -> None:
         if stats.is_finite(checked(seen.summary)):
             return
         live = module()
-        alert = self.detector.forward_output(call, path, seen, live, seg, time())
+        # replayed after its step's optimizer stepped: its weights are not those it ran with
+        weights = None if deferred and seg.stepped else live
+        alert = self.detector.forward_output(call, path, seen, weights, seg, when)
         self.alert(alert, module=live, inputs=args, output=result)
 
     @called_from_c
@@ -381,7 +389,7 @@ class TensorObserver:
         another rank's values come in there (nonfinite.py)."""
         if self.shards.note(call.info.id, phase, slot, path, t) and phase == _FWD:
             parent = call.parent
-            self.detector.reduced.add(-1 if parent is None else parent.id)
+            self.state.seg.reduced.add(-1 if parent is None else parent.id)
 
     def norm_rows(
         self,

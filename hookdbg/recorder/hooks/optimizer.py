@@ -144,7 +144,7 @@ class OptimizerObserver:
                 state.batch.settle()
         self.steps.optimizer_end(opt, self._inner)
         self._inner = []
-        state.seg.training = True
+        state.seg.training = state.seg.stepped = True
 
     def _owned(
         self,
