@@ -568,7 +568,10 @@ class Recorder:
             now = perf_counter() - guard.ovh
             segments = self._segments
             if segments.open:
-                segments.end(now, cut=status != "complete")
+                end = segments.last_end(now)
+                segments.end(end, cut=end == now and status != "complete")
+                if end < now:  # the script's work after its last step (checkpoints)
+                    self.rows.info.append((time.time(), "after_training", f"{now - end:.6f}"))
             segments.read_batches(wait=True)
             if guard.alerts:
                 self.actions.act(actions=False)  # the script is over: nothing to stop

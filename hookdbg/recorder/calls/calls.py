@@ -68,6 +68,7 @@ class StepState:
     __slots__ = (
         "batch",
         "calls",
+        "done",
         "grad_finite",
         "id",
         "index",
@@ -90,6 +91,7 @@ class StepState:
         self.id = seg.id
         self.recording = recording  # selected by --every/--steps
         self.start = start  # on the recorder's clock
+        self.done = 0.0  # when its last backward pass or optimizer step ended (0: none)
         self.ovh = 0.0  # hookdbg's own time so far when it began (Guard.ovh)
         self.batch = batch  # device statistics read back later (recorder/summaries/deferred.py)
         self.memo: dict[int, Seen] = {}  # id(tensor) -> its record in this segment

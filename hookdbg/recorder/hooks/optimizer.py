@@ -143,6 +143,7 @@ class OptimizerObserver:
             if state.batch is not None:
                 state.batch.settle()
         self.steps.optimizer_end(opt, self._inner)
+        state.done = v
         self._inner = []
         state.seg.training = state.seg.stepped = True
 

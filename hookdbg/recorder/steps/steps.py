@@ -346,6 +346,13 @@ class StepTracker:
             self._last_eval = frozenset(self._roots)
         return training
 
+    def iteration_done(self) -> bool:
+        """Whether the current segment did what an iteration does: every optimizer of
+        the cycle stepped (with none known, a backward ran)."""
+        if self._stepped:
+            return self._cycle.keys() <= self._stepped
+        return not self._optimized and self.saw_backward
+
     @called_from_c
     def backward_ran(self) -> None:
         self.saw_backward = self._any_backward = True
