@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,6 +43,7 @@ class Overview:
     losses: list[LossSeries] = field(default_factory=list)  # one per loss site
     # work that ran and was not recorded: other threads', forked children's
     unrecorded: list[str] = field(default_factory=list)
+    after_training: float | None = None  # seconds the script ran after its last step
 
 
 @dataclass(frozen=True)
@@ -76,8 +78,13 @@ def ending(recording: Recording) -> str:
     message = end["message"].decode(errors="replace")
     if status == "exception":
         return f"{message} (exit status {code})"
-    if status == "stopped":
-        return f"stopped at the first NaN/inf origin (exit status {code})"
+    if status == "stopped":  # at its alert: an origin, or a value another rank sent
+        where = (
+            "where a NaN/inf came from another rank"
+            if "came from another rank" in message
+            else "at the first NaN/inf origin"
+        )
+        return f"stopped {where} (exit status {code})"
     if status == "detached":  # hookdbg ctl stop: the script went on, its end unknown
         return f"{message}; training went on unrecorded"
     if status in ("interrupted", "terminated"):
@@ -116,6 +123,27 @@ def overview(recording: Recording, step: int | None = None) -> Overview:
             for key in ("other_threads", "child_processes")
             if (text := recording.facts.get(key))
         ],
+        after_training=after_training(recording),
+    )
+
+
+def after_training(recording: Recording) -> float | None:
+    """Seconds the script went on after its last training step ended (saving a
+    checkpoint, a checksum): in no step, so no step's time holds them. None: none, or
+    the recording does not say."""
+    text = recording.facts.get("after_training")
+    try:
+        seconds = float(text) if text is not None else math.nan
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def after_training_text(seconds: float) -> str:
+    """The words for ``after_training``, the same in every report."""
+    return (
+        f"{seconds:.3g} s after the last step ended (the script's work after training: "
+        "saving, evaluating), in no step's time"
     )
 
 

@@ -90,10 +90,20 @@ def step_spreads(ranks: RankSet) -> list[StepSpread]:
     return [StepSpread(step, {r: per_rank[r][step] for r in per_rank}) for step in sorted(common)]
 
 
+RECEIVED = b"came from another rank"  # the words of an alert that was not born there
+
+
+def alert_order(row: np.void) -> tuple[int, bool, float]:
+    """Where an alert row goes among every rank's: by step, then wall-clock time;
+    within a step, a value that came from another rank after the origins (it cannot
+    have come before the origin it came from, whatever the ranks' times say)."""
+    return int(row["step"]), RECEIVED in bytes(row["message"]), float(row["time"])
+
+
 def merged_alerts(ranks: RankSet) -> list[tuple[int, np.void]]:
-    """Every rank's alerts, in the order they happened: by step, then wall-clock time."""
+    """Every rank's alerts, in the order they happened (``alert_order``)."""
     merged = [(rank, row) for rank, rec in ranks.recordings.items() for row in rec.alerts]
-    return sorted(merged, key=lambda ra: (int(ra[1]["step"]), float(ra[1]["time"])))
+    return sorted(merged, key=lambda ra: alert_order(ra[1]))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import click
 
 from hookdbg.analysis.alerts import AlertReport, alert_reports
 from hookdbg.analysis.overview import scaler_view
+from hookdbg.analysis.ranks import alert_order
 from hookdbg.cells import slot_label
 from hookdbg.cli.inputs import open_or_fail, open_run_or_fail, rank_option
 from hookdbg.cli.report import Report, emit, exit_code_option, json_option
@@ -58,7 +59,7 @@ class Alerts(Report):
             ranked = [
                 (rank, rec, a) for rank, rec in run.recordings.items() for a in alert_reports(rec)
             ]
-            ranked.sort(key=lambda t: (int(t[2].alert["step"]), float(t[2].alert["time"])))
+            ranked.sort(key=lambda t: alert_order(t[2].alert))
             recordings = list(run.recordings.values())
         return cls(run, ranked, [rec for rec in recordings if rec.status is Status.FAILED])
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import click
 from rich.table import Table
 
+from hookdbg.analysis.overview import after_training, after_training_text
 from hookdbg.analysis.profile import SORT_KEYS, Profile, ProfileRow, StepTime, profile
 from hookdbg.cli.inputs import check_steps, open_or_fail, rank_option, require_calls, step_options
 from hookdbg.cli.report import Report, emit, json_option
@@ -87,6 +88,7 @@ class ProfileReport(Report):
             "steps": prof.steps,
             "step_seconds_mean": prof.step_mean,
             "step_seconds_median": prof.step_median,
+            "after_training_seconds": after_training(rec),
             "seconds_per_step": {
                 "step": prof.time.step,
                 **{name.replace(" ", "_"): value for name, value in prof.time.parts.items()},
@@ -119,6 +121,9 @@ class ProfileReport(Report):
         rec, prof, rows = self.rec, self.prof, self.rows
         out.print(_profile_table(rec, prof, rows, self.sort))
         out.print(f"  {literal(_time_line(prof.time))}")
+        after = after_training(rec)
+        if after is not None and len(rec.steps) and prof.last == int(rec.steps["step"][-1]):
+            out.print(f"  {literal(after_training_text(after))}")
         out.print(
             "  [dim]ms per step: all calls of the module in a step (mean and median over the "
             "steps it ran in); self: without its recorded submodules; self share: of the "

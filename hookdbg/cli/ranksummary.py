@@ -88,11 +88,8 @@ class RanksSummary(Report):
             + literal(f"{len(run.ranks)} of {run.world_size} ranks{backend}")
         )
         out.print(f"  [dim]{'command':<10}[/dim] {literal(rank0.info.command)}")
-        endings = {ending(run[rank]) for rank in run.ranks} - {""}
-        if endings:
-            ended = (
-                "; ".join(sorted(endings)) if len(endings) > 1 else endings.pop() + " (every rank)"
-            )
+        ended = rank_endings(run)
+        if ended:
             out.print(f"  [dim]{'ended':<10}[/dim] {literal(ended)}")
         if text := steered(rank0):
             out.print(f"  [dim]{'steered':<10}[/dim] {literal(text)}")
@@ -111,6 +108,28 @@ class RanksSummary(Report):
             f"modules; `hookdbg diff --ranks {literal(run.path)}` checks that the "
             "replicas agree[/dim]"
         )
+
+
+def rank_endings(run: RankSet) -> str:
+    """How each rank ended, ranks alike said once: 'exit status 0 (every rank)', or
+    'stopped at the first NaN/inf origin (exit status 3) (rank 1); RuntimeError: ...
+    (rank 0)'. A rank whose recording was cut short died without closing it (killed:
+    SIGKILL, the out-of-memory killer, a crash in native code); one still live has
+    not ended. '' while every rank is live."""
+    by_ending: dict[str, list[int]] = {}
+    for rank in run.ranks:
+        rec = run[rank]
+        said = " ".join(ending(rec).split())  # an exception's message may take lines
+        if not said and rec.status is Status.CUT_SHORT:
+            said = "cut short: the process died without closing its recording (killed)"
+        if said:
+            by_ending.setdefault(said, []).append(rank)
+    if len(by_ending) == 1 and len(next(iter(by_ending.values()))) == len(run.ranks):
+        return f"{next(iter(by_ending))} (every rank)"
+    return "; ".join(
+        f"{said} ({'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))})"
+        for said, ranks in sorted(by_ending.items(), key=lambda item: item[1])
+    )
 
 
 def _ranks_table(view: RanksOverview) -> Table:

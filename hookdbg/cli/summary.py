@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from hookdbg.analysis.losses import describe
-from hookdbg.analysis.overview import Overview, ending, overview
+from hookdbg.analysis.overview import Overview, after_training_text, ending, overview
 from hookdbg.cli.common import BadInput, human_bytes, plural, steered
 from hookdbg.cli.inputs import open_or_fail, open_run_or_fail, rank_option
 from hookdbg.cli.ranksummary import RanksSummary, clean
@@ -90,6 +90,7 @@ class Summary(Report):
             "eval_batches": view.eval_batches,
             "module_calls": view.module_calls,
             "step_seconds_median": view.step_median,
+            "after_training_seconds": view.after_training,
             "modules": view.modules,
             "parameters": view.params,
             "optimizers": view.optimizers,
@@ -190,6 +191,8 @@ def _facts(rec: Recording, view: Overview) -> list[tuple[str, str]]:
         facts.append(("amp", view.scaler.text()))
     facts.extend(("loss", f"{series.label}: {describe(series)}") for series in view.losses)
     facts.extend(("unrecorded", text) for text in view.unrecorded)
+    if view.after_training is not None:
+        facts.append(("after", after_training_text(view.after_training)))
     first_alert = _first_alert(rec)
     alerts = f"{len(rec.alerts)}" + (f": {first_alert}" if first_alert else "")
     failed = [("failed", rec.failure)] if rec.failure and rec.write_error is None else []

@@ -12,8 +12,8 @@ Hooks installed (all owned by one ``HookSet`` and removed together):
   see docs/design.md);
 * a post-accumulate-grad hook on each parameter of a recorded module (gradients.py);
 * global optimizer step pre/post hooks (optimizer.py): step boundaries, parameter values;
-* a wrapper around models compiled in place (compiled.py), and SIGTERM/SIGHUP handlers
-  (signals.py).
+* a wrapper around models compiled in place (compiled.py), around torch.distributed's
+  reductions and gathers (collectives.py), and SIGTERM/SIGHUP handlers (signals.py).
 
 ``Recorder`` is the lifecycle: it makes the parts, opens the file, installs the hooks,
 and at the end removes them, writes what is pending and closes the file. Everything
@@ -55,6 +55,7 @@ from hookdbg.recorder.calls.calls import StepState
 from hookdbg.recorder.calls.handoff import Handoff
 from hookdbg.recorder.calls.naming import ModuleInfo, ModuleRegistry, compiled_model
 from hookdbg.recorder.hooks.backward import BackwardWatch
+from hookdbg.recorder.hooks.collectives import CollectiveWatch
 from hookdbg.recorder.hooks.compiled import InPlaceCompiled, compiled_in_place
 from hookdbg.recorder.hooks.elsewhere import Elsewhere, unrecorded_processes, unrecorded_threads
 from hookdbg.recorder.hooks.gradscaler import ScalerWatch
@@ -188,6 +189,7 @@ class Recorder:
         self._elsewhere: Elsewhere | None = None  # forked children's word (from start)
         self._backward: BackwardWatch | None = None  # set by start
         self._room: RecursionRoom | None = None  # set by start
+        self._signals: TerminationSignals | None = None  # set by start
         self.failure: str | None = None  # why recording stopped while the script went on
         guard.stopped = self._stopped
         self._closed = False
@@ -290,6 +292,7 @@ class Recorder:
         if self._froze:
             gc.freeze()
         hooks.add(InPlaceCompiled, calls.pre, calls.post)
+        hooks.add(CollectiveWatch, self.guard, calls, self.observer)  # other ranks' values
         scaler = hooks.add(
             ScalerWatch,
             self.guard,
@@ -301,7 +304,7 @@ class Recorder:
         )
         self._backward = hooks.add(BackwardWatch, calls, self._call_ids, origin, scaler)
         self._backward.going_on = self._pass_begins
-        hooks.add(TerminationSignals, self._terminated)
+        self._signals = TerminationSignals(self._terminated)  # kept until closed
         self._segments.start(origin, opt, scaler)
         # torch.compile(model) warns that global hooks fire for its wrapper too: they
         # are hookdbg's, which expects that (recorder/calls/naming.py), not the script's
@@ -313,10 +316,20 @@ class Recorder:
         """Remove every hook, write what is pending and the end row, close the file. A
         recording an internal error stopped ends with status ``failed``, saying why and
         what ran unrecorded after it, whatever ``status`` the script ended with."""
-        global _active
+        signals = self._signals
+        if signals is not None:  # SIGTERM from here on waits for the end row
+            signals.hold()
         if self._closed:
             return
         self._closed = True
+        try:
+            self._close(status, exit_code, message)
+        finally:
+            if signals is not None:
+                signals.release()  # a signal that came meanwhile ends the process now
+
+    def _close(self, status: str, exit_code: int, message: str) -> None:
+        global _active
         guard = self.guard
         if guard.live:  # removed since the last check: the file must not say complete
             with guard.lock:
@@ -347,6 +360,9 @@ class Recorder:
                     except Exception:
                         guard.broken()
             finally:  # the file gets its end row whatever failed above
+                arrived = self._signals.arrived if self._signals is not None else None
+                if arrived is not None:  # torchrun ending a rank whose collective failed
+                    message += f"{'; ' if message else ''}then {arrived.name} while it closed"
                 if self.failure is not None:
                     status, message = "failed", self._failed_message(status, message)
                 end = {
@@ -586,7 +602,10 @@ class Recorder:
             now = perf_counter() - guard.ovh
             segments = self._segments
             if segments.open:
-                segments.end(now, cut=status != "complete")
+                end = segments.last_end(now)
+                segments.end(end, cut=end == now and status != "complete")
+                if end < now:  # the script's work after its last step (checkpoints)
+                    self.rows.info.append((time.time(), "after_training", f"{now - end:.6f}"))
             segments.read_batches(wait=True)
             if guard.alerts:
                 self.actions.act(actions=False)  # the script is over: nothing to stop

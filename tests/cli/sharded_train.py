@@ -108,6 +108,47 @@ def sequence_parallel(mesh):
     return make
 
 
+def reduce_inside(make):
+    """torchtitan's tensor parallel: each module's redistribution runs inside its own
+    forward (a row-parallel Linear all-reduces there), not in hooks after it."""
+
+    def made():
+        net = make()
+        for module in net.modules():
+            hooks = list(module._forward_hooks.values())
+            if not hooks:
+                continue
+            module._forward_hooks.clear()
+
+            def forward(*args, _forward=module.forward, _hooks=hooks, _module=module):
+                out = _forward(*args)
+                for hook in _hooks:
+                    result = hook(_module, args, out)
+                    out = out if result is None else result
+                return out
+
+            module.forward = forward
+        return net
+
+    return made
+
+
+class OptimizersContainer(torch.optim.Optimizer):
+    """torchtitan's: an Optimizer whose step() steps one AdamW per model part."""
+
+    def __init__(self, parts) -> None:
+        self.optimizers = [torch.optim.AdamW(p.parameters(), lr=1e-2) for p in parts]
+        super().__init__([p for part in parts for p in part.parameters()], {"lr": 1e-2})
+
+    def step(self, closure=None):
+        for opt in self.optimizers:
+            opt.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none)
+
+
 def fsdp_tp(mesh2d):
     """torchtitan's 2-D layout: tensor parallel inside, FSDP2 across."""
     from torch.distributed.fsdp import fully_shard
@@ -131,8 +172,10 @@ def ddp_compiled():
     return make
 
 
-def train(net: nn.Module, data_rank: int, poison: bool = False, nudge: bool = False) -> list[float]:
-    opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+def train(
+    net: nn.Module, data_rank: int, poison: bool = False, nudge: bool = False, parts: bool = False
+) -> list[float]:
+    opt = OptimizersContainer(list(net)) if parts else torch.optim.AdamW(net.parameters(), lr=1e-2)
     losses = []
     for i in range(STEPS):
         if poison and i == 1 and dist.get_rank() == 1:  # one rank's shard of a weight
@@ -182,6 +225,7 @@ def main() -> None:
             "sequence_parallel": (sequence_parallel(mesh), 0),
             "ddp_compiled": (ddp_compiled(), rank),
             "tp_nan": (tp(mesh), 0),
+            "tp_inside_nan": (reduce_inside(tp(mesh)), 0),  # and an OptimizersContainer
             "fsdp_nan": (fsdp(True, False), rank),
         }
     only = sys.argv[2:]
@@ -189,10 +233,11 @@ def main() -> None:
         if only and name not in only:
             continue
         poison, nudge = name.endswith("_nan"), name.endswith("_desync")
-        plain = train(make(), data_rank, poison, nudge)
+        parts = name == "tp_inside_nan"
+        plain = train(make(), data_rank, poison, nudge, parts)
         net = make()
         with hookdbg.record(f"{out_dir}/{name}.h5", force=True, quiet=True) as rec:
-            recorded = train(net, data_rank, poison, nudge)
+            recorded = train(net, data_rank, poison, nudge, parts)
             live = bool(rec.guard.live)
         norms = full_norms(net)
         if rank == 0:

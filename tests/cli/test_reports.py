@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from hookdbg.read import open_recording
 from tests.helpers import SAMPLES, hookdbg
 
 
@@ -356,3 +357,38 @@ def test_show_prints_the_infinities_a_tensor_holds_as_its_min_and_max(tmp_path):
     cells = line.split()
     assert cells[cells.index("float32") + 1] == "-inf"  # min; max is finite
     assert cells[cells.index("float32") + 2] != "inf"
+
+
+AFTER_TRAINING = """
+import time, torch
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for step in range(5):
+    opt.zero_grad()
+    model(torch.randn(8, 16)).pow(2).mean().backward()
+    opt.step()
+torch.save(model.state_dict(), "checkpoint.pt")  # the script's work after training
+time.sleep(SLEEP)
+"""
+
+
+def test_the_last_step_ends_where_training_did_and_the_rest_is_after_training(tmp_path):
+    """Work after the last optimizer step (a checkpoint, here with a pause) is no step's
+    time: the last step ends as the others did, and the reports say what came after."""
+    sleep = 1.5
+    script = tmp_path / "train.py"
+    script.write_text(AFTER_TRAINING.replace("SLEEP", str(sleep)))
+    out = hookdbg("record", "-q", "-o", tmp_path / "run.h5", script, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(hookdbg("summary", tmp_path / "run.h5", "--json").stdout)
+    with open_recording(tmp_path / "run.h5") as rec:
+        durations = (rec.steps["end"] - rec.steps["start"]).tolist()
+    assert len(durations) == 5 and durations[-1] < sleep, durations
+    assert data["after_training_seconds"] >= sleep - max(durations), data
+    summary = hookdbg("summary", tmp_path / "run.h5").stdout
+    assert "after the last step ended" in summary and "in no step's time" in summary
+    profile = hookdbg("profile", tmp_path / "run.h5").stdout
+    assert "after the last step ended" in profile
+    assert json.loads(hookdbg("profile", tmp_path / "run.h5", "--json").stdout)[
+        "after_training_seconds"
+    ] == pytest.approx(data["after_training_seconds"])

@@ -132,28 +132,61 @@ def test_the_reports_say_what_sharding_does(two_ranks):
 
 @pytest.mark.parametrize(
     ("strategy", "run"),
-    [("tp_nan", "two_ranks"), ("fsdp_nan", "two_ranks"), ("fsdp_tp_nan", "four_ranks")],
+    [
+        ("tp_nan", "two_ranks"),
+        ("tp_inside_nan", "two_ranks"),
+        ("fsdp_nan", "two_ranks"),
+        ("fsdp_tp_nan", "four_ranks"),
+    ],
 )
 def test_a_nan_born_in_one_ranks_shard_is_named_on_that_rank_only(strategy, run, request):
     """Rank 1's shard of a weight goes NaN between two steps: rank 1 names it, in its
     shard; the ranks that get it through a collective (tensor parallel's reduction,
-    FSDP2's all-gather, on a 2-D mesh both: there FSDP2 gathers a tensor-parallel
-    piece, whose local tensor is no rank's own shard) name nothing: it was not born
-    there."""
+    after a module's hook or inside its forward as torchtitan's; FSDP2's all-gather; on
+    a 2-D mesh both: there FSDP2 gathers a tensor-parallel piece, whose local tensor is
+    no rank's own shard) name no origin: each says once, where it arrived, that it came
+    from another rank."""
     out, cases = request.getfixturevalue(run)
     for run in ("plain", "recorded"):  # the same run: NaN from step 1, as unrecorded
         losses = cases[strategy][run]
         assert not math.isnan(losses[0]) and all(map(math.isnan, losses[1:])), (run, losses)
     found = json.loads(hookdbg("alerts", out / f"{strategy}.h5", "--json").stdout)["alerts"]
-    assert {a["rank"] for a in found} == {1}, [a["message"] for a in found]
+    origins = [a for a in found if "came from another rank" not in a["message"]]
+    assert {a["rank"] for a in origins} == {1}, [a["message"] for a in found]
     first = found[0]
-    assert (first["step"], first["module"], first["slot"]) == (1, "net.0.q", "param[weight]")
+    assert (first["rank"], first["step"], first["module"], first["slot"]) == (
+        1,
+        1,
+        "net.0.q",
+        "param[weight]",
+    )
     assert "in this rank's shard of it" in first["message"]
     assert "outside the optimizer" in first["message"]  # every step was recorded
+    received = [a for a in found if a not in origins]
+    with open_run(out / f"{strategy}.h5") as whole:
+        others = [r for r in whole.ranks if r != 1]
+    assert sorted(a["rank"] for a in received) == others, [a["message"] for a in received]
+    assert {a["step"] for a in received} == {1}
     summary = json.loads(hookdbg("summary", out / f"{strategy}.h5", "--json").stdout)
     for rank in summary["per_rank"]:  # each rank's own loss, NaN from step 1 on
         assert rank["loss"]["nonfinite_step"] == 1 and rank["loss"]["nonfinite_kind"] == "NaN"
     assert summary["per_rank"][0]["loss"]["first"] == [0, pytest.approx(losses[0])]
+
+
+def test_an_optimizer_container_is_one_step_on_every_rank(two_ranks):
+    """torchtitan's OptimizersContainer steps an AdamW per model part inside its own
+    step: one optimizer row a step, each weight's and step gradient's row once."""
+    out, _ = two_ranks
+    with open_run(out / "tp_inside_nan.h5") as run:
+        for rank in run.ranks:
+            rec = run[rank]
+            opt = rec.calls_table.column("phase") == Phase.OPT
+            assert int(opt.sum()) == STEPS, rank
+            rows = rec.tensors(0, STEPS - 1)
+            for slot in (Slot.PARAM, Slot.STEP_GRAD):
+                mine = rows[(rows["phase"] == Phase.OPT) & (rows["slot"] == slot)]
+                keys = [(int(r["step"]), int(r["module"]), bytes(r["path"])) for r in mine]
+                assert keys and len(keys) == len(set(keys)), (rank, slot)
 
 
 def test_the_tensor_parallel_nan_alert_counts_this_ranks_shard(two_ranks):

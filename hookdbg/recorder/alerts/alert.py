@@ -37,6 +37,9 @@ class Alert:
     first: bool = False
     again: bool = False  # its place had an origin before (warned once, recorded each time)
     reported: bool = False  # a provisional inf birth that proved to be a problem
+    # not born here: it came from another rank through a collective (said once, where
+    # it arrived; its origin is named on the rank it was born on)
+    received: bool = False
     origin: Call | None = field(default=None, repr=False)  # the call, when there is one
     # live objects for an interactive breakpoint; never written to the file
     context: dict[str, object] = field(default_factory=dict, repr=False)

@@ -39,8 +39,16 @@ An alert names the origin of a problem:
   is reported where that inf was born;
 * optimizer: a parameter is non-finite right after a step although its gradient was
   finite (a too-large learning rate, Adam with eps=0);
-* distributed: the gradient a step uses (all-reduced) is non-finite although this
-  rank's own gradient was finite: it came from another rank;
+* distributed, received: a value that came from another rank through a collective is
+  no origin here; the first such value of a step is said where it arrived, as having
+  come from another rank (its origin is named on the rank it was born on), and what it
+  spreads to afterwards is not. Under DDP, the gradient a step uses (all-reduced) is
+  non-finite although this rank's own gradient was finite; under FSDP2, a weight as
+  gathered is non-finite although this rank's shard of it was finite; under tensor
+  parallel, a module's output is NaN although its inputs and this rank's parameters
+  were finite, and a collective reduced or gathered other ranks' values into it: a
+  child's partial sum reduced after its hook, or a collective run inside its own
+  forward (recorder/hooks/collectives.py);
 * the loss: what a backward pass starts from (recorder/hooks/backward.py) is non-finite
   while every module output of the step was finite: born in the loss computation,
   after the model that ran last;
@@ -80,10 +88,6 @@ class OriginDetector:
         # the steps before the current one were all recorded and checked (set by
         # segments.py): a weight non-finite at a forward changed outside the optimizer
         self.watched = False
-        # calls of this step whose output a child handed to a collective after its own
-        # hook (tensor parallel reduces a row-parallel Linear's partial sum; -1: a call
-        # at the top): a NaN there may be another rank's (observe.py's shard)
-        self.reduced: set[int] = set()
         # a NaN/inf came from another rank (its shard, a collective): what turns
         # non-finite on this rank later (its weights, after the optimizer step) spread
         self.from_elsewhere = False
@@ -92,10 +96,19 @@ class OriginDetector:
         # non-finite (a NaN that stays is said once, where it appeared)
         self.watch_loss = True
         self.loss_bad = False
+        # the weights found non-finite after the last optimizer step, by module id: what
+        # a check replayed once the script let its model go knows of its parameters
+        self.bad_weights: dict[int, set[str]] = {}
+
+    def weight_after_step(self, module: int, name: str, finite: bool) -> None:
+        """An optimizer step left parameter ``name`` of module ``module`` as said."""
+        if finite:
+            self.bad_weights.get(module, set()).discard(name)
+        else:
+            self.bad_weights.setdefault(module, set()).add(name)
 
     def new_step(self) -> None:
         self.step_tainted = False
-        self.reduced.clear()
 
     def is_new_origin(self, alert: Alert) -> bool:
         """Count the alert; True the first time its place shows up (warn once per place)."""
@@ -129,10 +142,21 @@ class OriginDetector:
         call.tainted = True
         if seen.producer is not None or seen.alerted:
             return None
-        if (-1 if call.parent is None else call.parent.id) in self.reduced:
+        if (-1 if call.parent is None else call.parent.id) in seg.reduced:
             # its caller computed it from a partial sum another rank's values reduced into
-            seen.alerted = self.step_tainted = self.from_elsewhere = True
-            return None
+            seen.alerted = True
+            return self._received(
+                seg,
+                call,
+                Slot.INPUT,
+                path,
+                summary,
+                now,
+                "no recorded module produced it, and its caller computed it from values "
+                "a collective brought from other ranks",
+                "tensor parallel's reduction",
+                not self.step_tainted,
+            )
         seen.alerted = True
         if not self._unknown_provenance_ok():
             return None
@@ -141,7 +165,10 @@ class OriginDetector:
     def forward_output(
         self, call: Call, path: str, seen: Seen, module: object, seg: Segment, now: float
     ) -> Alert | None:
-        """Output ``path`` of ``call`` is non-finite; called after its inputs' checks."""
+        """Output ``path`` of ``call`` is non-finite; called after its inputs' checks.
+        ``module``: None when a deferred check cannot read its weights as they were (the
+        script let it go, or its step's optimizer stepped since): then what the last
+        optimizer step left of them is what is known."""
         if any(c is call and s == Slot.GRAD_INPUT for c, s, _ in seen.slots()):
             return None  # it returned a tensor it was given
         root = call.parent is None  # what it returns goes to the script itself
@@ -149,21 +176,48 @@ class OriginDetector:
             return None  # a submodule made it (and was judged for it)
         summary = checked(seen.summary)
         nan = has_nan(summary)
+        clean = not self.step_tainted  # nothing seen before it in the step
         if nan or root or call.inf_inputs:
             self.step_tainted = True
         if call.tainted or call.nan_in or seen.alerted:
             call.tainted = True
             return None
-        bad = _nonfinite_param(module, call)
+        bad: tuple[str, torch.Tensor | None, bool | None] | None
+        if module is not None:
+            bad = _nonfinite_param(module, call)
+        else:  # what the last optimizer step left of its weights (replayed in order)
+            names = self.bad_weights.get(call.info.id)
+            bad = (min(names), None, None) if names else None
         if bad is not None:
             call.tainted = True
-            if bad[2] is False:  # this rank's shard is finite: another rank's, gathered
-                self.from_elsewhere = True
-                return None
+            name, param, own = bad
+            if own is False and param is not None:  # this rank's shard is finite: gathered
+                return self._received(
+                    seg,
+                    call,
+                    Slot.PARAM,
+                    name,
+                    summarise(local(param).detach()),
+                    now,
+                    "this rank's shard of it was finite",
+                    "FSDP2's all-gather",
+                    clean,
+                )
             return self._param_before(call, bad, seg, now)
-        if nan and call.id in self.reduced:  # through a collective: maybe another rank's
-            call.tainted = self.step_tainted = self.from_elsewhere = True
-            return None
+        if nan and call.id in seg.reduced:  # through a collective: another rank's
+            call.tainted = seen.alerted = True
+            return self._received(
+                seg,
+                call,
+                Slot.OUTPUT,
+                path,
+                summary,
+                now,
+                "its inputs and this rank's parameters were finite",
+                "a collective that reduced or gathered other ranks' values into it "
+                "(tensor parallel)",
+                clean,
+            )
         if nan or (root and summary[NUMEL] == 1 and not call.inf_inputs):  # NaN, or an inf loss
             seen.alerted = call.tainted = True
             return Alert(
@@ -200,18 +254,56 @@ class OriginDetector:
             return None
         return self._passed_on(seen.birth, seen, call, "returned it", now)
 
+    def _received(
+        self,
+        seg: Segment,
+        call: Call,
+        slot: Slot,
+        path: str,
+        summary: Summary,
+        now: float,
+        finite: str,
+        through: str,
+        clean: bool,
+    ) -> Alert | None:
+        """A non-finite value that came from another rank through a collective: said
+        once, where it first arrived (``clean``: nothing was seen before it in the
+        step), as not born here; what it spreads to after is neither said nor an
+        origin."""
+        first = clean and not self.from_elsewhere
+        self.from_elsewhere = self.step_tainted = True
+        if not first:
+            return None
+        return Alert(
+            seg,
+            call.id,
+            call.info,
+            Phase.FWD,
+            slot,
+            path,
+            summary,
+            now,
+            f"{finite}: it came from another rank through {through}",
+            origin=call,
+            received=True,
+        )
+
     def _param_before(
-        self, call: Call, bad: tuple[str, torch.Tensor, bool | None], seg: Segment, now: float
+        self,
+        call: Call,
+        bad: tuple[str, torch.Tensor | None, bool | None],
+        seg: Segment,
+        now: float,
     ) -> Alert | None:
         """A parameter already non-finite when its module ran, with no origin found
         before it: it turned so where nothing was recorded (a step that --every or
         --steps skipped, or before the recording began), or, every step recorded,
         outside the optimizer (the script, another process). Named once, as the place to
         look; later non-finite values are spread from it."""
-        if self.alerts or self.unrecorded_in is not None or self.from_elsewhere:
+        name, param, shard = bad
+        if self.alerts or self.unrecorded_in is not None or self.from_elsewhere or param is None:
             return None
         self.unrecorded_in = seg.id
-        name, param, shard = bad
         where = " in this rank's shard of it" if shard else ""
         how = (
             f"it was already non-finite{where} when the module ran, and finite after the "
@@ -405,6 +497,7 @@ class OriginDetector:
             summary,
             now,
             "this rank's own gradient was finite: it came from another rank through the all-reduce",
+            received=True,
         )
 
     def param_value(

@@ -33,7 +33,7 @@ class Segment:
     """One training step or eval batch (hookdbg/recorder/steps/steps.py). ``training`` and
     ``eval`` are settled when it ends; checks replayed later read the settled values."""
 
-    __slots__ = ("eval", "held", "id", "interrupted", "step", "training")
+    __slots__ = ("eval", "held", "id", "interrupted", "reduced", "step", "stepped", "training")
 
     def __init__(self, id: int, step: int, training: bool | None, eval: int) -> None:
         self.id = id
@@ -43,6 +43,14 @@ class Segment:
         # --on-nan raise or stop raised into the script in it: a training forward cut
         # short there is a training step (the one its alert named), not an eval batch
         self.interrupted = False
+        # an optimizer stepped in it: a check replayed after that (its statistics read
+        # back later) finds the weights as the step left them, not as its forward had them
+        self.stepped = False
+        # its calls into whose output a collective brought other ranks' values: a
+        # child's partial sum reduced after its hook (tensor parallel's row-parallel
+        # Linear, observe.py's shard; -1: a call at the top), or a reduction or gather
+        # run inside its own forward (hooks/collectives.py); read by the NaN/inf rules
+        self.reduced: set[int] = set()
         # a GradScaler scaled its loss: its gradients' alerts, held until the scaler
         # decides (recorder/hooks/gradscaler.py); None: not scaled
         self.held: list[tuple[Alert, dict[str, object]]] | None = None
@@ -60,6 +68,7 @@ class StepState:
     __slots__ = (
         "batch",
         "calls",
+        "done",
         "grad_finite",
         "id",
         "index",
@@ -82,6 +91,7 @@ class StepState:
         self.id = seg.id
         self.recording = recording  # selected by --every/--steps
         self.start = start  # on the recorder's clock
+        self.done = 0.0  # when its last backward pass or optimizer step ended (0: none)
         self.ovh = 0.0  # hookdbg's own time so far when it began (Guard.ovh)
         self.batch = batch  # device statistics read back later (recorder/summaries/deferred.py)
         self.memo: dict[int, Seen] = {}  # id(tensor) -> its record in this segment

@@ -258,6 +258,8 @@ class BackwardWatch:
             opened.child_time += wall
         else:
             self.calls.root_time += wall
+        if state.id == run.segment:
+            state.done = now
         if state.recording and state.id == run.segment:
             observer.rows.calls.append(
                 (

@@ -9,6 +9,7 @@ attributes and builds plain tuples.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from math import isfinite
 from time import time
@@ -243,16 +244,33 @@ class TensorObserver:
         self, call: Call, path: str, seen: Seen, module: torch.nn.Module, args: tuple
     ) -> None:
         """Check an input now or with the step's statistics (called only when it is not
-        finite, or when checks wait for the device)."""
-        self.check(self._input_check, self.state.seg, call, path, seen, module, self.context(args))
+        finite, or when checks wait for the device). A check that waits holds the
+        module weakly: the script may let its model go before the step is read back."""
+        self.check(
+            self._input_check,
+            self.state.seg,
+            call,
+            path,
+            seen,
+            weakref.ref(module),
+            self.context(args),
+            time(),  # when it happened, also when checked later
+        )
 
     def _input_check(
-        self, seg: Segment, call: Call, path: str, seen: Seen, module: object, args: object
+        self,
+        seg: Segment,
+        call: Call,
+        path: str,
+        seen: Seen,
+        module: Callable[[], object],
+        args: object,
+        when: float,
     ) -> None:
         if stats.is_finite(checked(seen.summary)):
             return
-        alert = self.detector.forward_input(call, path, seen, seg, time())
-        self.alert(alert, module=module, inputs=args)
+        alert = self.detector.forward_input(call, path, seen, seg, when)
+        self.alert(alert, module=module(), inputs=args)
 
     def outputs(
         self, call: Call, module: torch.nn.Module, args: tuple, kwargs: dict, result: object
@@ -305,9 +323,11 @@ class TensorObserver:
             call,
             path,
             seen,
-            module,
+            weakref.ref(module),
             self.context(args),
             self.context(result),
+            self.state.batch is not None,
+            time(),
         )
 
     def _output_check(
@@ -316,14 +336,19 @@ class TensorObserver:
         call: Call,
         path: str,
         seen: Seen,
-        module: object,
+        module: Callable[[], object],
         args: object,
         result: object,
+        deferred: bool,
+        when: float,
     ) -> None:
         if stats.is_finite(checked(seen.summary)):
             return
-        alert = self.detector.forward_output(call, path, seen, module, seg, time())
-        self.alert(alert, module=module, inputs=args, output=result)
+        live = module()
+        # replayed after its step's optimizer stepped: its weights are not those it ran with
+        weights = None if deferred and seg.stepped else live
+        alert = self.detector.forward_output(call, path, seen, weights, seg, when)
+        self.alert(alert, module=live, inputs=args, output=result)
 
     @called_from_c
     def taint_parent(self, call: Call) -> None:
@@ -364,7 +389,7 @@ class TensorObserver:
         another rank's values come in there (nonfinite.py)."""
         if self.shards.note(call.info.id, phase, slot, path, t) and phase == _FWD:
             parent = call.parent
-            self.detector.reduced.add(-1 if parent is None else parent.id)
+            self.state.seg.reduced.add(-1 if parent is None else parent.id)
 
     def norm_rows(
         self,

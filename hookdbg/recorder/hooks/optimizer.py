@@ -1,8 +1,17 @@
 """Optimizer steps: step boundaries, optimizer timings, parameter norms after each step
-and, under torch.distributed, gradient norms as the step uses them."""
+and, under torch.distributed, gradient norms as the step uses them.
+
+An optimizer whose ``step()`` steps others (torchtitan's ``OptimizersContainer``, one
+optimizer per model part; any ``Optimizer`` subclass wrapping another) is one step: the
+outermost is recorded, its time holding the inner ones', and the parameters of all of
+them get their rows once. The inner steps are known by torch's step wrapper
+(``Optimizer.profile_hook_step``) running further up the stack, so that an outer step
+that raised leaves nothing open behind it.
+"""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from time import time
@@ -30,6 +39,22 @@ if TYPE_CHECKING:
     from hookdbg.recorder.steps.steps import StepTracker
 
 _OPT = int(Phase.OPT)
+# the frame torch runs every hooked optimizer step in (its hooks are called from it)
+_STEP_WRAPPER = torch.optim.Optimizer.profile_hook_step(lambda self: None).__code__
+
+
+def _inside_another_step() -> bool:
+    """Whether the optimizer step whose hook calls this runs inside another optimizer's
+    step: a second frame of torch's step wrapper above it."""
+    frame = sys._getframe(1)
+    wrappers = 0
+    while frame is not None:
+        if frame.f_code is _STEP_WRAPPER:
+            wrappers += 1
+            if wrappers == 2:
+                return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 class OptimizerObserver:
@@ -53,12 +78,23 @@ class OptimizerObserver:
         self.distributed = False  # torch.distributed with several ranks
         self.calls = calls  # their root_time: what ran inside a step is not its own
         self._started: dict[int, tuple[float, float]] = {}  # when, and root_time then
+        # inside the outermost step open: the optimizers it stepped, and the parameters
+        # whose step gradients have their rows
+        self._inner: list[torch.optim.Optimizer] = []
+        self._grads_done: set[int] = set()
 
     @hook
     def pre(self, t0: float, opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         if self.calls.on_other_thread():  # another training loop's: counted, not recorded
             self.calls.others.optimizer_step()
             return
+        if _inside_another_step():  # part of the outer step: its gradients, if new
+            tensors = self.tensors
+            if self.distributed and tensors.state.recording and tensors.level == Level.STATS:
+                self._step_grads(opt)
+            return
+        self._inner.clear()
+        self._grads_done.clear()
         self.steps.optimizer_begin()
         gradients = self.tensors.gradients
         if gradients.lazy:  # modules met only inside functional_call hold their own now
@@ -71,6 +107,9 @@ class OptimizerObserver:
     @hook
     def post(self, t0: float, opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         if self.calls.on_other_thread():
+            return
+        if _inside_another_step():  # its parameters get their rows with the outer step's
+            self._inner.append(opt)
             return
         v = t0 - self.guard.ovh
         start, before = self._started.pop(id(opt), (v, self.calls.root_time))
@@ -103,29 +142,43 @@ class OptimizerObserver:
                 self._param_values(opt, info, call)  # below stats: checked, not kept
             if state.batch is not None:
                 state.batch.settle()
-        self.steps.optimizer_end(opt)
-        state.seg.training = True
+        self.steps.optimizer_end(opt, self._inner)
+        state.done = v
+        self._inner = []
+        state.seg.training = state.seg.stepped = True
 
-    def _owned(self, opt: torch.optim.Optimizer, with_grad: bool) -> list:
+    def _owned(
+        self,
+        opts: Sequence[torch.optim.Optimizer],
+        with_grad: bool,
+        done: set[int] | None = None,
+    ) -> list:
+        """The recorded parameters ``opts`` step (those with a gradient, if
+        ``with_grad``), each once, with their owners; ``done``: ids to leave out, and
+        those taken are added to it."""
         owner = self.tensors.gradients.param_owner
-        return [
-            (p, owner[id(p)])
-            for group in opt.param_groups
-            for p in group["params"]
-            if id(p) in owner and (p.grad is not None or not with_grad)
-        ]
+        done = set() if done is None else done
+        owned = []
+        for opt in opts:
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    key = id(p)
+                    if key in owner and key not in done and (p.grad is not None or not with_grad):
+                        done.add(key)
+                        owned.append((p, owner[key]))
+        return owned
 
     def _step_grads(self, opt: torch.optim.Optimizer) -> None:
         """Gradient norms as the step will use them. Under DDP these are all-reduced
         (the post-accumulate hooks saw each rank's local gradient), so replicas must
         agree on them: ``hookdbg diff --ranks`` checks that they do."""
-        owned = self._owned(opt, with_grad=True)
+        owned = self._owned([opt], with_grad=True, done=self._grads_done)
         self._per_parameter(
             -1, Slot.STEP_GRAD, owned, [p.grad for p, _ in owned], self._step_grad_check, opt
         )
 
     def _param_values(self, opt: torch.optim.Optimizer, info: ModuleInfo, call: int) -> None:
-        owned = self._owned(opt, with_grad=False)
+        owned = self._owned([opt, *self._inner], with_grad=False)
         check = partial(self._param_value_check, info)
         self._per_parameter(call, Slot.PARAM, owned, [p for p, _ in owned], check, opt)
 
@@ -163,7 +216,15 @@ class OptimizerObserver:
                 for i, value in bad:
                     p, (owner, name) = owned[i]
                     observer.check(
-                        check, state.seg, owner, name, value, id(p), state.grad_finite, call, opt
+                        check,
+                        state.seg,
+                        owner,
+                        name,
+                        value,
+                        id(p),
+                        state.grad_finite,
+                        call,
+                        observer.context(opt),  # a check that waits holds no optimizer
                     )
             return
         rows = self.rows.tensors if state.batch is None else state.batch.rows
@@ -187,7 +248,7 @@ class OptimizerObserver:
                 id(p),
                 state.grad_finite,
                 call,
-                opt,
+                observer.context(opt),
             )
 
     def _step_grad_check(
@@ -199,7 +260,7 @@ class OptimizerObserver:
         param: int,
         grad_finite: dict[int, bool],
         call: int,
-        opt: torch.optim.Optimizer,
+        opt: torch.optim.Optimizer | None,
     ) -> None:
         value = checked(summary)
         if stats.is_finite(value):
@@ -208,7 +269,7 @@ class OptimizerObserver:
         grad_finite[param] = False  # the step's weights spread it, not born
         if local:
             alert = self.tensors.detector.reduced_grad(owner, name, value, seg, time())
-            self.tensors.alert(alert, module=owner.ref(), optimizer=self.tensors.context(opt))
+            self.tensors.alert(alert, module=owner.ref(), optimizer=opt)
 
     def _param_value_check(
         self,
@@ -220,12 +281,14 @@ class OptimizerObserver:
         param: int,
         grad_finite: dict[int, bool],
         call: int,
-        opt: torch.optim.Optimizer,
+        opt: torch.optim.Optimizer | None,
     ) -> None:
         value = checked(summary)
+        detector = self.tensors.detector
+        detector.weight_after_step(owner.id, name, stats.is_finite(value))
         if stats.is_finite(value):
             return
-        alert = self.tensors.detector.param_value(
+        alert = detector.param_value(
             owner, info, call, name, value, grad_finite.get(param), seg, time()
         )
-        self.tensors.alert(alert, module=owner.ref(), optimizer=self.tensors.context(opt))
+        self.tensors.alert(alert, module=owner.ref(), optimizer=opt)

@@ -87,6 +87,10 @@ class Segments:
         self.steps_recorded = 0  # training steps
         self.evals_recorded = 0  # eval batches
         self._all_recorded = True  # every segment so far was recorded (and so checked)
+        # how long training steps went on after their last backward pass or optimizer
+        # step (zero_grad, the next batch's loading), the latest ones: the last step's
+        # end follows them (``last_end``)
+        self.tails: collections.deque[float] = collections.deque(maxlen=64)
         self.open = False  # a segment has begun and not ended
         # set by the recorder: whether a step is recorded (its plan applied: the
         # level, modules and captures steering gave it, recorder/steps/steering.py), and what
@@ -189,6 +193,8 @@ class Segments:
         steps = self.steps
         origin = self.origin
         state.seg.training = training = steps.end(cut, state.seg.interrupted)
+        if training and state.done and not cut:
+            self.tails.append(max(now - state.done, 0.0))
         if state.recording:
             self.backward_rows(state.calls, state.step, state.id, origin, self.rows.calls)
             if training:
@@ -222,6 +228,19 @@ class Segments:
             self.handoff.when_due()
         if state.id == 0:
             self._check_globs()
+
+    def last_end(self, now: float) -> float:
+        """Where the segment open when the recording closes (at ``now``) ends: a
+        training step whose iteration was done (its optimizers stepped) ends as the
+        steps before it did, its last backward pass or optimizer step followed by their
+        median tail; what the script did after that (saving a checkpoint, a checksum)
+        is after training, not step time. Anything else ends at ``now``."""
+        state = self.state
+        if not (self.open and state.done and self.steps.iteration_done()):
+            return now
+        tails = sorted(self.tails)
+        tail = tails[len(tails) // 2] if tails else 0.0
+        return min(now, state.done + tail)
 
     def read_batches(self, wait: bool) -> None:
         """Complete the steps whose device statistics have reached the host: rows to the

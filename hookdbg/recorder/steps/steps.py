@@ -346,6 +346,13 @@ class StepTracker:
             self._last_eval = frozenset(self._roots)
         return training
 
+    def iteration_done(self) -> bool:
+        """Whether the current segment did what an iteration does: every optimizer of
+        the cycle stepped (with none known, a backward ran)."""
+        if self._stepped:
+            return self._cycle.keys() <= self._stepped
+        return not self._optimized and self.saw_backward
+
     @called_from_c
     def backward_ran(self) -> None:
         self.saw_backward = self._any_backward = True
@@ -353,10 +360,16 @@ class StepTracker:
     def optimizer_begin(self) -> None:
         self._in_optimizer += 1
 
-    def optimizer_end(self, opt: torch.optim.Optimizer) -> None:
+    def optimizer_end(
+        self, opt: torch.optim.Optimizer, inner: list[torch.optim.Optimizer] | None = None
+    ) -> None:
+        """``opt`` stepped, stepping the ``inner`` ones inside (a container of
+        optimizers): those found in the script's variables are awaited no more."""
         self._in_optimizer = max(0, self._in_optimizer - 1)
         self.optimizer_calls += 1
         self._stepped_once(opt)
+        for stepped in inner or ():
+            self._found.pop(id(stepped), None)
         self.optimizer_steps += 1
 
     def optimizer_skipped(self, opt: torch.optim.Optimizer) -> None:

@@ -246,9 +246,9 @@ class StepBatch:
         # its place in the step), and the bytes they hold
         self._held: list[tuple[torch.Tensor, int, Pending, int]] = []
         self._held_bytes = 0
-        self._summarised: list[list] = []  # held tensors kept alive until read back
         # the table kernel's partial rows: (rows, rows per tensor, the tensors' Pendings)
         self._tables: list[tuple[torch.Tensor, np.ndarray, list[Pending]]] = []
+        self._unowned: list[torch.Tensor] = []  # summarised, kept alive until read back
         # raw statistics by group (None while the group fills), see the module docstring
         self._groups: list[torch.Tensor | None] = []
         self._arena: torch.Tensor | None = None
@@ -319,7 +319,15 @@ class StepBatch:
                     members = self._summarise_table(members)
                 for t, pending in members:
                     self.summarise_now(pending, t)
-        self._summarised.append(held)  # their memory stays theirs until the kernel ran
+        # every read of them is queued: the script may let them go (a stream other than
+        # the one reading them reuses their memory only once those reads have run; a
+        # tensor whose memory the caching allocator does not own stays until read back)
+        for t, _, _, _ in held:
+            if t.is_cuda:
+                try:
+                    t.record_stream(torch.cuda.current_stream(t.device))
+                except RuntimeError:
+                    self._unowned.append(t)
 
     def _summarise_table(self, members: list[tuple[torch.Tensor, Pending]]) -> list:
         """One kernel launch over the tensors of ``members`` (of one dtype, on one device)
@@ -500,7 +508,7 @@ class StepBatch:
             for p in self.pending:
                 p.value = changed(p.meta, self.bins)
         self._host = self._keep = self._event = None
-        self._summarised = []
+        self._unowned = []
 
     def finished_rows(self) -> list[tuple]:
         """The step's tensor rows, with their summaries read back."""
