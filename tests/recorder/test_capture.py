@@ -180,6 +180,40 @@ def test_tensor_command(tmp_path):
         assert bad.returncode == 2 and message in bad.stderr
 
 
+def test_npy_without_a_slot_saves_the_only_tensor_or_says_what_to_choose(tmp_path):
+    """--npy without --slot: where one tensor is stored it is saved; where several
+    are, one line names them and nothing is written."""
+
+    class Const(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.arange(3.0))
+
+        def forward(self):
+            return self.w * 2
+
+    model = Const()
+    with hookdbg.record(tmp_path / "one.h5", quiet=True, capture=["*"]), torch.no_grad():
+        model()  # its output, and nothing else
+    saved = tmp_path / "only.npy"
+    out = run_hookdbg("tensor", tmp_path / "one.h5", "model", "--npy", saved)
+    assert out.returncode == 0, out.stderr
+    np.testing.assert_array_equal(np.load(saved), [0.0, 2.0, 4.0])
+    assert f"saved model output of step 0 (3,) float32 to {saved}" in out.stderr
+
+    out = run_hookdbg("record", "-q", "-o", tmp_path / "run.h5", SAMPLES / "nan_blowup.py")
+    assert out.returncode == 0, out.stderr
+    target = tmp_path / "x.npy"
+    refused = run_hookdbg(
+        "tensor", tmp_path / "run.h5", "standardize", "--step", "3", "--npy", target
+    )
+    assert refused.returncode == 2 and not target.exists() and refused.stdout == ""
+    assert refused.stderr.strip().splitlines() == [
+        "Error: --npy saves one tensor, and model.standardize at step 3 has 2 stored "
+        "tensors (input[0], output): choose one with --slot"
+    ]
+
+
 def test_captures_beyond_the_memory_bound_are_dropped_and_counted(tmp_path):
     """--capture with a budget far above the backlog bound: what the writer cannot take
     is dropped before it is copied, and the file says how much."""
