@@ -22,6 +22,7 @@ from hookdbg.options import ON_NAN_ACTIONS, OptionError, RecordOptions
 from hookdbg.ranks import placement, rank_path
 from hookdbg.store import owner
 from hookdbg.store.owner import busy
+from hookdbg.text import printable_lines
 
 if TYPE_CHECKING:  # the recorder imports torch: only once the arguments are known good
     from hookdbg.recorder import Recorder
@@ -204,7 +205,7 @@ def record(
         path.unlink(missing_ok=True)
         say(f"nothing recorded (no module call, step or alert): removed {path}")
     elif recorder.failure is not None:  # never hidden by -q
-        click.echo(f"{prefix}{_status_line(recorder, path)}", err=True)
+        click.echo(f"{prefix}{printable_lines(_status_line(recorder, path))}", err=True)
     else:
         say(_status_line(recorder, path))
     if ended.code == 2 and recorder.calls_recorded == 0:
@@ -305,7 +306,7 @@ def _status_printer(prefix: str, quiet: bool) -> Callable[[str], None]:
     """hookdbg's status lines, on stderr with this rank's prefix; none with -q."""
     if quiet:
         return lambda _msg: None
-    return lambda msg: click.echo(f"{prefix}{msg}", err=True)
+    return lambda msg: click.echo(f"{prefix}{printable_lines(msg)}", err=True)
 
 
 def _misplaced_hint(prefix: str, target: str, script_args: list[str]) -> None:

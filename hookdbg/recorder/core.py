@@ -73,7 +73,7 @@ from hookdbg.store.owner import busy
 from hookdbg.store.rows import Rows
 from hookdbg.store.schema import ModuleKind
 from hookdbg.store.writer import Writer, WriterError
-from hookdbg.text import plural
+from hookdbg.text import plural, printable_lines
 
 _active: Recorder | None = None  # the recording of this process, from its start
 _starting = threading.Lock()  # claiming ``_active``: one start at a time
@@ -714,8 +714,10 @@ class Recorder:
             self.report(message)
 
     def report(self, message: str) -> None:
-        """A line on stderr that ``quiet`` does not hide: what a NaN/inf origin says."""
-        print(f"{status_prefix()}{message}", file=sys.stderr, flush=True)
+        """A line on stderr that ``quiet`` does not hide: what a NaN/inf origin says. It
+        may name modules, whose names can hold anything (an ESC sequence): escaped, as
+        every report writes them."""
+        print(f"{status_prefix()}{printable_lines(message)}", file=sys.stderr, flush=True)
 
     def _on_new_module(self, info: ModuleInfo, obj: object) -> None:
         self.rows.modules.append(info.row())
