@@ -235,6 +235,25 @@ def test_captures_beyond_the_memory_bound_are_dropped_and_counted(tmp_path):
     assert 0 < kept <= 2 << 20  # about the bound: one batch over it at most
 
 
+def test_a_capture_larger_than_the_memory_bound_leaves_every_step_in_the_file(tmp_path):
+    """A 2 MB activation captured under a 1 MB bound, with the writer asleep: the first
+    is taken alone, the others are dropped, and every step's statistics reach the file."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 256), nn.ReLU())
+    x = torch.randn(2048, 256)
+    with hookdbg.record(
+        tmp_path / "run.h5", quiet=True, capture=["model.1"], max_backlog_mb=1, flush_interval=60
+    ) as rec:
+        for _ in range(3):  # no optimizer: each forward and backward is a step
+            model(x).sum().backward()
+    with open_recording(tmp_path / "run.h5") as done:
+        assert len(done.steps) == 3 and done.dropped_rows == rec.dropped_rows > 0
+        assert int((done.calls_table.column("phase") == Phase.FWD).sum()) == 3 * 3
+        relu = done.modules.resolve("model.1").id
+        assert int((done.tensors()["module"] == relu).sum()) == 3 * 4  # in, out, their grads
+        assert [c.step for c in done.captured()] == [0]
+
+
 def test_a_captured_tensor_under_a_key_that_is_not_ascii(tmp_path):
     """Module outputs are named by their keys, which can be any text: the captured
     tensor is stored under it, UTF-8 encoded, and the recording loses nothing."""
