@@ -287,6 +287,19 @@ def nan_in(where: str):
     return workload
 
 
+def weight_norm_read_at_build():
+    """A parametrized weight read with no module call around (at build time, as Hugging
+    Face's initialisation does), then inside the forward of the module that holds it."""
+    conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(2, 4, 3))
+    with torch.no_grad():
+        conv.weight.std()
+    opt = torch.optim.SGD(conv.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        conv(torch.randn(2, 2, 6)).square().mean().backward()
+        opt.step()
+
+
 WORKLOADS = {
     "mlp_with_eval": mlp_with_eval,
     "inference_input": inference_input,
@@ -298,6 +311,7 @@ WORKLOADS = {
     "torch_func": torch_func,
     "nan_in_forward": nan_in("forward"),
     "nan_in_backward": nan_in("backward"),
+    "weight_norm_read_at_build": weight_norm_read_at_build,
 }
 
 OPTIONS = {

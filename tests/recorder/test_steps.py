@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 import hookdbg
-from hookdbg.store.schema import StepKind
-from tests.helpers import module_names, tables
+from hookdbg.store.schema import ModuleKind, StepKind
+from tests.helpers import module_id, module_names, tables
 
 
 def steps_of(path) -> tuple[int, dict[str, list[int]]]:
@@ -534,3 +534,54 @@ def test_actor_critic_steps_each_optimizer_in_turn(tmp_path):
             alpha_opt.step()
     n, roots = steps_of(tmp_path / "sac.h5")
     assert n == 3 and roots["actor"] == [0, 1, 2] and roots["critic"] == [0, 0, 1, 1, 2, 2]
+
+
+class WeightNormed(nn.Module):
+    """A convolution under weight norm (torch.nn.utils.parametrize), as wav2vec2's
+    positional convolution is."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(2, 4, 3), dim=2)
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.head(self.conv(x).mean(-1))
+
+
+def _init_weights(module: nn.Module) -> None:
+    """Hugging Face's weight initialisation reads the parametrized weight, with no
+    module call around (its variable is ``module``)."""
+    with torch.no_grad():
+        for sub in module.modules():
+            if isinstance(sub, nn.Conv1d):
+                nn.init.normal_(sub.parametrizations.weight.original1, std=sub.weight.std())
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["C path", "Python path"])
+def test_parametrizations_read_at_build_time_are_no_eval_batch(tmp_path, monkeypatch, pure):
+    from hookdbg.recorder import accelerated
+
+    monkeypatch.setenv(accelerated.PURE_PYTHON, "1" if pure else "")
+    torch.manual_seed(0)
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        model = WeightNormed()
+        _init_weights(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            opt.zero_grad()
+            model(torch.randn(5, 2, 8)).square().mean().backward()
+            opt.step()
+    n, roots = steps_of(tmp_path / "run.h5")
+    assert n == 3 and eval_batches(tmp_path / "run.h5") == 0
+    assert roots == {"model": [0, 1, 2]}
+    t = tables(tmp_path / "run.h5")
+    modules = t["modules"][t["modules"]["kind"] == ModuleKind.MODULE]
+    assert all(name.startswith(b"model") for name in modules["name"]), modules["name"]
+    parametrized = module_id(t, "model.conv.parametrizations.weight")
+    conv = module_id(t, "model.conv")
+    forward = t["calls"][t["calls"]["phase"] == 0]
+    by_call = {int(r["call"]): r for r in forward}
+    inside = [r for r in forward if r["module"] == parametrized]
+    assert [int(r["step"]) for r in inside] == [0, 1, 2]  # part of the call reading it
+    assert all(by_call[int(r["parent"])]["module"] == conv for r in inside)

@@ -10,8 +10,9 @@ order they ran; an eval batch carries the number of training steps completed bef
 settled when it ends: it is a training step if a backward ran or an optimizer stepped
 in it.
 
-A *root* call is a module call with no other module call around it. Each root call is
-one of:
+A *root* call is a module call with no other module call around it (a parametrized
+weight read outside any call, through ``torch.nn.utils.parametrize``, is none: the
+module hooks leave it out, recorder/hooks/modulehooks.py). Each root call is one of:
 
 * **aux**: the module (with its submodules) has no parameters: a data transform such as
   torchvision's ``Normalize`` applied per sample, a loss module, an activation. It
