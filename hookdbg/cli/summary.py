@@ -147,6 +147,14 @@ class Summary(Report):
                     "\n  no training step was recorded, only eval batches: "
                     + literal(f"`hookdbg show {rec.path} MODULE --eval` shows their calls")
                 )
+            elif own := [m.name for m in rec.modules if m.is_optimizer and m.params]:
+                out.print(
+                    "\n  no module calls were recorded: the steps trained tensors of no "
+                    + literal(
+                        f"nn.Module; `hookdbg show {rec.path} {own[0]}` shows their "
+                        "gradients and norms"
+                    )
+                )
             else:
                 out.print("\n  no module calls were recorded")
             return

@@ -720,6 +720,8 @@ class Recorder:
         print(f"{status_prefix()}{printable_lines(message)}", file=sys.stderr, flush=True)
 
     def _on_new_module(self, info: ModuleInfo, obj: object) -> None:
+        if info.kind == ModuleKind.OPTIMIZER:  # its row counts its own parameters
+            self.observer.gradients.watch_own(info, obj, self._hooks.add)
         self.rows.modules.append(info.row())
         if info.kind == ModuleKind.MODULE and (compiled_model(obj) or compiled_in_place(obj)):
             self.rows.info.append((time.time(), "compiled", info.name))

@@ -300,6 +300,20 @@ def weight_norm_read_at_build():
         opt.step()
 
 
+def plain_tensors():
+    """No nn.Module: tensors, an optimizer, a loss; and a loss module beside them."""
+    w = torch.randn(6, 3, requires_grad=True)
+    scale = nn.Parameter(torch.ones(3))
+    opt = torch.optim.Adam([w, scale], lr=0.1)
+    mse = nn.MSELoss()
+    x, y = torch.randn(8, 6), torch.randn(8, 3)
+    for step in range(3):
+        opt.zero_grad()
+        out = (x @ w) * scale
+        (mse(out, y) if step == 2 else (out - y).square().mean()).backward()
+        opt.step()
+
+
 WORKLOADS = {
     "mlp_with_eval": mlp_with_eval,
     "inference_input": inference_input,
@@ -312,6 +326,7 @@ WORKLOADS = {
     "nan_in_forward": nan_in("forward"),
     "nan_in_backward": nan_in("backward"),
     "weight_norm_read_at_build": weight_norm_read_at_build,
+    "plain_tensors": plain_tensors,
 }
 
 OPTIONS = {

@@ -585,3 +585,58 @@ def test_parametrizations_read_at_build_time_are_no_eval_batch(tmp_path, monkeyp
     inside = [r for r in forward if r["module"] == parametrized]
     assert [int(r["step"]) for r in inside] == [0, 1, 2]  # part of the call reading it
     assert all(by_call[int(r["parent"])]["module"] == conv for r in inside)
+
+
+def _plain_tensors():
+    torch.manual_seed(0)
+    w = torch.randn(6, 3, requires_grad=True)
+    return w, torch.randn(16, 6), torch.randn(16, 3)
+
+
+def test_tensors_trained_without_modules_step_at_each_optimizer_step(tmp_path):
+    """No nn.Module at all: the backward passes say where the steps are, gradient
+    accumulation included (rule 7)."""
+    w, x, y = _plain_tensors()
+    opt = torch.optim.SGD([w], lr=0.1)
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        for _ in range(3):
+            for half in (x[:8], x[8:]):  # two micro-batches per step
+                ((half @ w - y[:8]) ** 2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+    t = tables(tmp_path / "run.h5")
+    assert list(t["steps"]["kind"]) == [StepKind.TRAIN] * 3
+    assert list(t["steps"]["optimizer_steps"]) == [1, 1, 1] and len(t["losses"]) == 6
+    assert sorted(t["losses"]["step"].tolist()) == [0, 0, 1, 1, 2, 2]
+
+
+def test_tensors_updated_by_hand_are_a_step_per_backward(tmp_path):
+    w, x, y = _plain_tensors()
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        for _ in range(4):
+            ((x @ w - y) ** 2).mean().backward()
+            with torch.no_grad():
+                w -= 0.1 * w.grad
+            w.grad = None
+    t = tables(tmp_path / "run.h5")
+    assert list(t["steps"]["kind"]) == [StepKind.TRAIN] * 4
+    assert t["losses"]["step"].tolist() == [0, 1, 2, 3]
+
+
+def test_lbfgs_on_plain_tensors_is_a_step_per_optimizer_step(tmp_path):
+    """The closure's backward passes run inside the optimizer step: they begin none."""
+    w, x, y = _plain_tensors()
+    opt = torch.optim.LBFGS([w], max_iter=4)
+
+    def closure():
+        opt.zero_grad()
+        loss = ((x @ w - y) ** 2).mean()
+        loss.backward()
+        return loss
+
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        for _ in range(2):
+            opt.step(closure)
+    t = tables(tmp_path / "run.h5")
+    assert list(t["steps"]["kind"]) == [StepKind.TRAIN] * 2
+    assert len(t["losses"]) > 2  # several closure evaluations per step
