@@ -42,3 +42,8 @@ def printable(text: bytes | str) -> str:
     if text.isprintable():  # the common case, checked in C
         return text
     return "".join(c if c.isprintable() else _escaped(c) for c in text)
+
+
+def printable_lines(text: str) -> str:
+    """``printable`` line by line: a message's own line breaks stay line breaks."""
+    return "\n".join(printable(line) for line in text.split("\n"))

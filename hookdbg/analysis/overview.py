@@ -35,7 +35,7 @@ class Overview:
     step_median: float
     modules: int
     params: int
-    optimizers: list[str]
+    optimizers: list[str]  # each with the parameters no module holds, where it has some
     compiled: list[str]  # modules run by torch.compile, recorded as one call each
     step: int | None  # the step the module table describes
     lines: list[ModuleLine]
@@ -112,7 +112,11 @@ def overview(recording: Recording, step: int | None = None) -> Overview:
         step_median=float(np.median(durations)) if len(durations) else 0.0,
         modules=len(modules),
         params=sum(totals[m.id] for m in recording.modules.roots()),
-        optimizers=[f"{m.name} ({m.type})" for m in recording.modules if m.is_optimizer],
+        optimizers=[
+            f"{m.name} ({m.type}{f', {m.params:,} parameters of its own' if m.params else ''})"
+            for m in recording.modules
+            if m.is_optimizer
+        ],
         compiled=recording.compiled,
         step=step,
         lines=lines,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -155,10 +156,20 @@ def _check_target(path: Path, recording: Path, fmt: str, force: bool) -> None:
         if not parent.is_dir() and not _makeable(path):
             raise BadInput(f"cannot write {path}: no directory {path.parent}")
         return
-    if path.exists() and not force:
+    if path.exists() and not force and not _stream(path):
         raise BadInput(f"{path} already exists; pass --force to overwrite it")
     if not path.parent.is_dir():
         raise BadInput(f"cannot write {path}: no directory {path.parent}")
+
+
+def _stream(path: Path) -> bool:
+    """Whether ``path`` is a terminal, a pipe or another device (``/dev/stdout``,
+    ``/dev/tty``): written to, not overwritten, so no --force is needed."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 def _makeable(path: Path) -> bool:
@@ -173,14 +184,17 @@ def _makeable(path: Path) -> bool:
 def _to_file(
     rec: Recording, fmt: str, target: str, table: str, first: int | None, last: int | None
 ) -> Written:
-    stream = sys.stdout if target == "-" else open(target, "w", encoding="utf-8", newline="")  # noqa: SIM115
+    try:
+        stream = sys.stdout if target == "-" else open(target, "w", encoding="utf-8", newline="")  # noqa: SIM115
+    except OSError as exc:
+        raise BadInput(f"cannot write {target}: {exc.strerror or exc}") from None
     try:
         if fmt == "perfetto":
             count = perfetto(rec, stream, first, last)
             what = plural(count, "trace event")
         else:
             rows = table_rows(rec, table, first, last)
-            if fmt == "csv" and stream is sys.stdout and sys.stdout.isatty():
+            if fmt == "csv" and stream.isatty():  # -o -, or a path that is a terminal
                 rows = _printable_rows(rows)
             count = (write_csv if fmt == "csv" else write_json)(rows, stream)
             what = plural(count, f"{table} row")
@@ -191,13 +205,13 @@ def _to_file(
     finally:
         if stream is not sys.stdout:
             stream.close()
-    size = os.path.getsize(target) if target != "-" else None
+    size = os.path.getsize(target) if target != "-" and not _stream(Path(target)) else None
     facts: dict[str, object] = {"path": target, "bytes": size}
     if fmt == "perfetto":
         facts["events"] = count
     else:
         facts |= {"table": table, "rows": count}
-    said = f"wrote {what} to {target} ({human_bytes(size or 0)})"
+    said = f"wrote {what} to {target}" + (f" ({human_bytes(size)})" if size is not None else "")
     return Written(rec, fmt, target, facts, said)
 
 

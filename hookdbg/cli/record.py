@@ -22,6 +22,7 @@ from hookdbg.options import ON_NAN_ACTIONS, OptionError, RecordOptions
 from hookdbg.ranks import placement, rank_path
 from hookdbg.store import owner
 from hookdbg.store.owner import busy
+from hookdbg.text import printable_lines
 
 if TYPE_CHECKING:  # the recorder imports torch: only once the arguments are known good
     from hookdbg.recorder import Recorder
@@ -135,7 +136,8 @@ Examples:
     show_default=True,
     metavar="MB",
     help="Memory for rows and captured tensors waiting to be written; past it (the disk "
-    "cannot keep up) they are dropped and counted in the file.",
+    "cannot keep up) captured tensors are dropped first, the statistics last, and "
+    "counted in the file.",
 )
 @click.option(
     "--histograms",
@@ -204,7 +206,7 @@ def record(
         path.unlink(missing_ok=True)
         say(f"nothing recorded (no module call, step or alert): removed {path}")
     elif recorder.failure is not None:  # never hidden by -q
-        click.echo(f"{prefix}{_status_line(recorder, path)}", err=True)
+        click.echo(f"{prefix}{printable_lines(_status_line(recorder, path))}", err=True)
     else:
         say(_status_line(recorder, path))
     if ended.code == 2 and recorder.calls_recorded == 0:
@@ -305,7 +307,7 @@ def _status_printer(prefix: str, quiet: bool) -> Callable[[str], None]:
     """hookdbg's status lines, on stderr with this rank's prefix; none with -q."""
     if quiet:
         return lambda _msg: None
-    return lambda msg: click.echo(f"{prefix}{msg}", err=True)
+    return lambda msg: click.echo(f"{prefix}{printable_lines(msg)}", err=True)
 
 
 def _misplaced_hint(prefix: str, target: str, script_args: list[str]) -> None:
@@ -360,20 +362,44 @@ def _status_line(recorder: Recorder, path: Path) -> str:
             f"recording FAILED: {recorder.failure}; the file holds the "
             f"{', '.join(parts)} before it -> {path} ({size}, status failed)"
         )
+    if error is None and recorder.dropped_rows:  # what the file holds, of what was seen
+        held = _held(path)
+        holds = f"recorded {held}" if held is not None else "recorded"
+        if held is None or held != ", ".join(parts[:-1]):
+            holds += f" of the {', '.join(parts[:-1])} seen"
+        return (
+            f"{holds}, {parts[-1]} -> {path} ({size}); {recorder.dropped_rows:,} rows DROPPED "
+            "(the disk could not keep up; counted in the file)"
+        )
     if error is None:
-        line = f"recorded {', '.join(parts)} -> {path} ({size})"
-        if recorder.dropped_rows:
-            line += (
-                f"; {recorder.dropped_rows:,} rows DROPPED (the disk could not keep up; "
-                "counted in the file)"
-            )
-        return line
+        return f"recorded {', '.join(parts)} -> {path} ({size})"
     held = plural(recorder.steps_written, "step or eval batch", "steps and eval batches")
     return (
         f"writing {path} stopped early ({error}): it holds {held} of the {', '.join(parts)} "
         f"seen, and {recorder.dropped_rows:,} rows were lost ({size}; `hookdbg summary "
         f"{path}` says when writing stopped)"
     )
+
+
+def _held(path: Path) -> str | None:
+    """The steps, eval batches and module calls the closed file holds, as the end line
+    says them; None where it cannot be read back."""
+    from hookdbg.read import RecordingError, open_recording
+    from hookdbg.store.schema import Phase
+
+    try:
+        with open_recording(path) as rec:
+            evals = len(rec.evals)
+            calls = int((rec.calls_table.column("phase") == Phase.FWD).sum())
+            return ", ".join(
+                [
+                    plural(len(rec.recorded_steps), "step"),
+                    *([plural(evals, "eval batch", "eval batches")] if evals else []),
+                    plural(calls, "module call"),
+                ]
+            )
+    except RecordingError:
+        return None
 
 
 def _example_name(recorder: Recorder) -> str:

@@ -77,6 +77,7 @@ class Summary(Report):
             "end_message": utf8(rec.end["message"]) if rec.end is not None else None,
             "bytes": rec.size,
             "command": info.argv,
+            "cut_attributes": info.cut,
             "created": info.created,
             "host": info.host,
             "torch": info.torch_version,
@@ -147,6 +148,14 @@ class Summary(Report):
                     "\n  no training step was recorded, only eval batches: "
                     + literal(f"`hookdbg show {rec.path} MODULE --eval` shows their calls")
                 )
+            elif own := [m.name for m in rec.modules if m.is_optimizer and m.params]:
+                out.print(
+                    "\n  no module calls were recorded: the steps trained tensors of no "
+                    + literal(
+                        f"nn.Module; `hookdbg show {rec.path} {own[0]}` shows their "
+                        "gradients and norms"
+                    )
+                )
             else:
                 out.print("\n  no module calls were recorded")
             return
@@ -199,6 +208,11 @@ def _facts(rec: Recording, view: Overview) -> list[tuple[str, str]]:
     return [*facts, *failed, ("alerts", alerts), ("data lost", lost_text(rec))]
 
 
+def _cut_attributes(cut: dict[str, str]) -> str:
+    """What the reader left out of the file's attributes (hookdbg/read/runinfo.py)."""
+    return "; ".join(f"attribute {name}: {what}" for name, what in cut.items())
+
+
 def _how_run(rec: Recording) -> list[tuple[str, str]]:
     """The command, where and with what it was recorded, and the recording options."""
     info, opts = rec.info, rec.info.options
@@ -220,6 +234,7 @@ def _how_run(rec: Recording) -> list[tuple[str, str]]:
             )
             + f", modules {opts.get('modules')}",
         ),
+        *([("cut", _cut_attributes(info.cut))] if info.cut else []),
         *([("steered", text)] if (text := steered(rec)) else []),
         *(
             [

@@ -50,7 +50,8 @@ Examples:
     "--npy",
     type=click.Path(dir_okay=False),
     metavar="FILE",
-    help="Save the tensor to FILE (numpy .npy format) instead of printing it.",
+    help="Save the tensor to FILE (numpy .npy format) instead of printing it; without "
+    "--slot, the one tensor stored (several: it says which there are).",
 )
 @click.option("--full", is_flag=True, help="Print every value, not an abbreviation.")
 @json_option
@@ -75,10 +76,10 @@ def tensor(
     where = f"{target.name}" + (f" at step {step}" if step is not None else "")
     if not stored:
         raise BadInput(f"{recording} holds no full tensors of {where}{_stored_hint(rec)}")
-    if slot is None:
+    if slot is None and not npy:
         emit(StoredTensors(stored, where), as_json=as_json)
         return
-    chosen = _choose(stored, slot, call_index, where)
+    chosen = _choose(stored, slot, call_index, where) if slot is not None else _only(stored, where)
     values = rec.tensor(chosen)
     if npy:
         _save(values, Path(npy))
@@ -111,6 +112,22 @@ def _choose(stored: list[Capture], slot: str, call_index: int, where: str) -> Ca
     if call_index >= len(calls):
         raise BadInput(f"--call {call_index}: only {plural(len(calls), 'stored call')} of {where}")
     return calls[call_index]
+
+
+def _only(stored: list[Capture], where: str) -> Capture:
+    """The one tensor --npy saves without --slot: the only one stored, or exit 2 saying
+    what to choose from."""
+    if len(stored) == 1:
+        return stored[0]
+    labels = sorted({c.label for c in stored})
+    steps = sorted({c.step for c in stored})
+    pick = "--slot" if len(steps) == 1 else "--slot and --step"
+    shown = ", ".join(labels[:6]) + (" ..." if len(labels) > 6 else "")
+    raise BadInput(
+        f"--npy saves one tensor, and {where} has {plural(len(stored), 'stored tensor')} "
+        f"({shown}{'' if len(steps) == 1 else f'; steps {steps[0]}-{steps[-1]}'}): "
+        f"choose one with {pick}"
+    )
 
 
 def _save(values: np.ndarray, path: Path) -> None:

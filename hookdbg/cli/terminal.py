@@ -16,7 +16,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from hookdbg.text import printable
+from hookdbg.text import printable, printable_lines
 
 
 def note(message: str) -> None:
@@ -29,11 +29,6 @@ def literal(value: object) -> str:
     ``[bold]``, and control characters print escaped. Use it (not rich's ``escape``)
     for anything a recording or a user supplied."""
     return escape(printable(str(value)))
-
-
-def printable_lines(text: str) -> str:
-    """``printable`` line by line: a report's own line breaks stay line breaks."""
-    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 class Output:

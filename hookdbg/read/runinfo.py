@@ -1,11 +1,19 @@
 """The run's metadata (the file's attributes), each checked for type and range before
 use: an attribute is input like any other (``schema_version`` can hold ``'abc'`` or an
-array; ``options`` a JSON list; ``pid`` a number no process has)."""
+array; ``options`` a JSON list; ``pid`` a number no process has).
+
+Each is also bounded: a file can hold a 50 MB ``argv`` or ``host``, which a report would
+take minutes to lay out. A text attribute keeps its first ``TEXT_LIMIT`` characters, and
+the strings of a JSON one (``argv``, ``options``) as many together; an attribute stored
+at a fixed size of more than ``READ_LIMIT`` bytes is not read at all (HDF5 reads an
+attribute whole). ``RunInfo.cut`` names each attribute cut, with its length, so that
+reports say so.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import h5py
@@ -13,8 +21,11 @@ import numpy as np
 
 from hookdbg.read.checks import H5_ERRORS, RecordingError, read_or_fail, reason
 from hookdbg.store import schema
+from hookdbg.text import human_bytes, plural
 
 _MAX_WORLD = 1 << 20  # ranks: more than any cluster runs
+TEXT_LIMIT = 4096  # characters kept of a text attribute, or of a JSON one's strings
+READ_LIMIT = 1 << 20  # bytes of a fixed-size attribute read at most
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,9 @@ class RunInfo:
     backend: str
     schema_version: int
     per_call_path: str = ""  # C or Python ("" before it was recorded)
+    # the attributes cut to TEXT_LIMIT, or not read: name -> what was left out
+    # ("50,000,004 characters, shown to 4,096")
+    cut: dict[str, str] = field(default_factory=dict)
 
     @property
     def command(self) -> str:
@@ -74,6 +88,7 @@ def run_info(f: h5py.File, path: Path) -> RunInfo:
         backend=attrs.text("backend"),
         schema_version=version,
         per_call_path=taken if isinstance(taken := attrs.get("per_call_path"), str) else "",
+        cut=attrs.cut,
     )
 
 
@@ -83,10 +98,19 @@ class _Attributes:
     def __init__(self, f: h5py.File, path: Path) -> None:
         self._attrs = read_or_fail(path, "the file's attributes", lambda: f.attrs)
         self._path = path
+        self.cut: dict[str, str] = {}
 
     def get(self, name: str) -> object:
-        """The attribute's value, with strings as str; None when it is absent."""
+        """The attribute's value, with strings as str; None when it is absent; "" for
+        one stored at a fixed size beyond ``READ_LIMIT`` (not read: cut)."""
         try:
+            if name not in self._attrs:
+                return None
+            stored = self._attrs.get_id(name)
+            size = stored.get_storage_size()  # a variable-length string's: its pointer
+            if size > READ_LIMIT:
+                self.cut[name] = f"{human_bytes(size)} stored at a fixed size, not read"
+                return ""
             value = self._attrs.get(name)
         except H5_ERRORS as exc:
             raise RecordingError(
@@ -107,6 +131,14 @@ class _Attributes:
         )
 
     def text(self, name: str) -> str:
+        """A text attribute, its first ``TEXT_LIMIT`` characters."""
+        value = self._whole_text(name)
+        if len(value) > TEXT_LIMIT:
+            self._cut(name, len(value))
+            return value[:TEXT_LIMIT] + _CUT
+        return value
+
+    def _whole_text(self, name: str) -> str:
         value = self.get(name)
         if not isinstance(value, str):
             raise self.bad(name, "a string", value)
@@ -133,8 +165,51 @@ class _Attributes:
         return value
 
     def _json(self, name: str, kind: str) -> object:
-        text = self.text(name)
+        """A JSON attribute, parsed whole (a cut JSON text would not parse), then its
+        strings bounded together (``_bounded``)."""
+        text = self._whole_text(name)
         try:
-            return json.loads(text)
+            value = json.loads(text)
         except (ValueError, RecursionError):
             raise self.bad(name, f"JSON text ({kind})", text) from None
+        if len(text) <= TEXT_LIMIT:
+            return value
+        room = [TEXT_LIMIT]
+        bounded = _bounded(value, room)
+        if room[0] < 0:
+            self._cut(name, len(text))
+        return bounded
+
+    def _cut(self, name: str, length: int) -> None:
+        self.cut.setdefault(name, f"{plural(length, 'character')}, shown to {TEXT_LIMIT:,}")
+
+
+_CUT = "…"  # ends what was cut
+
+
+def _bounded(value: object, room: list[int]) -> object:
+    """``value`` (parsed JSON) with its strings, keys among them, cut to ``room[0]``
+    characters together, and the items of lists and objects past that point left out;
+    ``room[0]`` ends below 0 where anything was cut."""
+    if isinstance(value, str):
+        left = room[0]
+        room[0] -= len(value)
+        return value if room[0] >= 0 else value[: max(left, 0)] + _CUT
+    if isinstance(value, list):
+        kept = []
+        for item in value:
+            if room[0] <= 0:
+                room[0] = -1
+                break
+            kept.append(_bounded(item, room))
+        return kept
+    if isinstance(value, dict):
+        entries = {}
+        for key, item in value.items():
+            if room[0] <= 0:
+                room[0] = -1
+                break
+            room[0] -= len(key)
+            entries[key] = _bounded(item, room)
+        return entries
+    return value

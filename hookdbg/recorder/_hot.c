@@ -76,6 +76,7 @@ static Py_ssize_t summary_length; /* summary.LENGTH */
 static struct {
     PyObject *Tensor;         /* torch.Tensor */
     PyObject *Parameter;      /* torch.nn.Parameter */
+    PyObject *ParametrizationList; /* torch.nn.utils.parametrize.ParametrizationList */
     PyObject *strided;        /* torch.strided */
     PyObject *Recompute;      /* recompute.Recompute */
     PyObject *Pending;        /* deferred.Pending */
@@ -2370,6 +2371,10 @@ static int pre_body(CallPath *p, double t0, PyObject *module, PyObject *args) {
             return call_void((PyObject *)p, s__recompute_inner, a, 3);
         }
         pinfo = Py_IS_TYPE(top, &CallType) ? ((Call *)top)->info : top;
+    } else if ((PyObject *)Py_TYPE(module) == G.ParametrizationList) {
+        /* a parametrized weight read outside any call: no call of the model's */
+        p->mute = 1;
+        return PyList_Append(stack, G.MUTED);
     }
     Py_INCREF(pinfo);
     if ((key = PyLong_FromVoidPtr(module)) == NULL) goto done;
@@ -2804,6 +2809,11 @@ static PyObject *setup(PyObject *module, PyObject *args, PyObject *kwds) {
     G.Parameter = PyObject_GetAttrString(parameters, "Parameter");
     Py_DECREF(parameters);
     if (G.Parameter == NULL) return NULL;
+    PyObject *parametrize = PyImport_ImportModule("torch.nn.utils.parametrize");
+    if (parametrize == NULL) return NULL;
+    G.ParametrizationList = PyObject_GetAttrString(parametrize, "ParametrizationList");
+    Py_DECREF(parametrize);
+    if (G.ParametrizationList == NULL) return NULL;
     G.rows = PyCapsule_Import(ROWBUFFER_CAPSULE, 0);
     if (G.rows == NULL) return NULL;
     if (G.rows->version != ROWBUFFER_API_VERSION) {

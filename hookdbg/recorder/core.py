@@ -75,7 +75,7 @@ from hookdbg.store.owner import busy
 from hookdbg.store.rows import Rows
 from hookdbg.store.schema import ModuleKind
 from hookdbg.store.writer import Writer, WriterError
-from hookdbg.text import plural, printable
+from hookdbg.text import plural, printable_lines
 
 _active: Recorder | None = None  # the recording of this process, from its start
 _starting = threading.Lock()  # claiming ``_active``: one start at a time
@@ -515,7 +515,7 @@ class Recorder:
         now = time.monotonic()
         for problem in self.steering.problems(now, final):
             self.rows.info.append((time.time(), CHANNEL, problem[: schema.MESSAGE_BYTES]))
-            self.warn(printable(problem))
+            self.warn(problem)
         self._echo.flush(now, final)
 
     def _unmatched(self, command: Command) -> str:
@@ -539,7 +539,7 @@ class Recorder:
         number = f"{seq}" if sent is None else f"{seq} {sent!r}"
         value = f"{number}: {text}"[: schema.MESSAGE_BYTES]
         self.rows.info.append((time.time(), ANSWER, value))
-        self._echo(printable(f"{what}: {text}"))
+        self._echo(f"{what}: {text}")
 
     def _dump_flight(self) -> str:
         flight = self.actions.flight
@@ -767,10 +767,14 @@ class Recorder:
             self.report(message)
 
     def report(self, message: str) -> None:
-        """A line on stderr that ``quiet`` does not hide: what a NaN/inf origin says."""
-        print(f"{status_prefix()}{message}", file=sys.stderr, flush=True)
+        """A line on stderr that ``quiet`` does not hide: what a NaN/inf origin says. It
+        may name modules, whose names can hold anything (an ESC sequence): escaped, as
+        every report writes them."""
+        print(f"{status_prefix()}{printable_lines(message)}", file=sys.stderr, flush=True)
 
     def _on_new_module(self, info: ModuleInfo, obj: object) -> None:
+        if info.kind == ModuleKind.OPTIMIZER:  # its row counts its own parameters
+            self.observer.gradients.watch_own(info, obj, self._hooks.add)
         self.rows.modules.append(info.row())
         if info.kind == ModuleKind.MODULE and (compiled_model(obj) or compiled_in_place(obj)):
             self.rows.info.append((time.time(), "compiled", info.name))

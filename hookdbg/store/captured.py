@@ -97,6 +97,17 @@ class CapturedQueue:
         cost, self._done, self._done_cost = self._done_cost, [], 0
         return done, cost
 
+    def shed(self, size: int) -> tuple[int, int]:
+        """Forget waiting rows, the latest first, until they held ``size`` bytes or only
+        the first is left (its bytes may be partly written): how many, and what they
+        held."""
+        rows = freed = 0
+        while freed < size and len(self._queue) > 1:
+            freed += self.cost(self._queue.pop())
+            rows += 1
+        self.handled += rows
+        return rows, freed
+
     def drop(self) -> tuple[int, int]:
         """Forget every row not handed back by ``store`` (writing failed): how many, and
         what they held in memory."""

@@ -84,7 +84,7 @@ FIELDS: tuple[Field, ...] = (
         "zeros",
         FRACTION,
         _NAN,
-        "the fraction of values that are 0 (sampled above 4096 on the torch path)",
+        "the fraction of values that are 0 (of floats sampled above 4096 on the torch path)",
         search=True,
         scalar=True,
         shown=True,

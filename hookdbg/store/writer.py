@@ -17,11 +17,15 @@ Captured tensors can outweigh everything else by far, and take the writer second
 compress: they go in behind the rows, half a flush interval of writing between two
 commits (store/captured.py), so that no step's rows wait for them.
 
-Full-queue policy: batches handed over and not yet written are bounded in bytes
-(``max_backlog_bytes``, estimated from row counts plus the exact size of captured
-tensors); while the writer is that far behind (the disk cannot keep up), new batches
-are dropped whole and counted; the count is printed once when dropping starts, kept in
-every progress row and in the end row. Nothing is dropped silently.
+Full-queue policy: rows and captured tensors handed over and not yet written are
+bounded in bytes (``max_backlog_bytes``, estimated from row counts plus the exact size
+of captured tensors). While the writer is that far behind (the disk cannot keep up),
+captured tensors go first and the statistics last: a captured tensor is dropped where
+its bytes do not fit beside everything else waiting (one larger than the bound goes
+when no other waits), and those waiting are dropped, the latest first, where the rows
+need their room; a batch of rows is dropped only while the rows waiting alone fill the
+bound. The count is printed once when dropping starts, kept in every progress row and
+in the end row. Nothing is dropped silently.
 
 Write errors (disk full, file removed): recording stops with one warning naming the
 cause, training goes on, and every later batch counts as dropped. The ``end`` row and
@@ -119,9 +123,12 @@ class Writer:
         self._stop = threading.Event()
         self._submitted_bytes = 0  # written only by the training thread
         self._written_bytes = 0  # written only by the writer thread
+        self._submitted_captures = 0  # of those, captured tensors' (the training thread)
+        self._captures_gone = 0  # and of these (the writer thread): written or dropped
         self._written_rows = 0
         self._uncommitted = 0  # rows appended since the last commit: lost if writing fails
         self.dropped_rows = 0
+        self._said_dropping = 0  # 1: that captured tensors are dropped, 2: rows too
         self.failed: str | None = None
         self.failed_at = math.nan
         self._steps_appended = 0
@@ -147,10 +154,26 @@ class Writer:
     # -- training thread -------------------------------------------------------------
 
     def submit(self, batch: Batch) -> None:
-        """Hand rows over to the writer; drops (and counts) them if it is too far behind."""
-        size = batch_bytes(batch, self._row_bytes)
-        if self.failed is not None or self.died is not None or self._over(size):
+        """Hand rows over to the writer; drops (and counts) what the bound has no room
+        for, captured tensors first (see the module docstring)."""
+        if self.failed is not None or self.died is not None:
             self._drop(batch)
+            return
+        captures = batch.pop("captures", None)
+        size = batch_bytes(batch, self._row_bytes)
+        waiting = self.backlog_bytes - self.captures_waiting  # rows' bytes
+        if waiting > 0 and waiting + size > self.max_backlog_bytes:
+            self._drop({**batch, "captures": captures or []})
+            return
+        if captures:
+            captured = batch_bytes({"captures": captures}, self._row_bytes)
+            if self.has_room(size + captured):
+                batch["captures"] = captures
+                size += captured
+                self._submitted_captures += captured
+            else:
+                self._drop({"captures": captures})
+        if not batch:
             return
         self._submitted_bytes += size
         self._inbox.append((batch, size))
@@ -158,23 +181,40 @@ class Writer:
             self._wake.set()
 
     def has_room(self, size: int) -> bool:
-        """Whether ``size`` more bytes would fit the bound (asked before a big copy)."""
-        return not self._over(size) and self.failed is None and self.died is None
+        """Whether ``size`` more bytes of captured tensors fit the bound beside what
+        waits (asked before a big copy); where no captured tensor waits they go whatever
+        their size, or no tensor larger than the bound could ever be captured."""
+        if self.failed is not None or self.died is not None:
+            return False
+        return self.captures_waiting == 0 or self.backlog_bytes + size <= self.max_backlog_bytes
+
+    @property
+    def captures_waiting(self) -> int:
+        """Bytes of captured tensors handed over and not yet written."""
+        return self._submitted_captures - self._captures_gone
 
     def count_dropped(self, rows: int) -> None:
         """Rows the recorder dropped itself, for want of room: counted with the rest."""
         self._drop({"captures": [None] * rows})
 
-    def _over(self, size: int) -> bool:
-        return self.backlog_bytes + size > self.max_backlog_bytes and self.backlog_bytes > 0
-
     def _drop(self, batch: Batch) -> None:
+        """Count what is dropped; say it once for captured tensors, once for rows."""
         n = sum(len(rows) for rows in batch.values())
-        if self.dropped_rows == 0 and self.failed is None and self.died is None:
-            self._warn(
-                f"the writer is {self.max_backlog_bytes / 2**20:,.0f} MB behind (the disk "
-                "cannot keep up); dropping rows, counted in the recording, until it catches up"
-            )
+        captured = len(batch.get("captures", ()))
+        if self.failed is None and self.died is None:
+            what = None
+            if n > captured and not self._said_dropping & 2:
+                self._said_dropping |= 2
+                what = "dropping rows"
+            elif captured and not self._said_dropping:
+                what = "dropping captured tensors (the statistics go on)"
+            if what is not None:
+                self._said_dropping |= 1
+                self._warn(
+                    f"the writer is {self.max_backlog_bytes / 2**20:,.4g} MB behind (the "
+                    f"disk cannot keep up); {what}, counted in the recording, until it "
+                    "catches up"
+                )
         self.dropped_rows += n
 
     def flush(self, timeout: float | None) -> bool:
@@ -398,7 +438,7 @@ class Writer:
             except Exception as exc:
                 rows, size = self._captured.drop()
                 self.dropped_rows += self._uncommitted + rows
-                self._written_bytes += size
+                self._captured_left(size)
                 self._uncommitted = 0
                 self._fail(exc)
                 return
@@ -408,12 +448,16 @@ class Writer:
         their queue. After a write error, counted as dropped."""
         merged: dict[str, list[Taken]] = {}
         size = 0  # what the rows taken held in memory (captured tensors: when written)
+        over = self.backlog_bytes - self.max_backlog_bytes  # rows came past the bound
         try:
             while self._inbox:
                 batch, batch_size = self._inbox.popleft()
                 size += batch_size
                 if self.failed is not None:
                     self.dropped_rows += sum(len(rows) for rows in batch.values())
+                    captured = batch.get("captures", [])
+                    assert isinstance(captured, list)  # captures are never packed
+                    self._captures_gone += sum([self._captured.cost(row) for row in captured])
                     continue
                 for table, table_rows in batch.items():
                     if table == "captures":
@@ -428,12 +472,28 @@ class Writer:
                 self._append(table, parts)
         finally:
             self._written_bytes += size
+        self._make_room(over)
+
+    def _make_room(self, over: int) -> None:
+        """``over`` bytes past the bound (rows came while captured tensors filled it):
+        the captured tensors waiting go, the latest first, until what waited fits; the
+        statistics keep their room."""
+        if over > 0 and not self._stop.is_set():  # closing: all of it is written anyway
+            rows, size = self._captured.shed(over)
+            if rows:
+                self._drop({"captures": [None] * rows})
+                self._captured_left(size)
+
+    def _captured_left(self, size: int) -> None:
+        """``size`` bytes of captured tensors left the backlog (written, or dropped)."""
+        self._written_bytes += size
+        self._captures_gone += size
 
     def _store_captured(self, until: float) -> None:
         """Captured bytes into the file until ``until`` (time.monotonic), and the rows of
         the tensors whose bytes are all in."""
         rows, size = self._captured.store(self._capture_data, until)
-        self._written_bytes += size
+        self._captured_left(size)
         if not rows:
             return
         self._uncommitted += len(rows)
@@ -603,7 +663,7 @@ class Writer:
             old["_file"].close()
         if self._ledger is not None:
             self._ledger.kept_from(first)
-        self._written_bytes += self._captured.keep_from(first)
+        self._captured_left(self._captured.keep_from(first))
 
     def _copy_kept(self, old: dict[str, object], first: int) -> None:
         """Into the new file: what ``retention.kept`` keeps of each table, captured
@@ -660,7 +720,7 @@ class Writer:
     def _finish(self) -> None:
         rows, size = self._captured.drop()  # none, unless the writer thread broke
         self.dropped_rows += rows
-        self._written_bytes += size
+        self._captured_left(size)
         status = str(self._end["status"]) if self._end is not None else ""
         if self.failed is None:
             try:

@@ -250,3 +250,49 @@ def test_which_per_call_path_runs_is_said_by_version_and_the_recording(tmp_path)
         assert hookdbg(*args, env={**os.environ, **extra}).returncode == 0
         path = built if name == "c" else "Python"
         assert f"({path} per-call path)" in hookdbg("summary", out).stdout
+
+
+PLAIN_TENSORS = """
+import torch
+torch.manual_seed(0)
+w = torch.randn(8, 4, requires_grad=True)
+b = torch.zeros(4, requires_grad=True)
+opt = torch.optim.SGD([w, b], lr=0.1)
+x, y = torch.randn(32, 8), torch.randn(32, 4)
+for step in range(3):
+    opt.zero_grad()
+    loss = ((x @ w + b - y) ** 2).mean()
+    loss.backward()
+    opt.step()
+    print(repr(loss.item()), repr(w.grad.norm().item()), repr(w.detach().double().norm().item()))
+"""
+
+
+def test_a_loop_without_modules_records_its_steps_loss_and_weights(tmp_path):
+    """Plain tensors, an optimizer, a loss: three steps, their loss, the tensors'
+    gradients and their norms after each step, under the optimizer and named from the
+    script's variables; training is the same as without hookdbg."""
+    script = tmp_path / "plain.py"
+    script.write_text(PLAIN_TENSORS)
+    plain = subprocess.run([sys.executable, script], capture_output=True, text=True, check=True)
+    out = hookdbg("record", script, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == plain.stdout  # bitwise the same training
+    [path] = tmp_path.glob("hookdbg-plain.*.h5")  # kept: it holds steps
+    assert "recorded 3 steps, 0 module calls, 0 alerts" in out.stderr
+    summary = json.loads(hookdbg("summary", path, "--json").stdout)
+    assert (summary["steps"], summary["optimizers"]) == (3, ["opt (SGD, 36 parameters of its own)"])
+    printed = [[float(v) for v in line.split()] for line in plain.stdout.splitlines()]
+    [loss] = summary["losses"]
+    assert (loss["passes"], loss["first"], loss["last"]) == (
+        3,
+        [0, printed[0][0]],
+        [2, printed[2][0]],
+    )
+    shown = json.loads(hookdbg("show", path, "opt", "--json").stdout)
+    rows = {(r["step"], f"{r['slot']}[{r['path']}]"): r for r in shown["rows"]}
+    assert {slot for _, slot in rows} == {"param_grad[w]", "param_grad[b]", "param[w]", "param[b]"}
+    assert len(rows) == len(shown["rows"]) == 3 * 4
+    for step, (_, grad_norm, weight_norm) in enumerate(printed):
+        assert rows[step, "param_grad[w]"]["norm"] == pytest.approx(grad_norm, rel=1e-6)
+        assert rows[step, "param[w]"]["norm"] == pytest.approx(weight_norm, rel=1e-12)

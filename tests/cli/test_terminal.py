@@ -98,6 +98,28 @@ def test_csv_is_exact_in_a_pipe_and_escaped_on_a_terminal(evil):
     assert status == 0 and SHOWN.encode() in screen and EVIL.encode() not in screen
 
 
+def test_csv_into_a_terminal_given_by_path_is_escaped_and_into_a_pipe_exact(evil):
+    """-o /dev/stdout is a terminal or a pipe, not a file to overwrite: no --force, and
+    escaped on a terminal as -o - is."""
+    args = ("export", evil / "s0.h5", "--format", "csv", "-o", "/dev/stdout")
+    status, screen = hookdbg_in_terminal(*args)
+    assert status == 0, screen
+    assert SHOWN.encode() in screen and b"\x1b]0;pwned" not in screen and b"\x1b[2J" not in screen
+    assert b"wrote 36 tensors rows to /dev/stdout\r\n" in screen  # no size: it is no file
+    piped = hookdbg(*args)
+    assert piped.returncode == 0, piped.stderr
+    paths = [r["module"] for r in csv.DictReader(io.StringIO(piped.stdout))]
+    assert f"model.{EVIL}" in paths
+
+
+def test_record_writes_module_names_escaped(evil, tmp_path):
+    """The NaN alert hookdbg record prints names the module with the hostile name."""
+    out = hookdbg("record", "-o", tmp_path / "run.h5", evil / "evil.py", "0", ARG)
+    assert out.returncode == 0, out.stderr
+    assert "\x1b" not in out.stderr and "\u202e" not in out.stderr
+    assert f"NaN first appeared at step 2 in model.{SHOWN} (Root) forward output" in out.stderr
+
+
 def test_summary_on_a_terminal(evil):
     status, screen = hookdbg_in_terminal("summary", evil / "s0.h5")
     assert status == 0, screen

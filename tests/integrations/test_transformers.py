@@ -165,3 +165,46 @@ def test_torchrun_writes_one_file_per_rank(tmp_path):
             names = {m.name for m in rec.modules}
             assert "model.bert.embeddings.LayerNorm" in names
             assert not any(n.startswith(("model_wrapped", "module")) for n in names)
+
+
+def test_wav2vec2_built_while_recording_is_named_and_counted_as_trained(tmp_path):
+    """wav2vec2's positional convolution is weight-normed: Hugging Face's weight
+    initialisation reads it with no module call around, which is no eval batch, and
+    the model keeps the script's name for it."""
+    import torch
+    from transformers import Wav2Vec2Config, Wav2Vec2ForCTC
+
+    import hookdbg
+
+    config = Wav2Vec2Config(
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        conv_dim=(8, 8),
+        conv_stride=(5, 2),
+        conv_kernel=(10, 3),
+        num_conv_pos_embeddings=8,
+        num_conv_pos_embedding_groups=2,
+        vocab_size=8,
+        mask_time_prob=0.0,
+    )
+    torch.manual_seed(0)
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        model = Wav2Vec2ForCTC(config)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        for _ in range(2):
+            opt.zero_grad()
+            model(torch.randn(2, 1000), labels=torch.randint(1, 8, (2, 5))).loss.backward()
+            opt.step()
+    with open_recording(tmp_path / "run.h5") as rec:
+        assert (len(rec.steps), len(rec.evals)) == (2, 0)
+        models = [m for m in rec.modules if m.is_model_part]
+        assert {m.name.split(".")[0] for m in models} == {"model"}
+        conv = rec.modules.resolve("model.wav2vec2.encoder.pos_conv_embed.conv")
+        weight = rec.modules.resolve(f"{conv.name}.parametrizations.weight")
+        calls = rec.calls()
+        forward = calls[calls["phase"] == 0]
+        module_of = dict(zip(forward["call"].tolist(), forward["module"].tolist(), strict=True))
+        inside = forward[forward["module"] == weight.id]  # read inside the convolution
+        assert [module_of[parent] for parent in inside["parent"].tolist()] == [conv.id] * 2

@@ -19,6 +19,7 @@ import sys
 import time
 
 import h5py
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -248,6 +249,35 @@ def test_npy_into_a_missing_directory(tmp_path):
     saved = tmp_path / "x"  # saved exactly where asked (np.save would add .npy)
     out = hookdbg("tensor", BASE, "standardize", "--step", "3", "--slot", "output", "--npy", saved)
     assert out.returncode == 0 and saved.exists() and f"to {saved}" in out.stderr
+
+
+def test_huge_attributes_are_cut_and_the_summary_says_so(tmp_path):
+    """A 50 MB argv, a 10 MB host and a 2 MB cwd stored at a fixed size: the reader
+    keeps the first characters of each text, reads no fixed-size attribute that large,
+    and says what it cut; summary answers with a page, not 60 MB."""
+    path = tmp_path / "huge.h5"
+    shutil.copy(BASE, path)
+    with h5py.File(path, "r+") as f:
+        argv = json.dumps(["train.py", "--tag", "x" * 50_000_000, "--last"])
+        f.attrs["argv"] = argv
+        f.attrs["host"] = "h" * 10_000_000
+        f.attrs["cwd"] = np.bytes_(b"/" * 2_000_000)
+    with open_recording(path) as rec:
+        info = rec.info
+        assert info.argv[:2] == ["train.py", "--tag"] and len(info.argv) == 3
+        assert info.argv[2] == "x" * (4096 - len("train.py--tag")) + "…"
+        assert info.host == "h" * 4096 + "…" and info.cwd == ""
+        assert info.cut == {
+            "argv": f"{len(argv):,} characters, shown to 4,096",
+            "host": "10,000,000 characters, shown to 4,096",
+            "cwd": "2.0 MB stored at a fixed size, not read",
+        }
+    out = hookdbg("summary", path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert len(out.stdout) < 30_000
+    cut = next(line for line in out.stdout.splitlines() if line.startswith("  cut "))
+    assert cut.split(None, 1)[1] == "; ".join(f"attribute {n}: {w}" for n, w in info.cut.items())
+    assert json.loads(hookdbg("summary", path, "--json").stdout)["cut_attributes"] == info.cut
 
 
 # -- small files that expand ------------------------------------------------------------

@@ -287,6 +287,33 @@ def nan_in(where: str):
     return workload
 
 
+def weight_norm_read_at_build():
+    """A parametrized weight read with no module call around (at build time, as Hugging
+    Face's initialisation does), then inside the forward of the module that holds it."""
+    conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(2, 4, 3))
+    with torch.no_grad():
+        conv.weight.std()
+    opt = torch.optim.SGD(conv.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        conv(torch.randn(2, 2, 6)).square().mean().backward()
+        opt.step()
+
+
+def plain_tensors():
+    """No nn.Module: tensors, an optimizer, a loss; and a loss module beside them."""
+    w = torch.randn(6, 3, requires_grad=True)
+    scale = nn.Parameter(torch.ones(3))
+    opt = torch.optim.Adam([w, scale], lr=0.1)
+    mse = nn.MSELoss()
+    x, y = torch.randn(8, 6), torch.randn(8, 3)
+    for step in range(3):
+        opt.zero_grad()
+        out = (x @ w) * scale
+        (mse(out, y) if step == 2 else (out - y).square().mean()).backward()
+        opt.step()
+
+
 WORKLOADS = {
     "mlp_with_eval": mlp_with_eval,
     "inference_input": inference_input,
@@ -298,6 +325,8 @@ WORKLOADS = {
     "torch_func": torch_func,
     "nan_in_forward": nan_in("forward"),
     "nan_in_backward": nan_in("backward"),
+    "weight_norm_read_at_build": weight_norm_read_at_build,
+    "plain_tensors": plain_tensors,
 }
 
 OPTIONS = {

@@ -69,7 +69,11 @@ def test_the_kernel_reads_dense_layouts_in_place_and_not_strided_views():
         assert torch.equal(flat.sort().values, dense.flatten().sort().values)
     assert blockstats.flat_input(x[:, :, ::2]) is None
     assert blockstats.flat_input(randn(1, 8000).expand(3, 8000)) is None
-    assert blockstats.flat_input(x.to(torch.int32)) is None
+    ids = x.to(torch.int32)
+    assert blockstats.flat_input(ids).data_ptr() == ids.data_ptr()  # integers too
+    mask = x > 0
+    assert blockstats.flat_input(mask).dtype == torch.uint8  # a bool's bytes
+    assert blockstats.flat_input(x.to(torch.complex64)) is None
     assert blockstats.flat_input(nn.Parameter(x)) is None  # a subclass: torch's ops
 
 
@@ -301,7 +305,7 @@ from hookdbg.recorder.summaries.blockkernel import TRITON_DTYPES, block_stats, t
 
 options = {"num_warps": blockstats.WARPS}
 constants = {"BLOCK": blockstats.BLOCK, "COLUMNS": blockstats.COLUMNS}
-for dtype in ("fp32", "fp16", "bf16", "fp64"):
+for dtype in ("fp32", "fp16", "bf16", "fp64", "i64", "i32", "i16", "i8", "u8"):
     signature = {"x": "*" + dtype, "rows": "*fp64", "first_row": "i32", "numel": "i64",
                  "per_program": "i32", "BLOCK": "constexpr", "COLUMNS": "constexpr"}
     source = ASTSource(fn=block_stats, signature=signature, constexprs=constants)

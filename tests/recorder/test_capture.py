@@ -180,6 +180,40 @@ def test_tensor_command(tmp_path):
         assert bad.returncode == 2 and message in bad.stderr
 
 
+def test_npy_without_a_slot_saves_the_only_tensor_or_says_what_to_choose(tmp_path):
+    """--npy without --slot: where one tensor is stored it is saved; where several
+    are, one line names them and nothing is written."""
+
+    class Const(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.arange(3.0))
+
+        def forward(self):
+            return self.w * 2
+
+    model = Const()
+    with hookdbg.record(tmp_path / "one.h5", quiet=True, capture=["*"]), torch.no_grad():
+        model()  # its output, and nothing else
+    saved = tmp_path / "only.npy"
+    out = run_hookdbg("tensor", tmp_path / "one.h5", "model", "--npy", saved)
+    assert out.returncode == 0, out.stderr
+    np.testing.assert_array_equal(np.load(saved), [0.0, 2.0, 4.0])
+    assert f"saved model output of step 0 (3,) float32 to {saved}" in out.stderr
+
+    out = run_hookdbg("record", "-q", "-o", tmp_path / "run.h5", SAMPLES / "nan_blowup.py")
+    assert out.returncode == 0, out.stderr
+    target = tmp_path / "x.npy"
+    refused = run_hookdbg(
+        "tensor", tmp_path / "run.h5", "standardize", "--step", "3", "--npy", target
+    )
+    assert refused.returncode == 2 and not target.exists() and refused.stdout == ""
+    assert refused.stderr.strip().splitlines() == [
+        "Error: --npy saves one tensor, and model.standardize at step 3 has 2 stored "
+        "tensors (input[0], output): choose one with --slot"
+    ]
+
+
 def test_captures_beyond_the_memory_bound_are_dropped_and_counted(tmp_path):
     """--capture with a budget far above the backlog bound: what the writer cannot take
     is dropped before it is copied, and the file says how much."""
@@ -199,6 +233,25 @@ def test_captures_beyond_the_memory_bound_are_dropped_and_counted(tmp_path):
         assert done.dropped_rows == rec.dropped_rows
         kept = sum(c.nbytes for c in done.captured())
     assert 0 < kept <= 2 << 20  # about the bound: one batch over it at most
+
+
+def test_a_capture_larger_than_the_memory_bound_leaves_every_step_in_the_file(tmp_path):
+    """A 2 MB activation captured under a 1 MB bound, with the writer asleep: the first
+    is taken alone, the others are dropped, and every step's statistics reach the file."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 256), nn.ReLU())
+    x = torch.randn(2048, 256)
+    with hookdbg.record(
+        tmp_path / "run.h5", quiet=True, capture=["model.1"], max_backlog_mb=1, flush_interval=60
+    ) as rec:
+        for _ in range(3):  # no optimizer: each forward and backward is a step
+            model(x).sum().backward()
+    with open_recording(tmp_path / "run.h5") as done:
+        assert len(done.steps) == 3 and done.dropped_rows == rec.dropped_rows > 0
+        assert int((done.calls_table.column("phase") == Phase.FWD).sum()) == 3 * 3
+        relu = done.modules.resolve("model.1").id
+        assert int((done.tensors()["module"] == relu).sum()) == 3 * 4  # in, out, their grads
+        assert [c.step for c in done.captured()] == [0]
 
 
 def test_a_captured_tensor_under_a_key_that_is_not_ascii(tmp_path):

@@ -348,3 +348,49 @@ def test_reports_say_a_row_changed_in_place_before_its_statistics(tmp_path):
         (1, "input"): False,
         (1, "output"): False,
     }
+
+
+class Masked(nn.Module):
+    """Token ids and a bool padding mask in, as a language model takes them."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 8)
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, ids, keep):
+        return self.head(self.embed(ids) * keep.unsqueeze(-1)).sum()
+
+
+@pytest.mark.parametrize("histograms", [0, 8])
+def test_integer_and_bool_tensors_say_the_same_on_the_device_path(tmp_path, histograms):
+    """Their range, zero fraction and counts of 0, nothing else and no histogram, on
+    both paths (stats.INTEGER_CONTRACT)."""
+    rows = {}
+    for defer in (False, True):
+        path = tmp_path / f"{defer}.h5"
+        torch.manual_seed(0)
+        model = Masked()
+        ids = torch.randint(0, 50, (4, 6))
+        ids[:, 4:] = 0  # padding
+        options = RecordOptions.build(quiet=True, histograms=histograms)
+        with Recorder(path, options, defer_cpu=defer):
+            for _ in range(2):
+                model(ids, ids != 0).backward()
+        with open_recording(path) as rec:
+            columns = [
+                *(rec.tensors_table.dtype.names or ()),
+                *(["histogram"] if histograms else []),
+            ]
+            t = rec.tensors(columns=columns)
+        rows[defer] = t[np.isin(t["dtype"], [b"int64", b"bool"])]
+    now, later = rows[False], rows[True]
+    assert len(now) == len(later) == 2 * 3  # ids into the model and into embed, the mask
+    for field in ("shape", "dtype", "min", "max", "nan", "posinf", "neginf", "zero_frac"):
+        assert now[field].tolist() == later[field].tolist(), field
+    ids_row = now[now["dtype"] == b"int64"][0]
+    assert (ids_row["min"], ids_row["nan"]) == (0, 0) and ids_row["zero_frac"] >= 8 / 24
+    for field in ("mean", "std", "norm", "sat_frac", "absmean"):
+        assert np.isnan(later[field]).all() and np.isnan(now[field]).all(), field
+    if histograms:
+        assert not later["histogram"].any() and not now["histogram"].any()

@@ -6,16 +6,21 @@ tensor-at-a-time reductions (deferred.tensor_stats), and the two Triton kernels
 over many tensors a launch that every held tensor goes through (table_stats), and the
 one over a tensor at a time (block_stats, where histograms are asked for).
 
-The contract: min and max exact; mean, population std (ddof 0) and L2 norm within
-1e-12 (relative) of numpy's on the values converted to float64, over the finite
-values; the std of a constant tensor exactly 0; NaN, +inf and -inf counted exactly, and
-the values equal to the finite min or max (``sat_frac``, a fraction of all values); the
-mean of |x| over the finite values (``absmean``) within 1e-12 as well. A
-mean may also be off by 1e-14 of the values' mean magnitude: where the values cancel
-to a mean near 0, no float64 sum (numpy's neither) resolves it more finely. On the
-device path a tensor holding NaN or inf gets its counts and no statistics
-(deferred.from_raw). A recording must not depend on which engine made it:
+The contract for floating tensors: min and max exact; mean, population std (ddof 0)
+and L2 norm within 1e-12 (relative) of numpy's on the values converted to float64,
+over the finite values; the std of a constant tensor exactly 0; NaN, +inf and -inf
+counted exactly, and the values equal to the finite min or max (``sat_frac``, a
+fraction of all values); the mean of |x| over the finite values (``absmean``) within
+1e-12 as well. A mean may also be off by 1e-14 of the values' mean magnitude: where
+the values cancel to a mean near 0, no float64 sum (numpy's neither) resolves it more
+finely. On the device path a tensor holding NaN or inf gets its counts and no
+statistics (deferred.from_raw). A recording must not depend on which engine made it:
 ``hookdbg diff`` compares them at 1e-5.
+
+For integer and bool tensors (token ids, labels, masks; stats.INTEGER_CONTRACT): min
+and max exact (the values converted to float64, a bool as 0 or 1), the fraction of
+zeros exact (padding, a mask's False), no NaN or inf; their mean, std, norm, absmean and
+sat_frac are not measured (NaN), by every engine alike.
 """
 
 from __future__ import annotations
@@ -231,6 +236,49 @@ def test_every_engine_agrees_with_float64(case: str, engine: str, monkeypatch) -
             continue
         error = abs(got[key] - want[key])
         assert error <= REL * abs(want[key]) + floor, (key, got[key], want[key])
+
+
+def integer_cases() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(30)
+    ids = torch.randint(0, 50_257, (6_000,), generator=g)
+    ids[::7] = 0  # padding
+    mask = torch.rand(70_000, generator=g) < 0.3
+    return {
+        "token ids with padding": ids,
+        "int64 past 2**53": torch.tensor([2**62 + 1, -(2**62) - 3, 2**53 + 1, 0, 7] * 300),
+        "int64 extremes": torch.tensor([2**63 - 1, -(2**63), 0] * 100),
+        "labels int32": torch.randint(-3, 10, (5_000,), generator=g, dtype=torch.int32),
+        "int16": torch.randint(-(2**15), 2**15, (3_000,), generator=g, dtype=torch.int16),
+        "int8": torch.randint(-128, 128, (3_001,), generator=g, dtype=torch.int8),
+        "uint8 at its cap": torch.full((2_049,), 255, dtype=torch.uint8),
+        "bool mask": mask,
+        "bool all False": torch.zeros(300, dtype=torch.bool),
+        "bool one True": torch.tensor([True]),
+        "one int": torch.tensor(-5),
+        "a large int64 tensor": torch.randint(-9, 9, (70_001,), generator=g),
+        "an int64 matrix transposed": ids.view(60, 100).t(),
+        "every other id": ids[::2],
+        "a column of a bool matrix": mask.view(700, 100)[:, 3],
+    }
+
+
+INTEGER_CASES = integer_cases()
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the interpreter's numpy
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("case", INTEGER_CASES)
+def test_every_engine_follows_the_integer_contract(case: str, engine: str, monkeypatch) -> None:
+    t = INTEGER_CASES[case]
+    got = dict(zip(stats.FIELDS, ENGINES[engine][0](t, monkeypatch), strict=False))
+    a = t.numpy().ravel().astype(np.float64)  # as the reference converts
+    assert got["numel"] == t.numel() and (got["nan"], got["posinf"], got["neginf"]) == (0, 0, 0)
+    assert (got["min"], got["max"]) == (a.min(), a.max())
+    assert got["zero_frac"] == np.count_nonzero(a == 0) / a.size
+    measured = set(stats.INTEGER_CONTRACT)
+    assert measured == {"min", "max", "nan", "posinf", "neginf", "zero_frac"}
+    unmeasured = [k for k in stats.FIELDS[stats.MIN :] if k not in measured]
+    assert all(math.isnan(got[k]) for k in unmeasured), {k: got[k] for k in unmeasured}
 
 
 @pytest.mark.parametrize("engine", ["C", "torch"])

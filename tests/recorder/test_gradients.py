@@ -156,3 +156,61 @@ def test_a_module_output_asked_for_its_gradient_first_keeps_its_backward(
     assert plain[0] == ["model", "model.0", "model.0.0", "model.0.1", "model.1"]
     assert asked == plain
     assert asked[1] == {0}  # the parameters' gradients are their own call's
+
+
+@pytest.mark.parametrize("pure", PATHS)
+def test_an_optimizers_own_parameters_are_recorded_under_it(tmp_path, monkeypatch, pure):
+    """A temperature beside the models (SAC's ``log_alpha``) in an optimizer of its own:
+    its gradient and its norm after each step are rows of that optimizer, named from the
+    script's variable; the model's parameters stay the model's."""
+    monkeypatch.setenv(accelerated.PURE_PYTHON, "1" if pure else "")
+    torch.manual_seed(0)
+    actor = nn.Linear(3, 2)
+    log_alpha = nn.Parameter(torch.zeros(1))
+    alpha_opt = torch.optim.Adam([log_alpha], lr=0.01)
+    actor_opt = torch.optim.Adam(actor.parameters(), lr=0.01)
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        for _ in range(2):
+            entropy = actor(torch.randn(4, 3)).softmax(-1).log().mean()
+            actor_opt.zero_grad()
+            (log_alpha.exp().detach() * entropy).backward()
+            actor_opt.step()
+            alpha_opt.zero_grad()
+            (-log_alpha * entropy.detach()).sum().backward()
+            alpha_opt.step()
+    t = tables(tmp_path / "run.h5")
+    owner = module_id(t, "alpha_opt")
+    mine = t["tensors"][t["tensors"]["module"] == owner]
+    slots = sorted({(int(r["phase"]), int(r["slot"]), r["path"].decode()) for r in mine})
+    assert slots == [
+        (Phase.BWD, Slot.PARAM_GRAD, "log_alpha"),
+        (Phase.OPT, Slot.PARAM, "log_alpha"),
+    ]
+    assert sorted(mine["step"].tolist()) == [0, 0, 1, 1]
+    kinds = dict(zip(t["modules"]["id"].tolist(), t["modules"]["kind"].tolist(), strict=True))
+    assert kinds[owner] == ModuleKind.OPTIMIZER
+    actor_rows = t["tensors"][t["tensors"]["module"] == module_id(t, "actor")]
+    assert {r["path"].decode() for r in actor_rows if r["slot"] == Slot.PARAM} == {"weight", "bias"}
+    own = t["modules"][t["modules"]["id"] == owner]
+    assert own["params"].tolist() == [1]
+
+
+@pytest.mark.parametrize("pure", PATHS)
+def test_a_nan_loss_of_plain_tensors_is_one_origin(tmp_path, monkeypatch, pure):
+    """The loss is where it was born; the gradient of the tensor it came from follows."""
+    monkeypatch.setenv(accelerated.PURE_PYTHON, "1" if pure else "")
+    torch.manual_seed(0)
+    w = torch.randn(8, 4, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=0.1)
+    x = torch.randn(16, 8)
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        for step in range(3):
+            opt.zero_grad()
+            out = x @ w
+            (out.log() if step == 1 else out).square().mean().backward()
+            opt.step()
+    t = tables(tmp_path / "run.h5")
+    names = module_names(t)
+    alerts = [(int(a["step"]), names[int(a["module"])]) for a in t["alerts"]]
+    assert alerts[0] == (1, "loss") and {name for _, name in alerts} == {"loss"}
+    assert t["alerts"]["message"][0].startswith(b"NaN first appeared at step 1 in loss")

@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 import hookdbg
-from hookdbg.store.schema import StepKind
-from tests.helpers import module_names, tables
+from hookdbg.store.schema import ModuleKind, StepKind
+from tests.helpers import module_id, module_names, tables
 
 
 def steps_of(path) -> tuple[int, dict[str, list[int]]]:
@@ -534,3 +534,109 @@ def test_actor_critic_steps_each_optimizer_in_turn(tmp_path):
             alpha_opt.step()
     n, roots = steps_of(tmp_path / "sac.h5")
     assert n == 3 and roots["actor"] == [0, 1, 2] and roots["critic"] == [0, 0, 1, 1, 2, 2]
+
+
+class WeightNormed(nn.Module):
+    """A convolution under weight norm (torch.nn.utils.parametrize), as wav2vec2's
+    positional convolution is."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(2, 4, 3), dim=2)
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.head(self.conv(x).mean(-1))
+
+
+def _init_weights(module: nn.Module) -> None:
+    """Hugging Face's weight initialisation reads the parametrized weight, with no
+    module call around (its variable is ``module``)."""
+    with torch.no_grad():
+        for sub in module.modules():
+            if isinstance(sub, nn.Conv1d):
+                nn.init.normal_(sub.parametrizations.weight.original1, std=sub.weight.std())
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["C path", "Python path"])
+def test_parametrizations_read_at_build_time_are_no_eval_batch(tmp_path, monkeypatch, pure):
+    from hookdbg.recorder import accelerated
+
+    monkeypatch.setenv(accelerated.PURE_PYTHON, "1" if pure else "")
+    torch.manual_seed(0)
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        model = WeightNormed()
+        _init_weights(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            opt.zero_grad()
+            model(torch.randn(5, 2, 8)).square().mean().backward()
+            opt.step()
+    n, roots = steps_of(tmp_path / "run.h5")
+    assert n == 3 and eval_batches(tmp_path / "run.h5") == 0
+    assert roots == {"model": [0, 1, 2]}
+    t = tables(tmp_path / "run.h5")
+    modules = t["modules"][t["modules"]["kind"] == ModuleKind.MODULE]
+    assert all(name.startswith(b"model") for name in modules["name"]), modules["name"]
+    parametrized = module_id(t, "model.conv.parametrizations.weight")
+    conv = module_id(t, "model.conv")
+    forward = t["calls"][t["calls"]["phase"] == 0]
+    by_call = {int(r["call"]): r for r in forward}
+    inside = [r for r in forward if r["module"] == parametrized]
+    assert [int(r["step"]) for r in inside] == [0, 1, 2]  # part of the call reading it
+    assert all(by_call[int(r["parent"])]["module"] == conv for r in inside)
+
+
+def _plain_tensors():
+    torch.manual_seed(0)
+    w = torch.randn(6, 3, requires_grad=True)
+    return w, torch.randn(16, 6), torch.randn(16, 3)
+
+
+def test_tensors_trained_without_modules_step_at_each_optimizer_step(tmp_path):
+    """No nn.Module at all: the backward passes say where the steps are, gradient
+    accumulation included (rule 7)."""
+    w, x, y = _plain_tensors()
+    opt = torch.optim.SGD([w], lr=0.1)
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        for _ in range(3):
+            for half in (x[:8], x[8:]):  # two micro-batches per step
+                ((half @ w - y[:8]) ** 2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+    t = tables(tmp_path / "run.h5")
+    assert list(t["steps"]["kind"]) == [StepKind.TRAIN] * 3
+    assert list(t["steps"]["optimizer_steps"]) == [1, 1, 1] and len(t["losses"]) == 6
+    assert sorted(t["losses"]["step"].tolist()) == [0, 0, 1, 1, 2, 2]
+
+
+def test_tensors_updated_by_hand_are_a_step_per_backward(tmp_path):
+    w, x, y = _plain_tensors()
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        for _ in range(4):
+            ((x @ w - y) ** 2).mean().backward()
+            with torch.no_grad():
+                w -= 0.1 * w.grad
+            w.grad = None
+    t = tables(tmp_path / "run.h5")
+    assert list(t["steps"]["kind"]) == [StepKind.TRAIN] * 4
+    assert t["losses"]["step"].tolist() == [0, 1, 2, 3]
+
+
+def test_lbfgs_on_plain_tensors_is_a_step_per_optimizer_step(tmp_path):
+    """The closure's backward passes run inside the optimizer step: they begin none."""
+    w, x, y = _plain_tensors()
+    opt = torch.optim.LBFGS([w], max_iter=4)
+
+    def closure():
+        opt.zero_grad()
+        loss = ((x @ w - y) ** 2).mean()
+        loss.backward()
+        return loss
+
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        for _ in range(2):
+            opt.step(closure)
+    t = tables(tmp_path / "run.h5")
+    assert list(t["steps"]["kind"]) == [StepKind.TRAIN] * 2
+    assert len(t["losses"]) > 2  # several closure evaluations per step

@@ -14,6 +14,7 @@ import pytest
 from hookdbg.store import newfile, rows, schema
 from hookdbg.store.schema import ModuleKind, Phase
 from hookdbg.store.writer import Writer, WriterError, batch_bytes
+from hookdbg.text import plural
 from tests.helpers import hookdbg, live_recording, tables
 
 # the end row of a run that completed with nothing in it (tests add their counts)
@@ -27,6 +28,7 @@ END = {
     "message": "",
 }
 STEP_ROW = (0, 0, 0, 0.0, 1.0, 3, 1, 1, 1, float("nan"), 0, 0.0)  # step, segment, kind, ...
+ROW_COST = batch_bytes({"steps": [STEP_ROW]})  # what a steps row weighs in the backlog
 
 
 def test_rows_are_appended_and_the_end_row_marks_completion(tmp_path):
@@ -130,6 +132,46 @@ def test_a_full_queue_drops_whole_batches_and_counts_them(tmp_path):
     t = tables(tmp_path / "w.h5")
     assert len(t["steps"]) == 16 and t["end"]["dropped"][0] == 8
     assert t["progress"]["dropped"][-1] == 8
+
+
+def captured(step: int, nbytes: int) -> tuple:
+    """A captures row as the recorder hands it over: its fields, then its bytes."""
+    return (step, step, 0, 0, int(Phase.FWD), 1, "", "float32", "(1,)", 1, bytes(nbytes))
+
+
+def test_captured_tensors_give_their_room_to_the_statistics(tmp_path):
+    """Captured tensors go first: one larger than the bound is taken while no other
+    waits, the next is dropped, and rows are never dropped for their sake; rows that
+    come while captured tensors fill the bound take their room, the latest first."""
+    room = 1 << 20
+    warnings: list[str] = []
+    writer = Writer(
+        tmp_path / "w.h5", {}, flush_interval=60, max_backlog_bytes=room, warn=warnings.append
+    )
+    step = {"steps": [STEP_ROW] * 8}
+    writer.submit({**step, "captures": [captured(0, 2 * room)]})  # alone: taken
+    writer.submit({**step, "captures": [captured(1, 1000)]})  # no room beside it
+    for _ in range(3):  # the writer sleeps for 60 s: nothing drains meanwhile
+        writer.submit(dict(step))
+    assert writer.dropped_rows == 1 and len(warnings) == 1
+    assert "dropping captured tensors (the statistics go on)" in warnings[0]
+    writer.close(END)
+    t = tables(tmp_path / "w.h5")
+    assert len(t["steps"]) == 40 and list(t["captures"]["step"]) == [0]
+
+    writer = Writer(tmp_path / "v.h5", {}, flush_interval=60, max_backlog_bytes=room)
+    nine = [captured(k, room // 10) for k in range(9)]
+    writer.submit({"captures": nine})  # they fit
+    rows = {"steps": [STEP_ROW] * (room // 5 // ROW_COST)}  # the room of two
+    writer.submit(rows)
+    assert writer.dropped_rows == 0  # taken: the writer makes room when it takes them in
+    assert writer.flush(timeout=30) and writer.backlog_bytes == 0
+    writer.close(END)
+    t = tables(tmp_path / "v.h5")
+    kept = list(t["captures"]["step"])
+    assert kept == list(range(len(kept))) and writer.dropped_rows == 9 - len(kept) > 0
+    assert batch_bytes({"captures": nine[: len(kept)]}) + batch_bytes(rows) <= room
+    assert len(t["steps"]) == len(rows["steps"])
 
 
 def test_histogram_counts_count_towards_the_backlog(tmp_path):
@@ -248,6 +290,35 @@ def test_a_full_disk_is_reported_with_the_steps_the_file_really_holds(tmp_path):
     assert said, out.stderr
     held = len(tables(path)["steps"])
     assert held > 1 and int(said.group(1).replace(",", "")) == held
+
+
+FIVE_STEPS = """
+import torch
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(5):
+    opt.zero_grad()
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+"""
+
+
+def test_the_closing_line_counts_what_the_file_holds_when_rows_were_dropped(tmp_path):
+    """A bound of 1 kB and a writer that sleeps through the run: all but the first
+    hand-over are dropped, and the closing line says what reached the file of what ran."""
+    script, path = tmp_path / "train.py", tmp_path / "run.h5"
+    script.write_text(FIVE_STEPS)
+    out = hookdbg("record", "--max-backlog", "0.001", "--flush-interval", "60", "-o", path, script)
+    assert out.returncode == 0, out.stderr
+    t = tables(path)
+    held = len(t["steps"])
+    calls = int((t["calls"]["phase"] == Phase.FWD).sum())
+    assert held < 5 and t["end"]["dropped"][0] > 0
+    said = (
+        f"recorded {plural(held, 'step')}, {plural(calls, 'module call')} of the 5 steps, "
+        f"15 module calls seen, 0 alerts -> {path}"
+    )
+    assert said in out.stderr, out.stderr
 
 
 PAUSE_AFTER_STEPS = """

@@ -118,6 +118,11 @@ BOUNDARY: tuple[Name, ...] = (
     Name("_register_hook_dict", AUTOGRAD_NODE, "those hooks, told to the node"),
     Name("register_prehook", AUTOGRAD_NODE, "a gradient hook on the node"),
     Name("Parameter", "torch.nn.parameter", "a parameter's hook is told apart"),
+    Name(
+        "ParametrizationList",
+        "torch.nn.utils.parametrize",
+        "a parametrized weight read outside any call is no call of the model's",
+    ),
     Name("__dict__", "torch.compiler", "where _is_compiling_flag is read"),
     Name("is_compiling", "torch.compiler", "whether torch compiles (hooks then do nothing)"),
     Name("_is_compiling_flag", "torch.compiler", "the same, read without a call", False),

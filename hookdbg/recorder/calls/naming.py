@@ -236,7 +236,8 @@ class ModuleRegistry:
         and those found from now on."""
         self._select = select
         for info in self.infos:
-            info.selected = info.kind == ModuleKind.MODULE and select(info.name, info.path)
+            if info.kind == ModuleKind.MODULE:  # an optimizer's own parameters stay
+                info.selected = select(info.name, info.path)
 
     def module_names(self) -> list[tuple[str, str]]:
         """(name, path) of every module seen so far, what --modules globs match."""

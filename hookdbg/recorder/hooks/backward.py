@@ -168,7 +168,7 @@ class BackwardWatch:
         with guard.lock:
             try:
                 if self.going_on():
-                    run = self._begin(tensors)
+                    run = self._begin(tensors, t0 - guard.ovh)
                 else:
                     self.unrecorded += 1  # the first pass the recording misses
             except Exception:
@@ -204,16 +204,18 @@ class BackwardWatch:
             finally:
                 guard.ovh += perf_counter() - t0
 
-    def _begin(self, tensors: object) -> Pass | None:
+    def _begin(self, tensors: object, now: float) -> Pass | None:
         observer = self.observer
+        losses = [t for _, t in iter_tensors(tensors)]
+        if not self.calls.stack:  # not inside a module call: it may begin a step
+            self.calls.segments.pass_call(now, losses[0] if losses else None)
         state = observer.state
-        if state.id < 0:  # no module has run yet
+        if state.id < 0:  # no segment has begun (a pass inside a call not recorded)
             return None
         site = self._site()
         index = state.index.get(site.id, 0)
         state.index[site.id] = index + 1
         run = Pass(next(self.call_ids), site, index, state.id, state.recording)
-        losses = [t for _, t in iter_tensors(tensors)]
         for t in losses[:1]:  # backward([a, b]) is rare: its first tensor stands for it
             scaled = self.scaler.unscaled(t) if self.scaler is not None else None
             scale, divide = None, False

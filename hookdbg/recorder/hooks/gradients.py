@@ -35,12 +35,13 @@ from hookdbg.recorder.alerts.alert import Alert, checked
 from hookdbg.recorder.calls.calls import Call, Seen, Segment
 from hookdbg.recorder.calls.cboundary import called_from_c
 from hookdbg.recorder.calls.envelope import hook, inner_hook
+from hookdbg.recorder.calls.labels import find_label
 from hookdbg.recorder.calls.naming import ModuleInfo
 from hookdbg.recorder.hooks.timing import attribute
 from hookdbg.recorder.summaries import stats
 from hookdbg.recorder.summaries.deferred import Pending
 from hookdbg.recorder.summaries.stats import Summary
-from hookdbg.store.schema import Phase, Slot
+from hookdbg.store.schema import ModuleKind, Phase, Slot
 
 if TYPE_CHECKING:
     from hookdbg.recorder.hooks.observe import TensorObserver
@@ -65,6 +66,17 @@ def _in_pass(calls: Sequence[Call], task: int) -> Call | None:
         if call.bwd_task == task:
             return call
     return calls[-1] if calls else None
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    """``name``, or ``name#2``... where it is taken already (two tensors one variable
+    named in turn)."""
+    candidate, k = name, 1
+    while candidate in taken:
+        k += 1
+        candidate = f"{name}#{k}"
+    taken.add(candidate)
+    return candidate
 
 
 class GradHooks(dict):
@@ -216,6 +228,31 @@ class GradientObserver:
         if waits:
             self.lazy.append((info, module, hooks))
 
+    def watch_own(self, info: ModuleInfo, opt: object, hooks: Callable[..., object]) -> None:
+        """The parameters of optimizer ``opt`` (``info``) that no module holds: the
+        tensors a loop trains without ``nn.Module``, a temperature beside the models.
+        Their gradients, and their values after each step, go in rows of the optimizer,
+        named from the script's variables (``w``) or by their place in its groups."""
+        if not isinstance(opt, torch.optim.Optimizer):
+            return
+        held = {
+            id(p)
+            for known in self.registry.infos
+            if known.kind == ModuleKind.MODULE and isinstance(m := known.ref(), torch.nn.Module)
+            for p in m._parameters.values()
+        }
+        names: set[str] = set()
+        for g, group in enumerate(opt.param_groups):
+            for k, p in enumerate(group["params"]):
+                if id(p) in self.param_owner or id(p) in held or not isinstance(p, torch.Tensor):
+                    continue
+                name = _unique(find_label(p) or f"param_groups[{g}][{k}]", names)
+                self.param_owner[id(p)] = (info, name)
+                info.selected = True  # its rows are recorded (--modules selects modules)
+                info.n_params += p.numel()
+                if p.requires_grad and p.is_leaf:
+                    hooks(p.register_post_accumulate_grad_hook, self._param_hook(info, name))
+
     def _param_hook(self, info: ModuleInfo, name: str) -> Callable[[torch.Tensor], None]:
         """The post-accumulate-grad hook of parameter ``name`` of module ``info``."""
         return partial(self._on_param_grad, info, name)
@@ -316,6 +353,8 @@ class GradientObserver:
         value = checked(summary)
         finite = stats.is_finite(value)
         grad_finite[param] = finite  # the step's own map: a replay runs steps later
+        if not finite and info.kind == ModuleKind.OPTIMIZER and self.detector.step_tainted:
+            return  # a tensor of no module: what it was computed from was not finite first
         if not finite:
             alert: Alert | None = self.detector.param_grad(info, calls, name, value, seg, time())
             self.tensors.alert(alert, module=info.ref(), grad=grad)

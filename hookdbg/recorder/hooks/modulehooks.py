@@ -12,6 +12,13 @@ They run on every module call, so the per-call state (the call stack, the open c
 lives here as plain attributes, and inside a call that is not recorded a nested call
 only counts its depth. A forward run again inside backward (activation checkpointing)
 is matched to the calls it repeats (recompute.py).
+
+Parametrizations (``torch.nn.utils.parametrize``: weight norm, orthogonal, spectral
+norm) are modules that run when a parametrized weight is read. Read inside a module's
+forward they are calls inside it, part of the call that reads the weight; read with no
+module call around (Hugging Face's weight initialisation at build time, a regulariser
+in the loop) they are no call of the model's: not recorded, named or counted, and no
+step or eval batch begins there.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch.compiler import is_compiling
+from torch.nn.utils.parametrize import ParametrizationList
 
 from hookdbg.recorder.calls.calls import Call
 from hookdbg.recorder.calls.cboundary import called_from_c
@@ -134,6 +142,10 @@ class ModuleHooks:
                 self._recompute_inner(top, module, args)
                 return
             pinfo = top.info if cls is Call else top
+        elif type(module) is ParametrizationList:  # a weight read outside any call
+            self._mute = 1
+            stack.append(_MUTED)
+            return
         else:
             pinfo = None
         info = self._by_id.get(id(module))

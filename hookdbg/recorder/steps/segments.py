@@ -131,11 +131,38 @@ class Segments:
                 seg.training = False
         return state
 
-    def begin(self, now: float, module: torch.nn.Module) -> None:
-        """Begin a segment at ``now``, with a root call of ``module``. Whether the model
-        runs on an accelerator is asked only of a recorded segment: it decides how its
-        statistics are taken, and the warning below is about its times (a step that is
-        not recorded pays nothing for it)."""
+    def pass_call(self, now: float, loss: torch.Tensor | None) -> StepState:
+        """A backward pass the script starts from ``loss`` at ``now``, outside any module
+        call: maybe a new segment (a loop without modules, steps.py's rule 7). Until an
+        optimizer has stepped, the optimizers found in the script's variables are named
+        here, so that parameters no module holds are watched from the first pass on
+        (recorder/hooks/gradients.py). Returns the current segment's state."""
+        steps = self.steps
+        if steps.starts_at_pass():
+            if steps.segment >= 0:
+                self.end(now)
+            steps.begin()
+            if self.boundary(steps.step):  # stopped: nothing more is recorded
+                return StepState(Segment(-1, steps.step, None, 0), False, now, None)
+            self.begin(now, loss)
+            self.read_batches(wait=False)
+            if self.hooks is not None:  # module calls of this segment go in it
+                self.hooks.state = self.state
+        steps.pass_ran()
+        if steps.optimizer_calls == 0:
+            owned = self.observer.gradients.param_owner
+            for opt in steps.awaited():
+                if any(id(p) not in owned for g in opt.param_groups for p in g["params"]):
+                    self.registry.optimizer(opt)
+        if steps.is_training:  # what messages call it until it ends
+            self.state.seg.training = True
+        return self.state
+
+    def begin(self, now: float, module: torch.nn.Module | torch.Tensor | None) -> None:
+        """Begin a segment at ``now``, with a root call of ``module`` (or a backward pass
+        from that tensor). Whether the model runs on an accelerator is asked only of a
+        recorded segment: it decides how its statistics are taken, and the warning below
+        is about its times (a step that is not recorded pays nothing for it)."""
         gradients = self.observer.gradients
         if gradients.lazy:
             gradients.watch_lazy()
@@ -295,15 +322,20 @@ class Segments:
             )
 
 
-def _on_cuda(module: torch.nn.Module) -> bool:
+def _first_tensor(module: torch.nn.Module | torch.Tensor | None) -> torch.Tensor | None:
+    """What tells where a model computes: its first parameter (a loss: itself)."""
+    if isinstance(module, torch.nn.Module):
+        return next(module.parameters(), None)
+    return module
+
+
+def _on_cuda(module: torch.nn.Module | torch.Tensor | None) -> bool:
     """Whether a model computes on a CUDA device (judged by its first parameter)."""
-    for p in module.parameters():
-        return p.is_cuda
-    return False
+    t = _first_tensor(module)
+    return t is not None and t.is_cuda
 
 
-def _on_device(module: torch.nn.Module) -> bool:
+def _on_device(module: torch.nn.Module | torch.Tensor | None) -> bool:
     """Whether a model computes on an accelerator (judged by its first parameter)."""
-    for p in module.parameters():
-        return not p.is_cpu
-    return False
+    t = _first_tensor(module)
+    return t is not None and not t.is_cpu

@@ -10,8 +10,9 @@ order they ran; an eval batch carries the number of training steps completed bef
 settled when it ends: it is a training step if a backward ran or an optimizer stepped
 in it.
 
-A *root* call is a module call with no other module call around it. Each root call is
-one of:
+A *root* call is a module call with no other module call around it (a parametrized
+weight read outside any call, through ``torch.nn.utils.parametrize``, is none: the
+module hooks leave it out, recorder/hooks/modulehooks.py). Each root call is one of:
 
 * **aux**: the module (with its submodules) has no parameters: a data transform such as
   torchvision's ``Normalize`` applied per sample, a loss module, an activation. It
@@ -60,6 +61,15 @@ forward+backward of the model is a step). A root call starts a new segment when
 Otherwise it joins the current segment: an eval forward inside a training iteration that
 is not complete (a target network) or a second model's eval forward in the same batch
 (an ensemble, a metric model) stays where it happened.
+
+A loop that trains plain tensors (``w = torch.randn(..., requires_grad=True)``, an
+optimizer, a loss) calls no module, so a backward pass may begin a segment too:
+
+7. a backward pass the script starts outside any module call begins one when none has
+   begun, or when the current one is complete: every optimizer of the cycle stepped in
+   it and none found is awaited, or, with no optimizer known, a backward ran in it and
+   no model did (tensors updated by hand: each backward is a step). A segment no model
+   ran in is a training step once a pass began in it.
 
 The *cycle* is the optimizers that step once per iteration: every optimizer that steps
 is in it. One that steps first in an iteration and is not in the cycle starts a new
@@ -225,6 +235,34 @@ class StepTracker:
         if self._in_optimizer:  # LBFGS evaluates its closure several times in one step
             return False
         return not self._optimized and not self._any_backward and module in self._roots
+
+    def starts_at_pass(self) -> bool:
+        """Whether a backward pass the script starts now, outside any module call,
+        begins a new segment (rule 7); sets ``kind`` to what it counts as. Inside an
+        optimizer step (LBFGS's closure) only the first pass can: the segment it begins
+        is not complete until the step ends."""
+        if self.segment < 0:
+            self._learn(_find_optimizers())
+            self.kind = RootKind.TRAIN
+            return True
+        if self._stepped:
+            complete = self._cycle.keys() <= self._stepped and not self._found
+        else:
+            complete = not self._optimized and self.saw_backward and not self._roots
+        if complete:
+            self.kind = RootKind.TRAIN
+        return complete
+
+    def pass_ran(self) -> None:
+        """A backward pass began: in a segment no model ran in, nothing else would say
+        so (the gradient hooks that do see no module's tensors there)."""
+        if not self._roots:
+            self.backward_ran()
+
+    def awaited(self) -> list[torch.optim.Optimizer]:
+        """The optimizers found in the script's variables that have not stepped yet."""
+        alive = (ref() for ref in self._found.values())
+        return [opt for opt in alive if isinstance(opt, torch.optim.Optimizer)]
 
     def _open_step(self, module: int) -> bool:
         """Whether a sample of ``module`` now belongs to the current segment: it is a

@@ -78,8 +78,8 @@ def _turn_off(error: Exception) -> None:
 
 def flat_input(t: torch.Tensor) -> torch.Tensor | None:
     """The 1-D view of ``t`` the kernels read, or None where they do not apply (see the
-    module docstring)."""
-    if t.device.type not in KERNEL_DEVICES or _kernels() is None:
+    module docstring): only floating tensors have histograms."""
+    if t.device.type not in KERNEL_DEVICES or _kernels() is None or not t.is_floating_point():
         return None
     return blockstats.dense_view(t)
 

@@ -21,6 +21,12 @@ TRITON_DTYPES = {
     torch.bfloat16: tl.bfloat16,
     torch.float32: tl.float32,
     torch.float64: tl.float64,
+    torch.int64: tl.int64,
+    torch.int32: tl.int32,
+    torch.int16: tl.int16,
+    torch.int8: tl.int8,
+    torch.uint8: tl.uint8,
+    torch.bool: tl.uint8,  # a bool's byte, 0 or 1
 }
 
 # where ``summarise_range`` stores each column of its partial row (rawrow.PARTIAL)

@@ -22,10 +22,12 @@ n_p * (mean_p - mean)^2 for each, the means less the shift, so that no mean of 1
 rounds away the spread of its noise), in a fixed number of launches however many
 tensors it holds; from there on (``deferred.from_raw``) both kinds of row are one.
 
-The kernel reads any tensor whose elements fill one dense block of memory, whatever
-their order (contiguous, channels_last, a transpose: the statistics do not depend on
-it). Elsewhere deferred.py summarises with torch ops: without Triton, for tensors on
-devices not in ``KERNEL_DEVICES`` (CPU), for other dtypes, for tensor subclasses, and
+The kernel reads any tensor of a floating or integer dtype (a bool as its bytes) whose
+elements fill one dense block of memory, whatever their order (contiguous,
+channels_last, a transpose: the statistics do not depend on it); of an integer one
+``from_raw`` keeps what stats.INTEGER_CONTRACT says. Elsewhere deferred.py summarises
+with torch ops: without Triton, for tensors on devices not in ``KERNEL_DEVICES``
+(CPU), for other dtypes (complex), for tensor subclasses, and
 for expanded or sliced views (copying those first would cost what the torch ops cost).
 The tests set ``KERNEL_DEVICES`` to ``{"cpu"}`` under ``TRITON_INTERPRET=1`` to check the
 kernel's arithmetic in Triton's interpreter on machines without a GPU.
@@ -57,7 +59,10 @@ CAPACITY = 1 << 16  # rows of partials (4.5 MB of float64) combined at once
 COLUMNS = len(PARTIAL)
 _P = {name: i for i, name in enumerate(PARTIAL)}
 KERNEL_DEVICES = frozenset({"cuda"})  # device types whose tensors the kernel reads
-DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+DTYPES = frozenset(
+    {torch.float16, torch.bfloat16, torch.float32, torch.float64}
+    | {torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool}
+)
 
 
 @functools.cache
@@ -96,6 +101,8 @@ def dense_view(t: torch.Tensor) -> torch.Tensor | None:
     ``data_ptr`` need not be the memory the values are in."""
     if t.dtype not in DTYPES or type(t) is not torch.Tensor:
         return None
+    if t.dtype == torch.bool:  # its bytes, 0 or 1, are what the kernel reads
+        t = t.view(torch.uint8)
     if t.is_contiguous():
         return t.view(-1)
     dense = t.permute(sorted(range(t.dim()), key=lambda d: t.stride(d), reverse=True))

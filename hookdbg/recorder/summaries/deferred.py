@@ -59,6 +59,7 @@ ARENA = 1 << 21  # float64 elements (16 MB): larger tensors are summarised on th
 # sums (at most 2048 a segment), lose a thousand times less
 RUN = 1024
 _NAN = float("nan")
+_FINITE = {"nan": 0, "posinf": 0, "neginf": 0}
 
 
 @final  # no subclasses: ``type(x) is Pending`` tells a summary from one (mypy narrows it)
@@ -161,9 +162,16 @@ def tensor_stats(t: torch.Tensor) -> torch.Tensor:
     read it in its own dtype and accumulate in float64 (torch's float64 sums: tree or
     cascade, exact to a few units in the last place). The deviations from the mean
     are float64 as well (in float32 they lose 1e-7 of the std): one temporary of 8
-    bytes a value."""
+    bytes a value. Of an integer or bool tensor, only the columns its summary keeps
+    (``stats.INTEGER_CONTRACT``: ``from_raw``), the others 0."""
     v = t.reshape(-1)
     n = v.numel()
+    if not v.is_floating_point():
+        v = v.view(torch.uint8) if v.dtype == torch.bool else v
+        lo, hi = torch.aminmax(v)
+        columns = dict.fromkeys(RAW, torch.zeros((), dtype=torch.float64, device=v.device))
+        columns |= {"min": lo, "max": hi, "zeros": n - torch.count_nonzero(v)}
+        return torch.stack([columns[name].to(torch.float64) for name in RAW])[None]
     total = v.sum(dtype=torch.float64)
     lo, hi = torch.aminmax(v)
     mean = total / n
@@ -197,9 +205,12 @@ def from_raw(meta: tuple, raw: list[float]) -> tuple:
     ``meta`` is (shape, dtype name, device name, numel). Unlike the CPU path, a tensor
     with non-finite values gets no min/max/mean/std/norm (not over its finite values).
     The std is the population std (ddof 0), exactly 0 for a constant tensor (whose M2
-    may hold the rounding of its mean), as on the CPU path."""
+    may hold the rounding of its mean), as on the CPU path. An integer or bool tensor
+    keeps what its contract measures (``stats.INTEGER_CONTRACT``)."""
     n = meta[stats.NUMEL]
     lo, hi, total, m2, nan, posinf, neginf, zeros, abssum, sat = raw  # RAW's names
+    if meta[stats.DTYPE] in stats.INTEGER_NAMES:
+        return (*meta, *stats.values(min=lo, max=hi, zero_frac=zeros / n, **_FINITE))
     if nan or posinf or neginf:
         lo = hi = mean = std = norm = sat = absmean = _NAN
     else:
@@ -364,7 +375,7 @@ class StepBatch:
         if n > ARENA:
             raw = tensor_stats(t)
             if self.bins:
-                raw = torch.cat([raw, histograms.large_histogram(t, self.bins, ARENA)], dim=1)
+                raw = torch.cat([raw, self._large_histogram(t)], dim=1)
             pending.group = self._new_group()
             self._groups[pending.group] = raw
         else:
@@ -406,8 +417,14 @@ class StepBatch:
             self._partials_group = self._new_group()
         pending.group, pending.index = self._partials_group, len(partials) - 1
         if self.bins:
-            partials.extra.append(histograms.large_histogram(t, self.bins, ARENA))
+            partials.extra.append(self._large_histogram(t))
         return True
+
+    def _large_histogram(self, t: torch.Tensor) -> torch.Tensor:
+        """A large tensor's histogram columns; an integer tensor's say it has none."""
+        if t.is_floating_point():
+            return histograms.large_histogram(t, self.bins, ARENA)
+        return histograms.no_histogram(self.bins, t.device)
 
     def _reduce_arena(self) -> None:
         """Summarise the tensors in the arena; the next tensor starts a new one (the
@@ -499,8 +516,11 @@ class StepBatch:
             host = self._host.numpy()[[starts[p.group] + p.index for p in pending]]
             if self.bins:
                 rows, extras = host[:, : len(RAW)].tolist(), host[:, len(RAW) :]
+                integers = stats.INTEGER_NAMES
                 for p, raw, extra in zip(pending, rows, extras, strict=True):
-                    p.value = histograms.with_histogram(from_raw(p.meta, raw), extra)
+                    value = from_raw(p.meta, raw)
+                    binned = p.meta[stats.DTYPE] not in integers  # as on the host: floats
+                    p.value = histograms.with_histogram(value, extra) if binned else (*value, None)
             else:
                 for p, raw in zip(pending, host.tolist(), strict=True):
                     p.value = from_raw(p.meta, raw)

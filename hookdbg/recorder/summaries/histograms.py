@@ -171,6 +171,14 @@ def large_histogram(t: torch.Tensor, bins: int, chunk: int) -> torch.Tensor:
     return tensor_histogram(t, bins, chunk) if row is None else row
 
 
+def no_histogram(bins: int, device: torch.device) -> torch.Tensor:
+    """The same columns for a tensor that has no histogram (an integer one): no
+    finite range (``with_histogram`` gives None), no counts."""
+    row = torch.zeros(1, 2 + bins, dtype=torch.float64, device=device)
+    row[0, 0], row[0, 1] = _INF, -_INF
+    return row
+
+
 def tensor_histogram(t: torch.Tensor, bins: int, chunk: int) -> torch.Tensor:
     """The same columns ([1, 2 + bins]) for a tensor too large for the arena: binned
     ``chunk`` elements at a time in float64, so no float64 copy of all of it exists."""

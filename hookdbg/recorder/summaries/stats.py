@@ -25,7 +25,8 @@ and blockstats.py) gives min and max exactly and mean, population std and norm w
 (tests/recorder/test_engines.py), so that a recording does not depend on which path
 made it: float32 sums, numpy's and torch's own reductions of float32 among them, are
 off by 1e-7 of the mean, enough for ``hookdbg diff`` to tell two recordings of one
-seeded run apart.
+seeded run apart. Of an integer or bool tensor every path measures the same fields
+(``INTEGER_CONTRACT``): its range and its exact zero fraction.
 
 On a CUDA (or other non-CPU) device nothing may be read back inside a hook: tensors
 are copied into a per-step device buffer and summarised together at the step's end
@@ -64,6 +65,13 @@ COUNTS = layout.COUNTS
 ZERO_SAMPLE = 4096
 NUMPY_MAX = 16384  # above this, torch's kernels beat numpy's (measured on 256x256)
 _FLOATS = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16})
+_INTEGERS = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool})
+_MEASURED = _FLOATS | _INTEGERS
+# What every engine measures of an integer or bool tensor (tests/recorder/test_engines.py):
+# its range, its zero fraction (exact), and NaN/inf counts of 0; the other values read
+# as not measured
+INTEGER_CONTRACT = ("min", "max", "nan", "posinf", "neginf", "zero_frac")
+INTEGER_NAMES = frozenset(str(d).removeprefix("torch.") for d in _INTEGERS)  # dtype names
 _NATIVE = frozenset({torch.float32, torch.float64})
 _NAN = float("nan")
 
@@ -180,8 +188,9 @@ except ImportError:  # a torch without it: reading a functorch-wrapped tensor fa
 
 
 def has_stats(t: torch.Tensor) -> bool:
-    """Only non-empty floating-point tensors get statistics; others get shape and dtype."""
-    return t.dtype in _FLOATS and t.numel() > 0
+    """Non-empty floating-point, integer and bool tensors get statistics (integers and
+    bools those of ``_integer``); others get shape and dtype."""
+    return t.dtype in _MEASURED and t.numel() > 0
 
 
 def _summary(t: torch.Tensor, n: int, **named: float) -> Summary:
@@ -190,7 +199,8 @@ def _summary(t: torch.Tensor, n: int, **named: float) -> Summary:
 
 
 def shape_only(t: torch.Tensor) -> Summary:
-    """Summary of a tensor whose values are not looked at (``--level shapes``, ints, bools).
+    """Summary of a tensor whose values are not looked at (``--level shapes``, an empty
+    or complex one).
     Inside torch.func's transforms, that of the tensor under the wrappers, as at
     ``--level stats`` (``physical``)."""
     t = physical(t) if transforms_active() else local(t)
@@ -241,7 +251,7 @@ def _torch_summary(t: torch.Tensor) -> Summary:
     dtype = t.dtype
     n = t.numel()
     if dtype not in _FLOATS or n == 0:
-        return _integer(t, n) if n and t.is_cpu and dtype in _INTEGERS else shape_only(t)
+        return _integer(t, n) if n and dtype in _INTEGERS else shape_only(t)
     if n == 1:
         return _one_value(t)
     if n <= NUMPY_MAX and dtype in _NATIVE and t.is_cpu:
@@ -265,17 +275,19 @@ def _at_ends(v: torch.Tensor, lo: float, hi: float) -> int:
     return int(torch.count_nonzero((v == lo) | (v == hi)).item())
 
 
-_INTEGERS = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool})
-
-
 def _integer(t: torch.Tensor, n: int) -> Summary:
-    """Integers (token ids, labels, masks) get their range, the statistic that shows an
-    index out of range; they cannot hold NaN or inf, so those counts are 0."""
+    """Integers and bools (token ids, labels, masks) get their range (an index out of
+    range) and their exact zero fraction (padding, a mask's False); they cannot hold
+    NaN or inf, so those counts are 0. Their mean, std, norm, absmean and sat_frac are
+    not measured: no quantity is the mean of token ids (``INTEGER_CONTRACT``). One read
+    back, as on a device it waits for it."""
     v = t.reshape(-1)
     if v.dtype == torch.bool:
         v = v.view(torch.uint8)
     lo, hi = torch.aminmax(v)
-    return _summary(t, n, min=float(lo.item()), max=float(hi.item()), **_FINITE)
+    zeros = n - torch.count_nonzero(v)
+    lo_f, hi_f, zeros_f = torch.stack([lo.double(), hi.double(), zeros.double()]).tolist()
+    return _summary(t, n, min=lo_f, max=hi_f, zero_frac=zeros_f / n, **_FINITE)
 
 
 def _finite(
