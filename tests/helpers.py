@@ -130,12 +130,13 @@ def tables(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """Every table of a recording as a structured array, read with h5py alone (as any
     user could, docs/format.md): each table is a group of equal-length columns. A live
     file whose writer rewrote a tail as it was read is read again."""
-    for attempt in range(5):
+    for attempt in range(20):  # a loaded machine reads slower than the writer rewrites
         try:
             return _tables_once(path)
         except (zlib.error, ValueError):
-            if attempt == 4:
+            if attempt == 19:
                 raise
+            time.sleep(0.01 * attempt)
     raise AssertionError("unreachable")
 
 

@@ -146,22 +146,24 @@ def open_file(path: Path) -> tuple[h5py.File, Superblock | None]:
         # (HDF5 had reserved space it could not write) or the writer died extending it.
         # Everything the writer committed is there (``committed``); reads are bounded.
     writing = block is not None and bool(block.flags & SWMR_WRITING)
+    # HDF5 may refuse its file lock: a recorder holds it while it creates the file, but
+    # anyone who may read a file can lock it, so a refused lock is tried once more
+    # without locks (a file being created still fails, and is said to be). A file this
+    # process already holds opens only with the locking it was opened with.
     try:
-        return _open(path, writing, locking=True), block
+        return _open(path, writing, locking=None), block
     except OSError as exc:
-        if not _locked(exc):
+        if not (_locked(exc) or _other_locking(exc)):
             raise damaged(path, exc) from None
-        locked = exc
-    # HDF5 could not take the file's lock. A recorder holds it while it creates the
-    # file, but anyone who may read a file can lock it: opened again without HDF5's
-    # locks, a file being created still fails (and is said to be), any other opens
+        first = exc
     try:
         return _open(path, writing, locking=False), block
-    except OSError:
-        raise damaged(path, locked) from None
+    except OSError as exc:
+        raise damaged(path, first if _locked(first) else exc) from None
 
 
-def _open(path: Path, writing: bool, locking: bool) -> h5py.File:
+def _open(path: Path, writing: bool, locking: bool | None) -> h5py.File:
+    """``locking``: None is HDF5's default, what every other opener in this process uses."""
     if not writing:  # closed by its writer: a plain open (HDF5 refuses it otherwise)
         try:
             return h5py.File(path, "r", locking=locking)
@@ -174,6 +176,11 @@ def _open(path: Path, writing: bool, locking: bool) -> h5py.File:
 def _locked(exc: OSError) -> bool:
     """HDF5 could not take the file's lock."""
     return getattr(exc, "errno", None) == 11 and "lock" in str(exc)
+
+
+def _other_locking(exc: OSError) -> bool:
+    """The file is open in this process with the other file-locking setting."""
+    return "file locking" in str(exc) and "don't match" in str(exc)
 
 
 # A SWMR reader retries a metadata read that fails its checksum (a torn read while the
@@ -192,10 +199,10 @@ _LIVE: dict[tuple[int, int], list] = {}
 _LIVE_LOCK = threading.Lock()
 
 
-def _open_swmr(path: Path, locking: bool = True) -> h5py.File:
+def _open_swmr(path: Path, locking: bool | None = None) -> h5py.File:
     fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
-    if not locking:
-        fapl.set_file_locking(False, True)
+    if locking is not None:
+        fapl.set_file_locking(locking, True)
     _limit_read_attempts(fapl, _SWMR_READ_ATTEMPTS)
     flags = h5py.h5f.ACC_RDONLY | h5py.h5f.ACC_SWMR_READ
     with _LIVE_LOCK:

@@ -308,12 +308,16 @@ def test_a_lock_someone_else_holds_on_a_recording_keeps_no_reader_out(mlp_h5, tm
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
-        assert open_recording(path).status is Status.COMPLETE
+        held = open_recording(path)  # opened without HDF5's locks
+        assert held.status is Status.COMPLETE
         shown = hookdbg("summary", path)
         assert shown.returncode == 0, shown.stderr
     finally:
         holder.kill()
         holder.wait()
+    # The lock is gone; the file this process holds open opens again all the same.
+    assert open_recording(path).status is Status.COMPLETE
+    assert held.status is Status.COMPLETE
 
 
 def test_a_version_7_recording_reads_with_no_mean_magnitude(mlp_h5, tmp_path):
