@@ -143,32 +143,43 @@ def tables(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
 def _tables_once(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     out = {}
     with h5py.File(path, "r", swmr=True) as f:
-        committed = f["committed"][()] if "committed" in f else None
         for name, group in f.items():
             if not isinstance(group, h5py.Group):
                 continue
+            tail = _tail(f, name, group)  # first: the slot may be rewritten at any moment
             names = [c for c in group if c not in schema.TAIL_SLOTS]
             columns = {c: group[c][()] for c in names}
             n = min(len(c) for c in columns.values())
             rows = np.rec.fromarrays([c[:n] for c in columns.values()], names=names)
-            if name in schema.TABLES and committed is not None and committed.ndim == 2:
-                sealed, generation, nbytes = committed[:, list(schema.TABLES).index(name)]
-                order = [str(c) for c in group.attrs["columns"]]
-                dtype = np.dtype([(c, group[c].dtype, group[c].shape[1:]) for c in order])
-                rows = rows[:sealed]
-                if nbytes:
-                    slot = schema.TAIL_SLOTS[generation % len(schema.TAIL_SLOTS)]
-                    data = group[slot][:nbytes].tobytes()
-                    f["committed"].refresh()  # the slot is whole if not written since
-                    now = f["committed"][schema.GENERATION, list(schema.TABLES).index(name)]
-                    if now - generation > 1:
-                        raise ValueError("the writer rewrote the tail as it was read")
-                    tail = np.frombuffer(zlib.decompress(data), dtype)
-                    rows = np.rec.fromarrays(
-                        [np.concatenate([rows[c], tail[c]]) for c in names], names=names
-                    )
+            if tail is not None:
+                sealed, data = tail  # sealed rows are never written again
+                rows = np.rec.fromarrays(
+                    [np.concatenate([rows[c][:sealed], data[c]]) for c in names], names=names
+                )
             out[name] = rows
     return out
+
+
+def _tail(f: h5py.File, name: str, group: h5py.Group) -> tuple[int, np.ndarray] | None:
+    """A live table's sealed row count and its tail rows, read as of one moment."""
+    if name not in schema.TABLES or "committed" not in f:
+        return None
+    f["committed"].refresh()
+    committed = f["committed"][()]
+    if committed.ndim != 2:
+        return None
+    sealed, generation, nbytes = committed[:, list(schema.TABLES).index(name)]
+    order = [str(c) for c in group.attrs["columns"]]
+    dtype = np.dtype([(c, group[c].dtype, group[c].shape[1:]) for c in order])
+    if not nbytes:
+        return int(sealed), np.zeros(0, dtype)
+    slot = schema.TAIL_SLOTS[generation % len(schema.TAIL_SLOTS)]
+    data = group[slot][:nbytes].tobytes()
+    f["committed"].refresh()  # the slot is whole if not written since
+    now = f["committed"][schema.GENERATION, list(schema.TABLES).index(name)]
+    if now - generation > 1:
+        raise ValueError("the writer rewrote the tail as it was read")
+    return int(sealed), np.frombuffer(zlib.decompress(data), dtype)
 
 
 def module_names(t: dict[str, np.ndarray]) -> dict[int, str]:
