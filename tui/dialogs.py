@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TypeVar
 
 from rich.table import Table
 from rich.text import Text
@@ -19,6 +20,25 @@ from textual.worker import get_current_worker
 from hookdbg.read import RecordingError, open_run
 
 from .messages import Opened
+
+Result = TypeVar("Result")
+
+
+def leave(screen: Screen[Result], result: Result | None = None) -> None:
+    """Close ``screen`` with ``result``, once. Keys come faster than a screen closes: a
+    second Enter (or Esc) queued behind the first finds it closed already, and must
+    neither call its callback again nor pop the screen under it."""
+    if screen.is_active:
+        screen.dismiss(result)
+
+
+class Closing:
+    """A screen's ``dismiss`` action (its Esc binding) that closes it once (``leave``)."""
+
+    async def action_dismiss(self, result: object = None) -> None:
+        assert isinstance(self, Screen)
+        leave(self, result)
+
 
 KEYS = (
     ("← →", "previous / next recorded step"),
@@ -102,7 +122,7 @@ def key_table() -> Table:
     return table
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(Closing, ModalScreen[None]):
     """Every key; scrolls when the terminal is small."""
 
     BINDINGS = [Binding("escape,question_mark,q", "dismiss(None)", "close")]
@@ -117,7 +137,7 @@ class HelpScreen(ModalScreen[None]):
         self.query_one("#help", VerticalScroll).focus()
 
 
-class GotoStepScreen(ModalScreen[int | None]):
+class GotoStepScreen(Closing, ModalScreen[int | None]):
     """Type a step number; Enter goes to it (or to the nearest recorded step)."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "cancel")]
@@ -135,10 +155,10 @@ class GotoStepScreen(ModalScreen[int | None]):
         self.query_one(Input).focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.dismiss(int(event.value) if event.value.strip().lstrip("-").isdigit() else None)
+        leave(self, int(event.value) if event.value.strip().lstrip("-").isdigit() else None)
 
 
-class RecordStepsScreen(ModalScreen[int | None]):
+class RecordStepsScreen(Closing, ModalScreen[int | None]):
     """How many steps to record in full detail from the next one (``hookdbg ctl record``)."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "cancel")]
@@ -155,7 +175,7 @@ class RecordStepsScreen(ModalScreen[int | None]):
         self.query_one(Input).focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.dismiss(int(event.value) if event.value.strip().lstrip("-").isdigit() else None)
+        leave(self, int(event.value) if event.value.strip().lstrip("-").isdigit() else None)
 
 
 class WaitScreen(Screen[None]):

@@ -34,6 +34,7 @@ from hookdbg.store.schema import Phase
 from hookdbg.text import plural, printable, utf8
 
 from .detail import Column, fit
+from .dialogs import Closing, leave
 from .model import RunView
 
 
@@ -47,7 +48,7 @@ class Jump:
     rank: int | None = None  # the rank (index into the replay's ranks) to switch to
 
 
-class ProfileScreen(Screen[Jump | None]):
+class ProfileScreen(Closing, Screen[Jump | None]):
     """Modules by time in one step, or all steps (``a``); s/t/c/n sort by self, total,
     calls, name; Enter shows one."""
 
@@ -140,7 +141,7 @@ class ProfileScreen(Screen[Jump | None]):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         module = int(str(event.row_key.value).split(":")[0])
         step = self.step if self.step is not None else self.profile.first
-        self.dismiss(Jump(module, step))
+        leave(self, Jump(module, step))
 
 
 def _ms(seconds: float, style: str = "") -> Text:
@@ -149,7 +150,7 @@ def _ms(seconds: float, style: str = "") -> Text:
     return Text(text, justify="right", style=style)
 
 
-class AlertsScreen(Screen[Jump | None]):
+class AlertsScreen(Closing, Screen[Jump | None]):
     """Every NaN/inf origin of every rank in order; the first is marked; Enter jumps
     to it (on its rank)."""
 
@@ -206,7 +207,7 @@ class AlertsScreen(Screen[Jump | None]):
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         rank, r = self.reports[int(str(event.row_key.value))]
-        self.dismiss(Jump(r.module.id, int(r.alert["step"]), rank=rank))
+        leave(self, Jump(r.module.id, int(r.alert["step"]), rank=rank))
 
 
 # what a search shows of a matching tensor summary, most wanted first: a narrow screen
@@ -288,7 +289,7 @@ def match_cells(row: np.void, modules: ModuleTable, on_tensors: bool) -> dict[st
     return cells
 
 
-class SearchScreen(Screen[Jump | None]):
+class SearchScreen(Closing, Screen[Jump | None]):
     """Type a query (the `hookdbg search` language), Enter to search, then pick a hit."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "back")]
@@ -393,4 +394,4 @@ class SearchScreen(Screen[Jump | None]):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         module, step = self.hits[int(str(event.row_key.value))]
         places = tuple(dict.fromkeys(self.hits))  # n/N: one stop per module and step
-        self.dismiss(Jump(module, step, places))
+        leave(self, Jump(module, step, places))

@@ -28,6 +28,7 @@ from hookdbg.analysis.timetree import TimeNode, TimeTree
 from hookdbg.store.schema import Phase
 from hookdbg.text import printable
 
+from .dialogs import Closing, leave
 from .screens import Jump
 
 
@@ -259,7 +260,7 @@ def describe(tree: TimeTree, node: TimeNode) -> Text:
     return lines
 
 
-class TimeTreeScreen(Screen[Jump | None]):
+class TimeTreeScreen(Closing, Screen[Jump | None]):
     """A step's time as an icicle; Enter goes to the selected module in the replay."""
 
     BINDINGS = [
@@ -318,4 +319,4 @@ class TimeTreeScreen(Screen[Jump | None]):
             what = "a loss site" if node.module.is_loss else "the optimizer"
             self.notify(f"{printable(node.module.name)} is {what}, not in the module tree")
         else:
-            self.dismiss(Jump(node.module.id, self.steptree.step))
+            leave(self, Jump(node.module.id, self.steptree.step))

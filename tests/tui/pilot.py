@@ -5,11 +5,14 @@ from __future__ import annotations
 import contextlib
 import io
 import time
-from collections.abc import Callable
+import unicodedata
+from collections.abc import Callable, Iterable
 
 from rich.console import Console
 from rich.table import Table
-from textual.app import App
+from textual import events
+from textual.app import App, _character_to_key
+from textual.keys import REPLACED_KEYS, _get_unicode_name_from_key
 from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
@@ -17,6 +20,9 @@ from textual.worker import WorkerCancelled
 
 SIZE = (160, 48)
 SMALL = (80, 24)
+# the sizes every defect of the screen is checked at: a small terminal, an everyday
+# one, a large one
+SIZES = ((80, 24), (100, 30), (220, 60))
 
 
 async def settle(app: App, pilot: Pilot) -> None:
@@ -45,6 +51,32 @@ async def until(
             await settle(app, pilot)
         await pilot.pause(0.2)
     return condition()
+
+
+def burst(app: App, keys: Iterable[str]) -> None:
+    """Send keys all at once, as a terminal delivers a fast typist's or a held key's:
+    each arrives before the app has handled the one before (``Pilot.press`` waits for
+    the app to be idle after each key, which a user never does)."""
+    driver = app._driver
+    assert driver is not None
+    for key in keys:
+        if len(key) == 1 and not key.isalnum():
+            key = _character_to_key(key)
+        try:
+            char: str | None = unicodedata.lookup(
+                _get_unicode_name_from_key(REPLACED_KEYS.get(key, key))
+            )
+        except KeyError:
+            char = key if len(key) == 1 else None
+        event = events.Key(key, char)
+        event.set_sender(app)
+        driver.send_message(event)
+
+
+def crashed(app: App) -> BaseException | None:
+    """What ended the app on an error, if anything did (Textual holds it until the
+    test's ``run_test`` block ends)."""
+    return app._exception
 
 
 def text(widget: Widget) -> str:

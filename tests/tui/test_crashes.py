@@ -1,0 +1,57 @@
+"""Keys that came faster than the screen could follow ended the app: Enter twice on a
+list that closes on Enter."""
+
+import pytest
+from textual.widgets import DataTable
+
+from hookdbg.read import open_recording
+from hookdbg.tui.app import HookdbgApp
+from hookdbg.tui.dialogs import GotoStepScreen
+from hookdbg.tui.replay import ReplayScreen
+from hookdbg.tui.screens import AlertsScreen, ProfileScreen, SearchScreen
+from tests.tui.pilot import SIZES, burst, crashed, settle, until
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_enter_twice_closes_a_screen_once(nan_h5, size):
+    """The profile, the alerts, the search and the go-to-step dialog close on Enter: a
+    second Enter queued behind the first finds them closed, and is the replay's."""
+    rec = open_recording(nan_h5)
+    app = HookdbgApp(rec)
+    async with app.run_test(size=size) as pilot:
+        await settle(app, pilot)
+        replay = app.screen
+        assert isinstance(replay, ReplayScreen)
+        for key, screen in (("p", ProfileScreen), ("a", AlertsScreen)):
+            await pilot.press("home")
+            await settle(app, pilot)
+            await pilot.press(key)
+            assert await until(app, pilot, lambda s=screen: isinstance(app.screen, s))
+            table = app.screen.query_one(DataTable)
+            chosen = int(str(table.coordinate_to_cell_key(table.cursor_coordinate)[0].value)[:1])
+            burst(app, ["enter", "enter"])
+            await settle(app, pilot)
+            assert crashed(app) is None and app.screen is replay
+            if screen is AlertsScreen:  # the origin: step 3, model.standardize
+                assert (replay.step, replay.module) == (3, rec.modules.resolve("standardize").id)
+            else:
+                assert replay.module == chosen
+        await pilot.press("slash")
+        await pilot.press(*"nan", "enter")
+        assert await until(app, pilot, lambda: app.screen.hits)
+        burst(app, ["enter", "enter"])
+        await settle(app, pilot)
+        assert crashed(app) is None and app.screen is replay and replay.step == 3
+        await pilot.press("g")
+        await settle(app, pilot)
+        assert isinstance(app.screen, GotoStepScreen)
+        await pilot.press("1")
+        burst(app, ["enter", "enter"])
+        await settle(app, pilot)
+        assert crashed(app) is None and app.screen is replay and replay.step == 1
+        for key, screen in (("p", ProfileScreen), ("a", AlertsScreen), ("slash", SearchScreen)):
+            await pilot.press(key)
+            assert await until(app, pilot, lambda s=screen: isinstance(app.screen, s))
+            burst(app, ["escape", "escape"])  # Esc twice: back once, the second is the replay's
+            await settle(app, pilot)
+            assert crashed(app) is None and app.screen is replay
