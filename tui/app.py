@@ -7,7 +7,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from textual.app import App, SystemCommand
+from textual.command import CommandList, CommandPalette
 from textual.screen import Screen
+from textual.theme import ThemeProvider
 
 from hookdbg.read import RankSet, Recording
 
@@ -16,6 +18,20 @@ from .finder import ModuleFinder
 from .messages import Opened
 from .model import PLOT_STATS, RunView
 from .replay import ReplayScreen
+
+
+class Palette(CommandPalette):
+    """Textual's command palette, with PgUp/PgDn ignored until its list is laid out.
+
+    Textual 8.2.8 (the newest release) pages by line positions that its OptionList
+    computes at layout: PgUp right after Ctrl+P and a letter, before the list has been
+    drawn, looks up a line it has not made (``KeyError`` in ``OptionList._move_page``)
+    and ends the app. A page key before the list is drawn has nothing to page."""
+
+    def _action_command_list(self, action: str) -> None:
+        if action.startswith("page_") and not self.query_one(CommandList).scrollable_content_region:
+            return
+        super()._action_command_list(action)
 
 
 class HookdbgApp(App[None]):
@@ -41,6 +57,14 @@ class HookdbgApp(App[None]):
         self.ranks: list[RunView] = []
         if recording is not None:
             self.ranks = [RunView(recording), *(RunView(r) for r in more_ranks or [])]
+
+    def action_command_palette(self) -> None:
+        if self.use_command_palette and not isinstance(self.screen, CommandPalette):
+            self.push_screen(Palette(id="--command-palette"))
+
+    def search_themes(self) -> None:
+        """The palette's "Theme" command: the same palette, over the themes."""
+        self.push_screen(Palette(providers=[ThemeProvider], placeholder="Search for themes…"))
 
     @property
     def view(self) -> RunView:

@@ -1,8 +1,11 @@
 """Keys that came faster than the screen could follow ended the app: Enter twice on a
-list that closes on Enter."""
+list that closes on Enter, PgUp in the command palette before its list was drawn."""
+
+import itertools
 
 import pytest
-from textual.widgets import DataTable
+from textual.command import CommandPalette
+from textual.widgets import DataTable, OptionList
 
 from hookdbg.read import open_recording
 from hookdbg.tui.app import HookdbgApp
@@ -55,3 +58,28 @@ async def test_enter_twice_closes_a_screen_once(nan_h5, size):
             burst(app, ["escape", "escape"])  # Esc twice: back once, the second is the replay's
             await settle(app, pilot)
             assert crashed(app) is None and app.screen is replay
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_page_keys_in_the_palette_before_its_list_is_drawn(mlp_h5, size):
+    """Ctrl+P, a letter and PgUp at once: Textual's list had no lines to page by yet.
+    Whether the list is drawn before the page key arrives is a race: tried often."""
+    app = HookdbgApp(open_recording(mlp_h5))
+    async with app.run_test(size=size) as pilot:
+        await settle(app, pilot)
+        for page, letter in itertools.product(("pageup", "pagedown"), "sfp"):
+            burst(app, ["ctrl+p", letter, page])
+            await settle(app, pilot)
+            assert crashed(app) is None and isinstance(app.screen, CommandPalette)
+            await pilot.press("escape")
+            await settle(app, pilot)
+            assert isinstance(app.screen, ReplayScreen)
+        await pilot.press("ctrl+p", "s")  # once drawn, the list pages
+        await settle(app, pilot)
+        options = app.screen.query_one(OptionList)
+        await pilot.press("pageup")
+        await settle(app, pilot)
+        top = options.highlighted
+        await pilot.press("pagedown")
+        await settle(app, pilot)
+        assert top == 0 and (options.highlighted or 0) > top
