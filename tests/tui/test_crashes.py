@@ -1,5 +1,6 @@
 """Keys that came faster than the screen could follow ended the app: Enter twice on a
-list that closes on Enter, PgUp in the command palette before its list was drawn."""
+list that closes on Enter, PgUp in the command palette before its list was drawn. And
+an app that ended on an error said so to the shell only in words, with status 0."""
 
 import itertools
 
@@ -12,6 +13,7 @@ from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.dialogs import GotoStepScreen
 from hookdbg.tui.replay import ReplayScreen
 from hookdbg.tui.screens import AlertsScreen, ProfileScreen, SearchScreen
+from tests.helpers import hookdbg_in_terminal
 from tests.tui.pilot import SIZES, burst, crashed, settle, until
 
 
@@ -83,3 +85,27 @@ async def test_page_keys_in_the_palette_before_its_list_is_drawn(mlp_h5, size):
         await pilot.press("pagedown")
         await settle(app, pilot)
         assert top == 0 and (options.highlighted or 0) > top
+
+
+# the command's way of running the app, on an app that fails as it starts: no key
+# makes hookdbg's own fail any more
+FAILING = """
+import click
+from textual.app import App
+from hookdbg.cli.tui import run_app
+
+
+class Failing(App):
+    def on_mount(self):
+        raise RuntimeError("an error inside the app")
+
+
+click.command()(lambda: run_app(Failing()))()
+"""
+
+
+def test_an_app_that_ends_on_an_error_exits_non_zero():
+    """Textual prints the error as the app ends; the shell sees a failure too."""
+    status, screen = hookdbg_in_terminal(script=FAILING, size=(30, 100))
+    assert status == 1, screen[-2000:]
+    assert b"an error inside the app" in screen
