@@ -6,10 +6,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from textual import on
 from textual.app import App, SystemCommand
 from textual.command import CommandList, CommandPalette
+from textual.message import Message
 from textual.screen import Screen
 from textual.theme import ThemeProvider
+from textual.widgets import Button, Input, OptionList
 
 from hookdbg.read import RankSet, Recording
 
@@ -21,17 +24,28 @@ from .replay import ReplayScreen
 
 
 class Palette(CommandPalette):
-    """Textual's command palette, with PgUp/PgDn ignored until its list is laid out.
+    """Textual's command palette (8.2.8, the newest release), guarded against keys
+    that come faster than it can follow.
 
-    Textual 8.2.8 (the newest release) pages by line positions that its OptionList
-    computes at layout: PgUp right after Ctrl+P and a letter, before the list has been
-    drawn, looks up a line it has not made (``KeyError`` in ``OptionList._move_page``)
-    and ends the app. A page key before the list is drawn has nothing to page."""
+    - PgUp/PgDn are ignored until its list is laid out: Textual pages by line positions
+      its OptionList computes at layout, so PgUp right after Ctrl+P and a letter looked
+      up a line not made yet (``KeyError`` in ``OptionList._move_page``).
+    - Once it has closed, a second Enter queued behind the one that picked a command
+      is dropped: Textual's palette would close again, popping the screen under it
+      (``ScreenStackError``), and run the command twice."""
 
     def _action_command_list(self, action: str) -> None:
         if action.startswith("page_") and not self.query_one(CommandList).scrollable_content_region:
             return
         super()._action_command_list(action)
+
+    @on(Input.Submitted)
+    @on(Button.Pressed)
+    @on(OptionList.OptionSelected)
+    def _closed_already(self, event: Message) -> None:
+        if not self.is_active:  # Textual's own handlers, in the class below, are skipped
+            event.stop()
+            event.prevent_default()
 
 
 class HookdbgApp(App[None]):

@@ -22,6 +22,7 @@ from textual.events import Resize
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
+from textual.worker import get_current_worker
 
 from hookdbg.analysis.steer import SteerError, steer
 from hookdbg.read import RankSet, RecordingError, Status
@@ -563,30 +564,40 @@ class ReplayScreen(Screen[None]):
     def action_profile(self) -> None:
         self._open_profile(self.step)
 
-    @work(thread=True, group="screens")
+    @work(thread=True, exclusive=True, group="screens")
     def _open_profile(self, step: int | None) -> None:
         prof = self.run.profile(step)
-        screen = ProfileScreen(self.run, prof, step)
-        self.app.call_from_thread(self.app.push_screen, screen, self._jump)
+        self._open_over(ProfileScreen(self.run, prof, step))
+
+    def _open_over(self, screen: Screen[Jump | None]) -> None:
+        """Open a screen a worker made, from its thread: the last one asked for (``p``
+        twice, or ``p`` then ``a``, opens one), and only over the replay (not over a
+        screen the user opened meanwhile)."""
+        if not get_current_worker().is_cancelled:
+            self.app.call_from_thread(self._push_if_on_top, screen)
+
+    def _push_if_on_top(self, screen: Screen[Jump | None]) -> None:
+        if self.is_active:
+            self.app.push_screen(screen, self._jump)
 
     def action_time_tree(self) -> None:
         if self.step is not None:
             self._open_time_tree(self.step, self.evals)
 
-    @work(thread=True, group="screens")
+    @work(thread=True, exclusive=True, group="screens")
     def _open_time_tree(self, step: int, evals: bool) -> None:
-        screen = TimeTreeScreen(self.run.time_tree(step, evals))
-        self.app.call_from_thread(self.app.push_screen, screen, self._jump)
+        self._open_over(TimeTreeScreen(self.run.time_tree(step, evals)))
 
     def action_alerts(self) -> None:
         self._open_alerts()
 
-    @work(thread=True, group="screens")
+    @work(thread=True, exclusive=True, group="screens")
     def _open_alerts(self) -> None:
         if not self._checked(*range(len(self.ranks))):  # the list reads every rank
             return
-        screen = AlertsScreen(ranked_alerts(self.ranks), [v.rec.info.rank for v in self.ranks])
-        self.app.call_from_thread(self.app.push_screen, screen, self._jump)
+        self._open_over(
+            AlertsScreen(ranked_alerts(self.ranks), [v.rec.info.rank for v in self.ranks])
+        )
 
     def action_search(self) -> None:
         self.app.push_screen(SearchScreen(self.run, self.query_text), self._found)

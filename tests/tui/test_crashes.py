@@ -109,3 +109,32 @@ def test_an_app_that_ends_on_an_error_exits_non_zero():
     status, screen = hookdbg_in_terminal(script=FAILING, size=(30, 100))
     assert status == 1, screen[-2000:]
     assert b"an error inside the app" in screen
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_keys_that_open_a_screen_twice_open_it_once(mlp_h5, size):
+    """Enter twice on a command the palette found closed the palette twice (popping
+    the replay: the app ended) and ran the command twice; ``p`` twice before the
+    profile was read opened two profiles, and ``p`` then ``/`` a profile over the search."""
+    app = HookdbgApp(open_recording(mlp_h5))
+    async with app.run_test(size=size) as pilot:
+        await settle(app, pilot)
+        replay = app.screen
+        await pilot.press("ctrl+p", *"Profile")
+        await settle(app, pilot)
+        burst(app, ["enter", "enter"])
+        await settle(app, pilot)
+        assert crashed(app) is None and isinstance(app.screen, ProfileScreen)
+        assert app.screen_stack == [replay, app.screen]
+        await pilot.press("escape")
+        for keys in (["p", "p"], ["p", "a"]):  # one screen over the replay
+            burst(app, keys)
+            await settle(app, pilot)
+            assert crashed(app) is None and len(app.screen_stack) == 2, app.screen_stack
+            assert isinstance(app.screen, (ProfileScreen, AlertsScreen))
+            await pilot.press("escape")
+            await settle(app, pilot)
+            assert app.screen is replay
+        burst(app, ["p", "slash"])
+        await settle(app, pilot)
+        assert app.screen_stack == [replay, app.screen] and isinstance(app.screen, SearchScreen)
