@@ -2,6 +2,7 @@ import importlib.util
 
 import pytest
 
+from tests.cli.test_distributed import torchrun
 from tests.helpers import ROOT, SAMPLES
 
 
@@ -76,3 +77,14 @@ def mlp_lr_h5(tmp_path_factory):
     return _record(
         tmp_path_factory, "mlp_lr", SAMPLES / "numnet_mlp.py", "--steps", "4", "--lr", "0.2"
     )
+
+
+@pytest.fixture(scope="session")
+def ddp_nan_h5(tmp_path_factory):
+    """samples/ddp_train.py on 2 ranks, 5 steps; rank 1's batch holds a NaN at step 2:
+    rank 1's alert says it came from the data, rank 0's that it came from another rank
+    through the all-reduce."""
+    out = tmp_path_factory.mktemp("ddp") / "nan.h5"
+    done = torchrun(out, "--nan-rank", "1", "--nan-step", "2")
+    assert done.returncode == 0, done.stderr
+    return out
