@@ -87,9 +87,10 @@ differs from the other run in the forward pass (`≠bwd`: only its gradients dif
 which a divergence further on causes; `≠opt`: only its weights after the optimizer
 step), `★first` the first divergence. A folded module shows what is marked inside it:
 `◆…`, `★≠…`. What the selected module's marks mean, with how far it differs, is said
-under the detail pane's title. After the name: a module's share of the step's time,
-`Σ` for a container (its children's time included; `self` its own), `×N` calls, and
-`-inf ×N` for an attention mask's -inf in its inputs (no alarm).
+under the detail pane's title. On the right: `-inf ×N` for an attention mask's -inf
+in its inputs (no alarm), `×N` calls, and at the edge a module's share of the step's
+time, `Σ` for a container (its children's time included; `self` its own). A narrow
+pane leaves out the type, then `self`, then cuts the name, never a number.
 
 **Columns** of the tensor table: `zeros` the fraction of values that are 0, `sat` the
 fraction at the tensor's min or max (saturated: a ReLU6 or a clamp at its cap; a
