@@ -196,6 +196,8 @@ class DetailPane(Vertical):
     """The selected module in the current step: timings, tensor summaries (both runs
     when comparing), and a histogram of a stored full tensor when there is one."""
 
+    ALLOW_MAXIMIZE = True  # z zooms the pane, title and all, rather than the table alone
+
     COMPONENT_CLASSES = {
         "detail-pane--nonfinite",
         "detail-pane--bad",

@@ -162,9 +162,10 @@ class Plot(Widget):
             self.post_message(Goto(step=int(self._buckets[column].steps[0])))
 
 
-class PlotPane(Vertical):
+class PlotPane(Vertical, can_focus=True):
     """The loss, or one statistic of the selected module, over all steps (``s`` picks
-    another); when comparing two runs, both on one scale."""
+    another); when comparing two runs, both on one scale. Tab comes here, for ``z``
+    to zoom it."""
 
     COMPONENT_CLASSES = {"plot-pane--here", "plot-pane--bad"}
 

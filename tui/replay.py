@@ -21,6 +21,7 @@ from textual.containers import Horizontal, Vertical
 from textual.events import Resize
 from textual.reactive import reactive
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Footer, Header, Static
 from textual.worker import get_current_worker
 
@@ -85,7 +86,12 @@ class ReplayScreen(Screen[None]):
         Binding("R", "record_next", "record next steps", show=False),
         Binding("y", "copy", "copy", show=False),
         Binding("e", "toggle_evals", "eval batches", show=False),
+        Binding("z", "zoom", "zoom", show=False),
+        Binding("greater_than_sign", "tree_width(4)", "wider tree", show=False),
+        Binding("less_than_sign", "tree_width(-4)", "narrower tree", show=False),
     ]
+    # a zoomed pane keeps the step bar and the keys in view
+    ALLOW_IN_MAXIMIZED_VIEW = "Footer, StepBar"
 
     step: reactive[int | None] = reactive(None, init=False)
     module: reactive[int | None] = reactive(None, init=False)
@@ -118,6 +124,7 @@ class ReplayScreen(Screen[None]):
         self._moved = False  # the user went somewhere before the comparison was ready
         self._stat_picked = False  # the user chose what the plot shows
         self._diff_notes: list[str] = []  # what comparing the runs left out
+        self._tree_width: int | None = None  # cells, once > or < set it
 
     @property
     def run(self) -> RunView:
@@ -753,6 +760,28 @@ class ReplayScreen(Screen[None]):
                 self.notify(f"{printable(file)}:{line}", title="opened", timeout=3, markup=False)
                 return
         self.notify(problem, severity="warning", markup=False)
+
+    def action_zoom(self) -> None:
+        """``z``: the focused pane (the tree, the tensor table, the plot) fills the
+        screen; ``z`` or Esc gives it back its place."""
+        if self.maximized is not None:
+            self.minimize()
+        elif self.focused is not None:
+            self.maximize(self.focused)
+
+    def action_tree_width(self, cells: int) -> None:
+        """``>`` / ``<``: the tree pane wider or narrower, for long names and deep models."""
+        tree = self.query_one(ModuleTree)
+        most = max(self.size.width - 30, 16)
+        self._tree_width = max(16, min(most, tree.outer_size.width + cells))
+        tree.styles.width = self._tree_width
+        tree.styles.min_width = 16
+
+    def watch_maximized(self, maximized: Widget | None) -> None:
+        """A zoomed tree fills the screen, whatever width ``>`` and ``<`` gave it; given
+        its place back, it has that width again."""
+        tree = self.query_one(ModuleTree)
+        tree.styles.width = None if maximized is tree else self._tree_width
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())

@@ -66,7 +66,7 @@ def value_at(series: Series, step: int | None) -> str:
     return stat_text(float(here[0])) if here.size else "-"
 
 
-class StatStack(Widget):
+class StatStack(Widget, can_focus=True):
     """Sparklines of the selected module's output statistics and gradient norm."""
 
     COMPONENT_CLASSES = {

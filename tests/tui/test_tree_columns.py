@@ -76,3 +76,37 @@ async def test_a_narrow_tree_leaves_out_the_type_before_a_number(resnet_h5, size
         room = tree.scrollable_content_region.width
         if len("▼ model ResNet " + share.group()) > room:  # no room for the type
             assert "ResNet" not in model
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_gt_and_lt_widen_the_tree_and_z_zooms_the_focused_pane(resnet_h5, size):
+    rec = open_recording(resnet_h5)
+    app = HookdbgApp(rec)
+    async with app.run_test(size=size) as pilot:
+        await settle(app, pilot)
+        screen = app.screen
+        tree = screen.query_one(ModuleTree)
+        model = rec.modules.resolve("model").id
+        width = tree.outer_size.width
+        await pilot.press("greater_than_sign", "greater_than_sign")
+        await settle(app, pilot)
+        assert tree.outer_size.width == width + 8
+        assert "ResNet" in tree.line_of(model)  # the room goes to what was left out
+        await pilot.press("less_than_sign")
+        await settle(app, pilot)
+        assert tree.outer_size.width == width + 4
+        await pilot.press("z")
+        await settle(app, pilot)
+        assert screen.maximized is tree and tree.outer_size.width == size[0]
+        assert screen.query_one("StepBar").region.height == 1  # still in view
+        await pilot.press("z")
+        await settle(app, pilot)
+        assert screen.maximized is None and tree.outer_size.width == width + 4
+        for pane in ("DetailPane", "PlotPane"):
+            await pilot.press("tab", "z")
+            await settle(app, pilot)
+            zoomed = screen.query_one(pane)
+            assert screen.maximized is zoomed and zoomed.outer_size.width == size[0]
+            await pilot.press("escape")  # as z again
+            await settle(app, pilot)
+            assert screen.maximized is None
