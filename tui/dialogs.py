@@ -104,8 +104,9 @@ differ are highlighted (with the digits that tell them apart), their columns are
 never left out of a narrow table, and the cursor starts on the first of them.
 
 **Plots**: the plot opens on the loss and follows the tree once you move in it;
-`×` marks steps whose value is NaN/inf, `▲` the current step; two runs share one
-scale. A module returning a dict or tuple is plotted by its first tensor
+`×` marks the steps at which the tensor holds NaN/inf (as the table's nan/inf column
+says), `▲` the current step; two runs are drawn in one plot on one scale, b's bar
+beside a's. A module returning a dict or tuple is plotted by its first tensor
 output (the title says which).
 
 **Time tree** (`t`): the step on top, then forward, backward and optimizer, each call

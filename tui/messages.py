@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 from textual.message import Message
 
 from hookdbg.read import RankSet, Recording
 
-from .model import Detail, DiffView, Gap, ModuleStep, PlotStat, RowPair
+from .model import Curve, Detail, DiffView, Gap, ModuleStep, PlotStat, RowPair
 
 
 @dataclass
@@ -53,8 +52,8 @@ class SeriesLoaded(Message):
     key: tuple[int, int, bool, int, int]
     stat: PlotStat
     module: str
-    series: tuple[np.ndarray, np.ndarray]
-    other: tuple[np.ndarray, np.ndarray] | None
+    curve: Curve
+    other: Curve | None
     tensor: str = ""  # which tensor, where a module returns several: "output[logits]"
 
 

@@ -378,27 +378,27 @@ class ReplayScreen(Screen[None]):
     def load_series(self, rank: int, module: int, evals: bool, stat_index: int, site: int) -> None:
         run, stat = self.ranks[rank], PLOT_STATS[stat_index]
         path = None if stat.of_run else run.plotted_path(module, stat)
-        series = run.series(module, stat, evals, path, site)
+        curve = run.curve(module, stat, evals, path, site)
         name = run.loss_label(site) if stat.of_run else run.rec.modules.name(module)
         other = None
         if self.other is not None:
             twin = self.other.rec.modules.by_name(name)
             if stat.of_run:
-                other = self.other.series(module, stat, evals, site=site)
+                other = self.other.curve(module, stat, evals, site=site)
             elif twin is not None:  # the same tensor of the same module
-                other = self.other.series(twin.id, stat, evals, path)
+                other = self.other.curve(twin.id, stat, evals, path)
         # say which tensor, where the module returned several (a parameter's statistic
         # names its tensor in its own label)
         tensor = ""
         if stat.slot is not None and stat.path is None and path:
             tensor = slot_label(stat.slot, path)
         key = (rank, module, evals, stat_index, site)
-        self.post_message(SeriesLoaded(key, stat, name, series, other, tensor))
+        self.post_message(SeriesLoaded(key, stat, name, curve, other, tensor))
 
     def on_series_loaded(self, message: SeriesLoaded) -> None:
         if message.key == (self.rank, self.module, self.evals, self.stat, self.loss_site):
             self.query_one(PlotPane).show(
-                message.stat, message.module, message.series, message.other, message.tensor
+                message.stat, message.module, message.curve, message.other, message.tensor
             )
 
     @work(thread=True, group="diff")
