@@ -125,6 +125,7 @@ class ReplayScreen(Screen[None]):
         self._stat_picked = False  # the user chose what the plot shows
         self._diff_notes: list[str] = []  # what comparing the runs left out
         self._tree_width: int | None = None  # cells, once > or < set it
+        self._opening = ""  # what the screen opened on, said until the user moves
 
     @property
     def run(self) -> RunView:
@@ -188,18 +189,25 @@ class ReplayScreen(Screen[None]):
         self.app.title = f"hookdbg  {printable(title)}"
 
     def _notice(self) -> None:
-        """The notice line: what is odd about the recording, and what comparing two
-        left out (steps or modules one run lacks)."""
-        lines = [status_notice(self.run, self.following), *self._diff_notes]
+        """The notice line: where the screen opened and why (until the user moves),
+        what is odd about the recording, and what comparing two left out (steps or
+        modules one run lacks). A line at the top, rather than a toast over the plot
+        and the step bar."""
+        lines = [self._opening, status_notice(self.run, self.following), *self._diff_notes]
         text = "\n".join(line for line in lines if line)
         notice = self.query_one("#notice", Static)
         notice.set_class(not text, "hidden")
         notice.update(Text(text))
 
+    def _say_opening(self, text: str) -> None:
+        """What the screen opened on, said in the notice line until the user moves."""
+        self._opening = text
+        self._notice()
+
     def _announce_alerts(self, opened_on: str = "") -> None:
         text = alerts_notice(self.ranks)
         if text:
-            self.notify(text + opened_on, severity="warning", timeout=10, markup=False)
+            self._say_opening(text + opened_on)
 
     def _open_on_origin(self) -> None:
         """A run where a NaN/inf was born opens where the first one was, and says so."""
@@ -212,7 +220,7 @@ class ReplayScreen(Screen[None]):
             return
         name = printable(self.run.rec.modules.name(self.module))
         unit = "eval batch" if self.evals else "step"
-        self._announce_alerts(f"\nopened where the first was born:\n{name}, {unit} {self.step}")
+        self._announce_alerts(f"; opened where the first was born: {name}, {unit} {self.step}")
 
     def _show_steps(self) -> None:
         bar = self.query_one(StepBar)
@@ -404,33 +412,26 @@ class ReplayScreen(Screen[None]):
     @work(thread=True, group="diff")
     def load_diff(self) -> None:
         assert self.other is not None
-        self.app.call_from_thread(self.notify, "comparing the two recordings...", timeout=2)
+        self.app.call_from_thread(self._say_opening, "comparing the two recordings...")
         self.post_message(DiffReady(DiffView.compute(self.run, self.other)))
 
     def on_diff_ready(self, message: DiffReady) -> None:
         self.diff = message.diff
-        self.app.clear_notifications()
         first = self.diff.first()
         tree = self.query_one(ModuleTree)
         tree.mark_first_divergence(*(first or (None, None)))
         self._diff_notes = self.diff.notes()
-        self._notice()
+        if first is not None and not self._moved:  # at once, unless the user moved on
+            self.action_first()
+            self._moved = False
         if first is None:
-            matched = self.diff.result.equal
-            self.notify(
-                self.diff.verdict(), severity="information" if matched else "warning", timeout=10
-            )
+            said = self.diff.verdict()
         else:
-            self.notify(
+            said = (
                 f"first divergence: {printable(first[0])} at step {first[1]} "
-                "(★ in the tree; f jumps there)",
-                severity="warning",
-                timeout=10,
-                markup=False,
+                "(★ in the tree; f jumps there)"
             )
-            if not self._moved:  # show it at once, unless the user is elsewhere already
-                self.action_first()
-                self._moved = False
+        self._say_opening(said)
         self._load_step()
         self._load_detail()
 
@@ -494,6 +495,8 @@ class ReplayScreen(Screen[None]):
     def on_module_tree_picked(self, message: ModuleTree.Picked) -> None:
         if message.module != self.module:
             self._moved = True
+            if self._opening != "comparing the two recordings...":
+                self._say_opening("")
             self.module = message.module
             if not self._stat_picked and PLOT_STATS[self.stat].of_run:
                 self.plot_stat(1)  # the plot opens on the loss, then follows the tree
@@ -504,6 +507,8 @@ class ReplayScreen(Screen[None]):
     def go_to(self, step: int | None = None, module: int | None = None) -> None:
         """Go to a step (the nearest recorded one) and/or a module."""
         self._moved = True
+        if self._opening and self._opening != "comparing the two recordings...":
+            self._say_opening("")  # the user has moved on from where the screen opened
         if step is not None and self.steps:
             self.step = nearest_step(self.steps, step)
             if self.step != step:

@@ -15,7 +15,7 @@ from hookdbg.tui.stepbar import StepBar
 from hookdbg.tui.tree import ModuleTree
 from tests.analysis.test_diff import SCRIPT
 from tests.helpers import hookdbg
-from tests.tui.pilot import SIZE, SMALL, notices, records, rows, settle, text
+from tests.tui.pilot import SIZE, SMALL, records, rows, settle, text
 
 
 async def test_replay_tree_detail_and_steps(mlp_h5):
@@ -116,7 +116,8 @@ async def test_alerts_screen_jumps_to_the_origin(nan_h5):
     app = HookdbgApp(rec)
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, pilot)
-        assert notices(app)[0].startswith("1 NaN/inf alert — f jumps to the first")
+        notice = text(app.screen.query_one("#notice"))  # a line at the top, not a toast
+        assert notice.startswith("1 NaN/inf alert — f jumps to the first")
         tree = app.screen.query_one(ModuleTree)
         origin = rec.modules.resolve("standardize").id
         await pilot.press("home", "up")  # away from the origin it opened on: step 0, model
@@ -233,7 +234,7 @@ async def test_diff_opens_on_the_first_divergence_kept_apart_from_backward_spill
         assert "≠fwd" in tree.label_of(net3) and "≠bwd" not in tree.label_of(net3)
         # net.0 runs before the change: only its backward can differ, and says so
         assert "≠bwd" in tree.label_of(a.modules.resolve("net.0").id)
-        assert any("first divergence: net.3" in n for n in notices(app))
+        assert "first divergence: net.3" in text(app.screen.query_one("#notice"))
         shown = records(app.screen.query_one("#detail-table", DataTable))
         assert {r["run"] for r in shown} == {"a", "b"}  # both runs, side by side
         await pilot.press("down")  # the cursor really is on net.3: down goes on from it

@@ -71,8 +71,9 @@ async def test_a_run_with_a_nan_opens_where_the_first_was_born(nan_h5):
         tree = screen.query_one(ModuleTree)
         assert tree.cursor_node is not None and tree.cursor_node.data == screen.module
         assert "◆NaN" in tree.label_of(screen.module)
-        [notice] = notices(app)
-        assert notice.endswith("\nopened where the first was born:\nmodel.standardize, step 3")
+        assert not notices(app)  # no toast over the plot: a line at the top says it
+        notice = text(screen.query_one("#notice"))
+        assert notice.endswith("; opened where the first was born: model.standardize, step 3")
 
 
 async def test_the_stored_tensors_histogram_says_which_tensor_it_is_of(nan_h5):
