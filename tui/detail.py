@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.events import Resize
 from textual.widgets import DataTable, Static
@@ -184,12 +183,8 @@ def fit(
 
 
 class DetailTable(DataTable[Text]):
-    """←/→ belong to steps; shift+←/→ move across columns."""
-
-    BINDINGS = [
-        Binding("shift+left", "cursor_left", "column ←", show=False),
-        Binding("shift+right", "cursor_right", "column →", show=False),
-    ]
+    """←/→ belong to steps; shift+←/→ move across columns (the replay's bindings,
+    wherever the focus is)."""
 
 
 class DetailPane(Vertical):

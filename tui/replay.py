@@ -57,6 +57,10 @@ class ReplayScreen(Screen[None]):
         Binding("left", "step(-1)", "step", priority=True, key_display="←→"),
         Binding("right", "step(1)", "step →", priority=True, show=False),
         Binding("home", "edge(0)", "first step", show=False, priority=True),
+        # across the tensor table's columns from anywhere, the tree's focus too (the
+        # Tree's own shift+arrows move its selection)
+        Binding("shift+left", "column(-1)", "column ←", show=False, priority=True),
+        Binding("shift+right", "column(1)", "column →", show=False, priority=True),
         Binding("end", "edge(-1)", "last step", show=False, priority=True),
         Binding("question_mark", "help", "help"),
         Binding("q", "app.quit", "quit"),
@@ -765,6 +769,14 @@ class ReplayScreen(Screen[None]):
                 self.notify(f"{printable(file)}:{line}", title="opened", timeout=3, markup=False)
                 return
         self.notify(problem, severity="warning", markup=False)
+
+    def action_column(self, delta: int) -> None:
+        """shift+←/→: the tensor table's cursor one column left or right."""
+        table = self.query_one(DetailTable)
+        if delta < 0:
+            table.action_cursor_left()
+        else:
+            table.action_cursor_right()
 
     def action_zoom(self) -> None:
         """``z``: the focused pane (the tree, the tensor table, the plot) fills the

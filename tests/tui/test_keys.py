@@ -6,15 +6,17 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from textual.widgets._footer import FooterKey
 from torch import nn
 
 from hookdbg.read import open_recording
 from hookdbg.tui.app import HookdbgApp
+from hookdbg.tui.detail import DetailTable
 from hookdbg.tui.model import PLOT_STATS
 from hookdbg.tui.tree import ModuleTree
 from tests.helpers import ROOT, SAMPLES
-from tests.tui.pilot import SIZE, SMALL, notices, settle, text
+from tests.tui.pilot import SIZE, SIZES, SMALL, notices, settle, text
 
 
 def shown(app) -> str:
@@ -179,3 +181,29 @@ async def test_o_on_a_recording_without_sources_says_so(tmp_path, monkeypatch):
         await pilot.press("o")
         assert not out.exists()
         assert any("record it again to open modules' code" in n for n in notices(app))
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_shift_arrows_move_across_the_table_whatever_has_the_focus(mlp_h5, size):
+    """As the help says: the tree's own shift+arrows (to the parent, to the next
+    ancestor) moved its selection instead."""
+    rec = open_recording(mlp_h5)
+    app = HookdbgApp(rec)
+    async with app.run_test(size=size) as pilot:
+        await settle(app, pilot)
+        app.screen.go_to(module=rec.modules.resolve("body.0").id)
+        await settle(app, pilot)
+        tree = app.screen.query_one(ModuleTree)
+        table = app.screen.query_one(DetailTable)
+        assert tree.has_focus
+        start = table.cursor_coordinate.column
+        await pilot.press("shift+right", "shift+right")
+        await settle(app, pilot)
+        assert shown(app) == "model.body.0" and tree.has_focus  # the tree stays
+        assert table.cursor_coordinate.column == start + 2
+        await pilot.press("shift+left")
+        await settle(app, pilot)
+        assert table.cursor_coordinate.column == start + 1 and shown(app) == "model.body.0"
+        await pilot.press("tab", "shift+right")  # in the table, the same
+        await settle(app, pilot)
+        assert table.has_focus and table.cursor_coordinate.column == start + 2
