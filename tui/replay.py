@@ -45,7 +45,8 @@ from .model import (
     status_notice,
 )
 from .plot import PlotPane
-from .screens import AlertsScreen, Jump, ProfileScreen, SearchScreen
+from .profile import ProfileScreen
+from .screens import AlertsScreen, Jump, SearchScreen
 from .statstack import StatStack
 from .stepbar import StepBar
 from .timetree import TimeTreeScreen
@@ -583,7 +584,18 @@ class ReplayScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="screens")
     def _open_profile(self, step: int | None) -> None:
         prof = self.run.profile(step)
-        self._open_over(ProfileScreen(self.run, prof, step))
+        self._open_over(ProfileScreen(self._named_runs(), prof, step))
+
+    def _named_runs(self) -> list[tuple[str, RunView]]:
+        """The run shown, and the one compared with it, as the profile names them."""
+        if self.other is not None:
+            return [
+                (f"run a ({self.run.name})", self.run),
+                (f"run b ({self.other.name})", self.other),
+            ]
+        if len(self.ranks) > 1:
+            return [(f"rank {self.run.rec.info.rank}", self.run)]
+        return [("", self.run)]
 
     def _open_over(self, screen: Screen[Jump | None]) -> None:
         """Open a screen a worker made, from its thread: the last one asked for (``p``

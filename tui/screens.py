@@ -1,5 +1,5 @@
-"""Screens over the replay: profile, alerts, search. Each is dismissed with a place to
-jump to (a ``Jump``), or None."""
+"""Screens over the replay: alerts and search (the profile is profile.py's). Each is
+dismissed with a place to jump to (a ``Jump``), or None."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from textual.widgets import DataTable, Footer, Input, Static
 from textual.worker import get_current_worker
 
 from hookdbg.analysis.alerts import AlertReport
-from hookdbg.analysis.profile import Profile
 from hookdbg.analysis.query import Query, QueryError, parse
 from hookdbg.analysis.search import SearchResult
 from hookdbg.cells import (
@@ -46,108 +45,6 @@ class Jump:
     step: int
     hits: tuple[tuple[int, int], ...] = ()  # (module, step), one per module and step
     rank: int | None = None  # the rank (index into the replay's ranks) to switch to
-
-
-class ProfileScreen(Closing, Screen[Jump | None]):
-    """Modules by time in one step, or all steps (``a``); s/t/c/n sort by self, total,
-    calls, name; Enter shows one."""
-
-    BINDINGS = [
-        Binding("escape,p", "dismiss(None)", "back"),
-        Binding("a", "all_steps", "all steps / this step"),
-        Binding("s", "order('self')", "sort: self"),
-        Binding("t", "order('total')", "total"),
-        Binding("c", "order('calls')", "calls"),
-        Binding("n", "order('name')", "name"),
-    ]
-
-    def __init__(self, run: RunView, profile: Profile, step: int | None) -> None:
-        super().__init__()
-        self.run = run
-        self.profile = profile
-        self.step = step  # the replay's step; None: the profile covers all steps
-        self.all_steps = step is None
-        self._sort_key = "self"
-
-    def compose(self) -> ComposeResult:
-        yield Static(id="screen-title")
-        yield DataTable(id="profile-table", cursor_type="row", zebra_stripes=True)
-        yield Footer()
-
-    def on_mount(self) -> None:
-        self._fill()
-        self.query_one(DataTable).focus()
-
-    def _fill(self) -> None:
-        p = self.profile
-        span = f"step {p.first}" if p.first == p.last else f"steps {p.first}-{p.last} ({p.steps:,})"
-        other = "this step" if self.all_steps else "all steps"
-        self.query_one("#screen-title", Static).update(
-            Text.assemble(
-                (f"profile of {span}", "bold"),
-                ": milliseconds per step, self = without recorded submodules",
-                (f"   a: {other}, enter: go to the module", "dim"),
-            )
-        )
-        table = self.query_one(DataTable)
-        table.clear(columns=True)
-        device = p.on_device  # device times lead; the host's are the launches
-        table.add_columns(
-            "module",
-            "type",
-            "phase",
-            "calls",
-            *(("device self ms", "device total ms") if device else ()),
-            "host self ms" if device else "self ms",
-            "host total ms" if device else "total ms",
-            "share",
-        )
-        for row in p.sorted(self._sort_key):
-            table.add_row(
-                Text(printable(row.module.name)),
-                Text(printable(row.module.type), style="dim"),
-                Text(Phase(row.phase).label),
-                Text(f"{row.calls_per_step:g}", justify="right"),
-                *((_ms(row.device_self_mean), _ms(row.device_total_mean, "dim")) if device else ()),
-                Text(f"{row.self_mean * 1e3:.3f}", justify="right"),
-                Text(f"{row.total_mean * 1e3:.3f}", justify="right"),
-                Text(f"{row.share:.1%}", justify="right", style="cyan"),
-                key=f"{row.module.id}:{row.phase}",
-            )
-
-    def action_order(self, key: str) -> None:
-        self._sort_key = key
-        self._fill()
-
-    def action_all_steps(self) -> None:
-        if self.step is None:
-            return  # no step to go back to
-        self.all_steps = not self.all_steps
-        self.notify(f"profiling {'all steps' if self.all_steps else f'step {self.step}'}...")
-        self._load(None if self.all_steps else self.step)
-
-    @work(thread=True, exclusive=True)
-    def _load(self, step: int | None) -> None:
-        profile = self.run.profile(step)
-        if not get_current_worker().is_cancelled:
-            self.app.call_from_thread(self._loaded, profile, step)
-
-    def _loaded(self, profile: Profile, step: int | None) -> None:
-        if (step is None) != self.all_steps:
-            return  # a late answer to an earlier press of a
-        self.profile = profile
-        self._fill()
-
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        module = int(str(event.row_key.value).split(":")[0])
-        step = self.step if self.step is not None else self.profile.first
-        leave(self, Jump(module, step))
-
-
-def _ms(seconds: float, style: str = "") -> Text:
-    """Milliseconds, or '-' for a call not timed on the device."""
-    text = "-" if seconds != seconds else f"{seconds * 1e3:.3f}"
-    return Text(text, justify="right", style=style)
 
 
 class AlertsScreen(Closing, Screen[Jump | None]):

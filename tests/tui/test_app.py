@@ -10,7 +10,8 @@ from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.dialogs import HelpScreen
 from hookdbg.tui.messages import Goto
 from hookdbg.tui.plot import Plot
-from hookdbg.tui.screens import AlertsScreen, ProfileScreen, SearchScreen
+from hookdbg.tui.profile import ProfileScreen
+from hookdbg.tui.screens import AlertsScreen, SearchScreen
 from hookdbg.tui.stepbar import StepBar
 from hookdbg.tui.tree import ModuleTree
 from tests.analysis.test_diff import SCRIPT
@@ -205,7 +206,7 @@ async def test_profile_sorts_covers_all_steps_with_a_and_help_opens(resnet_h5):
         await settle(app, pilot)
         assert isinstance(app.screen, HelpScreen)
         keys = text(app.screen.query_one("#help-keys"))
-        assert "profile; in it: enter goes to a module" in keys
+        assert "profile: the step's parts, then modules; enter goes to one" in keys
         await pilot.press("escape")
         await pilot.press("q")
 

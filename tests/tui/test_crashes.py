@@ -11,8 +11,9 @@ from textual.widgets import DataTable, OptionList
 from hookdbg.read import open_recording
 from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.dialogs import GotoStepScreen
+from hookdbg.tui.profile import ProfileScreen
 from hookdbg.tui.replay import ReplayScreen
-from hookdbg.tui.screens import AlertsScreen, ProfileScreen, SearchScreen
+from hookdbg.tui.screens import AlertsScreen, SearchScreen
 from tests.helpers import hookdbg_in_terminal
 from tests.tui.pilot import SIZES, burst, crashed, settle, until
 

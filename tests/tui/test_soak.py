@@ -18,8 +18,9 @@ from hookdbg.read import open_recording, open_run
 from hookdbg.tui.app import HookdbgApp, Palette
 from hookdbg.tui.detail import DetailTable
 from hookdbg.tui.dialogs import GotoStepScreen, HelpScreen, RecordStepsScreen
+from hookdbg.tui.profile import ProfileScreen
 from hookdbg.tui.replay import ReplayScreen
-from hookdbg.tui.screens import AlertsScreen, ProfileScreen, SearchScreen
+from hookdbg.tui.screens import AlertsScreen, SearchScreen
 from hookdbg.tui.timetree import TimeTreeScreen, TimeTreeView
 from hookdbg.tui.tree import ModuleTree
 from tests.tui.pilot import SIZES, burst, crashed, settle
