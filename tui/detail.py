@@ -58,7 +58,8 @@ COLUMNS = (
     *(Column(name, label(name), 30 - i) for i, name in enumerate(FRACTIONS)),
     Column("shape", "shape", 40, right=False),
     Column("dtype", "dtype", 20, right=False),
-    Column("placement", "global", 85, right=False),  # the global view's rows only
+    # the global view's rows only: where a row was merged from, left out before a number
+    Column("placement", "global", 62, right=False),
 )
 
 

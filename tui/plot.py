@@ -22,7 +22,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Static
 
-from hookdbg.cells import stat_text
+from hookdbg.cells import num, stat_text
 from hookdbg.text import plural, printable
 
 from .messages import Goto
@@ -83,6 +83,17 @@ def value_range(*series: Series | Curve | None) -> tuple[float, float] | None:
     return lo, hi
 
 
+def range_labels(lo: float, hi: float) -> tuple[str, str]:
+    """The lowest and the highest value as text, with the digits that tell them apart
+    (``1022.6`` and ``1023.4``, not ``1023`` twice over bars that differ)."""
+    low, high = stat_text(lo), stat_text(hi)
+    for digits in range(5, 18):
+        if low != high or lo == hi:
+            break
+        low, high = num(lo, digits), num(hi, digits)
+    return low, high
+
+
 def spans(width: int, count: int) -> list[range]:
     """The cells of ``count`` columns filling ``width``: widths differ by one at most."""
     edges = [round(i * width / count) for i in range(count + 1)] if count else [0]
@@ -128,7 +139,8 @@ class Plot(Widget):
             return Text("")
         lo, hi = self._range or (0.0, 0.0)
         rows = max(1, self.size.height - 1)
-        labels = (stat_text(hi), stat_text(lo) if hi > lo else "")
+        low, high = range_labels(lo, hi)
+        labels = (high, low if hi > lo else "")
         if rows == 1 and labels[1]:  # one row: the range on it
             labels = (f"{labels[1]}..{labels[0]}", "")
         self._axis = max(map(len, labels)) + 1

@@ -517,7 +517,7 @@ class ReplayScreen(Screen[None]):
         if step is not None and self.steps:
             self.step = nearest_step(self.steps, step)
             if self.step != step:
-                self.notify(f"step {step} was not recorded: showing step {self.step}")
+                self.notify(_not_there(step, self.step, self.steps, self._unit()))
             elif self.other is not None and not self.evals:
                 self._say_if_one_run_only(self.step)
             if self.following and self.step != self.steps[-1]:
@@ -525,6 +525,9 @@ class ReplayScreen(Screen[None]):
                 self.notify("stopped following: End or F follows again", timeout=3)
         if module is not None:
             self.module = module
+
+    def _unit(self) -> str:
+        return "eval batch" if self.evals else "step"
 
     def _say_if_one_run_only(self, step: int) -> None:
         """Comparing two runs, a step only one of them recorded shows that one's rows."""
@@ -823,3 +826,13 @@ class ReplayScreen(Screen[None]):
             if self.rank != jump.rank:  # its file is damaged (said)
                 return
         self.go_to(jump.step, jump.module)
+
+
+def _not_there(asked: int, shown: int, steps: list[int], unit: str) -> str:
+    """Why a step asked for is not the one shown: past either end of the run, or not
+    recorded between its steps."""
+    if asked > steps[-1]:
+        return f"the last recorded {unit} is {shown}: {asked} is past the end"
+    if asked < steps[0]:
+        return f"the first recorded {unit} is {shown}: {asked} is before it"
+    return f"{unit} {asked} was not recorded: showing {unit} {shown}, the nearest"

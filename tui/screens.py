@@ -81,26 +81,46 @@ class AlertsScreen(Closing, Screen[Jump | None]):
         return min(firsts)[2] if firsts else None
 
     def on_mount(self) -> None:
+        self._fill()
+        self.query_one(DataTable).focus()
+
+    def on_resize(self) -> None:
+        self._fill()
+
+    def _fill(self) -> None:
+        """The alerts, what each says in the room the other columns leave, wrapped onto
+        more lines rather than cut."""
         table = self.query_one(DataTable)
         ranked = len(self.ranks) > 1
-        table.add_columns("", *(("rank",) if ranked else ()), "step", "module", "phase")
-        table.add_columns("tensor", "what")
         star = self._first()
+        rows = []
         for i, (rank, r) in enumerate(self.reports):
             a = r.alert
-            first = Text("★ first", style="bold red") if i == star else Text("")
-            rank_cell = (Text(str(self.ranks[rank]), justify="right"),) if ranked else ()
-            table.add_row(
-                first,
-                *rank_cell,
-                Text(str(int(a["step"])), justify="right"),
-                Text(printable(r.module.name)),
-                Text(Phase(int(a["phase"])).label),
-                Text(printable(slot_label(int(a["slot"]), utf8(a["path"])))),
-                Text(printable(utf8(a["message"]).split(": ", 1)[-1])),
-                key=str(i),
+            rows.append(
+                [
+                    Text("★ first", style="bold red") if i == star else Text(""),
+                    *((Text(str(self.ranks[rank]), justify="right"),) if ranked else ()),
+                    Text(str(int(a["step"])), justify="right"),
+                    Text(printable(r.module.name)),
+                    Text(Phase(int(a["phase"])).label),
+                    Text(printable(slot_label(int(a["slot"]), utf8(a["path"])))),
+                    Text(printable(utf8(a["message"]).split(": ", 1)[-1])),
+                ]
             )
-        table.focus()
+        titles = ["", *(("rank",) if ranked else ()), "step", "module", "phase", "tensor"]
+        widths = [max([len(t), *(r[k].cell_len for r in rows)]) for k, t in enumerate(titles)]
+        room = (table.scrollable_content_region.width or self.size.width) - 1
+        said = max([4, *(r[-1].cell_len for r in rows)])
+        what = max(room - sum(w + 2 for w in widths) - 2, 12)
+        cursor = table.cursor_row
+        table.clear(columns=True)
+        for title, width in zip(titles, widths, strict=True):
+            table.add_column(title, width=width)
+        table.add_column("what", width=min(what, said))
+        for i, row in enumerate(rows):
+            table.add_row(*row, key=str(i), height=None)
+        if rows:
+            table.move_cursor(row=min(cursor, len(rows) - 1))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         rank, r = self.reports[int(str(event.row_key.value))]

@@ -21,7 +21,7 @@ from hookdbg.store.schema import Slot, slot_label
 from hookdbg.text import printable
 
 from .model import Curve, PlotStat, RunView
-from .plot import BLOCKS, buckets, value_range
+from .plot import BLOCKS, buckets, range_labels, value_range
 
 STACKED = (
     PlotStat("min", Slot.OUTPUT, "min"),
@@ -154,4 +154,5 @@ def _range(series: Curve) -> str:
     if scale is None:
         return ""
     lo, hi = scale
-    return stat_text(lo) if lo == hi else f"{stat_text(lo)}..{stat_text(hi)}"
+    low, high = range_labels(lo, hi)
+    return low if lo == hi else f"{low}..{high}"
