@@ -14,11 +14,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Input, Markdown, Static
+from textual.widgets import Input, Markdown, Static
 from textual.worker import get_current_worker
 
 from hookdbg.read import RecordingError, open_run
 
+from .keybar import KeyBar
 from .messages import Opened
 
 Result = TypeVar("Result")
@@ -196,7 +197,7 @@ class WaitScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(Text(f"waiting for {self.path}…", style="bold"), id="waiting")
         yield Static(id="waiting-why")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.wait_for_it()

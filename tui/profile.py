@@ -19,7 +19,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 from textual.worker import get_current_worker
 
 from hookdbg.analysis.profile import Profile, ProfileRow, StepTime
@@ -28,6 +28,7 @@ from hookdbg.text import printable
 
 from .detail import Column, fit
 from .dialogs import Closing, leave
+from .keybar import KeyBar
 from .model import RunView
 from .plot import packed
 from .screens import Jump
@@ -124,7 +125,7 @@ class ProfileScreen(Closing, Screen[Jump | None]):
         yield Static(id="screen-title")
         yield Static(id="profile-meters")
         yield DataTable(id="profile-table", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self._fill()

@@ -22,7 +22,7 @@ from textual.events import Resize
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 from textual.worker import get_current_worker
 
 from hookdbg.analysis.steer import SteerError, steer
@@ -33,6 +33,7 @@ from hookdbg.text import plural, printable, utf8
 from .detail import DetailPane, DetailTable
 from .dialogs import GotoStepScreen, HelpScreen, RecordStepsScreen
 from .editor import edit, source_problem
+from .keybar import KeyBar, replay_keys
 from .messages import DetailLoaded, DiffReady, Goto, NewData, SeriesLoaded, StepLoaded
 from .model import (
     PLOT_STATS,
@@ -96,7 +97,7 @@ class ReplayScreen(Screen[None]):
         Binding("less_than_sign", "tree_width(-4)", "narrower tree", show=False),
     ]
     # a zoomed pane keeps the step bar and the keys in view
-    ALLOW_IN_MAXIMIZED_VIEW = "Footer, StepBar"
+    ALLOW_IN_MAXIMIZED_VIEW = "KeyBar, StepBar"
 
     step: reactive[int | None] = reactive(None, init=False)
     module: reactive[int | None] = reactive(None, init=False)
@@ -148,7 +149,7 @@ class ReplayScreen(Screen[None]):
                 yield PlotPane(id="plot")
                 yield StatStack(id="stats", classes="hidden")
         yield StepBar(id="stepbar")
-        yield Footer()
+        yield KeyBar(id="keys")
 
     def _steps_of(self, view: RunView) -> list[int]:
         return view.eval_steps if self.evals else view.steps
@@ -182,6 +183,7 @@ class ReplayScreen(Screen[None]):
             self._announce_alerts()
         if self.other is not None:
             self.load_diff()
+        self._refresh_keys()
         self.set_interval(1.0, self._poll_tick)
 
     def on_resize(self, event: Resize) -> None:
@@ -273,6 +275,7 @@ class ReplayScreen(Screen[None]):
         if following and self.steps:
             self.step = self.steps[-1]
         self._notice()
+        self._refresh_keys()
 
     def watch_evals(self, evals: bool) -> None:
         self.steps = self._shown_steps()
@@ -282,6 +285,7 @@ class ReplayScreen(Screen[None]):
         self._load_step()  # also when the number did not change: it is another batch
         self._load_detail()
         self._load_series()
+        self._refresh_keys()
 
     def validate_rank(self, rank: int) -> int:
         """A rank is shown once its file is checked whole (``hookdbg tui`` checked the
@@ -303,6 +307,7 @@ class ReplayScreen(Screen[None]):
 
     def watch_rank(self, old: int, new: int) -> None:
         self._title()
+        self._refresh_keys()
         self.steps = self._shown_steps()
         self._show_steps()
         self._notice()
@@ -437,6 +442,7 @@ class ReplayScreen(Screen[None]):
                 "(★ in the tree; f jumps there)"
             )
         self._say_opening(said)
+        self._refresh_keys()
         self._load_step()
         self._load_detail()
 
@@ -470,6 +476,7 @@ class ReplayScreen(Screen[None]):
             self.notify(answer, title=f"the recorder, to command {seq}", markup=False)
         self.known_answers = len(self.run.rec.answers)
         self._new_modules()
+        self._refresh_keys()
         ended = self.run.ended()
         if ended is not None or self.run.status is Status.CUT_SHORT:
             self.following = False
@@ -637,6 +644,7 @@ class ReplayScreen(Screen[None]):
         if jump is not None and jump.hits:  # n / N walk through them from here
             self.hits = jump.hits
             self.hit = self.hits.index((jump.module, jump.step))
+            self._refresh_keys()
         self._jump(jump)
 
     def action_hit(self, delta: int) -> None:
@@ -738,6 +746,7 @@ class ReplayScreen(Screen[None]):
 
     def watch_merged(self) -> None:
         self._load_detail()
+        self._refresh_keys()
 
     def action_next_rank(self) -> None:
         if len(self.ranks) < 2:
@@ -785,6 +794,9 @@ class ReplayScreen(Screen[None]):
                 return
         self.notify(problem, severity="warning", markup=False)
 
+    def _refresh_keys(self) -> None:
+        self.query_one(KeyBar).keys = replay_keys(self)
+
     def action_column(self, delta: int) -> None:
         """shift+←/→: the tensor table's cursor one column left or right."""
         table = self.query_one(DetailTable)
@@ -814,6 +826,7 @@ class ReplayScreen(Screen[None]):
         its place back, it has that width again."""
         tree = self.query_one(ModuleTree)
         tree.styles.width = None if maximized is tree else self._tree_width
+        self._refresh_keys()
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())

@@ -12,7 +12,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Input, Static
 from textual.worker import get_current_worker
 
 from hookdbg.analysis.alerts import AlertReport
@@ -34,6 +34,7 @@ from hookdbg.text import plural, printable, utf8
 
 from .detail import Column, fit
 from .dialogs import Closing, leave
+from .keybar import KeyBar
 from .model import RunView
 
 
@@ -69,7 +70,7 @@ class AlertsScreen(Closing, Screen[Jump | None]):
             id="screen-title",
         )
         yield DataTable(id="alerts-table", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield KeyBar()
 
     def _first(self) -> int | None:
         """The run's first origin: each rank marks its own; the earliest of them."""
@@ -229,7 +230,7 @@ class SearchScreen(Closing, Screen[Jump | None]):
         )
         yield Static(id="search-status")
         yield DataTable(id="search-table", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.query_one(Input).focus()

@@ -22,13 +22,14 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from hookdbg.analysis.timetree import TimeNode, TimeTree
 from hookdbg.store.schema import Phase
 from hookdbg.text import printable
 
 from .dialogs import Closing, leave
+from .keybar import KeyBar
 from .screens import Jump
 
 
@@ -278,7 +279,7 @@ class TimeTreeScreen(Closing, Screen[Jump | None]):
         with VerticalScroll(id="time-tree-scroll"):
             yield TimeTreeView(self.steptree, id="time-tree")
         yield Static(id="time-tree-info")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self._title()

@@ -8,6 +8,7 @@ from hookdbg.cells import cell_text, fraction_text
 from hookdbg.read import open_recording
 from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.dialogs import HelpScreen
+from hookdbg.tui.keybar import KeyBar, fitted
 from hookdbg.tui.messages import Goto
 from hookdbg.tui.plot import Plot
 from hookdbg.tui.profile import ProfileScreen
@@ -250,9 +251,8 @@ async def test_help_scrolls_and_fits_a_small_terminal_whose_footer_keeps_help_an
     app = HookdbgApp(open_recording(mlp_h5))
     async with app.run_test(size=SMALL) as pilot:
         await settle(app, pilot)
-        footer = app.screen.query_one("Footer")
-        keys = [k for k in footer.query("FooterKey") if k.region.right <= SMALL[0]]
-        assert {"?", "q"} <= {k.key_display for k in keys}
+        footer = app.screen.query_one(KeyBar)
+        assert {"?", "q"} <= {k.shown for k in fitted(footer.keys, footer.size.width)}
         await pilot.press("question_mark")
         await settle(app, pilot)
         help_box = app.screen.query_one("#help")

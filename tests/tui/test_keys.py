@@ -7,12 +7,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from textual.widgets._footer import FooterKey
 from torch import nn
 
 from hookdbg.read import open_recording
 from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.detail import DetailTable
+from hookdbg.tui.keybar import KeyBar, fitted
 from hookdbg.tui.model import PLOT_STATS
 from hookdbg.tui.tree import ModuleTree
 from tests.helpers import ROOT, SAMPLES
@@ -86,15 +86,15 @@ async def test_pgup_pgdn_page_the_tree_and_brackets_page_the_steps(resnet_h5):
         assert app.screen.step == app.screen.steps[0]
 
 
-async def test_the_footer_shows_the_nan_hunting_keys_first(mlp_h5):
+async def test_the_footer_shows_the_nan_hunting_keys_first(nan_h5):
     """What fits in the footer at 100 columns: alerts, search, first; wider, how to
     page through steps and open the source too (all keys are in ?)."""
     for width, wanted in ((100, {"a", "/", "f", "p"}), (200, {"[ ]", "o", "a", "/", "f"})):
-        app = HookdbgApp(open_recording(mlp_h5))
+        app = HookdbgApp(open_recording(nan_h5))
         async with app.run_test(size=(width, 30)) as pilot:
             await settle(app, pilot)
-            room = width - len("^p palette") - 2
-            shown = {k.key_display for k in app.screen.query(FooterKey) if k.region.right <= room}
+            bar = app.screen.query_one(KeyBar)
+            shown = {k.shown for k in fitted(bar.keys, bar.size.width)}
             assert wanted <= shown, (width, shown)
 
 
