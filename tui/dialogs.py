@@ -62,7 +62,7 @@ KEYS = (
     ("p", "profile: the step's parts, then modules; enter goes to one, a all steps, s t c n"),
     ("", "sort; b: the other run's, when comparing two"),
     ("a", "NaN/inf alerts of every rank; enter jumps to one"),
-    ("/", "search"),
+    ("/", "search: its language listed, matches counted as you type, ↑ ↓ earlier queries"),
     ("n N", "next / previous module the search found"),
     ("f", "first divergence (two runs) or first NaN/inf origin (all ranks)"),
     ("e", "eval batches (validation, test) instead of training steps, and back"),

@@ -47,7 +47,8 @@ from .model import (
 )
 from .plot import PlotPane
 from .profile import ProfileScreen
-from .screens import AlertsScreen, Jump, SearchScreen
+from .screens import AlertsScreen, Jump
+from .search import SearchScreen
 from .statstack import StatStack
 from .stepbar import StepBar
 from .timetree import TimeTreeScreen
@@ -124,6 +125,7 @@ class ReplayScreen(Screen[None]):
         self.hits: tuple[tuple[int, int], ...] = ()
         self.hit = -1
         self.query_text = ""
+        self.search_history: list[str] = []  # the queries searched, oldest first (↑ in /)
         self.known_alerts = 0
         self.known_answers = 0  # the recorder's answers to steering commands, seen
         self._start_following = follow
@@ -638,7 +640,8 @@ class ReplayScreen(Screen[None]):
         )
 
     def action_search(self) -> None:
-        self.app.push_screen(SearchScreen(self.run, self.query_text), self._found)
+        screen = SearchScreen(self.run, self.query_text, self.search_history)
+        self.app.push_screen(screen, self._found)
 
     def _found(self, jump: Jump | None) -> None:
         if jump is not None and jump.hits:  # n / N walk through them from here

@@ -12,7 +12,8 @@ from hookdbg.tui.keybar import KeyBar, fitted
 from hookdbg.tui.messages import Goto
 from hookdbg.tui.plot import Plot
 from hookdbg.tui.profile import ProfileScreen
-from hookdbg.tui.screens import AlertsScreen, SearchScreen
+from hookdbg.tui.screens import AlertsScreen
+from hookdbg.tui.search import SearchScreen
 from hookdbg.tui.stepbar import StepBar
 from hookdbg.tui.tree import ModuleTree
 from tests.analysis.test_diff import SCRIPT

@@ -13,7 +13,8 @@ from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.dialogs import GotoStepScreen
 from hookdbg.tui.profile import ProfileScreen
 from hookdbg.tui.replay import ReplayScreen
-from hookdbg.tui.screens import AlertsScreen, SearchScreen
+from hookdbg.tui.screens import AlertsScreen
+from hookdbg.tui.search import SearchScreen
 from tests.helpers import hookdbg_in_terminal
 from tests.tui.pilot import SIZES, burst, crashed, settle, until
 

@@ -20,7 +20,8 @@ from hookdbg.tui.detail import DetailTable
 from hookdbg.tui.dialogs import GotoStepScreen, HelpScreen, RecordStepsScreen
 from hookdbg.tui.profile import ProfileScreen
 from hookdbg.tui.replay import ReplayScreen
-from hookdbg.tui.screens import AlertsScreen, SearchScreen
+from hookdbg.tui.screens import AlertsScreen
+from hookdbg.tui.search import SearchScreen
 from hookdbg.tui.timetree import TimeTreeScreen, TimeTreeView
 from hookdbg.tui.tree import ModuleTree
 from tests.tui.pilot import SIZES, burst, crashed, settle
