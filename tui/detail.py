@@ -228,10 +228,15 @@ class DetailPane(Vertical):
         detail: Detail,
         other: Detail | None = None,
         pairs: list[RowPair] | None = None,
+        run: str = "",
     ) -> None:
+        """Show ``detail`` (with ``other``'s rows paired with its rows); ``run``: the
+        run the rows are of, where it is one of two and the other lacks the module."""
         self._title = _title(detail)
+        if run:
+            self._title.append(f"  only in run {run}", style="bold magenta")
         if other is None:
-            self._rows = summary_rows("", detail)
+            self._rows = summary_rows(run, detail)
         else:
             self._rows = paired_rows(detail, other, pairs)
         self._fill()

@@ -42,6 +42,7 @@ class DetailLoaded(Message):
     detail: Detail
     other: Detail | None
     pairs: list[RowPair] | None  # both runs' rows paired, compared once the diff is ready
+    run: str = ""  # "b": the detail is of a module only run b has
 
 
 @dataclass

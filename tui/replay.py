@@ -37,6 +37,7 @@ from .keybar import KeyBar, replay_keys
 from .messages import DetailLoaded, DiffReady, Goto, NewData, SeriesLoaded, StepLoaded
 from .model import (
     PLOT_STATS,
+    Curve,
     DiffView,
     RunView,
     alerts_notice,
@@ -52,7 +53,7 @@ from .search import SearchScreen
 from .statstack import StatStack
 from .stepbar import StepBar
 from .timetree import TimeTreeScreen
-from .tree import ModuleTree
+from .tree import ONLY_B, ModuleTree
 
 
 class ReplayScreen(Screen[None]):
@@ -315,7 +316,7 @@ class ReplayScreen(Screen[None]):
         self._notice()
         if self.step not in self.steps:
             self.step = self.steps[0] if self.steps else None
-        if self.module is not None:  # the same module, by name, on the other rank
+        if self.module is not None and self.module < ONLY_B:  # the same module, by name
             twin = self.run.rec.modules.by_name(self.ranks[old].rec.modules.name(self.module))
             self.module = twin.id if twin is not None else None
         self._load_step()
@@ -339,7 +340,10 @@ class ReplayScreen(Screen[None]):
         if self.module is not None:
             self.load_series(self.rank, self.module, self.evals, self.stat, self.loss_site)
             if self.query_one(StatStack).display:
-                self.query_one(StatStack).load(self.run, self.module, self.evals)
+                view, module = self.run, self.module
+                if module >= ONLY_B and self.other is not None:  # only run b has it
+                    view, module = self.other, module - ONLY_B
+                self.query_one(StatStack).load(view, module, self.evals)
 
     # -- workers: all file reads -----------------------------------------------------
 
@@ -377,6 +381,11 @@ class ReplayScreen(Screen[None]):
         self, rank: int, step: int, evals: bool, module: int, compared: bool, merged: bool
     ) -> None:
         run = self.ranks[rank]
+        key = (rank, step, evals, module, compared, merged)
+        if module >= ONLY_B and self.other is not None:  # a module only run b has
+            b = self.other.detail(module - ONLY_B, step, evals)
+            self.post_message(DetailLoaded(key, b, None, None, run="b"))
+            return
         detail = run.detail(module, step, evals, self._rank_set() if merged else None)
         other = pairs = None
         if self.other is not None:
@@ -385,18 +394,26 @@ class ReplayScreen(Screen[None]):
                 other = self.other.detail(twin.id, step, evals)
             if other is not None and self.diff is not None and compared and not evals:
                 pairs = self.diff.pair_rows(detail, other)
-        key = (rank, step, evals, module, compared, merged)
         self.post_message(DetailLoaded(key, detail, other, pairs))
 
     def on_detail_loaded(self, message: DetailLoaded) -> None:
         now = (self.rank, self.step, self.evals, self.module, self._compared(), self.merged)
         if message.key == now:
-            self.query_one(DetailPane).show(message.detail, message.other, message.pairs)
+            pane = self.query_one(DetailPane)
+            pane.show(message.detail, message.other, message.pairs, message.run)
             self._explain()
 
     @work(thread=True, exclusive=True, group="series")
     def load_series(self, rank: int, module: int, evals: bool, stat_index: int, site: int) -> None:
         run, stat = self.ranks[rank], PLOT_STATS[stat_index]
+        key = (rank, module, evals, stat_index, site)
+        if module >= ONLY_B and self.other is not None:  # only run b has it: b's alone
+            b, path = module - ONLY_B, self.other.plotted_path(module - ONLY_B, stat)
+            name = run.loss_label(site) if stat.of_run else self.other.rec.modules.name(b)
+            mine = self.other.curve(b, stat, evals, path, site)
+            none = Curve(mine.steps[:0], mine.values[:0], mine.bad[:0])
+            self.post_message(SeriesLoaded(key, stat, name, none, mine))
+            return
         path = None if stat.of_run else run.plotted_path(module, stat)
         curve = run.curve(module, stat, evals, path, site)
         name = run.loss_label(site) if stat.of_run else run.rec.modules.name(module)
@@ -412,7 +429,6 @@ class ReplayScreen(Screen[None]):
         tensor = ""
         if stat.slot is not None and stat.path is None and path:
             tensor = slot_label(stat.slot, path)
-        key = (rank, module, evals, stat_index, site)
         self.post_message(SeriesLoaded(key, stat, name, curve, other, tensor))
 
     def on_series_loaded(self, message: SeriesLoaded) -> None:
@@ -432,6 +448,9 @@ class ReplayScreen(Screen[None]):
         first = self.diff.first()
         tree = self.query_one(ModuleTree)
         tree.mark_first_divergence(*(first or (None, None)))
+        if self.other is not None:  # what only b has can be browsed too
+            found = (self.other.rec.modules.by_name(n) for n in self.diff.result.only_b)
+            tree.add_only_in_b([m for m in found if m is not None and m.is_model_part])
         self._diff_notes = self.diff.notes()
         if first is not None and not self._moved:  # at once, unless the user moved on
             self.action_first()
@@ -764,7 +783,7 @@ class ReplayScreen(Screen[None]):
         if isinstance(self.focused, DetailTable):
             text = self.query_one(DetailPane).selected_value()
         if text is None and self.module is not None:
-            text = self.run.rec.modules.name(self.module)
+            text = self.query_one(ModuleTree).module_of(self.module).name
         if text:
             self.app.copy_to_clipboard(text)
             self.notify(f"copied {printable(text)}", timeout=3, markup=False)
@@ -786,8 +805,10 @@ class ReplayScreen(Screen[None]):
         if self.module is None:
             self.notify("no module selected", severity="warning")
             return
-        modules = self.run.rec.modules
-        module = modules[self.module]
+        modules, key = self.run.rec.modules, self.module
+        if key >= ONLY_B and self.other is not None:  # a module only run b has
+            modules, key = self.other.rec.modules, key - ONLY_B
+        module = modules[key]
         problem = source_problem(module, modules)
         if problem is None:
             file, line = module.source or ("", 0)

@@ -54,6 +54,7 @@ def _room_for(depth: int) -> None:
 
 Mark = tuple[str, str, str]  # ("◆NaN", its component class, what it means)
 _GLYPHS = "★≠◆⚠"  # the order of a folded node's marks inside it
+ONLY_B = 1 << 30  # the tree's ids of modules only run b has: ONLY_B + their id in b
 # the origin mark's word where a NaN/inf came into a module (stepview.ModuleStep.origin_from)
 _CAME_FROM = {"the data": "data", "tensor code": "code", "another rank": "rank"}
 
@@ -71,6 +72,7 @@ class ModuleTree(Tree[int]):
         "module-tree--diverges",
         "module-tree--spill",
         "module-tree--first",
+        "module-tree--only",
     }
 
     # vim's keys, as lazygit, k9s and htop users expect; PgUp/PgDn page (the Tree's own)
@@ -103,6 +105,7 @@ class ModuleTree(Tree[int]):
         self._skipped = False  # the step's optimizer step was skipped by AMP's GradScaler
         self._inside: dict[int, list[tuple[str, str]]] = {}  # marks below a node: its fold
         self._lines: dict[int, TreeLine] = {}  # each module's line, to fit to the pane
+        self._only_b: dict[int, Module] = {}  # comparing two runs: b's modules a lacks
         self.first_divergence: str | None = None
         self._first_step: int | None = None  # the step of the first divergence
         self._add_modules()
@@ -132,7 +135,7 @@ class ModuleTree(Tree[int]):
                     allow_expand=bool(children),
                 )
                 self._node_of[module.id] = node
-                self._set_line(module, None, [])
+                self._set_line(module.id, module, None, [])
                 todo.extend((node, child) for child in reversed(children))
 
         for top in top_modules(self._module_table):
@@ -150,6 +153,8 @@ class ModuleTree(Tree[int]):
         self._node_of = {}
         self.clear()
         self._add_modules()
+        only_b, self._only_b = list(self._only_b.values()), {}
+        self.add_only_in_b(only_b)
         self.badge(*self._badges)
         return True
 
@@ -162,8 +167,12 @@ class ModuleTree(Tree[int]):
     def _style(self, name: str) -> str:
         return str(self.get_component_rich_style(f"module-tree--{name}", partial=True))
 
-    def _marks(self, module: Module, step: ModuleStep | None, diverges: Gap | None) -> list[Mark]:
+    def _marks(
+        self, key: int, module: Module, step: ModuleStep | None, diverges: Gap | None
+    ) -> list[Mark]:
         """(mark, component, what it means) of a module in the current step."""
+        if key >= ONLY_B:
+            return [("+b", "only", "only run b has this module: its rows are b's alone")]
         marks: list[Mark] = []
         if module.name == self.first_divergence:
             at = f" (at step {self._first_step})" if self._first_step is not None else ""
@@ -192,7 +201,9 @@ class ModuleTree(Tree[int]):
             marks.append((f"⚠{step.nonfinite}", "nonfinite", f"{step.nonfinite} {many} NaN/inf"))
         return marks
 
-    def _line(self, module: Module, step: ModuleStep | None, marks: list[Mark]) -> TreeLine:
+    def _line(
+        self, key: int, module: Module, step: ModuleStep | None, marks: list[Mark]
+    ) -> TreeLine:
         """The parts of a module's line, as ``treeline.fit`` fits them to the pane."""
         shown = Text()
         for mark, component, _ in marks:
@@ -209,7 +220,7 @@ class ModuleTree(Tree[int]):
                 number(f"-inf ×{step.masked}", "muted", 2)
             if step.calls > 1:
                 number(f"×{step.calls}", "calls", 3)
-            if self._node_of[module.id].children:  # a container: its children's time too
+            if self._node_of[key].children:  # a container: its children's time too
                 if step.share >= 0.005:
                     number(f"self {step.share:.0%}", "calls", 1)
                 if step.total_share >= 0.005:
@@ -223,9 +234,35 @@ class ModuleTree(Tree[int]):
             tuple(numbers),
         )
 
-    def _set_line(self, module: Module, step: ModuleStep | None, marks: list[Mark]) -> None:
-        line = self._lines[module.id] = self._line(module, step, marks)
-        self._node_of[module.id].set_label(whole(line))
+    def _set_line(
+        self, key: int, module: Module, step: ModuleStep | None, marks: list[Mark]
+    ) -> None:
+        line = self._lines[key] = self._line(key, module, step, marks)
+        self._node_of[key].set_label(whole(line))
+
+    def module_of(self, key: int) -> Module:
+        """The module a tree line is of: run a's, or one only run b has (``ONLY_B``)."""
+        return self._only_b.get(key) or self._module_table[key]
+
+    def add_only_in_b(self, modules: list[Module]) -> None:
+        """Comparing two runs, the modules only run b has, each under its parent by
+        name (``+b``), so that they can be browsed too; their ids are ``ONLY_B`` plus
+        their id in b."""
+        by_name = {m.name: ONLY_B + m.id for m in modules}
+        for module in sorted(modules, key=lambda m: m.name.count(".")):
+            key = ONLY_B + module.id
+            if key in self._node_of:
+                continue
+            parent_name = module.name.rpartition(".")[0]
+            parent = self._module_table.by_name(parent_name) if parent_name else None
+            under = self._node_of.get(parent.id if parent else by_name.get(parent_name, -1))
+            under = under or self.root
+            if under is not self.root:
+                under.allow_expand = True
+            self._only_b[key] = module
+            self._node_of[key] = under.add(printable(module.name), data=key, allow_expand=False)
+            self._set_line(key, module, None, self._marks(key, module, None, None))
+        self.badge(*self._badges)
 
     def badge(
         self,
@@ -239,12 +276,13 @@ class ModuleTree(Tree[int]):
         if skipped is not None:
             self._skipped = skipped
         marks = {
-            module_id: self._marks(
-                self._module_table[module_id],
-                steps.get(module_id),
-                divergence.get(self._module_table.name(module_id)) if divergence else None,
+            key: self._marks(
+                key,
+                self.module_of(key),
+                steps.get(key),
+                divergence.get(self.module_of(key).name) if divergence else None,
             )
-            for module_id in self._node_of
+            for key in self._node_of
         }
         # what is marked inside each branch, children before parents (each node was
         # added after its parent): a glyph's forward divergence wins over spill-over;
@@ -264,8 +302,8 @@ class ModuleTree(Tree[int]):
             for module_id, found in inside.items()
             if found
         }
-        for module_id in self._node_of:
-            self._set_line(self._module_table[module_id], steps.get(module_id), marks[module_id])
+        for key in self._node_of:
+            self._set_line(key, self.module_of(key), steps.get(key), marks[key])
 
     def mark_first_divergence(self, name: str | None, step: int | None = None) -> None:
         """Mark where two runs first diverge: ``name``'s module, at ``step``."""
@@ -310,11 +348,11 @@ class ModuleTree(Tree[int]):
         """The marks of a module in the current step, in words (None without any)."""
         if module not in self._node_of:
             return None
-        found = self._module_table[module]
+        found = self.module_of(module)
         steps, divergence = self._badges
         diverges = divergence.get(found.name) if divergence else None
         said = Text()
-        for mark, component, why in self._marks(found, steps.get(module), diverges):
+        for mark, component, why in self._marks(module, found, steps.get(module), diverges):
             said.append("   " if said else "")
             said.append(mark, style=self._style(component))
             said.append(f" {why}")

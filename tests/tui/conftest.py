@@ -150,3 +150,33 @@ def creeping_h5(tmp_path_factory):
     script = tmp_path_factory.mktemp("creeping") / "creeping.py"
     script.write_text(CREEPING)
     return _record(tmp_path_factory, "creeping", script)
+
+
+# a model two layers deeper with --deeper: net.3 and net.4 exist only there
+DEPTH = """
+import sys, torch
+from torch import nn
+torch.manual_seed(0)
+layers = [nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2)]
+if "--deeper" in sys.argv:
+    layers[2:] = [nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 2)]
+net = nn.Sequential(*layers)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+for _ in range(3):
+    opt.zero_grad()
+    net(torch.randn(4, 8)).pow(2).mean().backward()
+    opt.step()
+"""
+
+
+@pytest.fixture(scope="session")
+def two_models(tmp_path_factory):
+    """The same small model, and one two layers deeper: net.3 and net.4 only in b."""
+    from tests.helpers import hookdbg
+
+    base = tmp_path_factory.mktemp("compare-models")
+    (base / "depth.py").write_text(DEPTH)
+    for name, args in (("shallow", []), ("deep", ["--deeper"])):
+        out = hookdbg("record", "-q", "-o", base / f"{name}.h5", base / "depth.py", *args)
+        assert out.returncode == 0, out.stderr
+    return base / "shallow.h5", base / "deep.h5"

@@ -5,25 +5,11 @@ from textual.widgets import DataTable
 
 from hookdbg.read import open_recording
 from hookdbg.tui.app import HookdbgApp
+from hookdbg.tui.statstack import StatStack
 from hookdbg.tui.stepbar import StepBar
+from hookdbg.tui.tree import ONLY_B, ModuleTree
 from tests.helpers import SAMPLES, hookdbg
-from tests.tui.pilot import SIZE, notices, records, settle, text, until
-
-# a model two layers deeper with --deeper: net.3 and net.4 exist only there
-DEPTH = """
-import sys, torch
-from torch import nn
-torch.manual_seed(0)
-layers = [nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2)]
-if "--deeper" in sys.argv:
-    layers[2:] = [nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 2)]
-net = nn.Sequential(*layers)
-opt = torch.optim.SGD(net.parameters(), lr=0.1)
-for _ in range(3):
-    opt.zero_grad()
-    net(torch.randn(4, 8)).pow(2).mean().backward()
-    opt.step()
-"""
+from tests.tui.pilot import SIZE, SIZES, notices, records, settle, text, until
 
 
 @pytest.fixture(scope="module")
@@ -33,16 +19,6 @@ def longer_mlp_h5(tmp_path_factory):
     out = hookdbg("record", "-q", "-o", path, SAMPLES / "numnet_mlp.py", "--steps", "7")
     assert out.returncode == 0, out.stderr
     return path
-
-
-@pytest.fixture(scope="module")
-def two_models(tmp_path_factory):
-    base = tmp_path_factory.mktemp("compare-models")
-    (base / "depth.py").write_text(DEPTH)
-    for name, args in (("shallow", []), ("deep", ["--deeper"])):
-        out = hookdbg("record", "-q", "-o", base / f"{name}.h5", base / "depth.py", *args)
-        assert out.returncode == 0, out.stderr
-    return base / "shallow.h5", base / "deep.h5"
 
 
 async def test_runs_of_4_and_7_steps_match_in_the_steps_both_have(mlp_h5, longer_mlp_h5):
@@ -78,3 +54,37 @@ async def test_modules_only_one_model_has_are_named(two_models):
         assert "2 modules only in b: net.3, net.4" in notice
         assert "modules only in a" not in notice
         assert screen.query_one("#notice").display
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_modules_only_run_b_has_can_be_browsed(two_models, size):
+    """net.3 and net.4 are only in b: they are in the tree (+b), and selecting one
+    shows b's rows of it, its plot and its marks said in words."""
+    shallow, deep = (open_recording(p) for p in two_models)
+    app = HookdbgApp(shallow, deep)
+    async with app.run_test(size=size) as pilot:
+        screen = app.screen
+        assert await until(app, pilot, lambda: screen.diff is not None)
+        await settle(app, pilot)
+        tree = screen.query_one(ModuleTree)
+        only = {tree.module_of(k).name: k for k in tree._node_of if k >= ONLY_B}
+        assert set(only) == {"net.3", "net.4"}
+        assert "+b" in tree.label_of(only["net.4"])
+        net = tree._node_of[shallow.modules.resolve("net").id]
+        assert tree._node_of[only["net.4"]].parent is net  # under its parent, by name
+        screen.go_to(step=1, module=only["net.4"])
+        await pilot.press("s")  # output std of it
+        await settle(app, pilot)
+        title = text(screen.query_one("#detail-title"))
+        assert title.startswith("net.4") and "only in run b" in title
+        assert "+b only run b has this module" in title
+        shown = records(screen.query_one("#detail-table", DataTable))
+        assert shown and {r["run"] for r in shown} == {"b"}
+        net4 = deep.modules.resolve("net.4").id
+        assert len(shown) == int((deep.tensors(1, 1)["module"] == net4).sum())
+        plot = text(screen.query_one("#plot-title"))
+        assert plot.startswith("output std of net.4") and "b: " in plot
+        await pilot.press("y", "m")  # its name copied, its statistics stacked
+        await settle(app, pilot)
+        assert app.clipboard == "net.4"
+        assert text(screen.query_one(StatStack)).startswith("output of net.4")

@@ -131,11 +131,13 @@ async def test_random_keys_on_a_single_run(nan_h5):
     assert await soak(lambda: HookdbgApp(open_recording(nan_h5)), rng, KEYS_PER_RUN) >= KEYS_PER_RUN
 
 
-async def test_random_keys_on_a_diff(mlp_h5, mlp_lr_h5):
+async def test_random_keys_on_a_diff(two_models):
+    """Two models, one two layers deeper: they diverge, and b's layers a lacks can be
+    browsed."""
     rng = random.Random(SEED + 1)
 
     def make():
-        return HookdbgApp(open_recording(mlp_h5), open_recording(mlp_lr_h5))
+        return HookdbgApp(*(open_recording(p) for p in two_models))
 
     assert await soak(make, rng, KEYS_PER_RUN) >= KEYS_PER_RUN
 
