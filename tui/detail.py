@@ -267,11 +267,22 @@ class DetailPane(Vertical):
             else len(c.label)
             for c in columns
         }
-        room = table.scrollable_content_region.width or self.size.width
+        # the room is the pane's (the table itself may be narrowed), less a column for
+        # the vertical scrollbar where the rows and header are taller than the table,
+        # or than the table less a row for the horizontal one that a narrowed table has
+        width, lines = self.content_region.width, len(self._rows) + 1
+        tall, tall_narrowed = lines > table.size.height, lines > table.size.height - 1
+        room = width - tall if width else 0
         needed = frozenset(k for r in self._rows for k in r.differ)
         self._shown = fit(columns, widths, room, needed | {"run", "slot"}) if room else columns
+        edge = _whole_columns([widths[c.key] for c in self._shown], width - tall_narrowed)
+        narrowed = None if edge is None else edge + tall_narrowed
+        table.styles.width = narrowed
         hidden = len(columns) - len(self._shown)
-        self.border_subtitle = f"+{hidden} columns in a wider window" if hidden else ""
+        said = [f"+{hidden} columns in a wider window"] if hidden else []
+        if narrowed is not None:
+            said.append("shift+→ for more")
+        self.border_subtitle = "; ".join(said)
         self._show_title()
         cursor = table.cursor_coordinate
         table.clear(columns=True)
@@ -359,6 +370,22 @@ class DetailPane(Vertical):
                 (f"  ({shown.label}, {shown.source})", "dim"),
             )
         )
+
+
+def _whole_columns(widths: list[int], room: int) -> int | None:
+    """Where the columns that must stay (those in which two runs differ) are wider than
+    the room: the width of the whole columns that fit, so that the table drawn that wide
+    shows none in part (``90.`` for ``90.39``) and the rest are a sideways scroll away;
+    else None (the width the stylesheet gives it)."""
+    cells = [width + 2 for width in widths]  # and each cell's padding
+    if room <= 0 or sum(cells) <= room:
+        return None
+    edge = 0
+    for width in cells:
+        if edge + width > room:
+            break
+        edge += width
+    return edge or None
 
 
 def _title(detail: Detail) -> Text:

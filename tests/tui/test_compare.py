@@ -88,3 +88,29 @@ async def test_modules_only_run_b_has_can_be_browsed(two_models, size):
         await settle(app, pilot)
         assert app.clipboard == "net.4"
         assert text(screen.query_one(StatStack)).startswith("output of net.4")
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_a_diffs_table_draws_no_column_in_part(two_models, size):
+    """The columns in which the runs differ stay, even when they do not all fit: the
+    table then ends at the last whole one, the rest a sideways scroll away, rather
+    than show 90. for 90.39 at its edge."""
+    app = HookdbgApp(*(open_recording(p) for p in two_models))
+    async with app.run_test(size=size) as pilot:
+        screen = app.screen
+        assert await until(app, pilot, lambda: screen.diff is not None)
+        await settle(app, pilot)
+        table = screen.query_one("#detail-table", DataTable)
+        inside = table.scrollable_content_region.width
+        right = 0
+        for column in table.ordered_columns:
+            right += column.get_render_width(table)
+            assert right <= inside or right - column.get_render_width(table) >= inside, (
+                f"{column.label} drawn in part: {right} > {inside}"
+            )
+        if right > inside:  # the rest a sideways scroll away, as the pane says
+            assert "shift+→ for more" in str(screen.query_one("DetailPane").border_subtitle)
+            await pilot.press(*["shift+right"] * len(table.ordered_columns))
+            await settle(app, pilot)
+            assert table.cursor_column == len(table.ordered_columns) - 1
+            assert table.scroll_x >= right - inside
