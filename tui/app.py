@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import ClassVar
 
 from textual import on
 from textual.app import App, SystemCommand
 from textual.command import CommandList, CommandPalette
 from textual.message import Message
 from textual.screen import Screen
+from textual.scrollbar import ScrollBar, ScrollBarRender
 from textual.theme import ThemeProvider
 from textual.widgets import Button, Input, OptionList
 
@@ -48,6 +50,15 @@ class Palette(CommandPalette):
             event.prevent_default()
 
 
+class WholeCellThumb(ScrollBarRender):
+    """A scrollbar thumb of whole cells. Textual ends a thumb in an eighth-of-a-cell
+    glyph (▁ ▆ ▍ ▉) in the track's colour over the thumb's, which beside the tree's
+    shares and the tables' numbers reads as a stray mark."""
+
+    VERTICAL_BARS: ClassVar[list[str]] = [" "] * 8
+    HORIZONTAL_BARS: ClassVar[list[str]] = [" "] * 8
+
+
 class HookdbgApp(App[None]):
     CSS_PATH = ["hookdbg.tcss", "views.tcss"]
     TITLE = "hookdbg"
@@ -65,6 +76,7 @@ class HookdbgApp(App[None]):
         """Replay ``recording`` (with ``more_ranks``, a distributed run), compare it with
         ``other``, or, with no recording, wait for ``wait_for`` to appear and follow it."""
         super().__init__()
+        ScrollBar.renderer = WholeCellThumb  # Textual's one setting for every scrollbar
         self.follow = follow
         self.wait_for = wait_for
         self.other_view = RunView(other) if other is not None else None

@@ -9,11 +9,13 @@ import unicodedata
 from collections.abc import Callable, Iterable
 
 from rich.console import Console
+from rich.segment import Segment
 from rich.table import Table
 from textual import events
 from textual.app import App, _character_to_key
 from textual.keys import REPLACED_KEYS, _get_unicode_name_from_key
 from textual.pilot import Pilot
+from textual.scrollbar import ScrollBar
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 from textual.worker import WorkerCancelled
@@ -107,3 +109,18 @@ def records(table: DataTable) -> list[dict[str, str]]:
 
 def notices(app: App) -> list[str]:
     return [n.message for n in app._notifications]
+
+
+def scrollbar_cells(app: App, widget: Widget) -> list[Segment]:
+    """The cells the widget's scrollbars on screen are drawn with, one segment a cell,
+    as the terminal gets them."""
+    strips = app.screen._compositor.render_strips()
+    cells = []
+    for bar, geometry in app.screen._compositor.full_map.items():
+        if not isinstance(bar, ScrollBar) or bar.parent is not widget:
+            continue
+        region = geometry.region.intersection(geometry.clip)
+        for y in range(region.y, region.bottom):
+            for segment in strips[y].crop(region.x, region.right):
+                cells.extend(Segment(c, segment.style) for c in segment.text)
+    return cells

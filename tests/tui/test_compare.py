@@ -9,7 +9,16 @@ from hookdbg.tui.statstack import StatStack
 from hookdbg.tui.stepbar import StepBar
 from hookdbg.tui.tree import ONLY_B, ModuleTree
 from tests.helpers import SAMPLES, hookdbg
-from tests.tui.pilot import SIZE, SIZES, notices, records, settle, text, until
+from tests.tui.pilot import (
+    SIZE,
+    SIZES,
+    notices,
+    records,
+    scrollbar_cells,
+    settle,
+    text,
+    until,
+)
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +123,5 @@ async def test_a_diffs_table_draws_no_column_in_part(two_models, size):
             await settle(app, pilot)
             assert table.cursor_column == len(table.ordered_columns) - 1
             assert table.scroll_x >= right - inside
+            drawn = {c.text for c in scrollbar_cells(app, table)}
+            assert drawn == {" "}, f"a scrollbar thumb's end glyph: {drawn}"
