@@ -279,7 +279,7 @@ class DetailPane(Vertical):
         narrowed = None if edge is None else edge + tall_narrowed
         table.styles.width = narrowed
         hidden = len(columns) - len(self._shown)
-        said = [f"+{hidden} columns in a wider window"] if hidden else []
+        said = [self._hidden_said(hidden, columns, widths, needed, tall)] if hidden else []
         if narrowed is not None:
             said.append("shift+→ for more")
         self.border_subtitle = "; ".join(said)
@@ -315,6 +315,23 @@ class DetailPane(Vertical):
                 column=min(cursor.column, len(self._shown) - 1),
                 scroll=False,
             )
+
+    def _hidden_said(
+        self,
+        hidden: int,
+        columns: list[Column],
+        widths: dict[str, int],
+        needed: frozenset[str],
+        tall: bool,
+    ) -> str:
+        """How many columns are left out, and how to see them: zoomed (``z``), where the
+        screen's width shows more of them than the pane's, else a wider window."""
+        if not self.is_maximized:
+            frame = self.outer_size.width - self.content_region.width
+            room = self.screen.size.width - frame - tall
+            if len(fit(columns, widths, room, needed | {"run", "slot"})) > len(self._shown):
+                return f"+{hidden} columns: z zooms"
+        return f"+{hidden} columns in a wider window"
 
     def _to_first_difference(self) -> None:
         """Put the cursor on the first cell in which the two runs differ, with the row

@@ -7,7 +7,7 @@ import pytest
 
 from hookdbg.read import open_recording, open_run
 from hookdbg.tui.app import HookdbgApp
-from hookdbg.tui.detail import DetailTable
+from hookdbg.tui.detail import DetailPane, DetailTable
 from hookdbg.tui.dialogs import RecordStepsScreen
 from hookdbg.tui.plot import Plot
 from hookdbg.tui.statstack import StatStack
@@ -102,7 +102,8 @@ NUMBERS = {"min", "max", "mean", "std", "norm"}
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
 async def test_the_global_view_keeps_the_numbers_the_ranks_view_shows(fsdp_h5, size):
     """G adds where each row was merged from; at 100 columns that column pushed every
-    number but the mean out. It goes before a number does."""
+    number but the mean out. It goes before a number does, and what a narrow pane
+    leaves out is a zoom (z) away."""
     run = open_run(fsdp_h5)
     rec = run[0]
     app = HookdbgApp(rec, more_ranks=[run[r] for r in run.ranks[1:]])
@@ -121,3 +122,16 @@ async def test_the_global_view_keeps_the_numbers_the_ranks_view_shows(fsdp_h5, s
         if size[0] >= 200:  # room for it: where each row was merged from
             weight = next(r for r in records(table) if r["slot"] == "param[weight]")
             assert weight["global"].startswith("S(0) from ranks 0,1")
+            return
+        # the columns left out are a zoom away, as the pane's border says
+        pane = app.screen.query_one(DetailPane)
+        assert "z zooms" in str(pane.border_subtitle)
+        shown = columns(table)
+        table.focus()
+        await pilot.press("z")
+        await settle(app, pilot)
+        assert app.screen.maximized is pane
+        assert set(shown) < set(columns(table)), columns(table)
+        if size[0] >= 100:
+            assert "global" in columns(table)
+        assert "z zooms" not in str(pane.border_subtitle)
