@@ -25,7 +25,7 @@ async def test_non_finite_values_read_as_such_in_a_small_terminal(nan_h5):
         assert shown.index("nan/inf") == shown.index("slot") + 1  # next to the slot
         assert {"mean", "std"} <= set(shown)  # numbers, even at 80x24
         assert table.region.right <= SMALL[0]
-        assert "a wider window" in app.screen.query_one(DetailPane).border_subtitle
+        assert "columns: z zooms" in app.screen.query_one(DetailPane).border_subtitle
         grad = next(r for r in records(table) if r["slot"] == "param_grad[weight]")
         assert grad["nan/inf"] == "256" and grad["mean"] == "nan"  # NaN, not "not recorded"
         assert _tinted(app, table) == [r["nan/inf"] not in ("0", "-") for r in records(table)]
