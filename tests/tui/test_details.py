@@ -80,20 +80,22 @@ async def test_a_step_past_the_end_is_said_to_be(nan_h5, size):
         assert not any("was not recorded" in n for n in notices(app))
 
 
-@pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
-async def test_the_record_dialog_opens_in_the_middle(tmp_path, size):
+async def test_the_record_dialog_opens_in_the_middle(tmp_path):
     path = tmp_path / "live.h5"
-    with live_recording(path):
-        app = HookdbgApp(open_recording(path))
-        async with app.run_test(size=size) as pilot:
-            await settle(app, pilot)
-            await pilot.press("R")
-            assert await until(app, pilot, lambda: isinstance(app.screen, RecordStepsScreen))
-            await settle(app, pilot)
-            box = app.screen.query_one("#goto").region
-            assert abs(box.x + box.width / 2 - size[0] / 2) <= 1
-            assert abs(box.y + box.height / 2 - size[1] / 2) <= 1
-            await pilot.press("escape")
+    with live_recording(path):  # one recorder for every size: each takes seconds to start
+        for size in SIZES:
+            app = HookdbgApp(open_recording(path))
+            async with app.run_test(size=size) as pilot:
+                await settle(app, pilot)
+                await pilot.press("R")
+                assert await until(
+                    app, pilot, lambda a=app: isinstance(a.screen, RecordStepsScreen)
+                )
+                await settle(app, pilot)
+                box = app.screen.query_one("#goto").region
+                assert abs(box.x + box.width / 2 - size[0] / 2) <= 1, size
+                assert abs(box.y + box.height / 2 - size[1] / 2) <= 1, size
+                await pilot.press("escape")
 
 
 NUMBERS = {"min", "max", "mean", "std", "norm"}

@@ -72,18 +72,18 @@ async def test_n_and_N_are_on_the_footer_after_a_search_found_something(nan_h5, 
         assert "n N next/prev match" in assert_whole(app, size)
 
 
-@pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
-async def test_F_and_R_are_on_the_footer_of_a_live_recording(tmp_path, size):
+async def test_F_and_R_are_on_the_footer_of_a_live_recording(tmp_path):
     path = tmp_path / "live.h5"
-    with live_recording(path):
-        app = HookdbgApp(open_recording(path))
-        async with app.run_test(size=size) as pilot:
-            await settle(app, pilot)
-            shown = assert_whole(app, size)
-            assert "F follow" in shown and "R record steps" in shown
-            await pilot.press("F")
-            await settle(app, pilot)
-            assert "F stop following" in assert_whole(app, size)
+    with live_recording(path):  # one recorder for every size: each takes seconds to start
+        for size in SIZES:
+            app = HookdbgApp(open_recording(path))
+            async with app.run_test(size=size) as pilot:
+                await settle(app, pilot)
+                shown = assert_whole(app, size)
+                assert "F follow" in shown and "R record steps" in shown, size
+                await pilot.press("F")
+                await settle(app, pilot)
+                assert "F stop following" in assert_whole(app, size), size
 
 
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
