@@ -52,14 +52,17 @@ def hookdbg_in_terminal(
     ready: bytes | None = None,
     timeout: float = 60,
     size: tuple[int, int] = (50, 200),
+    script: str | None = None,
 ) -> tuple[int, bytes]:
     """Run the real ``hookdbg`` on a pseudo-terminal, as a user's shell would: returns
     its exit status and every byte it sent to the terminal. ``keys`` are typed one by
-    one, after ``ready`` has appeared in the output (when given)."""
+    one, after ``ready`` has appeared in the output (when given). With ``script``,
+    python runs that instead, with ``args`` as its arguments."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", *size, 0, 0))
+    run = ["-c", script] if script is not None else ["-m", "hookdbg"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hookdbg", *map(str, args)],
+        [sys.executable, *run, *map(str, args)],
         stdin=slave,
         stdout=slave,
         stderr=slave,

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.events import Resize
 from textual.widgets import DataTable, Static
@@ -59,7 +58,8 @@ COLUMNS = (
     *(Column(name, label(name), 30 - i) for i, name in enumerate(FRACTIONS)),
     Column("shape", "shape", 40, right=False),
     Column("dtype", "dtype", 20, right=False),
-    Column("placement", "global", 85, right=False),  # the global view's rows only
+    # the global view's rows only: where a row was merged from, left out before a number
+    Column("placement", "global", 62, right=False),
 )
 
 
@@ -184,17 +184,15 @@ def fit(
 
 
 class DetailTable(DataTable[Text]):
-    """←/→ belong to steps; shift+←/→ move across columns."""
-
-    BINDINGS = [
-        Binding("shift+left", "cursor_left", "column ←", show=False),
-        Binding("shift+right", "cursor_right", "column →", show=False),
-    ]
+    """←/→ belong to steps; shift+←/→ move across columns (the replay's bindings,
+    wherever the focus is)."""
 
 
 class DetailPane(Vertical):
     """The selected module in the current step: timings, tensor summaries (both runs
     when comparing), and a histogram of a stored full tensor when there is one."""
+
+    ALLOW_MAXIMIZE = True  # z zooms the pane, title and all, rather than the table alone
 
     COMPONENT_CLASSES = {
         "detail-pane--nonfinite",
@@ -230,10 +228,15 @@ class DetailPane(Vertical):
         detail: Detail,
         other: Detail | None = None,
         pairs: list[RowPair] | None = None,
+        run: str = "",
     ) -> None:
+        """Show ``detail`` (with ``other``'s rows paired with its rows); ``run``: the
+        run the rows are of, where it is one of two and the other lacks the module."""
         self._title = _title(detail)
+        if run:
+            self._title.append(f"  only in run {run}", style="bold magenta")
         if other is None:
-            self._rows = summary_rows("", detail)
+            self._rows = summary_rows(run, detail)
         else:
             self._rows = paired_rows(detail, other, pairs)
         self._fill()
@@ -264,11 +267,22 @@ class DetailPane(Vertical):
             else len(c.label)
             for c in columns
         }
-        room = table.scrollable_content_region.width or self.size.width
+        # the room is the pane's (the table itself may be narrowed), less a column for
+        # the vertical scrollbar where the rows and header are taller than the table,
+        # or than the table less a row for the horizontal one that a narrowed table has
+        width, lines = self.content_region.width, len(self._rows) + 1
+        tall, tall_narrowed = lines > table.size.height, lines > table.size.height - 1
+        room = width - tall if width else 0
         needed = frozenset(k for r in self._rows for k in r.differ)
         self._shown = fit(columns, widths, room, needed | {"run", "slot"}) if room else columns
+        edge = _whole_columns([widths[c.key] for c in self._shown], width - tall_narrowed)
+        narrowed = None if edge is None else edge + tall_narrowed
+        table.styles.width = narrowed
         hidden = len(columns) - len(self._shown)
-        self.border_subtitle = f"+{hidden} columns in a wider window" if hidden else ""
+        said = [self._hidden_said(hidden, columns, widths, needed, tall)] if hidden else []
+        if narrowed is not None:
+            said.append("shift+→ for more")
+        self.border_subtitle = "; ".join(said)
         self._show_title()
         cursor = table.cursor_coordinate
         table.clear(columns=True)
@@ -301,6 +315,23 @@ class DetailPane(Vertical):
                 column=min(cursor.column, len(self._shown) - 1),
                 scroll=False,
             )
+
+    def _hidden_said(
+        self,
+        hidden: int,
+        columns: list[Column],
+        widths: dict[str, int],
+        needed: frozenset[str],
+        tall: bool,
+    ) -> str:
+        """How many columns are left out, and how to see them: zoomed (``z``), where the
+        screen's width shows more of them than the pane's, else a wider window."""
+        if not self.is_maximized:
+            frame = self.outer_size.width - self.content_region.width
+            room = self.screen.size.width - frame - tall
+            if len(fit(columns, widths, room, needed | {"run", "slot"})) > len(self._shown):
+                return f"+{hidden} columns: z zooms"
+        return f"+{hidden} columns in a wider window"
 
     def _to_first_difference(self) -> None:
         """Put the cursor on the first cell in which the two runs differ, with the row
@@ -356,6 +387,22 @@ class DetailPane(Vertical):
                 (f"  ({shown.label}, {shown.source})", "dim"),
             )
         )
+
+
+def _whole_columns(widths: list[int], room: int) -> int | None:
+    """Where the columns that must stay (those in which two runs differ) are wider than
+    the room: the width of the whole columns that fit, so that the table drawn that wide
+    shows none in part (``90.`` for ``90.39``) and the rest are a sideways scroll away;
+    else None (the width the stylesheet gives it)."""
+    cells = [width + 2 for width in widths]  # and each cell's padding
+    if room <= 0 or sum(cells) <= room:
+        return None
+    edge = 0
+    for width in cells:
+        if edge + width > room:
+            break
+        edge += width
+    return edge or None
 
 
 def _title(detail: Detail) -> Text:

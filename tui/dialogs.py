@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TypeVar
 
 from rich.table import Table
 from rich.text import Text
@@ -13,12 +14,32 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Input, Markdown, Static
+from textual.widgets import Input, Markdown, Static
 from textual.worker import get_current_worker
 
 from hookdbg.read import RecordingError, open_run
 
+from .keybar import KeyBar
 from .messages import Opened
+
+Result = TypeVar("Result")
+
+
+def leave(screen: Screen[Result], result: Result | None = None) -> None:
+    """Close ``screen`` with ``result``, once. Keys come faster than a screen closes: a
+    second Enter (or Esc) queued behind the first finds it closed already, and must
+    neither call its callback again nor pop the screen under it."""
+    if screen.is_active:
+        screen.dismiss(result)
+
+
+class Closing:
+    """A screen's ``dismiss`` action (its Esc binding) that closes it once (``leave``)."""
+
+    async def action_dismiss(self, result: object = None) -> None:
+        assert isinstance(self, Screen)
+        leave(self, result)
+
 
 KEYS = (
     ("← →", "previous / next recorded step"),
@@ -28,7 +49,9 @@ KEYS = (
     ("↑ ↓ (j k)", "move in the module tree"),
     ("h l", "fold / unfold (folded: to the parent; unfolded: into it); enter toggles"),
     ("pgup pgdn", "page the tree or the table (tree: also ctrl+b ctrl+f; ctrl+u ctrl+d half)"),
-    ("tab", "between the tree and the tensor table"),
+    ("tab", "between the tree, the tensor table and the plot"),
+    ("z", "zoom the focused pane to the whole screen; z or esc gives it back its place"),
+    ("< >", "a narrower / wider tree"),
     ("shift+← →", "across the table's columns"),
     ("s S", "plot the next / previous statistic over steps"),
     ("L", "plot the loss; again: the next loss site (backward() call)"),
@@ -36,9 +59,10 @@ KEYS = (
     ("t", "time tree of the step; in it: ↑ caller, ↓ first call, enter to a module"),
     ("", "(in the time tree) d: widths by device or host time"),
     ("o", "open the module's forward in $EDITOR (or $VISUAL) at its line"),
-    ("p", "profile; in it: enter goes to a module, a all steps, s t c n sort"),
+    ("p", "profile: the step's parts, then modules; enter goes to one, a all steps, s t c n"),
+    ("", "sort; b: the other run's, when comparing two"),
     ("a", "NaN/inf alerts of every rank; enter jumps to one"),
-    ("/", "search"),
+    ("/", "search: its language listed, matches counted as you type, ↑ ↓ earlier queries"),
     ("n N", "next / previous module the search found"),
     ("f", "first divergence (two runs) or first NaN/inf origin (all ranks)"),
     ("e", "eval batches (validation, test) instead of training steps, and back"),
@@ -67,9 +91,10 @@ differs from the other run in the forward pass (`≠bwd`: only its gradients dif
 which a divergence further on causes; `≠opt`: only its weights after the optimizer
 step), `★first` the first divergence. A folded module shows what is marked inside it:
 `◆…`, `★≠…`. What the selected module's marks mean, with how far it differs, is said
-under the detail pane's title. After the name: a module's share of the step's time,
-`Σ` for a container (its children's time included; `self` its own), `×N` calls, and
-`-inf ×N` for an attention mask's -inf in its inputs (no alarm).
+under the detail pane's title. On the right: `-inf ×N` for an attention mask's -inf
+in its inputs (no alarm), `×N` calls, and at the edge a module's share of the step's
+time, `Σ` for a container (its children's time included; `self` its own). A narrow
+pane leaves out the type, then `self`, then cuts the name, never a number.
 
 **Columns** of the tensor table: `zeros` the fraction of values that are 0, `sat` the
 fraction at the tensor's min or max (saturated: a ReLU6 or a clamp at its cap; a
@@ -81,8 +106,9 @@ differ are highlighted (with the digits that tell them apart), their columns are
 never left out of a narrow table, and the cursor starts on the first of them.
 
 **Plots**: the plot opens on the loss and follows the tree once you move in it;
-`×` marks steps whose value is NaN/inf, `▲` the current step; two runs share one
-scale. A module returning a dict or tuple is plotted by its first tensor
+`×` marks the steps at which the tensor holds NaN/inf (as the table's nan/inf column
+says), `▲` the current step; two runs are drawn in one plot on one scale, b's bar
+beside a's. A module returning a dict or tuple is plotted by its first tensor
 output (the title says which).
 
 **Time tree** (`t`): the step on top, then forward, backward and optimizer, each call
@@ -102,7 +128,7 @@ def key_table() -> Table:
     return table
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(Closing, ModalScreen[None]):
     """Every key; scrolls when the terminal is small."""
 
     BINDINGS = [Binding("escape,question_mark,q", "dismiss(None)", "close")]
@@ -117,7 +143,7 @@ class HelpScreen(ModalScreen[None]):
         self.query_one("#help", VerticalScroll).focus()
 
 
-class GotoStepScreen(ModalScreen[int | None]):
+class GotoStepScreen(Closing, ModalScreen[int | None]):
     """Type a step number; Enter goes to it (or to the nearest recorded step)."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "cancel")]
@@ -135,10 +161,10 @@ class GotoStepScreen(ModalScreen[int | None]):
         self.query_one(Input).focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.dismiss(int(event.value) if event.value.strip().lstrip("-").isdigit() else None)
+        leave(self, int(event.value) if event.value.strip().lstrip("-").isdigit() else None)
 
 
-class RecordStepsScreen(ModalScreen[int | None]):
+class RecordStepsScreen(Closing, ModalScreen[int | None]):
     """How many steps to record in full detail from the next one (``hookdbg ctl record``)."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "cancel")]
@@ -155,7 +181,7 @@ class RecordStepsScreen(ModalScreen[int | None]):
         self.query_one(Input).focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.dismiss(int(event.value) if event.value.strip().lstrip("-").isdigit() else None)
+        leave(self, int(event.value) if event.value.strip().lstrip("-").isdigit() else None)
 
 
 class WaitScreen(Screen[None]):
@@ -171,7 +197,7 @@ class WaitScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(Text(f"waiting for {self.path}…", style="bold"), id="waiting")
         yield Static(id="waiting-why")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.wait_for_it()

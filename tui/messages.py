@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 from textual.message import Message
 
 from hookdbg.read import RankSet, Recording
 
-from .model import Detail, DiffView, Gap, ModuleStep, PlotStat, RowPair
+from .model import Curve, Detail, DiffView, Gap, ModuleStep, PlotStat, RowPair
 
 
 @dataclass
@@ -43,6 +42,7 @@ class DetailLoaded(Message):
     detail: Detail
     other: Detail | None
     pairs: list[RowPair] | None  # both runs' rows paired, compared once the diff is ready
+    run: str = ""  # "b": the detail is of a module only run b has
 
 
 @dataclass
@@ -53,8 +53,8 @@ class SeriesLoaded(Message):
     key: tuple[int, int, bool, int, int]
     stat: PlotStat
     module: str
-    series: tuple[np.ndarray, np.ndarray]
-    other: tuple[np.ndarray, np.ndarray] | None
+    curve: Curve
+    other: Curve | None
     tensor: str = ""  # which tensor, where a module returns several: "output[logits]"
 
 

@@ -37,6 +37,7 @@ from hookdbg.text import plural
 
 __all__ = [
     "PLOT_STATS",
+    "Curve",
     "Detail",
     "DiffView",
     "Gap",
@@ -51,6 +52,21 @@ __all__ = [
     "ranked_alerts",
     "status_notice",
 ]
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A statistic over steps, and the steps at which it is not to be trusted: ``bad``
+    where the value is NaN/inf or the tensor it is of holds NaN/inf (the std of a
+    tensor's finite values can look normal at the step its first NaN appeared)."""
+
+    steps: np.ndarray
+    values: np.ndarray
+    bad: np.ndarray  # one bool per step
+
+    @property
+    def bad_steps(self) -> np.ndarray:
+        return self.steps[self.bad]
 
 
 class RunView:
@@ -144,6 +160,35 @@ class RunView:
                 picked = found[site % len(found)]
                 return picked.steps, picked.values
         return series(self.rec, module, stat, evals, path)
+
+    def curve(
+        self,
+        module: int,
+        stat: PlotStat,
+        evals: bool = False,
+        path: str | None = None,
+        site: int = 0,
+    ) -> Curve:
+        """``series``, with the steps at which its tensor holds NaN/inf marked bad, as
+        the tensor table's nan/inf column says them."""
+        steps, values = self.series(module, stat, evals, path, site)
+        bad = ~np.isfinite(values)
+        if stat.slot is not None and not stat.of_run and len(steps):
+            where = path if path is not None else self.plotted_path(module, stat)
+            bad |= np.isin(steps, self.nonfinite_steps(module, stat, evals, where))
+        return Curve(steps, values, bad)
+
+    def nonfinite_steps(
+        self, module: int, stat: PlotStat, evals: bool = False, path: str | None = None
+    ) -> np.ndarray:
+        """The steps at which the tensor ``stat`` is of (its first call's, as ``series``
+        takes) holds NaN or an infinity."""
+        held: np.ndarray | None = None
+        for column in ("nan", "posinf", "neginf"):
+            count = PlotStat(column, stat.slot, column, stat.path)
+            steps, values = series(self.rec, module, count, evals, path)
+            held = values if held is None else held + values
+        return steps[held > 0] if held is not None else np.zeros(0, dtype=np.int64)
 
     def plotted_path(self, module: int, stat: PlotStat) -> str | None:
         return plotted_path(self.rec, module, stat)

@@ -21,7 +21,9 @@ from textual.containers import Horizontal, Vertical
 from textual.events import Resize
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widget import Widget
+from textual.widgets import Header, Static
+from textual.worker import get_current_worker
 
 from hookdbg.analysis.steer import SteerError, steer
 from hookdbg.read import RankSet, RecordingError, Status
@@ -31,9 +33,11 @@ from hookdbg.text import plural, printable, utf8
 from .detail import DetailPane, DetailTable
 from .dialogs import GotoStepScreen, HelpScreen, RecordStepsScreen
 from .editor import edit, source_problem
+from .keybar import KeyBar, replay_keys
 from .messages import DetailLoaded, DiffReady, Goto, NewData, SeriesLoaded, StepLoaded
 from .model import (
     PLOT_STATS,
+    Curve,
     DiffView,
     RunView,
     alerts_notice,
@@ -43,11 +47,13 @@ from .model import (
     status_notice,
 )
 from .plot import PlotPane
-from .screens import AlertsScreen, Jump, ProfileScreen, SearchScreen
+from .profile import ProfileScreen
+from .screens import AlertsScreen, Jump
+from .search import SearchScreen
 from .statstack import StatStack
 from .stepbar import StepBar
 from .timetree import TimeTreeScreen
-from .tree import ModuleTree
+from .tree import ONLY_B, ModuleTree
 
 
 class ReplayScreen(Screen[None]):
@@ -55,6 +61,10 @@ class ReplayScreen(Screen[None]):
         Binding("left", "step(-1)", "step", priority=True, key_display="←→"),
         Binding("right", "step(1)", "step →", priority=True, show=False),
         Binding("home", "edge(0)", "first step", show=False, priority=True),
+        # across the tensor table's columns from anywhere, the tree's focus too (the
+        # Tree's own shift+arrows move its selection)
+        Binding("shift+left", "column(-1)", "column ←", show=False, priority=True),
+        Binding("shift+right", "column(1)", "column →", show=False, priority=True),
         Binding("end", "edge(-1)", "last step", show=False, priority=True),
         Binding("question_mark", "help", "help"),
         Binding("q", "app.quit", "quit"),
@@ -84,7 +94,12 @@ class ReplayScreen(Screen[None]):
         Binding("R", "record_next", "record next steps", show=False),
         Binding("y", "copy", "copy", show=False),
         Binding("e", "toggle_evals", "eval batches", show=False),
+        Binding("z", "zoom", "zoom", show=False),
+        Binding("greater_than_sign", "tree_width(4)", "wider tree", show=False),
+        Binding("less_than_sign", "tree_width(-4)", "narrower tree", show=False),
     ]
+    # a zoomed pane keeps the step bar and the keys in view
+    ALLOW_IN_MAXIMIZED_VIEW = "KeyBar, StepBar"
 
     step: reactive[int | None] = reactive(None, init=False)
     module: reactive[int | None] = reactive(None, init=False)
@@ -111,12 +126,15 @@ class ReplayScreen(Screen[None]):
         self.hits: tuple[tuple[int, int], ...] = ()
         self.hit = -1
         self.query_text = ""
+        self.search_history: list[str] = []  # the queries searched, oldest first (↑ in /)
         self.known_alerts = 0
         self.known_answers = 0  # the recorder's answers to steering commands, seen
         self._start_following = follow
         self._moved = False  # the user went somewhere before the comparison was ready
         self._stat_picked = False  # the user chose what the plot shows
         self._diff_notes: list[str] = []  # what comparing the runs left out
+        self._tree_width: int | None = None  # cells, once > or < set it
+        self._opening = ""  # what the screen opened on, said until the user moves
 
     @property
     def run(self) -> RunView:
@@ -134,7 +152,7 @@ class ReplayScreen(Screen[None]):
                 yield PlotPane(id="plot")
                 yield StatStack(id="stats", classes="hidden")
         yield StepBar(id="stepbar")
-        yield Footer()
+        yield KeyBar(id="keys")
 
     def _steps_of(self, view: RunView) -> list[int]:
         return view.eval_steps if self.evals else view.steps
@@ -168,6 +186,7 @@ class ReplayScreen(Screen[None]):
             self._announce_alerts()
         if self.other is not None:
             self.load_diff()
+        self._refresh_keys()
         self.set_interval(1.0, self._poll_tick)
 
     def on_resize(self, event: Resize) -> None:
@@ -180,18 +199,25 @@ class ReplayScreen(Screen[None]):
         self.app.title = f"hookdbg  {printable(title)}"
 
     def _notice(self) -> None:
-        """The notice line: what is odd about the recording, and what comparing two
-        left out (steps or modules one run lacks)."""
-        lines = [status_notice(self.run, self.following), *self._diff_notes]
+        """The notice line: where the screen opened and why (until the user moves),
+        what is odd about the recording, and what comparing two left out (steps or
+        modules one run lacks). A line at the top, rather than a toast over the plot
+        and the step bar."""
+        lines = [self._opening, status_notice(self.run, self.following), *self._diff_notes]
         text = "\n".join(line for line in lines if line)
         notice = self.query_one("#notice", Static)
         notice.set_class(not text, "hidden")
         notice.update(Text(text))
 
+    def _say_opening(self, text: str) -> None:
+        """What the screen opened on, said in the notice line until the user moves."""
+        self._opening = text
+        self._notice()
+
     def _announce_alerts(self, opened_on: str = "") -> None:
         text = alerts_notice(self.ranks)
         if text:
-            self.notify(text + opened_on, severity="warning", timeout=10, markup=False)
+            self._say_opening(text + opened_on)
 
     def _open_on_origin(self) -> None:
         """A run where a NaN/inf was born opens where the first one was, and says so."""
@@ -204,7 +230,7 @@ class ReplayScreen(Screen[None]):
             return
         name = printable(self.run.rec.modules.name(self.module))
         unit = "eval batch" if self.evals else "step"
-        self._announce_alerts(f"\nopened where the first was born:\n{name}, {unit} {self.step}")
+        self._announce_alerts(f"; opened where the first was born: {name}, {unit} {self.step}")
 
     def _show_steps(self) -> None:
         bar = self.query_one(StepBar)
@@ -252,6 +278,7 @@ class ReplayScreen(Screen[None]):
         if following and self.steps:
             self.step = self.steps[-1]
         self._notice()
+        self._refresh_keys()
 
     def watch_evals(self, evals: bool) -> None:
         self.steps = self._shown_steps()
@@ -261,6 +288,7 @@ class ReplayScreen(Screen[None]):
         self._load_step()  # also when the number did not change: it is another batch
         self._load_detail()
         self._load_series()
+        self._refresh_keys()
 
     def validate_rank(self, rank: int) -> int:
         """A rank is shown once its file is checked whole (``hookdbg tui`` checked the
@@ -282,12 +310,13 @@ class ReplayScreen(Screen[None]):
 
     def watch_rank(self, old: int, new: int) -> None:
         self._title()
+        self._refresh_keys()
         self.steps = self._shown_steps()
         self._show_steps()
         self._notice()
         if self.step not in self.steps:
             self.step = self.steps[0] if self.steps else None
-        if self.module is not None:  # the same module, by name, on the other rank
+        if self.module is not None and self.module < ONLY_B:  # the same module, by name
             twin = self.run.rec.modules.by_name(self.ranks[old].rec.modules.name(self.module))
             self.module = twin.id if twin is not None else None
         self._load_step()
@@ -311,7 +340,10 @@ class ReplayScreen(Screen[None]):
         if self.module is not None:
             self.load_series(self.rank, self.module, self.evals, self.stat, self.loss_site)
             if self.query_one(StatStack).display:
-                self.query_one(StatStack).load(self.run, self.module, self.evals)
+                view, module = self.run, self.module
+                if module >= ONLY_B and self.other is not None:  # only run b has it
+                    view, module = self.other, module - ONLY_B
+                self.query_one(StatStack).load(view, module, self.evals)
 
     # -- workers: all file reads -----------------------------------------------------
 
@@ -349,6 +381,11 @@ class ReplayScreen(Screen[None]):
         self, rank: int, step: int, evals: bool, module: int, compared: bool, merged: bool
     ) -> None:
         run = self.ranks[rank]
+        key = (rank, step, evals, module, compared, merged)
+        if module >= ONLY_B and self.other is not None:  # a module only run b has
+            b = self.other.detail(module - ONLY_B, step, evals)
+            self.post_message(DetailLoaded(key, b, None, None, run="b"))
+            return
         detail = run.detail(module, step, evals, self._rank_set() if merged else None)
         other = pairs = None
         if self.other is not None:
@@ -357,72 +394,76 @@ class ReplayScreen(Screen[None]):
                 other = self.other.detail(twin.id, step, evals)
             if other is not None and self.diff is not None and compared and not evals:
                 pairs = self.diff.pair_rows(detail, other)
-        key = (rank, step, evals, module, compared, merged)
         self.post_message(DetailLoaded(key, detail, other, pairs))
 
     def on_detail_loaded(self, message: DetailLoaded) -> None:
         now = (self.rank, self.step, self.evals, self.module, self._compared(), self.merged)
         if message.key == now:
-            self.query_one(DetailPane).show(message.detail, message.other, message.pairs)
+            pane = self.query_one(DetailPane)
+            pane.show(message.detail, message.other, message.pairs, message.run)
             self._explain()
 
     @work(thread=True, exclusive=True, group="series")
     def load_series(self, rank: int, module: int, evals: bool, stat_index: int, site: int) -> None:
         run, stat = self.ranks[rank], PLOT_STATS[stat_index]
+        key = (rank, module, evals, stat_index, site)
+        if module >= ONLY_B and self.other is not None:  # only run b has it: b's alone
+            b, path = module - ONLY_B, self.other.plotted_path(module - ONLY_B, stat)
+            name = run.loss_label(site) if stat.of_run else self.other.rec.modules.name(b)
+            mine = self.other.curve(b, stat, evals, path, site)
+            none = Curve(mine.steps[:0], mine.values[:0], mine.bad[:0])
+            self.post_message(SeriesLoaded(key, stat, name, none, mine))
+            return
         path = None if stat.of_run else run.plotted_path(module, stat)
-        series = run.series(module, stat, evals, path, site)
+        curve = run.curve(module, stat, evals, path, site)
         name = run.loss_label(site) if stat.of_run else run.rec.modules.name(module)
         other = None
         if self.other is not None:
             twin = self.other.rec.modules.by_name(name)
             if stat.of_run:
-                other = self.other.series(module, stat, evals, site=site)
+                other = self.other.curve(module, stat, evals, site=site)
             elif twin is not None:  # the same tensor of the same module
-                other = self.other.series(twin.id, stat, evals, path)
+                other = self.other.curve(twin.id, stat, evals, path)
         # say which tensor, where the module returned several (a parameter's statistic
         # names its tensor in its own label)
         tensor = ""
         if stat.slot is not None and stat.path is None and path:
             tensor = slot_label(stat.slot, path)
-        key = (rank, module, evals, stat_index, site)
-        self.post_message(SeriesLoaded(key, stat, name, series, other, tensor))
+        self.post_message(SeriesLoaded(key, stat, name, curve, other, tensor))
 
     def on_series_loaded(self, message: SeriesLoaded) -> None:
         if message.key == (self.rank, self.module, self.evals, self.stat, self.loss_site):
             self.query_one(PlotPane).show(
-                message.stat, message.module, message.series, message.other, message.tensor
+                message.stat, message.module, message.curve, message.other, message.tensor
             )
 
     @work(thread=True, group="diff")
     def load_diff(self) -> None:
         assert self.other is not None
-        self.app.call_from_thread(self.notify, "comparing the two recordings...", timeout=2)
+        self.app.call_from_thread(self._say_opening, "comparing the two recordings...")
         self.post_message(DiffReady(DiffView.compute(self.run, self.other)))
 
     def on_diff_ready(self, message: DiffReady) -> None:
         self.diff = message.diff
-        self.app.clear_notifications()
         first = self.diff.first()
         tree = self.query_one(ModuleTree)
         tree.mark_first_divergence(*(first or (None, None)))
+        if self.other is not None:  # what only b has can be browsed too
+            found = (self.other.rec.modules.by_name(n) for n in self.diff.result.only_b)
+            tree.add_only_in_b([m for m in found if m is not None and m.is_model_part])
         self._diff_notes = self.diff.notes()
-        self._notice()
+        if first is not None and not self._moved:  # at once, unless the user moved on
+            self.action_first()
+            self._moved = False
         if first is None:
-            matched = self.diff.result.equal
-            self.notify(
-                self.diff.verdict(), severity="information" if matched else "warning", timeout=10
-            )
+            said = self.diff.verdict()
         else:
-            self.notify(
+            said = (
                 f"first divergence: {printable(first[0])} at step {first[1]} "
-                "(★ in the tree; f jumps there)",
-                severity="warning",
-                timeout=10,
-                markup=False,
+                "(★ in the tree; f jumps there)"
             )
-            if not self._moved:  # show it at once, unless the user is elsewhere already
-                self.action_first()
-                self._moved = False
+        self._say_opening(said)
+        self._refresh_keys()
         self._load_step()
         self._load_detail()
 
@@ -456,6 +497,7 @@ class ReplayScreen(Screen[None]):
             self.notify(answer, title=f"the recorder, to command {seq}", markup=False)
         self.known_answers = len(self.run.rec.answers)
         self._new_modules()
+        self._refresh_keys()
         ended = self.run.ended()
         if ended is not None or self.run.status is Status.CUT_SHORT:
             self.following = False
@@ -486,6 +528,8 @@ class ReplayScreen(Screen[None]):
     def on_module_tree_picked(self, message: ModuleTree.Picked) -> None:
         if message.module != self.module:
             self._moved = True
+            if self._opening != "comparing the two recordings...":
+                self._say_opening("")
             self.module = message.module
             if not self._stat_picked and PLOT_STATS[self.stat].of_run:
                 self.plot_stat(1)  # the plot opens on the loss, then follows the tree
@@ -496,10 +540,12 @@ class ReplayScreen(Screen[None]):
     def go_to(self, step: int | None = None, module: int | None = None) -> None:
         """Go to a step (the nearest recorded one) and/or a module."""
         self._moved = True
+        if self._opening and self._opening != "comparing the two recordings...":
+            self._say_opening("")  # the user has moved on from where the screen opened
         if step is not None and self.steps:
             self.step = nearest_step(self.steps, step)
             if self.step != step:
-                self.notify(f"step {step} was not recorded: showing step {self.step}")
+                self.notify(_not_there(step, self.step, self.steps, self._unit()))
             elif self.other is not None and not self.evals:
                 self._say_if_one_run_only(self.step)
             if self.following and self.step != self.steps[-1]:
@@ -507,6 +553,9 @@ class ReplayScreen(Screen[None]):
                 self.notify("stopped following: End or F follows again", timeout=3)
         if module is not None:
             self.module = module
+
+    def _unit(self) -> str:
+        return "eval batch" if self.evals else "step"
 
     def _say_if_one_run_only(self, step: int) -> None:
         """Comparing two runs, a step only one of them recorded shows that one's rows."""
@@ -563,38 +612,61 @@ class ReplayScreen(Screen[None]):
     def action_profile(self) -> None:
         self._open_profile(self.step)
 
-    @work(thread=True, group="screens")
+    @work(thread=True, exclusive=True, group="screens")
     def _open_profile(self, step: int | None) -> None:
         prof = self.run.profile(step)
-        screen = ProfileScreen(self.run, prof, step)
-        self.app.call_from_thread(self.app.push_screen, screen, self._jump)
+        self._open_over(ProfileScreen(self._named_runs(), prof, step))
+
+    def _named_runs(self) -> list[tuple[str, RunView]]:
+        """The run shown, and the one compared with it, as the profile names them."""
+        if self.other is not None:
+            return [
+                (f"run a ({self.run.name})", self.run),
+                (f"run b ({self.other.name})", self.other),
+            ]
+        if len(self.ranks) > 1:
+            return [(f"rank {self.run.rec.info.rank}", self.run)]
+        return [("", self.run)]
+
+    def _open_over(self, screen: Screen[Jump | None]) -> None:
+        """Open a screen a worker made, from its thread: the last one asked for (``p``
+        twice, or ``p`` then ``a``, opens one), and only over the replay (not over a
+        screen the user opened meanwhile)."""
+        if not get_current_worker().is_cancelled:
+            self.app.call_from_thread(self._push_if_on_top, screen)
+
+    def _push_if_on_top(self, screen: Screen[Jump | None]) -> None:
+        if self.is_active:
+            self.app.push_screen(screen, self._jump)
 
     def action_time_tree(self) -> None:
         if self.step is not None:
             self._open_time_tree(self.step, self.evals)
 
-    @work(thread=True, group="screens")
+    @work(thread=True, exclusive=True, group="screens")
     def _open_time_tree(self, step: int, evals: bool) -> None:
-        screen = TimeTreeScreen(self.run.time_tree(step, evals))
-        self.app.call_from_thread(self.app.push_screen, screen, self._jump)
+        self._open_over(TimeTreeScreen(self.run.time_tree(step, evals)))
 
     def action_alerts(self) -> None:
         self._open_alerts()
 
-    @work(thread=True, group="screens")
+    @work(thread=True, exclusive=True, group="screens")
     def _open_alerts(self) -> None:
         if not self._checked(*range(len(self.ranks))):  # the list reads every rank
             return
-        screen = AlertsScreen(ranked_alerts(self.ranks), [v.rec.info.rank for v in self.ranks])
-        self.app.call_from_thread(self.app.push_screen, screen, self._jump)
+        self._open_over(
+            AlertsScreen(ranked_alerts(self.ranks), [v.rec.info.rank for v in self.ranks])
+        )
 
     def action_search(self) -> None:
-        self.app.push_screen(SearchScreen(self.run, self.query_text), self._found)
+        screen = SearchScreen(self.run, self.query_text, self.search_history)
+        self.app.push_screen(screen, self._found)
 
     def _found(self, jump: Jump | None) -> None:
         if jump is not None and jump.hits:  # n / N walk through them from here
             self.hits = jump.hits
             self.hit = self.hits.index((jump.module, jump.step))
+            self._refresh_keys()
         self._jump(jump)
 
     def action_hit(self, delta: int) -> None:
@@ -696,6 +768,7 @@ class ReplayScreen(Screen[None]):
 
     def watch_merged(self) -> None:
         self._load_detail()
+        self._refresh_keys()
 
     def action_next_rank(self) -> None:
         if len(self.ranks) < 2:
@@ -710,7 +783,7 @@ class ReplayScreen(Screen[None]):
         if isinstance(self.focused, DetailTable):
             text = self.query_one(DetailPane).selected_value()
         if text is None and self.module is not None:
-            text = self.run.rec.modules.name(self.module)
+            text = self.query_one(ModuleTree).module_of(self.module).name
         if text:
             self.app.copy_to_clipboard(text)
             self.notify(f"copied {printable(text)}", timeout=3, markup=False)
@@ -732,8 +805,10 @@ class ReplayScreen(Screen[None]):
         if self.module is None:
             self.notify("no module selected", severity="warning")
             return
-        modules = self.run.rec.modules
-        module = modules[self.module]
+        modules, key = self.run.rec.modules, self.module
+        if key >= ONLY_B and self.other is not None:  # a module only run b has
+            modules, key = self.other.rec.modules, key - ONLY_B
+        module = modules[key]
         problem = source_problem(module, modules)
         if problem is None:
             file, line = module.source or ("", 0)
@@ -742,6 +817,40 @@ class ReplayScreen(Screen[None]):
                 self.notify(f"{printable(file)}:{line}", title="opened", timeout=3, markup=False)
                 return
         self.notify(problem, severity="warning", markup=False)
+
+    def _refresh_keys(self) -> None:
+        self.query_one(KeyBar).keys = replay_keys(self)
+
+    def action_column(self, delta: int) -> None:
+        """shift+←/→: the tensor table's cursor one column left or right."""
+        table = self.query_one(DetailTable)
+        if delta < 0:
+            table.action_cursor_left()
+        else:
+            table.action_cursor_right()
+
+    def action_zoom(self) -> None:
+        """``z``: the focused pane (the tree, the tensor table, the plot) fills the
+        screen; ``z`` or Esc gives it back its place."""
+        if self.maximized is not None:
+            self.minimize()
+        elif self.focused is not None:
+            self.maximize(self.focused)
+
+    def action_tree_width(self, cells: int) -> None:
+        """``>`` / ``<``: the tree pane wider or narrower, for long names and deep models."""
+        tree = self.query_one(ModuleTree)
+        most = max(self.size.width - 30, 16)
+        self._tree_width = max(16, min(most, tree.outer_size.width + cells))
+        tree.styles.width = self._tree_width
+        tree.styles.min_width = 16
+
+    def watch_maximized(self, maximized: Widget | None) -> None:
+        """A zoomed tree fills the screen, whatever width ``>`` and ``<`` gave it; given
+        its place back, it has that width again."""
+        tree = self.query_one(ModuleTree)
+        tree.styles.width = None if maximized is tree else self._tree_width
+        self._refresh_keys()
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())
@@ -754,3 +863,13 @@ class ReplayScreen(Screen[None]):
             if self.rank != jump.rank:  # its file is damaged (said)
                 return
         self.go_to(jump.step, jump.module)
+
+
+def _not_there(asked: int, shown: int, steps: list[int], unit: str) -> str:
+    """Why a step asked for is not the one shown: past either end of the run, or not
+    recorded between its steps."""
+    if asked > steps[-1]:
+        return f"the last recorded {unit} is {shown}: {asked} is past the end"
+    if asked < steps[0]:
+        return f"the first recorded {unit} is {shown}: {asked} is before it"
+    return f"{unit} {asked} was not recorded: showing {unit} {shown}, the nearest"

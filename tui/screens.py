@@ -1,40 +1,25 @@
-"""Screens over the replay: profile, alerts, search. Each is dismissed with a place to
-jump to (a ``Jump``), or None."""
+"""The alerts screen, and what every screen over the replay is dismissed with: a place
+to jump to (a ``Jump``), or None. The profile is profile.py's, the search search.py's."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
-import numpy as np
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
-from textual.worker import get_current_worker
+from textual.widgets import DataTable, Static
 
 from hookdbg.analysis.alerts import AlertReport
-from hookdbg.analysis.profile import Profile
-from hookdbg.analysis.query import Query, QueryError, parse
-from hookdbg.analysis.search import SearchResult
 from hookdbg.cells import (
-    FRACTIONS,
-    LATER_STATS,
-    STATS,
-    cell_text,
-    label,
-    nonfinite_count,
     slot_label,
-    tensor_text,
 )
-from hookdbg.read.modules import ModuleTable
 from hookdbg.store.schema import Phase
 from hookdbg.text import plural, printable, utf8
 
-from .detail import Column, fit
-from .model import RunView
+from .dialogs import Closing, leave
+from .keybar import KeyBar
 
 
 @dataclass(frozen=True)
@@ -47,109 +32,7 @@ class Jump:
     rank: int | None = None  # the rank (index into the replay's ranks) to switch to
 
 
-class ProfileScreen(Screen[Jump | None]):
-    """Modules by time in one step, or all steps (``a``); s/t/c/n sort by self, total,
-    calls, name; Enter shows one."""
-
-    BINDINGS = [
-        Binding("escape,p", "dismiss(None)", "back"),
-        Binding("a", "all_steps", "all steps / this step"),
-        Binding("s", "order('self')", "sort: self"),
-        Binding("t", "order('total')", "total"),
-        Binding("c", "order('calls')", "calls"),
-        Binding("n", "order('name')", "name"),
-    ]
-
-    def __init__(self, run: RunView, profile: Profile, step: int | None) -> None:
-        super().__init__()
-        self.run = run
-        self.profile = profile
-        self.step = step  # the replay's step; None: the profile covers all steps
-        self.all_steps = step is None
-        self._sort_key = "self"
-
-    def compose(self) -> ComposeResult:
-        yield Static(id="screen-title")
-        yield DataTable(id="profile-table", cursor_type="row", zebra_stripes=True)
-        yield Footer()
-
-    def on_mount(self) -> None:
-        self._fill()
-        self.query_one(DataTable).focus()
-
-    def _fill(self) -> None:
-        p = self.profile
-        span = f"step {p.first}" if p.first == p.last else f"steps {p.first}-{p.last} ({p.steps:,})"
-        other = "this step" if self.all_steps else "all steps"
-        self.query_one("#screen-title", Static).update(
-            Text.assemble(
-                (f"profile of {span}", "bold"),
-                ": milliseconds per step, self = without recorded submodules",
-                (f"   a: {other}, enter: go to the module", "dim"),
-            )
-        )
-        table = self.query_one(DataTable)
-        table.clear(columns=True)
-        device = p.on_device  # device times lead; the host's are the launches
-        table.add_columns(
-            "module",
-            "type",
-            "phase",
-            "calls",
-            *(("device self ms", "device total ms") if device else ()),
-            "host self ms" if device else "self ms",
-            "host total ms" if device else "total ms",
-            "share",
-        )
-        for row in p.sorted(self._sort_key):
-            table.add_row(
-                Text(printable(row.module.name)),
-                Text(printable(row.module.type), style="dim"),
-                Text(Phase(row.phase).label),
-                Text(f"{row.calls_per_step:g}", justify="right"),
-                *((_ms(row.device_self_mean), _ms(row.device_total_mean, "dim")) if device else ()),
-                Text(f"{row.self_mean * 1e3:.3f}", justify="right"),
-                Text(f"{row.total_mean * 1e3:.3f}", justify="right"),
-                Text(f"{row.share:.1%}", justify="right", style="cyan"),
-                key=f"{row.module.id}:{row.phase}",
-            )
-
-    def action_order(self, key: str) -> None:
-        self._sort_key = key
-        self._fill()
-
-    def action_all_steps(self) -> None:
-        if self.step is None:
-            return  # no step to go back to
-        self.all_steps = not self.all_steps
-        self.notify(f"profiling {'all steps' if self.all_steps else f'step {self.step}'}...")
-        self._load(None if self.all_steps else self.step)
-
-    @work(thread=True, exclusive=True)
-    def _load(self, step: int | None) -> None:
-        profile = self.run.profile(step)
-        if not get_current_worker().is_cancelled:
-            self.app.call_from_thread(self._loaded, profile, step)
-
-    def _loaded(self, profile: Profile, step: int | None) -> None:
-        if (step is None) != self.all_steps:
-            return  # a late answer to an earlier press of a
-        self.profile = profile
-        self._fill()
-
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        module = int(str(event.row_key.value).split(":")[0])
-        step = self.step if self.step is not None else self.profile.first
-        self.dismiss(Jump(module, step))
-
-
-def _ms(seconds: float, style: str = "") -> Text:
-    """Milliseconds, or '-' for a call not timed on the device."""
-    text = "-" if seconds != seconds else f"{seconds * 1e3:.3f}"
-    return Text(text, justify="right", style=style)
-
-
-class AlertsScreen(Screen[Jump | None]):
+class AlertsScreen(Closing, Screen[Jump | None]):
     """Every NaN/inf origin of every rank in order; the first is marked; Enter jumps
     to it (on its rank)."""
 
@@ -171,7 +54,7 @@ class AlertsScreen(Screen[Jump | None]):
             id="screen-title",
         )
         yield DataTable(id="alerts-table", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield KeyBar()
 
     def _first(self) -> int | None:
         """The run's first origin: each rank marks its own; the earliest of them."""
@@ -183,214 +66,47 @@ class AlertsScreen(Screen[Jump | None]):
         return min(firsts)[2] if firsts else None
 
     def on_mount(self) -> None:
+        self._fill()
+        self.query_one(DataTable).focus()
+
+    def on_resize(self) -> None:
+        self._fill()
+
+    def _fill(self) -> None:
+        """The alerts, what each says in the room the other columns leave, wrapped onto
+        more lines rather than cut."""
         table = self.query_one(DataTable)
         ranked = len(self.ranks) > 1
-        table.add_columns("", *(("rank",) if ranked else ()), "step", "module", "phase")
-        table.add_columns("tensor", "what")
         star = self._first()
+        rows = []
         for i, (rank, r) in enumerate(self.reports):
             a = r.alert
-            first = Text("★ first", style="bold red") if i == star else Text("")
-            rank_cell = (Text(str(self.ranks[rank]), justify="right"),) if ranked else ()
-            table.add_row(
-                first,
-                *rank_cell,
-                Text(str(int(a["step"])), justify="right"),
-                Text(printable(r.module.name)),
-                Text(Phase(int(a["phase"])).label),
-                Text(printable(slot_label(int(a["slot"]), utf8(a["path"])))),
-                Text(printable(utf8(a["message"]).split(": ", 1)[-1])),
-                key=str(i),
+            rows.append(
+                [
+                    Text("★ first", style="bold red") if i == star else Text(""),
+                    *((Text(str(self.ranks[rank]), justify="right"),) if ranked else ()),
+                    Text(str(int(a["step"])), justify="right"),
+                    Text(printable(r.module.name)),
+                    Text(Phase(int(a["phase"])).label),
+                    Text(printable(slot_label(int(a["slot"]), utf8(a["path"])))),
+                    Text(printable(utf8(a["message"]).split(": ", 1)[-1])),
+                ]
             )
-        table.focus()
+        titles = ["", *(("rank",) if ranked else ()), "step", "module", "phase", "tensor"]
+        widths = [max([len(t), *(r[k].cell_len for r in rows)]) for k, t in enumerate(titles)]
+        room = (table.scrollable_content_region.width or self.size.width) - 1
+        said = max([4, *(r[-1].cell_len for r in rows)])
+        what = max(room - sum(w + 2 for w in widths) - 2, 12)
+        cursor = table.cursor_row
+        table.clear(columns=True)
+        for title, width in zip(titles, widths, strict=True):
+            table.add_column(title, width=width)
+        table.add_column("what", width=min(what, said))
+        for i, row in enumerate(rows):
+            table.add_row(*row, key=str(i), height=None)
+        if rows:
+            table.move_cursor(row=min(cursor, len(rows) - 1))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         rank, r = self.reports[int(str(event.row_key.value))]
-        self.dismiss(Jump(r.module.id, int(r.alert["step"]), rank=rank))
-
-
-# what a search shows of a matching tensor summary, most wanted first: a narrow screen
-# leaves out the columns of lowest ``keep`` rather than cut a number
-TENSOR_MATCH = (
-    Column("step", "step", 100),
-    Column("module", "module", 99, right=False),
-    Column("phase", "phase", 80, right=False),
-    Column("tensor", "tensor", 98, right=False),
-    Column("nonfinite", "nan/inf", 75),
-    Column("min", "min", 68),
-    Column("max", "max", 70),
-    Column("mean", "mean", 66),
-    Column("std", "std", 64),
-    Column("norm", "norm", 50),
-    # the statistics declared after these (hookdbg/store/summary.py), left out of a
-    # narrow screen before the fractions and the shape
-    *(Column(name, label(name), 35 - i) for i, name in enumerate(LATER_STATS)),
-    Column("absmax", "max |x|", 45),
-    Column("numel", "numel", 44),
-    *(Column(name, label(name), 42 - i) for i, name in enumerate(FRACTIONS)),
-    Column("shape", "shape", 40, right=False),
-)
-# a matching module call (a query about modules only)
-CALL_MATCH = (
-    Column("step", "step", 100),
-    Column("module", "module", 99, right=False),
-    Column("phase", "phase", 80, right=False),
-    Column("call", "call", 70),
-    Column("total", "total ms", 90),
-    Column("self", "self ms", 85),
-)
-# a query about NaN/inf counts shows the nan/inf column
-_COUNTS = {"nan": "nonfinite", "posinf": "nonfinite", "neginf": "nonfinite"}
-# flags about NaN/inf (``nan``, ``inf``): the nan/inf column
-_FLAGS = ("nan", "inf", "nonfinite", "finite")
-# shown whatever the query: the other statistics only when it names them
-_SHOWN = ("nonfinite", "min", "max", "mean", "std", "shape")
-
-
-def match_columns(query: Query, on_tensors: bool) -> list[Column]:
-    """The columns of a search's matches: for tensors, the statistics the query names
-    come right after where the tensor is, and are the last left out; the statistics it
-    does not name that are not always shown (norm, numel...) only when named."""
-    if not on_tensors:
-        return list(CALL_MATCH)
-    named = list(
-        dict.fromkeys(
-            _COUNTS.get(t.stat, t.stat) if t.stat else "nonfinite"
-            for t in query.terms
-            if t.stat or t.text.lower() in _FLAGS
-        )
-    )
-    by_key = {c.key: c for c in TENSOR_MATCH}
-    where = [by_key[k] for k in ("step", "module", "phase", "tensor")]
-    asked = [dataclasses.replace(by_key[k], keep=97 - i) for i, k in enumerate(named)]
-    rest = [by_key[k] for k in _SHOWN if k not in named]
-    return [*where, *asked, *rest]
-
-
-def match_cells(row: np.void, modules: ModuleTable, on_tensors: bool) -> dict[str, str]:
-    """One match as text, every number whole (``num``: at most 10 characters)."""
-    cells = {
-        "step": str(int(row["step"])),
-        "module": printable(modules.name(int(row["module"]))),
-        "phase": Phase(int(row["phase"])).label,
-    }
-    if not on_tensors:
-        cells["call"] = str(int(row["index"]))
-        cells["total"] = f"{float(row['total']) * 1e3:.3f}"
-        cells["self"] = f"{float(row['self']) * 1e3:.3f}"
-        return cells
-    text = tensor_text(row)
-    cells.update(tensor=text.slot, nonfinite=text.count, shape=text.shape, **text.fractions)
-    cells.update({stat: text.stat(stat) for stat in STATS})
-    absmax = max(abs(float(row["min"])), abs(float(row["max"])))
-    cells["absmax"] = cell_text(absmax, text.nonfinite)
-    cells["numel"] = f"{int(row['numel']):,}"
-    return cells
-
-
-class SearchScreen(Screen[Jump | None]):
-    """Type a query (the `hookdbg search` language), Enter to search, then pick a hit."""
-
-    BINDINGS = [Binding("escape", "dismiss(None)", "back")]
-
-    def __init__(self, run: RunView, query: str = "") -> None:
-        super().__init__()
-        self.run = run
-        self.initial = query
-        self.query_text = query
-        self.hits: list[tuple[int, int]] = []
-        self._columns: list[Column] = []
-        self._cells: list[dict[str, str]] = []
-        self._bad: list[bool] = []  # the match holds NaN/inf
-
-    def compose(self) -> ComposeResult:
-        yield Input(
-            value=self.initial,
-            id="query",
-            placeholder="e.g.  nan   type:BatchNorm2d std<1e-6   layer4.* phase:bwd norm>10",
-        )
-        yield Static(id="search-status")
-        yield DataTable(id="search-table", cursor_type="row", zebra_stripes=True)
-        yield Footer()
-
-    def on_mount(self) -> None:
-        self.query_one(Input).focus()
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        status = self.query_one("#search-status", Static)
-        try:
-            query = parse(event.value)
-        except QueryError as exc:
-            status.update(Text(f"bad query: {exc}", style="bold red"))
-            return
-        status.update(Text("searching...", style="dim"))
-        self.query_text = query.text
-        self._search(query)
-
-    @work(thread=True, exclusive=True)
-    def _search(self, query: Query) -> None:
-        result = self.run.search(query)
-        if not get_current_worker().is_cancelled:
-            self.app.call_from_thread(self._show, query, result)
-
-    def _show(self, query: Query, result: SearchResult) -> None:
-        if query.text != self.query_text:
-            return  # a late result of an earlier query
-        modules = self.run.rec.modules
-        self._columns = match_columns(query, result.on_tensors)
-        self._cells = [match_cells(r, modules, result.on_tensors) for r in result.rows]
-        self._bad = [result.on_tensors and nonfinite_count(r) > 0 for r in result.rows]
-        self.hits = [(int(r["module"]), int(r["step"])) for r in result.rows]
-        self._fill()
-        what = (
-            plural(result.total, "tensor summary", "tensor summaries")
-            if result.on_tensors
-            else plural(result.total, "module call")
-        )
-        shown = (
-            f" (the first {len(result.rows):,} shown)" if result.total > len(result.rows) else ""
-        )
-        found = f"{what} match {query.text!r}{shown}"
-        if result.total:
-            found += "; Enter jumps, n/N in the replay go to the next / previous matching module"
-        self.query_one("#search-status", Static).update(
-            Text(found, style="green" if result.total else "yellow")
-        )
-        if result.total:
-            self.query_one(DataTable).focus()
-
-    def on_resize(self) -> None:
-        if self._columns:
-            self._fill()
-
-    def _fill(self) -> None:
-        """The matches in the columns that fit: none is cut, the least wanted go first."""
-        table = self.query_one(DataTable)
-        widths = {
-            c.key: max(len(c.label), *(len(cells[c.key]) for cells in self._cells))
-            if self._cells
-            else len(c.label)
-            for c in self._columns
-        }
-        room = table.scrollable_content_region.width or self.size.width
-        shown = fit(self._columns, widths, room) if room else self._columns
-        table.clear(columns=True)
-        for c in shown:
-            table.add_column(c.label, width=widths[c.key], key=c.key)
-        for i, (cells, bad) in enumerate(zip(self._cells, self._bad, strict=True)):
-            table.add_row(
-                *(
-                    Text(
-                        cells[c.key],
-                        justify="right" if c.right else "left",
-                        style="bold red" if bad and c.key == "nonfinite" else "",
-                    )
-                    for c in shown
-                ),
-                key=str(i),
-            )
-
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        module, step = self.hits[int(str(event.row_key.value))]
-        places = tuple(dict.fromkeys(self.hits))  # n/N: one stop per module and step
-        self.dismiss(Jump(module, step, places))
+        leave(self, Jump(r.module.id, int(r.alert["step"]), rank=rank))

@@ -20,8 +20,8 @@ from hookdbg.cells import stat_text
 from hookdbg.store.schema import Slot, slot_label
 from hookdbg.text import printable
 
-from .model import PlotStat, RunView
-from .plot import BLOCKS, Series, buckets, value_range
+from .model import Curve, PlotStat, RunView
+from .plot import BLOCKS, buckets, range_labels, value_range
 
 STACKED = (
     PlotStat("min", Slot.OUTPUT, "min"),
@@ -41,32 +41,33 @@ class Stacked:
     key: tuple[int, int, bool]  # (id of the run view, module, evals)
     module: str
     tensor: str  # "output", or "output[logits]" for a module returning several
-    series: tuple[Series, ...]
+    series: tuple[Curve, ...]
 
 
-def spark(series: Series, width: int, current: int | None) -> list[tuple[str, bool, bool]]:
-    """``width`` cells or fewer of one series on its own scale: (block, is the current
-    step, NaN/inf) per cell."""
-    scale = value_range(series)
+def spark(curve: Curve, width: int, current: int | None) -> list[tuple[str, bool, bool]]:
+    """``width`` cells or fewer of one curve on its own scale: (block, is the current
+    step, NaN/inf: × where its tensor holds any, as the plot marks them) per cell."""
+    scale = value_range(curve)
     lo, hi = scale or (0.0, 0.0)
     out = []
-    for bucket in buckets(series, width):
+    for bucket in buckets([curve], width):
         here = current is not None and current in bucket.steps.tolist()
+        bad = bucket.bad[0]
         if bucket.top is None:
-            out.append(("×" if bucket.bad else " ", here, bucket.bad))
+            out.append(("×" if bad else " ", here, bad))
             continue
         level = (bucket.top - lo) / (hi - lo) if hi > lo else 0.5
-        out.append(("×" if bucket.bad else BLOCKS[1 + round(level * 7)], here, bucket.bad))
+        out.append(("×" if bad else BLOCKS[1 + round(level * 7)], here, bad))
     return out
 
 
-def value_at(series: Series, step: int | None) -> str:
-    steps, values = series
+def value_at(curve: Curve, step: int | None) -> str:
+    steps, values = curve.steps, curve.values
     here = values[steps == step] if step is not None else values[:0]
     return stat_text(float(here[0])) if here.size else "-"
 
 
-class StatStack(Widget):
+class StatStack(Widget, can_focus=True):
     """Sparklines of the selected module's output statistics and gradient norm."""
 
     COMPONENT_CLASSES = {
@@ -93,7 +94,7 @@ class StatStack(Widget):
     def _read(self, run: RunView, module: int, evals: bool) -> None:
         path = run.plotted_path(module, STACKED[0]) or ""
         series = tuple(
-            run.series(module, stat, evals, path if stat.slot == Slot.OUTPUT else None)
+            run.curve(module, stat, evals, path if stat.slot == Slot.OUTPUT else None)
             for stat in STACKED
         )
         name = run.rec.modules.name(module)
@@ -114,7 +115,7 @@ class StatStack(Widget):
             return Text("reading...", style="dim")
         width = max(self.size.width, 20)
         title = Text(f"{printable(shown.tensor)} of {printable(shown.module)}", style="bold")
-        steps = [s[0] for s in shown.series if len(s[0])]
+        steps = [c.steps for c in shown.series if len(c.steps)]
         if steps:
             first = min(int(s[0]) for s in steps)
             last = max(int(s[-1]) for s in steps)
@@ -131,7 +132,7 @@ class StatStack(Widget):
         spark_w = max(room - 2 - range_w if with_range else room, 0)
         for stat, series, now, span in zip(STACKED, shown.series, nows, ranges, strict=True):
             line = Text(stat.label.rjust(LABEL - 1) + " ", self._style("label"))
-            if not len(series[0]):
+            if not len(series.steps):
                 line.append("not recorded", style="dim")
                 lines.append(line)
                 continue
@@ -148,9 +149,10 @@ class StatStack(Widget):
         return Text("\n").join(lines)
 
 
-def _range(series: Series) -> str:
+def _range(series: Curve) -> str:
     scale = value_range(series)
     if scale is None:
         return ""
     lo, hi = scale
-    return stat_text(lo) if lo == hi else f"{stat_text(lo)}..{stat_text(hi)}"
+    low, high = range_labels(lo, hi)
+    return low if lo == hi else f"{low}..{high}"

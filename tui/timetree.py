@@ -22,12 +22,14 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from hookdbg.analysis.timetree import TimeNode, TimeTree
 from hookdbg.store.schema import Phase
 from hookdbg.text import printable
 
+from .dialogs import Closing, leave
+from .keybar import KeyBar
 from .screens import Jump
 
 
@@ -259,7 +261,7 @@ def describe(tree: TimeTree, node: TimeNode) -> Text:
     return lines
 
 
-class TimeTreeScreen(Screen[Jump | None]):
+class TimeTreeScreen(Closing, Screen[Jump | None]):
     """A step's time as an icicle; Enter goes to the selected module in the replay."""
 
     BINDINGS = [
@@ -277,7 +279,7 @@ class TimeTreeScreen(Screen[Jump | None]):
         with VerticalScroll(id="time-tree-scroll"):
             yield TimeTreeView(self.steptree, id="time-tree")
         yield Static(id="time-tree-info")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self._title()
@@ -318,4 +320,4 @@ class TimeTreeScreen(Screen[Jump | None]):
             what = "a loss site" if node.module.is_loss else "the optimizer"
             self.notify(f"{printable(node.module.name)} is {what}, not in the module tree")
         else:
-            self.dismiss(Jump(node.module.id, self.steptree.step))
+            leave(self, Jump(node.module.id, self.steptree.step))

@@ -3,27 +3,33 @@
 Marks come first on a line, before the name, as a glyph and a short word (``★first``,
 ``≠fwd``, ``◆NaN``, ``⚠3``), so that a narrow tree still shows them; a folded branch
 shows what is marked inside it (``◆…``). What a mark means, with its numbers, is said
-in words under the detail pane's title (``explain``). Time comes after the name: a
-leaf's share of the step, a container's ``Σ`` total share, its children included.
+in words under the detail pane's title (``explain``). The numbers stand on the right,
+the time share at the pane's edge (a leaf's share of the step, a container's ``Σ``
+total share, its children included); treeline.py fits a line to the pane without
+cutting one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from dataclasses import dataclass
 
+from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import Tree
+from textual.widgets._tree import TOGGLE_STYLE
 from textual.widgets.tree import TreeNode
 
 from hookdbg.read.modules import Module, ModuleTable
 from hookdbg.text import printable
 
 from .model import Gap, ModuleStep
+from .treeline import Number, TreeLine, fit, whole
 
 
 def top_modules(modules: ModuleTable) -> list[Module]:
@@ -48,6 +54,7 @@ def _room_for(depth: int) -> None:
 
 Mark = tuple[str, str, str]  # ("◆NaN", its component class, what it means)
 _GLYPHS = "★≠◆⚠"  # the order of a folded node's marks inside it
+ONLY_B = 1 << 30  # the tree's ids of modules only run b has: ONLY_B + their id in b
 # the origin mark's word where a NaN/inf came into a module (stepview.ModuleStep.origin_from)
 _CAME_FROM = {"the data": "data", "tensor code": "code", "another rank": "rank"}
 
@@ -65,6 +72,7 @@ class ModuleTree(Tree[int]):
         "module-tree--diverges",
         "module-tree--spill",
         "module-tree--first",
+        "module-tree--only",
     }
 
     # vim's keys, as lazygit, k9s and htop users expect; PgUp/PgDn page (the Tree's own)
@@ -96,7 +104,8 @@ class ModuleTree(Tree[int]):
         self._badges: tuple[dict[int, ModuleStep], dict[str, Gap] | None] = ({}, None)
         self._skipped = False  # the step's optimizer step was skipped by AMP's GradScaler
         self._inside: dict[int, list[tuple[str, str]]] = {}  # marks below a node: its fold
-        self._marks_width: dict[int, int] = {}  # cells of a node's own marks
+        self._lines: dict[int, TreeLine] = {}  # each module's line, to fit to the pane
+        self._only_b: dict[int, Module] = {}  # comparing two runs: b's modules a lacks
         self.first_divergence: str | None = None
         self._first_step: int | None = None  # the step of the first divergence
         self._add_modules()
@@ -120,12 +129,13 @@ class ModuleTree(Tree[int]):
                     if c.is_model_part and c.id not in seen
                 ]
                 node = under.add(
-                    self._label(module, None, []),
+                    printable(module.name),
                     data=module.id,
                     expand=module.depth < 2,
                     allow_expand=bool(children),
                 )
                 self._node_of[module.id] = node
+                self._set_line(module.id, module, None, [])
                 todo.extend((node, child) for child in reversed(children))
 
         for top in top_modules(self._module_table):
@@ -143,6 +153,8 @@ class ModuleTree(Tree[int]):
         self._node_of = {}
         self.clear()
         self._add_modules()
+        only_b, self._only_b = list(self._only_b.values()), {}
+        self.add_only_in_b(only_b)
         self.badge(*self._badges)
         return True
 
@@ -155,8 +167,12 @@ class ModuleTree(Tree[int]):
     def _style(self, name: str) -> str:
         return str(self.get_component_rich_style(f"module-tree--{name}", partial=True))
 
-    def _marks(self, module: Module, step: ModuleStep | None, diverges: Gap | None) -> list[Mark]:
+    def _marks(
+        self, key: int, module: Module, step: ModuleStep | None, diverges: Gap | None
+    ) -> list[Mark]:
         """(mark, component, what it means) of a module in the current step."""
+        if key >= ONLY_B:
+            return [("+b", "only", "only run b has this module: its rows are b's alone")]
         marks: list[Mark] = []
         if module.name == self.first_divergence:
             at = f" (at step {self._first_step})" if self._first_step is not None else ""
@@ -185,27 +201,68 @@ class ModuleTree(Tree[int]):
             marks.append((f"⚠{step.nonfinite}", "nonfinite", f"{step.nonfinite} {many} NaN/inf"))
         return marks
 
-    def _label(self, module: Module, step: ModuleStep | None, marks: list[Mark]) -> Text:
-        label = Text()
+    def _line(
+        self, key: int, module: Module, step: ModuleStep | None, marks: list[Mark]
+    ) -> TreeLine:
+        """The parts of a module's line, as ``treeline.fit`` fits them to the pane."""
+        shown = Text()
         for mark, component, _ in marks:
-            label.append(mark, style=self._style(component))
-            label.append(" ")
+            shown.append(mark, style=self._style(component))
+            shown.append(" ")
         name = module.name.rpartition(".")[2] if module.depth else module.name
-        label.append(printable(name), style="bold" if module.depth == 0 else "")
-        label.append(f" {printable(module.type)}", style="dim")
+        numbers: list[Number] = []
+
+        def number(text: str, component: str, keep: int) -> None:
+            numbers.append(Number(Text(text, self._style(component)), keep))
+
         if step is not None:
-            if self._node_of[module.id].children:  # a container: its children's time too
-                if step.total_share >= 0.005:
-                    label.append(f" Σ{step.total_share:.0%}", style=self._style("share"))
-                if step.share >= 0.005:
-                    label.append(f" self {step.share:.0%}", style=self._style("calls"))
-            elif step.share >= 0.005:
-                label.append(f" {step.share:.0%}", style=self._style("share"))
-            if step.calls > 1:
-                label.append(f" ×{step.calls}", style=self._style("calls"))
             if step.masked:  # an attention mask's -inf: no alarm
-                label.append(f" -inf ×{step.masked}", style=self._style("muted"))
-        return label
+                number(f"-inf ×{step.masked}", "muted", 2)
+            if step.calls > 1:
+                number(f"×{step.calls}", "calls", 3)
+            if self._node_of[key].children:  # a container: its children's time too
+                if step.share >= 0.005:
+                    number(f"self {step.share:.0%}", "calls", 1)
+                if step.total_share >= 0.005:
+                    number(f"Σ{step.total_share:.0%}", "share", 4)
+            elif step.share >= 0.005:
+                number(f"{step.share:.0%}", "share", 4)
+        return TreeLine(
+            shown,
+            Text(printable(name), style="bold" if module.depth == 0 else ""),
+            Text(printable(module.type), style="dim"),
+            tuple(numbers),
+        )
+
+    def _set_line(
+        self, key: int, module: Module, step: ModuleStep | None, marks: list[Mark]
+    ) -> None:
+        line = self._lines[key] = self._line(key, module, step, marks)
+        self._node_of[key].set_label(whole(line))
+
+    def module_of(self, key: int) -> Module:
+        """The module a tree line is of: run a's, or one only run b has (``ONLY_B``)."""
+        return self._only_b.get(key) or self._module_table[key]
+
+    def add_only_in_b(self, modules: list[Module]) -> None:
+        """Comparing two runs, the modules only run b has, each under its parent by
+        name (``+b``), so that they can be browsed too; their ids are ``ONLY_B`` plus
+        their id in b."""
+        by_name = {m.name: ONLY_B + m.id for m in modules}
+        for module in sorted(modules, key=lambda m: m.name.count(".")):
+            key = ONLY_B + module.id
+            if key in self._node_of:
+                continue
+            parent_name = module.name.rpartition(".")[0]
+            parent = self._module_table.by_name(parent_name) if parent_name else None
+            under = self._node_of.get(parent.id if parent else by_name.get(parent_name, -1))
+            under = under or self.root
+            if under is not self.root:
+                under.allow_expand = True
+            self._only_b[key] = module
+            self._node_of[key] = under.add(printable(module.name), data=key, allow_expand=False)
+            self._set_line(key, module, None, self._marks(key, module, None, None))
+        self.badge(*self._badges)
 
     def badge(
         self,
@@ -219,12 +276,13 @@ class ModuleTree(Tree[int]):
         if skipped is not None:
             self._skipped = skipped
         marks = {
-            module_id: self._marks(
-                self._module_table[module_id],
-                steps.get(module_id),
-                divergence.get(self._module_table.name(module_id)) if divergence else None,
+            key: self._marks(
+                key,
+                self.module_of(key),
+                steps.get(key),
+                divergence.get(self.module_of(key).name) if divergence else None,
             )
-            for module_id in self._node_of
+            for key in self._node_of
         }
         # what is marked inside each branch, children before parents (each node was
         # added after its parent): a glyph's forward divergence wins over spill-over;
@@ -244,10 +302,8 @@ class ModuleTree(Tree[int]):
             for module_id, found in inside.items()
             if found
         }
-        self._marks_width = {m: sum(len(mark) + 1 for mark, _, _ in marks[m]) for m in marks}
-        for module_id, node in self._node_of.items():
-            step = steps.get(module_id)
-            node.set_label(self._label(self._module_table[module_id], step, marks[module_id]))
+        for key in self._node_of:
+            self._set_line(key, self.module_of(key), steps.get(key), marks[key])
 
     def mark_first_divergence(self, name: str | None, step: int | None = None) -> None:
         """Mark where two runs first diverge: ``name``'s module, at ``step``."""
@@ -256,30 +312,47 @@ class ModuleTree(Tree[int]):
         self.badge(*self._badges)
 
     def render_label(self, node: TreeNode[int], base_style: Style, style: Style) -> Text:
-        """A folded node's line also shows what is marked below it, after its own
-        marks: ``◆…``, ``★◆…``."""
-        text = super().render_label(node, base_style, style)
+        """A module's line fitted to the pane (``treeline.fit``); a folded node's also
+        shows what is marked below it, after its own marks: ``◆…``, ``★◆…``."""
         module = node.data
+        line = self._lines.get(module) if module is not None else None
+        if line is None:
+            return super().render_label(node, base_style, style)
         inside = self._inside.get(module) if module is not None else None
-        if module is None or not inside or node.is_expanded or not node.allow_expand:
-            return text
-        folded = Text()
-        for glyph, component in inside:
-            folded.append(glyph, style=self._style(component))
-        folded.append("… ", style=self._style(inside[0][1]))
-        folded.stylize(style)
-        at = len(self.ICON_NODE) + self._marks_width.get(module, 0)
-        return Text.assemble(text[:at], folded, text[at:])
+        if inside and not node.is_expanded and node.allow_expand:
+            folded = line.marks.copy()
+            for glyph, component in inside:
+                folded.append(glyph, style=self._style(component))
+            folded.append("… ", style=self._style(inside[0][1]))
+            line = dataclasses.replace(line, marks=folded)
+        icon = ""
+        if node.allow_expand:
+            icon = self.ICON_NODE_EXPANDED if node.is_expanded else self.ICON_NODE
+        room = self.scrollable_content_region.width - self._guides(node) - cell_len(icon)
+        label = fit(line, room) if self.scrollable_content_region.width else whole(line)
+        label.stylize(style)
+        return Text.assemble((icon, base_style + TOGGLE_STYLE), label)
+
+    def _guides(self, node: TreeNode[int]) -> int:
+        """Cells of the guides left of a node's label (Textual's, without the root)."""
+        depth, parent = 0, node.parent
+        while parent is not None and parent is not self.root:
+            depth, parent = depth + 1, parent.parent
+        return depth * self.guide_depth
+
+    def watch_show_vertical_scrollbar(self) -> None:
+        """The labels fit the width left beside the scrollbar, or without it."""
+        self._invalidate()
 
     def explain(self, module: int) -> Text | None:
         """The marks of a module in the current step, in words (None without any)."""
         if module not in self._node_of:
             return None
-        found = self._module_table[module]
+        found = self.module_of(module)
         steps, divergence = self._badges
         diverges = divergence.get(found.name) if divergence else None
         said = Text()
-        for mark, component, why in self._marks(found, steps.get(module), diverges):
+        for mark, component, why in self._marks(module, found, steps.get(module), diverges):
             said.append("   " if said else "")
             said.append(mark, style=self._style(component))
             said.append(f" {why}")

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from hookdbg.cli.common import BadInput
 from hookdbg.cli.inputs import open_or_fail, open_run_or_fail
 from hookdbg.read import RankSet, rank_files
+
+if TYPE_CHECKING:
+    from textual.app import App
 
 
 @click.command(
@@ -43,7 +47,7 @@ def tui(recording: str, other: str | None, follow: bool) -> None:
     if follow and not Path(recording).exists() and not rank_files(recording):
         from hookdbg.tui.app import HookdbgApp  # Textual loads only for this command
 
-        HookdbgApp(None, second, follow=True, wait_for=Path(recording)).run()
+        run_app(HookdbgApp(None, second, follow=True, wait_for=Path(recording)))
         return
     run = open_run_or_fail(recording, quiet=True)
     from hookdbg.tui.app import HookdbgApp
@@ -53,4 +57,12 @@ def tui(recording: str, other: str | None, follow: bool) -> None:
     else:
         first, more = run, []
     first.check()  # the other ranks as they are first shown
-    HookdbgApp(first, second, follow=follow, more_ranks=more).run()
+    run_app(HookdbgApp(first, second, follow=follow, more_ranks=more))
+
+
+def run_app(app: App[None]) -> None:
+    """Run the app; an app that ended on an error (Textual has printed it) exits with
+    its status, so that a shell or a script sees the crash."""
+    app.run()
+    if app.return_code:
+        click.get_current_context().exit(app.return_code)

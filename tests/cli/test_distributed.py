@@ -213,7 +213,7 @@ async def test_tui_f_goes_to_the_first_origin_across_ranks(nan_run):
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.pause(0.2)
         await settle(app, pilot)
-        assert any("f jumps to the first" in n.message for n in app._notifications)
+        assert "f jumps to the first" in str(app.screen.query_one("#notice").content)
         await pilot.press("f")
         for _ in range(3):
             await pilot.pause(0.2)

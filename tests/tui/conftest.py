@@ -1,8 +1,12 @@
 import importlib.util
+import os
+import subprocess
+import sys
 
 import pytest
 
-from tests.helpers import ROOT, SAMPLES
+from tests.cli.test_distributed import torchrun
+from tests.helpers import ROOT, SAMPLES, free_port
 
 
 @pytest.fixture(scope="session")
@@ -76,3 +80,103 @@ def mlp_lr_h5(tmp_path_factory):
     return _record(
         tmp_path_factory, "mlp_lr", SAMPLES / "numnet_mlp.py", "--steps", "4", "--lr", "0.2"
     )
+
+
+@pytest.fixture(scope="session")
+def ddp_nan_h5(tmp_path_factory):
+    """samples/ddp_train.py on 2 ranks, 5 steps; rank 1's batch holds a NaN at step 2:
+    rank 1's alert says it came from the data, rank 0's that it came from another rank
+    through the all-reduce."""
+    out = tmp_path_factory.mktemp("ddp") / "nan.h5"
+    done = torchrun(out, "--nan-rank", "1", "--nan-step", "2")
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+@pytest.fixture(scope="session")
+def fsdp_h5(tmp_path_factory):
+    """samples/fsdp2_train.py on 2 ranks, 3 steps: FSDP2's DTensor shards, merged into
+    the global tensors' statistics with G."""
+    out = tmp_path_factory.mktemp("fsdp") / "fsdp.h5"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            f"--master-port={free_port()}",
+            "-m",
+            "hookdbg",
+            "record",
+            "-q",
+            "-o",
+            str(out),
+            str(SAMPLES / "fsdp2_train.py"),
+            "--steps",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+# a weight that moves in its fifth digit: its output's statistics over the steps differ
+# where 4 digits read the same (1023 and 1023)
+CREEPING = """
+import torch
+from torch import nn
+
+model = nn.Linear(1, 1, bias=False)
+with torch.no_grad():
+    model.weight.fill_(1023.0)
+opt = torch.optim.SGD(model.parameters(), lr=1.0)
+for step in range(5):
+    opt.zero_grad()
+    (model(torch.ones(4, 1)).sum() * 2.5e-4).backward()
+    opt.step()
+"""
+
+
+@pytest.fixture(scope="session")
+def creeping_h5(tmp_path_factory):
+    """5 steps of one Linear whose output goes from 1023 to 1022.996."""
+    from tests.conftest import _record
+
+    script = tmp_path_factory.mktemp("creeping") / "creeping.py"
+    script.write_text(CREEPING)
+    return _record(tmp_path_factory, "creeping", script)
+
+
+# a model two layers deeper with --deeper: net.3 and net.4 exist only there
+DEPTH = """
+import sys, torch
+from torch import nn
+torch.manual_seed(0)
+layers = [nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2)]
+if "--deeper" in sys.argv:
+    layers[2:] = [nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 2)]
+net = nn.Sequential(*layers)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+for _ in range(3):
+    opt.zero_grad()
+    net(torch.randn(4, 8)).pow(2).mean().backward()
+    opt.step()
+"""
+
+
+@pytest.fixture(scope="session")
+def two_models(tmp_path_factory):
+    """The same small model, and one two layers deeper: net.3 and net.4 only in b."""
+    from tests.helpers import hookdbg
+
+    base = tmp_path_factory.mktemp("compare-models")
+    (base / "depth.py").write_text(DEPTH)
+    for name, args in (("shallow", []), ("deep", ["--deeper"])):
+        out = hookdbg("record", "-q", "-o", base / f"{name}.h5", base / "depth.py", *args)
+        assert out.returncode == 0, out.stderr
+    return base / "shallow.h5", base / "deep.h5"

@@ -5,18 +5,26 @@ from __future__ import annotations
 import contextlib
 import io
 import time
-from collections.abc import Callable
+import unicodedata
+from collections.abc import Callable, Iterable
 
 from rich.console import Console
+from rich.segment import Segment
 from rich.table import Table
-from textual.app import App
+from textual import events
+from textual.app import App, _character_to_key
+from textual.keys import REPLACED_KEYS, _get_unicode_name_from_key
 from textual.pilot import Pilot
+from textual.scrollbar import ScrollBar
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 from textual.worker import WorkerCancelled
 
 SIZE = (160, 48)
 SMALL = (80, 24)
+# the sizes every defect of the screen is checked at: a small terminal, an everyday
+# one, a large one
+SIZES = ((80, 24), (100, 30), (220, 60))
 
 
 async def settle(app: App, pilot: Pilot) -> None:
@@ -47,6 +55,32 @@ async def until(
     return condition()
 
 
+def burst(app: App, keys: Iterable[str]) -> None:
+    """Send keys all at once, as a terminal delivers a fast typist's or a held key's:
+    each arrives before the app has handled the one before (``Pilot.press`` waits for
+    the app to be idle after each key, which a user never does)."""
+    driver = app._driver
+    assert driver is not None
+    for key in keys:
+        if len(key) == 1 and not key.isalnum():
+            key = _character_to_key(key)
+        try:
+            char: str | None = unicodedata.lookup(
+                _get_unicode_name_from_key(REPLACED_KEYS.get(key, key))
+            )
+        except KeyError:
+            char = key if len(key) == 1 else None
+        event = events.Key(key, char)
+        event.set_sender(app)
+        driver.send_message(event)
+
+
+def crashed(app: App) -> BaseException | None:
+    """What ended the app on an error, if anything did (Textual holds it until the
+    test's ``run_test`` block ends)."""
+    return app._exception
+
+
 def text(widget: Widget) -> str:
     """What a widget shows, as plain text (a Rich table drawn as a terminal would)."""
     if isinstance(widget, Static):
@@ -75,3 +109,18 @@ def records(table: DataTable) -> list[dict[str, str]]:
 
 def notices(app: App) -> list[str]:
     return [n.message for n in app._notifications]
+
+
+def scrollbar_cells(app: App, widget: Widget) -> list[Segment]:
+    """The cells the widget's scrollbars on screen are drawn with, one segment a cell,
+    as the terminal gets them."""
+    strips = app.screen._compositor.render_strips()
+    cells = []
+    for bar, geometry in app.screen._compositor.full_map.items():
+        if not isinstance(bar, ScrollBar) or bar.parent is not widget:
+            continue
+        region = geometry.region.intersection(geometry.clip)
+        for y in range(region.y, region.bottom):
+            for segment in strips[y].crop(region.x, region.right):
+                cells.extend(Segment(c, segment.style) for c in segment.text)
+    return cells

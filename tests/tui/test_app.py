@@ -8,14 +8,17 @@ from hookdbg.cells import cell_text, fraction_text
 from hookdbg.read import open_recording
 from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.dialogs import HelpScreen
+from hookdbg.tui.keybar import KeyBar, fitted
 from hookdbg.tui.messages import Goto
 from hookdbg.tui.plot import Plot
-from hookdbg.tui.screens import AlertsScreen, ProfileScreen, SearchScreen
+from hookdbg.tui.profile import ProfileScreen
+from hookdbg.tui.screens import AlertsScreen
+from hookdbg.tui.search import SearchScreen
 from hookdbg.tui.stepbar import StepBar
 from hookdbg.tui.tree import ModuleTree
 from tests.analysis.test_diff import SCRIPT
 from tests.helpers import hookdbg
-from tests.tui.pilot import SIZE, SMALL, notices, records, rows, settle, text
+from tests.tui.pilot import SIZE, SMALL, records, rows, settle, text
 
 
 async def test_replay_tree_detail_and_steps(mlp_h5):
@@ -116,7 +119,8 @@ async def test_alerts_screen_jumps_to_the_origin(nan_h5):
     app = HookdbgApp(rec)
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, pilot)
-        assert notices(app)[0].startswith("1 NaN/inf alert — f jumps to the first")
+        notice = text(app.screen.query_one("#notice"))  # a line at the top, not a toast
+        assert notice.startswith("1 NaN/inf alert — f jumps to the first")
         tree = app.screen.query_one(ModuleTree)
         origin = rec.modules.resolve("standardize").id
         await pilot.press("home", "up")  # away from the origin it opened on: step 0, model
@@ -204,7 +208,7 @@ async def test_profile_sorts_covers_all_steps_with_a_and_help_opens(resnet_h5):
         await settle(app, pilot)
         assert isinstance(app.screen, HelpScreen)
         keys = text(app.screen.query_one("#help-keys"))
-        assert "profile; in it: enter goes to a module" in keys
+        assert "profile: the step's parts, then modules; enter goes to one" in keys
         await pilot.press("escape")
         await pilot.press("q")
 
@@ -233,7 +237,7 @@ async def test_diff_opens_on_the_first_divergence_kept_apart_from_backward_spill
         assert "≠fwd" in tree.label_of(net3) and "≠bwd" not in tree.label_of(net3)
         # net.0 runs before the change: only its backward can differ, and says so
         assert "≠bwd" in tree.label_of(a.modules.resolve("net.0").id)
-        assert any("first divergence: net.3" in n for n in notices(app))
+        assert "first divergence: net.3" in text(app.screen.query_one("#notice"))
         shown = records(app.screen.query_one("#detail-table", DataTable))
         assert {r["run"] for r in shown} == {"a", "b"}  # both runs, side by side
         await pilot.press("down")  # the cursor really is on net.3: down goes on from it
@@ -248,9 +252,8 @@ async def test_help_scrolls_and_fits_a_small_terminal_whose_footer_keeps_help_an
     app = HookdbgApp(open_recording(mlp_h5))
     async with app.run_test(size=SMALL) as pilot:
         await settle(app, pilot)
-        footer = app.screen.query_one("Footer")
-        keys = [k for k in footer.query("FooterKey") if k.region.right <= SMALL[0]]
-        assert {"?", "q"} <= {k.key_display for k in keys}
+        footer = app.screen.query_one(KeyBar)
+        assert {"?", "q"} <= {k.shown for k in fitted(footer.keys, footer.size.width)}
         await pilot.press("question_mark")
         await settle(app, pilot)
         help_box = app.screen.query_one("#help")

@@ -6,15 +6,17 @@ import os
 import sys
 from pathlib import Path
 
-from textual.widgets._footer import FooterKey
+import pytest
 from torch import nn
 
 from hookdbg.read import open_recording
 from hookdbg.tui.app import HookdbgApp
+from hookdbg.tui.detail import DetailTable
+from hookdbg.tui.keybar import KeyBar, fitted
 from hookdbg.tui.model import PLOT_STATS
 from hookdbg.tui.tree import ModuleTree
 from tests.helpers import ROOT, SAMPLES
-from tests.tui.pilot import SIZE, SMALL, notices, settle, text
+from tests.tui.pilot import SIZE, SIZES, SMALL, notices, settle, text
 
 
 def shown(app) -> str:
@@ -61,7 +63,7 @@ async def test_pgup_pgdn_page_the_tree_and_brackets_page_the_steps(resnet_h5):
         await settle(app, pilot)
         tree = app.screen.query_one(ModuleTree)
         page = tree.scrollable_content_region.height
-        assert tree.last_line > page  # a tree longer than its window
+        assert tree.last_line + 1 > page  # a tree longer than its window
         step = app.screen.step
         await pilot.press("pagedown")
         await settle(app, pilot)
@@ -84,15 +86,15 @@ async def test_pgup_pgdn_page_the_tree_and_brackets_page_the_steps(resnet_h5):
         assert app.screen.step == app.screen.steps[0]
 
 
-async def test_the_footer_shows_the_nan_hunting_keys_first(mlp_h5):
+async def test_the_footer_shows_the_nan_hunting_keys_first(nan_h5):
     """What fits in the footer at 100 columns: alerts, search, first; wider, how to
     page through steps and open the source too (all keys are in ?)."""
     for width, wanted in ((100, {"a", "/", "f", "p"}), (200, {"[ ]", "o", "a", "/", "f"})):
-        app = HookdbgApp(open_recording(mlp_h5))
+        app = HookdbgApp(open_recording(nan_h5))
         async with app.run_test(size=(width, 30)) as pilot:
             await settle(app, pilot)
-            room = width - len("^p palette") - 2
-            shown = {k.key_display for k in app.screen.query(FooterKey) if k.region.right <= room}
+            bar = app.screen.query_one(KeyBar)
+            shown = {k.shown for k in fitted(bar.keys, bar.size.width)}
             assert wanted <= shown, (width, shown)
 
 
@@ -179,3 +181,29 @@ async def test_o_on_a_recording_without_sources_says_so(tmp_path, monkeypatch):
         await pilot.press("o")
         assert not out.exists()
         assert any("record it again to open modules' code" in n for n in notices(app))
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_shift_arrows_move_across_the_table_whatever_has_the_focus(mlp_h5, size):
+    """As the help says: the tree's own shift+arrows (to the parent, to the next
+    ancestor) moved its selection instead."""
+    rec = open_recording(mlp_h5)
+    app = HookdbgApp(rec)
+    async with app.run_test(size=size) as pilot:
+        await settle(app, pilot)
+        app.screen.go_to(module=rec.modules.resolve("body.0").id)
+        await settle(app, pilot)
+        tree = app.screen.query_one(ModuleTree)
+        table = app.screen.query_one(DetailTable)
+        assert tree.has_focus
+        start = table.cursor_coordinate.column
+        await pilot.press("shift+right", "shift+right")
+        await settle(app, pilot)
+        assert shown(app) == "model.body.0" and tree.has_focus  # the tree stays
+        assert table.cursor_coordinate.column == start + 2
+        await pilot.press("shift+left")
+        await settle(app, pilot)
+        assert table.cursor_coordinate.column == start + 1 and shown(app) == "model.body.0"
+        await pilot.press("tab", "shift+right")  # in the table, the same
+        await settle(app, pilot)
+        assert table.has_focus and table.cursor_coordinate.column == start + 2

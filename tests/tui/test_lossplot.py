@@ -33,7 +33,7 @@ async def test_the_plot_opens_on_the_loss_and_follows_the_tree(long_mlp_h5, size
         title = screen.query_one("#plot-title")
         plot = screen.query_one("#plot-a", Plot)
         assert text(title).startswith("loss (numnet_mlp.py:")
-        steps, values = plot._series
+        steps, values = plot._curves[0].steps, plot._curves[0].values
         assert steps.tolist() == list(range(60)) and values.tolist() == loss.values.tolist()
         assert _axis(plot) == (stat_text(loss.values.max()), stat_text(loss.values.min()))
         for step in (0, 1, 2, 12):
@@ -42,14 +42,14 @@ async def test_the_plot_opens_on_the_loss_and_follows_the_tree(long_mlp_h5, size
             await pilot.press("right_square_bracket" if step == 2 else "right")  # ]: 10 steps on
             await settle(app, pilot)
         axis = text(plot).split("\n")[-1]
-        here = axis.index("▲") - plot._axis  # the ▲ under the current step's column
-        assert 13 in plot._buckets[here // plot._cells].steps.tolist()
+        here = plot.column_of(13)  # the ▲ under the current step's column
+        assert here is not None and axis.index("▲") == here.start
         # moving in the tree: the plot shows the module's statistic
         await pilot.press("down")
         await settle(app, pilot)
         assert text(title).startswith("output std of model.body ")
         std = screen.run.series(screen.module, _stat("output std"))
-        assert plot._series[1].tolist() == std[1].tolist()
+        assert plot._curves[0].values.tolist() == std[1].tolist()
         await pilot.press("down")
         await settle(app, pilot)
         assert text(title).startswith("output std of model.body.0 ")
@@ -81,7 +81,7 @@ async def test_L_goes_through_the_loss_sites(gan_h5):
         plot = app.screen.query_one("#plot-a", Plot)
         for site in (err_d, err_g, err_d):
             assert text(title).startswith(f"{site.label}, loss ")
-            assert plot._series[1].tolist() == site.values.tolist()
+            assert plot._curves[0].values.tolist() == site.values.tolist()
             assert f"step 0: {stat_text(site.values[0])}" in text(title)
             await pilot.press("L")
             await settle(app, pilot)
@@ -114,7 +114,7 @@ async def test_m_stacks_the_modules_statistics(mlp_h5, size):
         await pilot.press("m")
         await settle(app, pilot)
         assert not stack.display and screen.query_one(PlotPane).display
-        assert np.isfinite(screen.query_one("#plot-a", Plot)._series[1]).all()
+        assert np.isfinite(screen.query_one("#plot-a", Plot)._curves[0].values).all()
 
 
 def _recorded(rec, module: int, step: int) -> dict[str, str]:

@@ -25,8 +25,16 @@ def drawn(app, widget) -> list[str]:
 
 
 def line_of(app, tree: ModuleTree, name: str) -> str:
-    """The drawn tree line of the module whose own name (last part) is ``name``."""
-    found = [line for line in drawn(app, tree) if f" {name} " in line]
+    """The drawn tree line of the module whose own name (last part) is ``name`` (cut
+    with "…" where the marks leave it too little room)."""
+    top = 1 - int(tree.scroll_y)  # the border, then the first line shown
+    modules = app.screen.run.rec.modules
+    found = [
+        line
+        for y, line in enumerate(drawn(app, tree))
+        if 0 <= y - top <= tree.last_line
+        and modules[tree._tree_lines[y - top].node.data].name.rpartition(".")[2] == name
+    ]
     assert len(found) == 1, (name, drawn(app, tree))
     return found[0]
 

@@ -1,18 +1,15 @@
 """Finding a NaN on screen: counts next to the slot, nan printed as nan, tinted rows, a
 readable table at 80x24, and plots that mark NaN/inf steps."""
 
-import os
-
 import numpy as np
 
 from hookdbg.cells import stat_text
 from hookdbg.read import open_recording
 from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.detail import DetailPane, DetailTable
-from hookdbg.tui.plot import Plot
 from hookdbg.tui.stepbar import StepBar
 from hookdbg.tui.tree import ModuleTree
-from tests.helpers import ROOT, hookdbg
+from tests.helpers import hookdbg
 from tests.tui.pilot import SIZE, SMALL, columns, notices, records, settle, text
 
 
@@ -28,7 +25,7 @@ async def test_non_finite_values_read_as_such_in_a_small_terminal(nan_h5):
         assert shown.index("nan/inf") == shown.index("slot") + 1  # next to the slot
         assert {"mean", "std"} <= set(shown)  # numbers, even at 80x24
         assert table.region.right <= SMALL[0]
-        assert "columns in a wider window" in app.screen.query_one(DetailPane).border_subtitle
+        assert "columns: z zooms" in app.screen.query_one(DetailPane).border_subtitle
         grad = next(r for r in records(table) if r["slot"] == "param_grad[weight]")
         assert grad["nan/inf"] == "256" and grad["mean"] == "nan"  # NaN, not "not recorded"
         assert _tinted(app, table) == [r["nan/inf"] not in ("0", "-") for r in records(table)]
@@ -61,37 +58,6 @@ def _style(cell):
     return cell.style if isinstance(cell.style, Style) else Style.parse(cell.style)
 
 
-async def test_the_plot_marks_non_finite_steps_the_range_and_the_current_step(nan_h5):
-    app = HookdbgApp(open_recording(nan_h5))
-    async with app.run_test(size=SIZE) as pilot:
-        await settle(app, pilot)
-        title = text(app.screen.query_one("#plot-title"))  # the loss over the run, first
-        assert "loss (nan_blowup.py:" in title and "× NaN/inf at 2 steps (first 3)" in title
-        await pilot.press("home", "right", "k")  # the root module: its output std, step 1
-        await settle(app, pilot)
-        title = text(app.screen.query_one("#plot-title"))
-        assert "output std of model" in title and "× NaN/inf at 1 step (first 4)" in title
-        assert "step 1: " in title
-        lines = text(app.screen.query_one("#plot-a", Plot)).splitlines()
-        assert lines[0].split("┤")[0].strip() and "┤" in lines[-2]  # the range, top and bottom
-        assert lines[0].count("×") == app.screen.query_one("#plot-a", Plot)._cells
-        axis = lines[-1]
-        assert "▲" in axis and axis.strip().startswith("0") and axis.rstrip().endswith("4")
-
-
-async def test_two_runs_plot_on_one_scale(monkeypatch):
-    monkeypatch.chdir(ROOT)
-    a, b = (open_recording(os.path.join("tests", "data", f"nan_{x}.h5")) for x in "ab")
-    app = HookdbgApp(a, b)
-    async with app.run_test(size=SIZE) as pilot:
-        await settle(app, pilot)
-        plots = [text(app.screen.query_one(f"#plot-{x}", Plot)).splitlines() for x in "ab"]
-        assert all(p for p in plots)
-        assert plots[0][0].split("┤")[0] == plots[1][0].split("┤")[0]  # the same top
-        assert plots[0][-2].split("┤")[0] == plots[1][-2].split("┤")[0]  # and bottom
-        assert "one scale" in text(app.screen.query_one("#plot-title"))
-
-
 async def test_a_run_with_a_nan_opens_where_the_first_was_born(nan_h5):
     """As a comparison opens on the first divergence: step 3, model.standardize, said."""
     rec = open_recording(nan_h5)
@@ -105,8 +71,9 @@ async def test_a_run_with_a_nan_opens_where_the_first_was_born(nan_h5):
         tree = screen.query_one(ModuleTree)
         assert tree.cursor_node is not None and tree.cursor_node.data == screen.module
         assert "◆NaN" in tree.label_of(screen.module)
-        [notice] = notices(app)
-        assert notice.endswith("\nopened where the first was born:\nmodel.standardize, step 3")
+        assert not notices(app)  # no toast over the plot: a line at the top says it
+        notice = text(screen.query_one("#notice"))
+        assert notice.endswith("; opened where the first was born: model.standardize, step 3")
 
 
 async def test_the_stored_tensors_histogram_says_which_tensor_it_is_of(nan_h5):

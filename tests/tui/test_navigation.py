@@ -104,7 +104,9 @@ async def test_go_to_step_pages_and_clicks(long_mlp_h5):
         await settle(app, pilot)
         assert bar_step(app) == 30 and "step 30" in title(app)
         plot = app.screen.query_one("#plot-a", Plot)
-        await pilot.click("#plot-a", offset=(plot._axis + 5 * plot._cells, 1))
+        column = plot.column_of(5)
+        assert column is not None
+        await pilot.click("#plot-a", offset=(column.start, 1))
         await settle(app, pilot)
         assert bar_step(app) == 5 and "step 5" in title(app)
 

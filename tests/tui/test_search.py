@@ -1,5 +1,6 @@
-"""The search screen's table: the statistics a query names, call matches in columns of
-their own, and no number cut at the screen's edge."""
+"""The search screen: its table shows the statistics a query names, call matches in
+columns of their own, and no number cut at the screen's edge; it teaches its language
+as you type."""
 
 import pytest
 from textual.widgets import DataTable
@@ -9,7 +10,7 @@ from hookdbg.analysis.search import search
 from hookdbg.cells import cell_text, nonfinite_count
 from hookdbg.read import open_recording
 from hookdbg.tui.app import HookdbgApp
-from tests.tui.pilot import columns, records, settle, text
+from tests.tui.pilot import SIZES, columns, records, settle, text, until
 
 
 async def _search(app, pilot, query: str) -> DataTable:
@@ -70,3 +71,47 @@ async def test_call_matches_have_columns_of_their_own(nan_h5):
         await pilot.press("enter")  # the first match
         await settle(app, pilot)
         assert text(app.screen.query_one("#detail-title")).startswith("model.proj ")
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_search_teaches_itself_as_you_type(nan_h5, size):
+    """The fields, flags, statistics and operators are listed under the query; the
+    matches are counted as you type (what is wrong said before Enter); ↑ and ↓ go
+    through the queries searched before."""
+    rec = open_recording(nan_h5)
+    total = search(rec, parse("nan")).total
+    app = HookdbgApp(rec)
+    async with app.run_test(size=size) as pilot:
+        await settle(app, pilot)
+        await pilot.press("slash")
+        await settle(app, pilot)
+        guide = text(app.screen.query_one("#search-guide"))
+        for known in ("type:", "phase:fwd|bwd|opt", "step:3:7", "nan inf", "std", "<=", "!="):
+            assert known in guide, known
+        status = app.screen.query_one("#search-status")
+        await pilot.press(*"max>")
+        assert await until(app, pilot, lambda: "not yet a query" in text(status))
+        assert "incomplete" in text(status)
+        await pilot.press("backspace", "backspace", "backspace", "backspace", *"nan")
+        assert await until(app, pilot, lambda: "would match" in text(status))
+        assert text(status).startswith(f"{total} tensor summaries would match")
+        await pilot.press("enter")
+        assert await until(app, pilot, lambda: app.screen.hits)
+        await pilot.press("escape", "slash")
+        await settle(app, pilot)
+        query = app.screen.query_one("#query")
+        query.value = ""
+        await pilot.press(*"std<0", "enter")
+        await settle(app, pilot)
+        await pilot.press("escape", "slash")
+        await settle(app, pilot)
+        query = app.screen.query_one("#query")
+        query.value = "type:"
+        await pilot.press("up")
+        assert query.value == "std<0"
+        await pilot.press("up")
+        assert query.value == "nan"
+        await pilot.press("up")  # the oldest: stays
+        assert query.value == "nan"
+        await pilot.press("down", "down")  # back to what was being typed
+        assert query.value == "type:"

@@ -10,7 +10,6 @@ from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.detail import DetailTable
 from hookdbg.tui.stepbar import StepBar
 from hookdbg.tui.tree import ModuleTree
-from tests.cli.test_distributed import torchrun
 from tests.helpers import SAMPLES
 from tests.tui.pilot import SIZE, SMALL, records, settle, text
 
@@ -22,18 +21,8 @@ def labels(app) -> dict[str, str]:
     return {m.name: tree.label_of(m.id) for m in modules if m.is_model_part}
 
 
-@pytest.fixture(scope="module")
-def ddp_nan(tmp_path_factory):
-    """2 ranks; rank 1's batch holds a NaN at step 2: rank 1's alert says it came from
-    the data, rank 0's that it came from another rank through the all-reduce."""
-    out = tmp_path_factory.mktemp("ddp") / "nan.h5"
-    done = torchrun(out, "--nan-rank", "1", "--nan-step", "2")
-    assert done.returncode == 0, done.stderr
-    return out
-
-
-async def test_ranks_say_where_the_nan_came_from_and_alerts_list_every_rank(ddp_nan):
-    run = open_run(ddp_nan)
+async def test_ranks_say_where_the_nan_came_from_and_alerts_list_every_rank(ddp_nan_h5):
+    run = open_run(ddp_nan_h5)
     ranks = [run[r] for r in run.ranks]
     app = HookdbgApp(ranks[0], more_ranks=ranks[1:])
     async with app.run_test(size=SIZE) as pilot:
@@ -136,7 +125,7 @@ async def test_an_attention_mask_reads_minus_inf_without_alarm(masked_h5):
             await settle(app, pilot)
             shown = labels(app)
             assert not any("⚠" in line or "◆" in line for line in shown.values())
-            assert shown["model.enc.layers.0"].endswith("-inf ×28")  # 8x8 causal: 28 -inf
+            assert "-inf ×28" in shown["model.enc.layers.0"]  # 8x8 causal: 28 -inf
         table = app.screen.query_one(DetailTable)
         mask = next(r for r in records(table) if r["slot"] == "input[src_mask]")
         # min and max of the tensor, not of its finite values (0 and 0)
