@@ -237,10 +237,17 @@ async def test_the_tui_shows_global_statistics_with_g(two_ranks):
             app.screen.post_message(Goto(module=module, step=last))
             await settle(app, pilot)
             await pilot.press("G")
-            assert await until(app, pilot, lambda: "global" in records(table_of(app))[0])
+            merged_title = "merged from the ranks' shards"  # the columns may leave out 'global'
+            assert await until(app, pilot, lambda: merged_title in title_of(app))
             weight = next(r for r in records(table_of(app)) if r["slot"] == "param[weight]")
             assert weight["norm"] == num(float(row["norm"][0]))
 
 
 def table_of(app):
     return app.screen.query_one("#detail-table")
+
+
+def title_of(app) -> str:
+    from tests.tui.pilot import text
+
+    return text(app.screen.query_one("#detail-title"))
