@@ -9,6 +9,7 @@ import time
 from textual.widgets import DataTable
 
 from hookdbg.read import RecordingError, open_recording
+from hookdbg.store import owner
 from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.dialogs import WaitScreen
 from hookdbg.tui.replay import ReplayScreen
@@ -139,14 +140,18 @@ async def test_follow_from_before_the_first_module_fills_tree_table_and_plot(tmp
 
 
 def first_readable(path):
-    """The recording a recorder in another process is writing, once it can be read."""
+    """The recording a recorder in another process is writing, once it can be read:
+    opened only once the recorder holds it (a reader that opens the file between the
+    recorder writing it and opening it keeps the recorder out)."""
     deadline = time.time() + 90
     while True:
         try:
-            return open_recording(path)
+            if owner.written_by_another(path):
+                return open_recording(path)
         except RecordingError:
-            assert time.time() < deadline, "the recorder never wrote a readable file"
-            time.sleep(0.2)
+            pass
+        assert time.time() < deadline, "the recorder never wrote a readable file"
+        time.sleep(0.2)
 
 
 async def test_the_bar_says_when_the_recording_finished(tmp_path):
