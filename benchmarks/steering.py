@@ -144,7 +144,7 @@ def flood(commands: int, bursts: int = 10) -> None:
                     step()
                 quiet.append((time.process_time() - cpu) / n)
             rec.flush()
-        answered = [seq for _, seq, _ in open_recording(out).answers_from(0)[0]]
+        answered = [seq for _, seq, _, _ in open_recording(out).answers_from(0)[0]]
     answered_valid = [seq for seq in answered if seq in set(valid)]
     base, hit = statistics.median(quiet), statistics.median(flooded)
     print(
