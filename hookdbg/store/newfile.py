@@ -64,12 +64,20 @@ def put(path: Path, data: bytes) -> None:
     """Write ``data`` as the new file ``path`` (replacing one there). DiskFull if the
     disk has less than the file and ``START_ROOM`` free, or runs out meanwhile; OSError
     if the file cannot be written for another reason. Either way nothing is left at
-    ``path``."""
+    ``path``.
+
+    A file there is unlinked, never truncated: a reader holding an older recording
+    (`hookdbg tui`, a notebook) reads on in it. Through a symlink, its target is
+    replaced."""
     need = len(data) + START_ROOM
     free = free_space(path)
     if free is not None and free < need:
         raise DiskFull(_full(need, free))
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    path = Path(os.path.realpath(path))
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(os.stat(path, follow_symlinks=False).st_mode):
+            path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     try:
         view = memoryview(_marked(data))
         while view:

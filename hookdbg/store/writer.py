@@ -267,7 +267,10 @@ class Writer:
             except Exception as exc:
                 raise WriterError(f"cannot create {path}: {_reason(exc)}") from None
             try:
-                f = h5py.File(path, "r+", libver=newfile.LIBVER)
+                # without HDF5's lock: a reader that opened the file since it came to
+                # disk holds a shared one, and SWMR gives the lock up in a moment anyway
+                # (store/owner.py keeps other recorders out)
+                f = h5py.File(path, "r+", libver=newfile.LIBVER, locking=False)
             except OSError as exc:
                 with contextlib.suppress(OSError):
                     path.unlink()
@@ -638,12 +641,13 @@ class Writer:
         self._generation = {name: 0 for name in tables}
         self._tail_bytes = {name: 0 for name in tables}
         self._changed = set()
-        tmp = self.path.with_name(self.path.name + ".keeping")
+        real = Path(os.path.realpath(self.path))  # a symlink's target is replaced
+        tmp = real.with_name(real.name + ".keeping")
         self._rolling = True  # the rows copied are in the ledger already
         try:
             meta = dict(old["_file"].attrs.items())
             self._file = self._create(meta, tmp, lambda: self._copy_kept(old, first))
-            os.replace(tmp, self.path)
+            os.replace(tmp, real)
         except Exception as exc:
             if self._file is not old["_file"]:
                 with contextlib.suppress(Exception):
@@ -801,7 +805,9 @@ def compact(path: Path) -> bool:
     (each holds up to a compressed chunk of a table's rows: a few hundred kB, most of a
     short recording), when they take over a tenth of it: a copy of every object, the
     slots left empty, replaces the file. h5py copies chunks as they are stored, without
-    decompressing them. Anything that fails leaves the file as it was."""
+    decompressing them. Anything that fails leaves the file as it was. Through a
+    symlink, its target is compacted."""
+    path = Path(os.path.realpath(path))
     tmp = path.with_name(path.name + ".compacting")
     try:
         with h5py.File(path, "r") as f:
