@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -105,14 +106,27 @@ def steered_run(total: int) -> None:
 def flood(commands: int, bursts: int = 10) -> None:
     step, calls = mlp()
     per_burst = commands // bursts
-    quiet: list[float] = []  # CPU seconds per step with nothing to read
+    quiet: list[float] = []  # CPU seconds per step (all threads) with nothing to read
     flooded: list[float] = []  # ... while a burst is read
+    looks: list[float] = []  # training-thread seconds a step spent reading and answering
+    writing: list[float] = []  # writer-thread seconds a step, flooded minus quiet
     valid: list[int] = []
     drained = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "flood.h5"
         ctl = control_path(out)
         with record(out, idle=True, force=True, quiet=True) as rec:
+            steer, looked = rec._steer, [0.0]
+
+            def timed_steer(at: int) -> bool:
+                begun = time.thread_time()
+                try:
+                    return steer(at)
+                finally:
+                    looked[0] += time.thread_time() - begun
+
+            rec._steer = timed_steer  # type: ignore[method-assign]
+            writer = _writer_clock(rec)
             for _ in range(20):
                 step()
             seq = send(ctl, op="level", level="idle").seq
@@ -134,28 +148,46 @@ def flood(commands: int, bursts: int = 10) -> None:
                 assert reader is not None
                 size = ctl.stat().st_size
                 wall, cpu, n = time.perf_counter(), time.process_time(), 0
+                looked[0], wrote = 0.0, time.clock_gettime(writer)
                 while reader.offset < size:
                     step()
                     n += 1
                 drained += time.perf_counter() - wall
                 flooded.append((time.process_time() - cpu) / n)
-                cpu = time.process_time()
+                looks.append(looked[0] / n)
+                wrote = time.clock_gettime(writer) - wrote
+                cpu, quiet_wrote = time.process_time(), time.clock_gettime(writer)
                 for _ in range(n):
                     step()
                 quiet.append((time.process_time() - cpu) / n)
+                writing.append((wrote - (time.clock_gettime(writer) - quiet_wrote)) / n)
             rec.flush()
         answered = [seq for _, seq, _, _ in open_recording(out).answers_from(0)[0]]
     answered_valid = [seq for seq in answered if seq in set(valid)]
     base, hit = statistics.median(quiet), statistics.median(flooded)
+    spread = max(quiet) / min(quiet)
+    look, wrote = statistics.median(looks), statistics.median(writing)
     print(
         f"flood: {bursts} bursts of {per_burst:,} lines (half valid commands, a quarter "
         f"numbered and refused, a quarter garbage) while the tiny MLP trains idle "
         f"({calls} module calls a step, {base * 1e3:.3f} ms CPU a step with nothing to "
-        f"read): {hit / base:.3f}x CPU per step while a burst is read (median of bursts; "
-        f"each burst against as many steps after it); "
-        f"{commands / drained:,.0f} lines read a second; valid commands answered once and "
-        f"in order: {answered_valid == valid} ({len(answered_valid):,} of {len(valid):,})"
+        f"read, {spread:.3f}x between the fastest and slowest quiet stretch): "
+        f"{hit / base:.3f}x CPU per step while a burst is read (median of bursts; each "
+        f"burst against as many steps after it); the channel's own cost a step: "
+        f"{look * 1e6:.1f} us reading and answering on the training thread "
+        f"({look / base:.2%}), {wrote * 1e6:+.1f} us on the writer thread "
+        f"({wrote / base:+.2%}); {commands / drained:,.0f} lines read a second; valid "
+        f"commands answered once and in order: {answered_valid == valid} "
+        f"({len(answered_valid):,} of {len(valid):,})"
     )
+
+
+def _writer_clock(rec: object) -> int:
+    """The CPU clock of the recording's writer thread."""
+    for thread in threading.enumerate():
+        if thread.name == "hookdbg-writer" and thread.ident is not None:
+            return time.pthread_getcpuclockid(thread.ident)
+    raise RuntimeError(f"{rec} has no writer thread")
 
 
 def _live(path: Path):  # type: ignore[no-untyped-def]
