@@ -144,13 +144,18 @@ def test_every_reader_command_refuses_every_damage_it_reads(family, tmp_path, na
     undamaged = hostile.make(base, tmp_path / "undamaged.h5", lambda f: None)
     reads = columns_read(undamaged, tmp_path)
     refusals = 0
+    answered: set[tuple[str, int]] = set()  # (column, command) shown to answer as before
     for i, (name, mutate) in enumerate(made):
         path = hostile.make(base, tmp_path / f"v{i}.h5", mutate)
         column = damaged_column(name)
         start = time.perf_counter()
-        for args, (read, status) in zip(reader_commands(path, tmp_path), reads, strict=True):
+        commands = enumerate(zip(reader_commands(path, tmp_path), reads, strict=True))
+        for k, (args, (read, status)) in commands:
+            refused = column is None or column in read
+            if not refused and (column, k) in answered:
+                continue  # a column it never reads: how it is damaged makes no difference
             result = run(args)
-            if column is None or column in read:
+            if refused:
                 assert_refused(name, args, result)
                 refusals += 1
             else:  # the damage lies in a column it never reads: it answers as before
@@ -158,6 +163,7 @@ def test_every_reader_command_refuses_every_damage_it_reads(family, tmp_path, na
                 assert result.exit_code == status, (
                     f"{what} exited {result.exit_code}: {result.output[-300:]}"
                 )
+                answered.add((column, k))
         seconds = time.perf_counter() - start  # refused before reading, not after
         assert seconds < 10, (
             f"{name}: {len(reader_commands(path, tmp_path))} commands took {seconds:.1f} s"
