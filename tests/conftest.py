@@ -69,6 +69,15 @@ def nan_h5(tmp_path_factory):
     return _record(tmp_path_factory, "nan", SAMPLES / "nan_blowup.py", "--steps", "5")
 
 
+@pytest.fixture(scope="session")
+def fp16_h5(tmp_path_factory):
+    """samples/fp16_overflow.py: model.0's float16 output climbs 4x a step to inf at
+    step 8, in its forward."""
+    from tests.helpers import SAMPLES
+
+    return _record(tmp_path_factory, "fp16", SAMPLES / "fp16_overflow.py")
+
+
 # a GAN's loop: two loss sites (errD, errG) and two optimizers in each step
 GAN = """
 import torch

@@ -655,7 +655,11 @@ class ReplayScreen(Screen[None]):
         if not self._checked(*range(len(self.ranks))):  # the list reads every rank
             return
         self._open_over(
-            AlertsScreen(ranked_alerts(self.ranks), [v.rec.info.rank for v in self.ranks])
+            AlertsScreen(
+                ranked_alerts(self.ranks),
+                [v.rec.info.rank for v in self.ranks],
+                [v.rec for v in self.ranks],
+            )
         )
 
     def action_search(self) -> None:

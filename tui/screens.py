@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rich import box
+from rich.console import Group
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -12,9 +15,11 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from hookdbg.analysis.alerts import AlertReport
+from hookdbg.analysis.runup import TITLE, Climb, run_up
 from hookdbg.cells import (
     slot_label,
 )
+from hookdbg.read import Recording, RecordingError
 from hookdbg.store.schema import Phase
 from hookdbg.text import plural, printable, utf8
 
@@ -34,16 +39,24 @@ class Jump:
 
 class AlertsScreen(Closing, Screen[Jump | None]):
     """Every NaN/inf origin of every rank in order; the first is marked; Enter jumps
-    to it (on its rank)."""
+    to it (on its rank). Under the list, the highlighted alert's run-up: how its tensor,
+    what fed it and its module's parameters climbed over the last recorded steps."""
 
     BINDINGS = [Binding("escape,a", "dismiss(None)", "back")]
 
-    def __init__(self, reports: list[tuple[int, AlertReport]], ranks: list[int]) -> None:
+    def __init__(
+        self,
+        reports: list[tuple[int, AlertReport]],
+        ranks: list[int],
+        recordings: list[Recording],
+    ) -> None:
         """``reports``: (rank index, report) in the order they happened; ``ranks``:
-        the rank number of each index."""
+        the rank number of each index; ``recordings``: its recording."""
         super().__init__()
         self.reports = reports
         self.ranks = ranks
+        self.recordings = recordings
+        self._climbs: dict[int, list[Climb]] = {}  # by report, read when first shown
 
     def compose(self) -> ComposeResult:
         where = "where it was born" if len(self.reports) == 1 else "where each was born"
@@ -54,6 +67,7 @@ class AlertsScreen(Closing, Screen[Jump | None]):
             id="screen-title",
         )
         yield DataTable(id="alerts-table", cursor_type="row", zebra_stripes=True)
+        yield Static(id="alert-run-up")
         yield KeyBar()
 
     def _first(self) -> int | None:
@@ -106,6 +120,35 @@ class AlertsScreen(Closing, Screen[Jump | None]):
             table.add_row(*row, key=str(i), height=None)
         if rows:
             table.move_cursor(row=min(cursor, len(rows) - 1))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key.value is not None:
+            self._show_run_up(int(str(event.row_key.value)))
+
+    def _show_run_up(self, i: int) -> None:
+        shown = self.query_one("#alert-run-up", Static)
+        if i not in self._climbs:
+            rank, report = self.reports[i]
+            try:
+                self._climbs[i] = run_up(self.recordings[rank], report)
+            except RecordingError as exc:  # its tensors damaged since they were checked
+                shown.update(Text(printable(f"no run-up: {exc}")))
+                return
+        climbs = self._climbs[i]
+        if not climbs or len(climbs[0].steps) < 2:
+            shown.update("")
+            return
+        steps = climbs[0].steps
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        table.add_column("tensor", no_wrap=True)
+        table.add_column("dtype", no_wrap=True)
+        for step in steps:
+            table.add_column(f"step {step}", justify="right", no_wrap=True)
+        for climb in climbs:
+            cells = map(climb.text, range(len(steps)))
+            table.add_row(printable(climb.label), climb.dtype, *cells)
+        title = Text(f"run-up, last {len(steps)} recorded steps: {TITLE}", style="bold")
+        shown.update(Group(title, table))  # the title as wide as the screen, not the table
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         rank, r = self.reports[int(str(event.row_key.value))]

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import click
+from rich.table import Table
 
 from hookdbg.analysis.alerts import AlertReport, alert_reports
 from hookdbg.analysis.overview import scaler_view
 from hookdbg.analysis.ranks import alert_order
+from hookdbg.analysis.runup import TITLE, Climb, run_up
 from hookdbg.cells import slot_label
 from hookdbg.cli.inputs import open_or_fail, open_run_or_fail, rank_option
 from hookdbg.cli.report import Report, emit, exit_code_option, json_option
-from hookdbg.cli.tables import tensor_json, tensor_table
+from hookdbg.cli.tables import table, tensor_json, tensor_table
 from hookdbg.cli.terminal import Output, literal
 from hookdbg.read import RankSet, Recording, Status
 from hookdbg.store.schema import Phase
@@ -81,6 +84,7 @@ class Alerts(Report):
                     "message": utf8(a.alert["message"]),
                     "tensor": tensor_json(a.tensor, rec) if a.tensor is not None else None,
                     "context": [tensor_json(c, rec) for c in a.context],
+                    "run_up": [_climb_json(c) for c in run_up(rec, a)],
                 }
                 for i, (r, rec, a) in enumerate(self.ranked)
             ],
@@ -98,6 +102,11 @@ class Alerts(Report):
                 out.print(tensor_table(None, [r.tensor], rec))
             if len(r.context):
                 out.print(tensor_table(f"  {r.context_label}", r.context, rec))
+            climbs = run_up(rec, r)
+            if climbs and len(climbs[0].steps) > 1:
+                steps = len(climbs[0].steps)
+                out.print(f"\n  [bold]run-up, last {steps} recorded steps[/bold]: {TITLE}")
+                out.print(_run_up_table(climbs))
         if self.failed:
             first = self.failed[0]
             out.print(literal(f"\n{first.path}: recording failed: {first.failure}"))
@@ -118,3 +127,30 @@ class Alerts(Report):
                 else ""
             )
         )
+
+
+def _run_up_table(climbs: list[Climb]) -> Table:
+    """Per tensor, each recorded step (``Climb.text``)."""
+    steps = climbs[0].steps
+    t = table(None, ["tensor", "dtype", *((f"step {s}", "right") for s in steps)])
+    for climb in climbs:
+        t.add_row(climb.label, climb.dtype, *map(climb.text, range(len(steps))))
+    return t
+
+
+def _climb_json(climb: Climb) -> dict[str, object]:
+    return {
+        "tensor": climb.label,
+        "dtype": climb.dtype,
+        "largest_finite": climb.largest,
+        "steps": [
+            {
+                "step": s,
+                "abs_max": None if math.isnan(climb.absmax[i]) else climb.absmax[i],
+                "headroom_used": climb.headroom(i),
+                "nan": climb.nan[i],
+                "inf": climb.inf[i],
+            }
+            for i, s in enumerate(climb.steps)
+        ],
+    }

@@ -59,6 +59,21 @@ def test_alerts_names_the_origin_and_shows_finite_inputs(nan_h5):
     assert hookdbg("alerts", nan_h5, "--exit-code").returncode == 1
 
 
+def test_alerts_prints_the_run_up_and_gives_it_in_json(fp16_h5):
+    out = hookdbg("alerts", fp16_h5)
+    assert out.returncode == 0, out.stderr
+    assert "run-up, last 5 recorded steps: largest finite magnitude" in out.stdout
+    first = out.stdout.split("\nalert 2")[0]
+    [row] = [line for line in first.splitlines() if line.lstrip().startswith("output ")]
+    assert row.split()[:2] == ["output", "float16"] and row.rstrip().endswith(" inf"), row
+    assert "(50%)" in row  # step 7: half of float16's range, a step before the overflow
+    data = run_json("alerts", fp16_h5)
+    run_up_json = data["alerts"][0]["run_up"]
+    assert run_up_json[0]["tensor"] == "output" and run_up_json[0]["largest_finite"] == 65504.0
+    shares = [s["headroom_used"] for s in run_up_json[0]["steps"][:-1]]
+    assert shares == sorted(shares) and 0.1 < shares[-1] < 1
+
+
 def test_alerts_exit_code_zero_without_alerts(mlp_h5):
     out = hookdbg("alerts", mlp_h5, "--exit-code")
     assert out.returncode == 0 and "no NaN/inf alerts" in out.stdout

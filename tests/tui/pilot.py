@@ -8,7 +8,7 @@ import time
 import unicodedata
 from collections.abc import Callable, Iterable
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.segment import Segment
 from rich.table import Table
 from textual import events
@@ -82,10 +82,11 @@ def crashed(app: App) -> BaseException | None:
 
 
 def text(widget: Widget) -> str:
-    """What a widget shows, as plain text (a Rich table drawn as a terminal would)."""
+    """What a widget shows, as plain text (a Rich table, or a group of renderables, drawn
+    as a terminal would)."""
     if isinstance(widget, Static):
         content = widget.content
-        if isinstance(content, Table):
+        if isinstance(content, (Table, Group)):
             console = Console(width=widget.size.width or 200, file=io.StringIO(), record=True)
             console.print(content)
             return console.export_text()
