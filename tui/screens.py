@@ -122,8 +122,9 @@ class AlertsScreen(Closing, Screen[Jump | None]):
             table.move_cursor(row=min(cursor, len(rows) - 1))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.row_key.value is not None:
-            self._show_run_up(int(str(event.row_key.value)))
+        key = event.row_key  # None while the table is being filled anew (a resize)
+        if key is not None and key.value is not None:
+            self._show_run_up(int(str(key.value)))
 
     def _show_run_up(self, i: int) -> None:
         shown = self.query_one("#alert-run-up", Static)
