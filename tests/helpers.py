@@ -113,6 +113,33 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def torchrun(
+    *args: str | os.PathLike[str],
+    ranks: int = 2,
+    timeout: float = 240,
+    cwd: str | os.PathLike[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``torchrun --nproc-per-node RANKS ARGS`` on a port of its own, one thread a rank
+    (these machines have two cores), its output captured."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            str(ranks),
+            f"--master-port={free_port()}",
+            *map(str, args),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+    )
+
+
 def with_older_summaries(source: Path, target: Path, version: int) -> Path:
     """A copy of ``source`` as a recorder of schema ``version`` wrote its tensor
     summaries: without the fields declared since (hookdbg/store/summary.py), and

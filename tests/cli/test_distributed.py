@@ -3,7 +3,6 @@
 import json
 import shutil
 import subprocess
-import sys
 
 import h5py
 import pytest
@@ -11,34 +10,14 @@ import pytest
 from hookdbg.ranks import rank_file
 from hookdbg.read import RankSet, RecordingError, open_run
 from hookdbg.tui.app import HookdbgApp
-from tests.helpers import SAMPLES, free_port, hookdbg
+from tests.helpers import SAMPLES, hookdbg
+from tests.helpers import torchrun as launch
 from tests.tui.pilot import settle
 
 
 def torchrun(out, *args: str) -> subprocess.CompletedProcess[str]:
-    port = free_port()
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            "2",
-            f"--master-port={port}",
-            "-m",
-            "hookdbg",
-            "record",
-            "-o",
-            str(out),
-            str(SAMPLES / "ddp_train.py"),
-            "--steps",
-            "5",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    record = ("-m", "hookdbg", "record", "-o", out, SAMPLES / "ddp_train.py", "--steps", "5")
+    return launch(*record, *args, timeout=180)
 
 
 @pytest.fixture(scope="module")

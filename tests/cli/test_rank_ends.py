@@ -2,44 +2,21 @@
 says how that rank ended, and the run's summary tells them apart."""
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from hookdbg.read import Status, open_run
 from hookdbg.text import utf8
-from tests.helpers import free_port, hookdbg
+from tests.helpers import hookdbg
+from tests.helpers import torchrun as launch
 
 SCRIPT = Path(__file__).with_name("rank_ends.py")
 
 
 def torchrun(out: Path, how: str, *record: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            "2",
-            f"--master-port={free_port()}",
-            "-m",
-            "hookdbg",
-            "record",
-            "-q",
-            "-o",
-            str(out),
-            *record,
-            str(SCRIPT),
-            how,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    return launch("-m", "hookdbg", "record", "-q", "-o", out, *record, SCRIPT, how)
 
 
 def ended(out: Path) -> dict[int, tuple[Status, str, str]]:
@@ -83,22 +60,7 @@ def test_a_rank_receiving_a_nan_through_tensor_parallel_names_no_origin(tmp_path
     all-reduce inside a row-parallel Linear's forward, names no origin and does not stop
     on one."""
     out = tmp_path / "run.h5"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            "2",
-            f"--master-port={free_port()}",
-            str(SCRIPT),
-            "tp",
-            str(out),
-        ],
-        capture_output=True,
-        timeout=240,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    launch(SCRIPT, "tp", out)
     ends = ended(out)
     assert ends[1][:2] == (Status.COMPLETE, "stopped") and "model.0 (Linear)" in ends[1][2]
     assert ends[0][0] is Status.COMPLETE, ends

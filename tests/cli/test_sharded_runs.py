@@ -8,9 +8,6 @@ The strategies run in tests/cli/sharded_train.py."""
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +15,8 @@ import pytest
 from hookdbg.read import Status, open_run
 from hookdbg.store.schema import Phase, Slot
 from hookdbg.text import utf8
-from tests.helpers import free_port, hookdbg
+from tests.helpers import hookdbg
+from tests.helpers import torchrun as launch
 
 SCRIPT = Path(__file__).with_name("sharded_train.py")
 STEPS = 3
@@ -26,15 +24,7 @@ STEPS = 3
 
 def torchrun(ranks: int, out: Path) -> dict[str, dict]:
     """Run the strategies on ``ranks`` processes; what rank 0 printed, by strategy."""
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks)]
-    launch.append(f"--master-port={free_port()}")
-    done = subprocess.run(
-        [*launch, str(SCRIPT), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=280,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    done = launch(SCRIPT, out, ranks=ranks, timeout=280)
     assert done.returncode == 0, done.stderr[-3000:]
     return {c["case"]: c for c in map(json.loads, done.stdout.splitlines())}
 

@@ -15,7 +15,7 @@ from transformers import Trainer
 
 from hookdbg.integrations.transformers import HookdbgCallback
 from hookdbg.read import RankSet, open_recording, open_run
-from tests.helpers import ROOT, free_port
+from tests.helpers import ROOT, torchrun
 from tests.integrations.hf_model import Embedded, Tokens, arguments, tiny_bert
 
 
@@ -137,23 +137,7 @@ print("rank", trainer.args.process_index, "global_step", trainer.state.global_st
 
 def test_torchrun_writes_one_file_per_rank(tmp_path):
     (tmp_path / "hf.py").write_text(textwrap.dedent(TORCHRUN))
-    port = free_port()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            "2",
-            f"--master-port={port}",
-            "hf.py",
-        ],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    done = torchrun("hf.py", cwd=tmp_path, env={"PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
     # each rank reads its own share: item 16 comes in the third step on both
     assert "rank 0 global_step 3" in done.stdout and "rank 1 global_step 3" in done.stdout

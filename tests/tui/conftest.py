@@ -1,12 +1,10 @@
 import importlib.util
-import os
-import subprocess
-import sys
 
 import pytest
 
 from tests.cli.test_distributed import torchrun
-from tests.helpers import ROOT, SAMPLES, free_port
+from tests.helpers import ROOT, SAMPLES
+from tests.helpers import torchrun as launch
 
 
 @pytest.fixture(scope="session")
@@ -98,29 +96,8 @@ def fsdp_h5(tmp_path_factory):
     """samples/fsdp2_train.py on 2 ranks, 3 steps: FSDP2's DTensor shards, merged into
     the global tensors' statistics with G."""
     out = tmp_path_factory.mktemp("fsdp") / "fsdp.h5"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            "2",
-            f"--master-port={free_port()}",
-            "-m",
-            "hookdbg",
-            "record",
-            "-q",
-            "-o",
-            str(out),
-            str(SAMPLES / "fsdp2_train.py"),
-            "--steps",
-            "3",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=280,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    record = ("-m", "hookdbg", "record", "-q", "-o", out)
+    done = launch(*record, SAMPLES / "fsdp2_train.py", "--steps", "3", timeout=280)
     assert done.returncode == 0, done.stderr[-3000:]
     return out
 
