@@ -4,6 +4,7 @@ comes (a full pipe would block the recorder), its recording read back."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -14,6 +15,15 @@ from pathlib import Path
 from hookdbg.control import control_path
 from hookdbg.read import RecordingError, Status, open_recording
 from tests.helpers import SAMPLES
+
+
+def append(path: Path, data: bytes) -> None:
+    """What another process writes into the control file, whatever its mode."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 class LiveRun:

@@ -14,23 +14,14 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from hookdbg.control import REFUSED, send
-from tests.cli.live import LiveRun
+from tests.cli.live import LiveRun, append
 from tests.helpers import SAMPLES, hookdbg
 
 SEED = 20261201
 SECONDS = 12.0
 MARK = "INJECTED"  # in every command that must never be applied
-
-
-def append(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
 
 
 def marked(seq: int) -> bytes:

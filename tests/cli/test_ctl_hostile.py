@@ -15,12 +15,11 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from hookdbg.control import MAX_LINE, REFUSED
-from tests.cli.live import LiveRun
+from tests.cli.live import LiveRun, append
 from tests.helpers import hookdbg
 
 
@@ -31,15 +30,6 @@ def run(tmp_path_factory):
     assert first.returncode == 0, first.stdout + first.stderr
     yield live
     live.kill()
-
-
-def append(path: Path, data: bytes) -> None:
-    """What another process writes into the control file, whatever its mode."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
 
 
 def line(seq: int, **fields: object) -> bytes:
