@@ -10,6 +10,7 @@ from hookdbg.cells import TENSOR_COLUMNS
 from hookdbg.read.modules import Module
 from hookdbg.read.recording import Recording
 from hookdbg.store.schema import Phase, Slot
+from hookdbg.text import utf8
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,9 @@ class AlertReport:
     tensor: np.void | None
     context_label: str
     context: np.ndarray
+    # the op and line that made it, or that they were not found (an ``op_origin`` row:
+    # its ``text`` says it; recorder/alerts/pinpoint.py), None if not looked for
+    op: dict | None = None
 
 
 def alert_reports(recording: Recording) -> list[AlertReport]:
@@ -70,6 +74,9 @@ def alert_reports(recording: Recording) -> list[AlertReport]:
                 tensor=same[0] if len(same) else None,
                 context_label=label,
                 context=context,
+                op=recording.op_origins.get(
+                    (step, int(alert["module"]), phase, slot, utf8(alert["path"]))
+                ),
             )
         )
     return reports

@@ -85,6 +85,7 @@ class Alerts(Report):
                     "tensor": tensor_json(a.tensor, rec) if a.tensor is not None else None,
                     "context": [tensor_json(c, rec) for c in a.context],
                     "run_up": [_climb_json(c) for c in run_up(rec, a)],
+                    "op": a.op,
                 }
                 for i, (r, rec, a) in enumerate(self.ranked)
             ],
@@ -98,6 +99,8 @@ class Alerts(Report):
             where = "" if rank is None else f" on rank {rank}"
             message = literal(utf8(r.alert["message"]))
             out.print(f"\n{mark}[bold]alert {n}{where}[/bold]: {message}")
+            if r.op is not None and r.op["text"] not in message:
+                out.print(literal(f"  the op: {r.op['text']}"))
             if r.tensor is not None:
                 out.print(tensor_table(None, [r.tensor], rec))
             if len(r.context):

@@ -17,11 +17,12 @@ one class over several files.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import Enum
 from functools import partial
 from pathlib import Path
@@ -390,6 +391,10 @@ class Recording:
             facts = np.concatenate([facts, later])
         self.facts = {utf8(r["key"]): utf8(r["value"]) for r in facts}
         self.compiled = [utf8(r["value"]) for r in facts if r["key"] == b"compiled"]
+        # the op and line each origin was made by, or that they were not found
+        # (recorder/alerts/pinpoint.py), by the alert's place: step, module, phase,
+        # slot, path
+        self.op_origins = _op_origins(utf8(r["value"]) for r in facts if r["key"] == b"op_origin")
         # what steering commands did (hookdbg ctl): (time, command number, answer), of
         # the rows read (``facts_cut``: not all were)
         self.answers = [
@@ -772,3 +777,18 @@ class Recording:
         if self._capture_data is None:
             self._capture_data = checked_capture_data(self._file, self.path)
         return self._capture_data
+
+
+def _op_origins(values: Iterable[str]) -> dict[tuple, dict]:
+    """``op_origin`` info rows by their alert's place (a row that is no such JSON object,
+    from a damaged or foreign file, is left out)."""
+    found: dict[tuple, dict] = {}
+    for value in values:
+        try:
+            row = json.loads(value)
+            key = tuple(row["alert"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if isinstance(row, dict) and len(key) == 5 and isinstance(row.get("text"), str):
+            found.setdefault(key, row)
+    return found

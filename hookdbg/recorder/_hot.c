@@ -437,10 +437,16 @@ static PyObject *Lock_exit(Lock *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *Lock_is_owned(Lock *self, PyObject *unused) {
+    return PyBool_FromLong(self->count > 0 && self->owner == PyThread_get_thread_ident());
+}
+
 static PyMethodDef Lock_methods[] = {
     {"acquire", (PyCFunction)(void (*)(void))Lock_acquire, METH_VARARGS | METH_KEYWORDS,
      "acquire(blocking=True, timeout=-1) -> whether it was taken (as RLock.acquire)"},
     {"release", (PyCFunction)Lock_release, METH_NOARGS, "Release it once."},
+    {"_is_owned", (PyCFunction)Lock_is_owned, METH_NOARGS,
+     "Whether this thread holds it (as RLock._is_owned)."},
     {"__enter__", (PyCFunction)Lock_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)Lock_exit, METH_VARARGS, NULL},
     {NULL},

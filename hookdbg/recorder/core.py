@@ -38,6 +38,7 @@ import threading
 import time
 import traceback
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from time import perf_counter
 
@@ -51,6 +52,7 @@ from hookdbg.recorder import accelerated
 from hookdbg.recorder.alerts.actions import Actions, NonFiniteStop
 from hookdbg.recorder.alerts.capture import Capturer, FlightRecorder
 from hookdbg.recorder.alerts.nonfinite import OriginDetector
+from hookdbg.recorder.alerts.pinpoint import Pinpointer
 from hookdbg.recorder.calls.calls import StepState
 from hookdbg.recorder.calls.handoff import Handoff
 from hookdbg.recorder.calls.naming import ModuleInfo, ModuleRegistry, compiled_model
@@ -104,6 +106,12 @@ def _where(exc: BaseException) -> str:
     return found
 
 
+def _owned_by(lock: object) -> Callable[[], bool]:
+    """Whether this thread holds ``lock`` (a hook of hookdbg's is running): threading's
+    RLock and the C path's Lock both say it."""
+    return lock._is_owned  # type: ignore[attr-defined, no-any-return]
+
+
 def _disable_after_fork() -> None:
     """DataLoader workers fork with the hooks installed: they must not record, and they
     tell the recording that they ran modules (recorder/hooks/elsewhere.py)."""
@@ -154,6 +162,11 @@ class Recorder:
         )
         self._capturer = Capturer(options, self.warn) if options.capture else None
         self._handoff = handoff = Handoff(rows, min(0.5, options.flush_interval / 2))
+        pinpoint = (
+            Pinpointer(_owned_by(guard.lock), self._paused, self.report, self._note)
+            if checks
+            else None
+        )
         self.actions = Actions(
             guard,
             rows,
@@ -164,9 +177,10 @@ class Recorder:
             handoff,
             flight,
             self.path,
+            pinpoint,
         )
         self._parts = parts = Parts(
-            options, guard, rows, handoff, registry, steps, detector, flight, self.warn
+            options, guard, rows, handoff, registry, steps, detector, flight, self.warn, pinpoint
         )
         self.observer = observer = per_call.observer(parts, self._capturer, self.actions.alert)
         observer.defer_all = defer_cpu
@@ -312,6 +326,21 @@ class Recorder:
         self._warning_filter = warnings.filters[0]
         self.guard.live = True
 
+    @contextlib.contextmanager
+    def _paused(self) -> Iterator[None]:
+        """hookdbg's hooks do nothing meanwhile (an origin run again: pinpoint.py)."""
+        guard = self.guard
+        live, guard.live = guard.live, False
+        try:
+            yield
+        finally:
+            guard.live = live and not self._closed
+
+    def _note(self, key: str, value: str) -> None:
+        """An info row: a fact learned during the run."""
+        with self.guard.lock:
+            self.rows.info.append((time.time(), key, value[: schema.MESSAGE_BYTES]))
+
     def close(self, status: str = "complete", exit_code: int = 0, message: str = "") -> None:
         """Remove every hook, write what is pending and the end row, close the file. A
         recording an internal error stopped ends with status ``failed``, saying why and
@@ -338,6 +367,9 @@ class Recorder:
                 except Exception:
                     guard.broken()
         guard.live = False
+        if self.actions.pinpoint is not None:
+            with contextlib.suppress(Exception):
+                self.actions.pinpoint.stop()
         try:
             self._hooks.remove()
         finally:
@@ -778,6 +810,8 @@ class Recorder:
         self.rows.modules.append(info.row())
         if info.kind == ModuleKind.MODULE and (compiled_model(obj) or compiled_in_place(obj)):
             self.rows.info.append((time.time(), "compiled", info.name))
+            if self.actions.pinpoint is not None:
+                self.actions.pinpoint.compiled = True
         if info.kind != ModuleKind.MODULE or not info.selected:
             return
         if self._capturer is not None:

@@ -3,18 +3,20 @@ tensors, and --on-nan break, raise or stop."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from time import perf_counter
+from time import perf_counter, time
 
 from hookdbg.recorder.alerts.alert import Alert
 from hookdbg.recorder.alerts.capture import FlightRecorder
 from hookdbg.recorder.alerts.nonfinite import OriginDetector
+from hookdbg.recorder.alerts.pinpoint import Pinpointer
 from hookdbg.recorder.calls.envelope import Guard
 from hookdbg.recorder.summaries.stats import FIELDS
 from hookdbg.store.rows import Rows
-from hookdbg.store.schema import Phase
+from hookdbg.store.schema import MESSAGE_BYTES, Phase
 from hookdbg.text import plural
 
 
@@ -96,6 +98,7 @@ class Actions:
         handoff: Callable[[], None],
         flight: FlightRecorder | None,
         path: Path,
+        pinpoint: Pinpointer | None = None,
     ) -> None:
         self.guard = guard
         self.rows = rows
@@ -106,6 +109,7 @@ class Actions:
         self.handoff = handoff
         self.flight = flight
         self.path = path
+        self.pinpoint = pinpoint
         guard.act = self.act
 
     def alert(self, alert: Alert | None, **context: object) -> None:
@@ -141,6 +145,8 @@ class Actions:
         try:
             for alert in alerts:
                 new = self.detector.is_new_origin(alert)
+                if self.pinpoint is not None:
+                    self._pinpoint(alert, new)
                 with guard.lock:
                     self.rows.alerts.append(alert.row())
                 if new:
@@ -172,6 +178,25 @@ class Actions:
         if action == "raise":
             raise NonFiniteError(stop_at)
         raise NonFiniteStop(stop_at)
+
+    def _pinpoint(self, alert: Alert, new: bool) -> None:
+        """The op that made a new origin, or one the watch looks for (pinpoint.py). A
+        failure there ends the op-level check, said, and nothing else."""
+        pinpoint = self.pinpoint
+        assert pinpoint is not None
+        try:
+            if new:
+                pinpoint.origin(alert)
+            else:
+                pinpoint.seen(alert)
+        except Exception as exc:
+            self.pinpoint = None
+            with contextlib.suppress(Exception):
+                pinpoint.stop()
+            problem = f"op-level check failed, and is off: {type(exc).__name__}: {exc}"
+            self.warn(problem)
+            with self.guard.lock:
+                self.rows.info.append((time(), pinpoint.FAILED_KEY, problem[:MESSAGE_BYTES]))
 
     def _fly(self, alert: Alert) -> None:
         """Write the flight recorder's tensors around a new origin."""

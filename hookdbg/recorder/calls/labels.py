@@ -18,8 +18,9 @@ import types
 
 import torch
 
-_HOOKDBG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+# the frames of hookdbg's code and of torch's, by their files' start
+HOOKDBG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
 def find_label(*objs: object) -> str | None:
@@ -50,7 +51,7 @@ def _user_namespaces() -> list[dict[str, object]]:
     frame: types.FrameType | None = sys._getframe(1)
     while frame is not None and len(own) + len(libraries) < 16:
         filename = os.path.abspath(frame.f_code.co_filename)
-        if not filename.startswith((_HOOKDBG_DIR, _TORCH_DIR)) and "<frozen" not in filename:
+        if not filename.startswith((HOOKDBG_DIR, TORCH_DIR)) and "<frozen" not in filename:
             installed = any(part in filename for part in _INSTALLED)
             (libraries if installed else own).append(frame.f_locals)
         frame = frame.f_back

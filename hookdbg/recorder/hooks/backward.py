@@ -45,6 +45,7 @@ from hookdbg.recorder.alerts.alert import checked
 from hookdbg.recorder.alerts.nonfinite import nonfinite_weights
 from hookdbg.recorder.calls.calls import Call, Segment
 from hookdbg.recorder.calls.envelope import run_eagerly
+from hookdbg.recorder.calls.labels import HOOKDBG_DIR, TORCH_DIR
 from hookdbg.recorder.calls.naming import ModuleInfo, recordable
 from hookdbg.recorder.calls.tensors import iter_tensors
 from hookdbg.recorder.hooks.timing import NO_PASS, STARTED
@@ -59,8 +60,6 @@ if TYPE_CHECKING:
 _BWD = int(Phase.BWD)
 _graph_task_id = torch._C._current_graph_task_id
 _get_ident = threading.get_ident
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-_HOOKDBG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 _LIBRARIES = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 
 # what a backward call is on, read from its source line, first match wins
@@ -337,7 +336,7 @@ class BackwardWatch:
         first = unnamed = None  # (code without a file: ``python -c``, exec'd strings)
         while frame is not None:
             filename = frame.f_code.co_filename
-            if not filename.startswith((_TORCH_DIR, _HOOKDBG_DIR)):
+            if not filename.startswith((TORCH_DIR, HOOKDBG_DIR)):
                 if filename[:1] == "<":
                     unnamed = unnamed or frame
                 else:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from hookdbg.options import RecordOptions
 from hookdbg.recorder.alerts.capture import FlightRecorder
 from hookdbg.recorder.alerts.nonfinite import OriginDetector
+from hookdbg.recorder.alerts.pinpoint import Pinpointer
 from hookdbg.recorder.calls.envelope import Guard
 from hookdbg.recorder.calls.handoff import Handoff
 from hookdbg.recorder.calls.naming import ModuleRegistry
@@ -36,3 +37,4 @@ class Parts:
     detector: OriginDetector  # where a NaN/inf was born
     flight: FlightRecorder | None  # the last steps' tensors, kept for an alert
     warn: Callable[[str], None]  # a warning to the user
+    pinpoint: Pinpointer | None = None  # the op that made an origin (None: no checks)

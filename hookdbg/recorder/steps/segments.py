@@ -59,6 +59,7 @@ class Segments:
         self.steps: StepTracker = parts.steps
         self.registry: ModuleRegistry = parts.registry
         self.flight: FlightRecorder | None = parts.flight
+        self.pinpoint = parts.pinpoint
         self.handoff: Handoff = parts.handoff
         self.warn: Callable[[str], None] = parts.warn
         options = parts.options
@@ -122,6 +123,8 @@ class Segments:
             self.begin(now, module)
             self.read_batches(wait=False)
         steps.root_ran(info.id, module)
+        if self.pinpoint is not None and self.pinpoint.waiting:
+            self.pinpoint.begin()
         state = self.state
         seg = state.seg
         if seg.training is None:  # what messages call it until it ends
@@ -195,6 +198,8 @@ class Segments:
         self.observer.begin(state)
         if self.flight is not None:
             self.flight.new_step(seg)
+        if self.pinpoint is not None:
+            self.pinpoint.new_segment(seg.step)
         self.detector.new_step()
         self.detector.watched = seg.id > 0 and self._all_recorded
         self._all_recorded = self._all_recorded and recording

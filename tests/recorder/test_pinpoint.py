@@ -1,0 +1,169 @@
+"""The op and the source line that made a NaN/inf origin: found by running a forward
+origin again at once, or by watching the next steps for the others."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import torch
+from torch import nn
+
+import hookdbg
+from hookdbg.recorder.alerts.pinpoint import OpCheck
+from tests.helpers import hookdbg as run_hookdbg
+from tests.helpers import tables
+
+
+def test_the_check_names_the_inf_and_the_nan_it_turned_into():
+    check = OpCheck(lambda: False)
+    with check:
+        z = torch.tensor([[1.0, 200.0, 3.0]])
+        e = torch.exp(z)  # inf
+        p = e / e.sum(-1, keepdim=True)  # inf / inf: NaN
+        q = p * 2  # carries it on
+    birth = check.birth_of(q)
+    assert birth is not None
+    assert (birth.op, birth.kind) == ("aten::div", "NaN")
+    assert birth.cause is not None and (birth.cause.op, birth.cause.kind) == ("aten::exp", "inf")
+    assert birth.cause.code == "e = torch.exp(z)  # inf"
+    assert birth.text().startswith("aten::exp (inf) from ")
+    assert ", then NaN by aten::div from tests/recorder/test_pinpoint.py:" in birth.text()
+    assert check.birth_of(z) is None  # finite
+
+
+def test_ops_run_while_hookdbg_is_busy_are_not_the_models():
+    check = OpCheck(lambda: True)
+    with check:
+        torch.exp(torch.tensor([1000.0]))
+    assert check.births == []
+
+
+class _Block(nn.Module):
+    """Batch norm and dropout (state a re-run must leave as it found it), then a
+    standardisation without an epsilon: a row of zeros divides 0 by 0."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+        self.bn = nn.BatchNorm1d(6)
+        self.drop = nn.Dropout(0.3)
+
+    def forward(self, x, keep):
+        h = self.drop(self.bn(self.lin(x))) * keep
+        return (h - h.mean(-1, keepdim=True)) / h.std(-1, keepdim=True)
+
+
+def _steps(record: bool, path) -> list[torch.Tensor]:
+    """Four steps; at step 2 a row is dropped (``keep`` 0)."""
+    torch.manual_seed(0)
+    model = _Block()
+    head = nn.Linear(6, 1)
+    opt = torch.optim.SGD([*model.parameters(), *head.parameters()], lr=0.1)
+    losses = []
+    with hookdbg.record(path, quiet=True) if record else _nothing():
+        for step in range(4):
+            keep = torch.ones(8, 1)
+            if step == 2:
+                keep[0] = 0.0
+            loss = head(model(torch.randn(8, 6), keep)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach().clone())
+    losses.append(model.bn.running_mean.clone())
+    losses.append(torch.rand(3))  # the random generator's state afterwards
+    return losses
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_a_forward_origin_is_run_again_and_its_op_named_and_training_is_untouched(tmp_path):
+    plain = _steps(False, None)
+    recorded = _steps(True, tmp_path / "run.h5")
+    for a, b in zip(plain, recorded, strict=True):
+        assert torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0))  # bitwise, NaN alike
+    message = tables(tmp_path / "run.h5")["alerts"]["message"][0].decode()
+    assert "forward output" in message
+    assert "made by aten::div (NaN) from " in message
+    assert "test_pinpoint.py:" in message
+    assert "return (h - h.mean(-1, keepdim=True)) / h.std(-1, keepdim=True)" in message
+    assert "(run again on its inputs)" in message
+
+
+_BACKWARD_BORN = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+
+    class Length(nn.Module):
+        def forward(self, x):
+            return torch.sqrt((x * x).sum(-1, keepdim=True))
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(8, 8)
+            self.length = Length()
+            self.head = nn.Linear(9, 1)
+
+        def forward(self, x, keep):
+            h = self.proj(x) * keep
+            return self.head(torch.cat([h, self.length(h)], -1))
+
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(6):
+        keep = torch.ones(16, 1)
+        if step >= 2:
+            keep[0] = 0.0  # a zero row: sqrt's gradient at 0 is inf, times 0 is NaN
+        loss = model(torch.randn(16, 8), keep).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        if all(torch.isfinite(p.grad).all() for p in model.parameters()):
+            opt.step()  # as trainers do: a step whose gradients are not finite is skipped
+        print(step, loss.item())
+    """
+)
+
+
+def test_a_backward_origin_is_watched_for_and_named_when_it_comes_again(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(_BACKWARD_BORN)
+    plain = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, check=True
+    )
+    out = run_hookdbg("record", "-o", tmp_path / "run.h5", script, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == plain.stdout  # the watch changed nothing the script computed
+    assert "op-level check: on for the next 3 steps" in out.stderr
+    report = run_hookdbg("alerts", "--json", tmp_path / "run.h5")
+    first = json.loads(report.stdout)["alerts"][0]
+    assert first["phase"] == "bwd" and first["module"] == "model.length"
+    op = first["op"]
+    assert op["found"] is True
+    assert (op["op"], op["kind"], op["node"]) == ("aten::mul", "NaN", "MulBackward0")
+    cause = op["from"]
+    assert (cause["op"], cause["kind"], cause["node"]) == ("aten::div", "inf", "SqrtBackward0")
+    assert cause["where"] == "train.py:7"
+    assert cause["code"] == "return torch.sqrt((x * x).sum(-1, keepdim=True))"
+    text = run_hookdbg("alerts", tmp_path / "run.h5").stdout
+    assert "the op: made by aten::div in SqrtBackward0 (inf) from train.py:7" in text
+
+
+def test_an_origin_that_never_comes_again_is_said_unknown(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(_BACKWARD_BORN.replace("if step >= 2:", "if step == 2:"))
+    out = run_hookdbg("record", "-o", tmp_path / "run.h5", script, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "did not come again at its place" in out.stderr
+    op = json.loads(run_hookdbg("alerts", "--json", tmp_path / "run.h5").stdout)["alerts"][0]["op"]
+    assert op["found"] is False
+    assert "did not come again" in op["text"]
