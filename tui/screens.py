@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rich import box
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -127,29 +127,34 @@ class AlertsScreen(Closing, Screen[Jump | None]):
             self._show_run_up(int(str(key.value)))
 
     def _show_run_up(self, i: int) -> None:
+        """Under the list: the op that made the highlighted alert (where the alert's own
+        words do not say it already) and its run-up."""
         shown = self.query_one("#alert-run-up", Static)
+        rank, report = self.reports[i]
+        op = report.op
+        parts: list[RenderableType] = []
+        if op is not None and op["text"] not in utf8(report.alert["message"]):
+            parts.append(Text(printable(f"the op: {op['text']}")))
         if i not in self._climbs:
-            rank, report = self.reports[i]
             try:
                 self._climbs[i] = run_up(self.recordings[rank], report)
             except RecordingError as exc:  # its tensors damaged since they were checked
-                shown.update(Text(printable(f"no run-up: {exc}")))
+                shown.update(Group(*parts, Text(printable(f"no run-up: {exc}"))))
                 return
         climbs = self._climbs[i]
-        if not climbs or len(climbs[0].steps) < 2:
-            shown.update("")
-            return
-        steps = climbs[0].steps
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-        table.add_column("tensor", no_wrap=True)
-        table.add_column("dtype", no_wrap=True)
-        for step in steps:
-            table.add_column(f"step {step}", justify="right", no_wrap=True)
-        for climb in climbs:
-            cells = map(climb.text, range(len(steps)))
-            table.add_row(printable(climb.label), climb.dtype, *cells)
-        title = Text(f"run-up, last {len(steps)} recorded steps: {TITLE}", style="bold")
-        shown.update(Group(title, table))  # the title as wide as the screen, not the table
+        if climbs and len(climbs[0].steps) >= 2:
+            steps = climbs[0].steps
+            table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+            table.add_column("tensor", no_wrap=True)
+            table.add_column("dtype", no_wrap=True)
+            for step in steps:
+                table.add_column(f"step {step}", justify="right", no_wrap=True)
+            for climb in climbs:
+                cells = map(climb.text, range(len(steps)))
+                table.add_row(printable(climb.label), climb.dtype, *cells)
+            title = Text(f"run-up, last {len(steps)} recorded steps: {TITLE}", style="bold")
+            parts += [title, table]  # the title as wide as the screen, not the table
+        shown.update(Group(*parts) if parts else "")
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         rank, r = self.reports[int(str(event.row_key.value))]

@@ -18,7 +18,10 @@ async def test_the_alerts_screen_shows_the_highlighted_alerts_run_up(fp16_h5):
         assert "run-up, last 5 recorded steps" in shown
         [output] = [line for line in shown.splitlines() if line.lstrip().startswith("output ")]
         assert "(50%)" in output and output.rstrip().endswith(" inf"), shown  # model.0's
+        # model.0's inf was found where model.1 passed it on: its op, seen a step later
+        assert "the op: made by aten::addmm (inf) from torch/nn/modules/linear.py:" in shown
         await pilot.press("down")  # the second alert: model.2, fed by model.0's inf
         await settle(app, pilot)
         second = text(app.screen.query_one("#alert-run-up"))
         assert second != shown and "input[0]" in second and "inf" in second
+        assert "the op:" not in second  # model.2's own words say it: made by aten::addmm

@@ -196,7 +196,7 @@ def _place(filename: str, line: int) -> tuple[str, str | None]:
     """'model.py:95' (relative to the working directory where under it; torch's own
     files from ``torch/``) and the line's text."""
     if filename.startswith(TORCH_DIR):
-        shown = "torch" + filename[len(TORCH_DIR) :]
+        shown = os.path.join("torch", filename[len(TORCH_DIR) :])
     else:
         try:
             rel = os.path.relpath(filename)
