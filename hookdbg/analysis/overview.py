@@ -132,15 +132,16 @@ def overview(recording: Recording, step: int | None = None) -> Overview:
 
 
 def after_training(recording: Recording) -> float | None:
-    """Seconds the script went on after its last training step ended (saving a
-    checkpoint, a checksum): in no step, so no step's time holds them. None: none, or
-    the recording does not say."""
+    """Seconds the script went on after its last training step ended (a final eval,
+    saving a checkpoint, a checksum): in no step, so no step's time holds them. None:
+    none (under a millisecond), or the recording does not say."""
     text = recording.facts.get("after_training")
     try:
         seconds = float(text) if text is not None else math.nan
     except ValueError:
         return None
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    # under a millisecond is the close itself, not work the script did
+    return seconds if math.isfinite(seconds) and seconds >= 1e-3 else None
 
 
 def after_training_text(seconds: float) -> str:

@@ -636,8 +636,12 @@ class Recorder:
             if segments.open:
                 end = segments.last_end(now)
                 segments.end(end, cut=end == now and status != "complete")
-                if end < now:  # the script's work after its last step (checkpoints)
-                    self.rows.info.append((time.time(), "after_training", f"{now - end:.6f}"))
+                trained = segments.trained_until
+                if trained is not None and end < now:
+                    # the script's work after its last training step (a final eval,
+                    # checkpoints)
+                    after = f"{now - trained:.6f}"
+                    self.rows.info.append((time.time(), "after_training", after))
             segments.read_batches(wait=True)
             if guard.alerts:
                 self.actions.act(actions=False)  # the script is over: nothing to stop

@@ -407,3 +407,29 @@ def test_the_last_step_ends_where_training_did_and_the_rest_is_after_training(tm
     assert json.loads(hookdbg("profile", tmp_path / "run.h5", "--json").stdout)[
         "after_training_seconds"
     ] == pytest.approx(data["after_training_seconds"])
+
+
+def test_a_final_eval_after_training_is_no_steps_time_either(tmp_path):
+    """A pause, an eval under no_grad (without .eval()) and another pause after the
+    last optimizer step: the last training step ends as the others did, the eval
+    batches end with their last call, and all of it is said to be after training."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        AFTER_TRAINING.replace(
+            "time.sleep(SLEEP)",
+            "time.sleep(0.8)\n"
+            "with torch.no_grad():\n"
+            "    for _ in range(3):\n"
+            "        model(torch.randn(8, 16))\n"
+            "time.sleep(0.8)",
+        )
+    )
+    out = hookdbg("record", "-q", "-o", tmp_path / "run.h5", script, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    with open_recording(tmp_path / "run.h5") as rec:
+        train = (rec.steps["end"] - rec.steps["start"]).tolist()
+        evals = (rec.evals["end"] - rec.evals["start"]).tolist()
+    assert len(train) == 5 and max(train) < 0.5, train
+    assert len(evals) == 3 and max(evals) < 0.5, evals
+    data = json.loads(hookdbg("summary", tmp_path / "run.h5", "--json").stdout)
+    assert data["after_training_seconds"] >= 1.6, data

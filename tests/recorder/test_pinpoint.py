@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -12,7 +13,7 @@ from torch import nn
 import hookdbg
 from hookdbg.recorder.alerts.pinpoint import OpCheck
 from tests.helpers import hookdbg as run_hookdbg
-from tests.helpers import tables
+from tests.helpers import tables, torchrun
 
 
 def test_the_check_names_the_inf_and_the_nan_it_turned_into():
@@ -167,3 +168,22 @@ def test_an_origin_that_never_comes_again_is_said_unknown(tmp_path):
     op = json.loads(run_hookdbg("alerts", "--json", tmp_path / "run.h5").stdout)["alerts"][0]["op"]
     assert op["found"] is False
     assert "did not come again" in op["text"]
+
+
+def test_under_tensor_parallel_the_watch_reads_shards_and_names_the_op(tmp_path):
+    """Two ranks under torchrun: the rank where the value was born watches (a re-run
+    would run a collective alone), reads its DTensors' own shards only (a whole one
+    would run a collective on that rank alone and hang), and names the op; the other
+    rank says the NaN came from another rank. Both finish, as without hookdbg."""
+    script = Path(__file__).with_name("tp_pinpoint.py")
+    plain = torchrun(script, cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    out = torchrun("-m", "hookdbg", "record", "-o", tmp_path / "run.h5", script, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = sorted(line for line in out.stdout.splitlines() if line.startswith("rank "))
+    assert lines == sorted(line for line in plain.stdout.splitlines() if line.startswith("rank "))
+    found = [line for line in out.stderr.splitlines() if "was made by" in line]
+    assert len(found) == 1 and found[0].startswith("hookdbg[rank 1]: op-level check:"), out.stderr
+    assert "aten::div (inf) from " in found[0] and "tp_pinpoint.py:" in found[0]
+    assert "then NaN by aten::addmm" in found[0]
+    assert "came from another rank" in out.stderr

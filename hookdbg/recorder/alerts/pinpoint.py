@@ -41,6 +41,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from hookdbg.recorder.alerts.alert import Alert
 from hookdbg.recorder.calls.labels import HOOKDBG_DIR, TORCH_DIR
 from hookdbg.recorder.calls.tensors import iter_args, iter_tensors
+from hookdbg.recorder.summaries.stats import local
 from hookdbg.store.schema import MESSAGE_BYTES, Phase, Slot
 
 WATCH_STEPS = 3  # the steps a watch stays on for, after the step it was armed in
@@ -110,20 +111,24 @@ class OpCheck(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))  # type: ignore[operator]
         if self.ours():
             return out
-        bad = [t for t in _floating(out) if not bool(torch.isfinite(t).all())]
+        bad = [t for t in _floating(out) if _finite(t) is False]
         if bad:
             self._follow(func, args, kwargs or {}, bad)
         return out
 
     def _follow(self, func: object, args: tuple, kwargs: dict, bad: list[torch.Tensor]) -> None:
-        nan_out = any(bool(torch.isnan(t).any()) for t in bad)
+        nan_out = any(_has_nan(t) for t in bad)
         nan_in: object = None  # the birth an input's NaN carries (or _CAME_IN)
         inf_in: object = None
         for t in _floating((args, kwargs)):
-            if bool(torch.isfinite(t).all()):
+            finite = _finite(t)
+            if finite:
                 continue
-            carried = self.carried.get(t, _CAME_IN)
-            if bool(torch.isnan(t).any()):
+            if finite is None:  # not read: what it holds may have come from anywhere
+                nan_in = nan_in or _CAME_IN
+                continue
+            carried = self._carried(t)
+            if _has_nan(t):
                 nan_in = nan_in or carried
             else:
                 inf_in = inf_in or carried
@@ -175,14 +180,40 @@ class OpCheck(TorchDispatchMode):
             return None, None
         return _place(nn_frame.f_code.co_filename, nn_frame.f_lineno)
 
+    def _carried(self, t: torch.Tensor) -> object:
+        """The birth ``t``'s values carry (a DTensor's, or its shard's), else _CAME_IN."""
+        found = self.carried.get(t)
+        if found is None and type(t) not in _PLAIN:
+            found = self.carried.get(local(t))
+        return _CAME_IN if found is None else found
+
     def birth_of(self, t: torch.Tensor) -> Birth | None:
         """The birth the non-finite values of ``t`` carry, if it was made while checking."""
-        carried = self.carried.get(t)
+        carried = self._carried(t)
         return carried if isinstance(carried, Birth) else None
 
 
 _NN_DIR = os.path.join(TORCH_DIR, "nn") + os.sep
 _CALL_IMPL = torch.nn.Module._call_impl.__code__
+
+
+def _finite(t: torch.Tensor) -> bool | None:
+    """Whether ``t`` holds only finite values, on this rank: a DTensor's own shard (read
+    whole, it would run a collective on this rank alone, which would hang); None for a
+    tensor of another subclass (a collective's result not waited for, a fake tensor),
+    which is not read."""
+    v = local(t)
+    if type(v) not in _PLAIN:
+        return None
+    return bool(torch.isfinite(v).all())
+
+
+def _has_nan(t: torch.Tensor) -> bool:
+    v = local(t)
+    return type(v) in _PLAIN and bool(torch.isnan(v).any())
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 def _floating(value: object) -> Iterator[torch.Tensor]:
@@ -316,7 +347,7 @@ def rerun(
     if a is None or kw is None:
         return "an argument is an object a second run could change"
     for t in _floating((a, kw)):
-        if not bool(torch.isfinite(t).all()):
+        if _finite(t) is False:
             return "its inputs were changed in place while it ran"
     devices = sorted(
         {t.device.index or 0 for t in (*module.parameters(), *module.buffers()) if t.is_cuda}
@@ -342,7 +373,7 @@ def rerun(
             birth = check.birth_of(t)
             if birth is not None:
                 return birth
-            if not t.is_floating_point() or bool(torch.isfinite(t).all()):
+            if not t.is_floating_point() or _finite(t) is not False:
                 return "run again, it gave finite values: a random or non-deterministic op"
     if check.births:
         return check.births[0][1]
@@ -395,8 +426,10 @@ class Pinpointer:
         self.sought: list[_Sought] = []
 
     def origin(self, alert: Alert) -> None:
-        """A new origin: run it again at once where it can, else watch for it."""
-        if alert.received or self.compiled:
+        """A new origin: run it again at once where it can, else watch for it. Not for
+        a value no op of the script made: a weight already non-finite (changed outside
+        any op hookdbg sees), one that came from another rank."""
+        if alert.received or self.compiled or alert.slot in (Slot.PARAM, Slot.STEP_GRAD):
             return
         if self.check is not None:  # the watch is on: it saw this one born
             birth = self._carried(alert)

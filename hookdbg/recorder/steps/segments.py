@@ -93,6 +93,7 @@ class Segments:
         # end follows them (``last_end``)
         self.tails: collections.deque[float] = collections.deque(maxlen=64)
         self.open = False  # a segment has begun and not ended
+        self.trained_until: float | None = None  # where the last training step ended
         # set by the recorder: whether a step is recorded (its plan applied: the
         # level, modules and captures steering gave it, recorder/steps/steering.py), and what
         # it does as each segment begins: the recursion limit followed, its hooks
@@ -114,9 +115,13 @@ class Segments:
         new segment. Returns the current segment's state (``recording``: whether the
         call is recorded)."""
         steps = self.steps
-        if steps.starts_segment(info.id, root_kind(module, info.has_params), module):
+        kind = root_kind(module, info.has_params)
+        if steps.starts_segment(info.id, kind, module):
             if steps.segment >= 0:
-                self.end(now)
+                # a training step followed by an eval batch ends as the last step of a
+                # run does (``last_end``): what the script did between (``model.eval()``,
+                # a checkpoint, an eval loader) is neither step's time
+                self.end(now if kind == RootKind.TRAIN else self.last_end(now))
             steps.begin()
             if self.boundary(steps.step):  # stopped: this call and all after go unrecorded
                 return StepState(Segment(-1, steps.step, None, 0), False, now, None)
@@ -225,6 +230,8 @@ class Segments:
         steps = self.steps
         origin = self.origin
         state.seg.training = training = steps.end(cut, state.seg.interrupted)
+        if training:
+            self.trained_until = now
         if training and state.done and not cut:
             self.tails.append(max(now - state.done, 0.0))
         if state.recording:
@@ -262,13 +269,21 @@ class Segments:
             self._check_globs()
 
     def last_end(self, now: float) -> float:
-        """Where the segment open when the recording closes (at ``now``) ends: a
-        training step whose iteration was done (its optimizers stepped) ends as the
-        steps before it did, its last backward pass or optimizer step followed by their
-        median tail; what the script did after that (saving a checkpoint, a checksum)
+        """Where the open segment ends when the recording closes at ``now`` (or an eval
+        batch begins): a training step whose iteration was done (its optimizers
+        stepped) ends as the steps before it did, its last backward pass or optimizer
+        step followed by their median tail; a recorded eval batch ends with its last
+        module call. What the script did after that (saving a checkpoint, a checksum)
         is after training, not step time. Anything else ends at ``now``."""
         state = self.state
-        if not (self.open and state.done and self.steps.iteration_done()):
+        if not self.open:
+            return now
+        if state.seg.training is False and state.recording:
+            for call in reversed(state.calls):
+                if call.parent is None:
+                    return min(now, call.vstart + call.total)
+            return now
+        if not (state.done and self.steps.iteration_done()):
             return now
         tails = sorted(self.tails)
         tail = tails[len(tails) // 2] if tails else 0.0
