@@ -14,6 +14,7 @@ from __future__ import annotations
 from hookdbg.version import __version__
 
 __all__ = [
+    "HeadroomError",
     "NonFiniteError",
     "NonFiniteStop",
     "RecordError",
@@ -25,7 +26,14 @@ __all__ = [
     "record",
 ]
 
-_RECORDER_NAMES = {"record", "Recorder", "RecordError", "NonFiniteError", "NonFiniteStop"}
+_RECORDER_NAMES = {
+    "record",
+    "Recorder",
+    "RecordError",
+    "NonFiniteError",
+    "NonFiniteStop",
+    "HeadroomError",
+}
 
 
 def __getattr__(name: str) -> object:

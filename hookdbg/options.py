@@ -206,6 +206,11 @@ def _finite(value: object) -> bool:
     )
 
 
+def _fraction(value: object) -> bool:
+    """A number in (0, 1]."""
+    return isinstance(value, numbers.Real) and 0 < float(value) <= 1
+
+
 @dataclass(frozen=True)
 class RecordOptions:
     """Everything that shapes a recording, validated on construction."""
@@ -215,6 +220,8 @@ class RecordOptions:
     every: int = 1
     steps: StepRange = field(default_factory=StepRange)
     on_nan: str = "warn"  # what a NaN/inf origin does
+    headroom: float = 0.5  # the share of a reduced-range dtype's range that warns
+    on_headroom: str = "warn"  # what a headroom warning does (recorder/alerts/headroom.py)
     nan_check: bool | None = None  # None: on at --level stats, off below
     capture: ModuleFilter | None = None  # modules whose full tensors are stored
     capture_steps: StepRange = field(default_factory=StepRange)
@@ -235,6 +242,20 @@ class RecordOptions:
         if self.on_nan not in ON_NAN_ACTIONS:
             raise OptionError(
                 f"unknown --on-nan action {self.on_nan!r}; use one of: {', '.join(ON_NAN_ACTIONS)}"
+            )
+        if self.on_headroom not in ON_NAN_ACTIONS:
+            raise OptionError(
+                f"unknown --on-headroom action {self.on_headroom!r}; use one of: "
+                f"{', '.join(ON_NAN_ACTIONS)}"
+            )
+        if isinstance(self.headroom, bool) or not _fraction(self.headroom):
+            raise OptionError(
+                f"--headroom must be a share of the range above 0 and at most 1, not "
+                f"{self.headroom!r}"
+            )
+        if self.on_headroom != "warn" and not self.checks_nan:
+            raise OptionError(
+                f"--on-headroom {self.on_headroom} needs the statistics of --level stats"
             )
         number("--flush-interval", self.flush_interval, "seconds", *FLUSH_SECONDS)
         megabytes("--capture-budget", self.capture_budget / MB, off=False)
@@ -308,6 +329,8 @@ class RecordOptions:
             "every": self.every,
             "steps": str(self.steps),
             "on_nan": self.on_nan,
+            "headroom": self.headroom,
+            "on_headroom": self.on_headroom,
             "nan_check": self.checks_nan,
             "capture": str(self.capture) if self.capture else "",
             "capture_steps": str(self.capture_steps),

@@ -78,12 +78,14 @@ def ending(recording: Recording) -> str:
     message = end["message"].decode(errors="replace")
     if status == "exception":
         return f"{message} (exit status {code})"
-    if status == "stopped":  # at its alert: an origin, or a value another rank sent
-        where = (
-            "where a NaN/inf came from another rank"
-            if "came from another rank" in message
-            else "at the first NaN/inf origin"
-        )
+    if status == "stopped":  # at its alert: an origin, a value another rank sent, or
+        # a headroom warning
+        if message.startswith("headroom:"):
+            where = "at a headroom warning, before the overflow"
+        elif "came from another rank" in message:
+            where = "where a NaN/inf came from another rank"
+        else:
+            where = "at the first NaN/inf origin"
         return f"stopped {where} (exit status {code})"
     if status == "detached":  # hookdbg ctl stop: the script went on, its end unknown
         return f"{message}; training went on unrecorded"

@@ -14,22 +14,11 @@ from hookdbg.analysis.alerts import AlertReport
 from hookdbg.cells import TENSOR_COLUMNS, num, slot_label
 from hookdbg.read.recording import Recording
 from hookdbg.store.schema import Slot
+from hookdbg.store.summary import LARGEST
 from hookdbg.text import utf8
 
 STEPS = 5  # recorded steps shown, the alert's the last
 TITLE = "largest finite magnitude (% of dtype's max)"
-# the largest finite value of each floating dtype (torch.finfo(dtype).max), by the name
-# a recording stores; numbers, not torch: reports start without importing it
-LARGEST = {
-    "float64": 1.7976931348623157e308,
-    "float32": 3.4028234663852886e38,
-    "bfloat16": 3.3895313892515355e38,
-    "float16": 65504.0,
-    "float8_e5m2": 57344.0,
-    "float8_e5m2fnuz": 57344.0,
-    "float8_e4m3fn": 448.0,
-    "float8_e4m3fnuz": 240.0,
-}
 
 
 @dataclass(frozen=True)

@@ -89,9 +89,31 @@ class Alerts(Report):
                 }
                 for i, (r, rec, a) in enumerate(self.ranked)
             ],
+            "headroom": [
+                {
+                    "rank": rank,
+                    **{k: w[k] for k in _HEADROOM_FIELDS if k in w},
+                    "module": _module_name(rec, w.get("module")),
+                }
+                for rank, rec, w in self._headroom()
+            ],
         }
 
+    def _headroom(self) -> list[tuple[int | None, Recording, dict]]:
+        """Every rank's headroom warnings (recorder/alerts/headroom.py), by step."""
+        run = self.run
+        recs = run.recordings.items() if isinstance(run, RankSet) else [(None, run)]
+        found = [(rank, rec, w) for rank, rec in recs for w in rec.headroom]
+        return sorted(found, key=lambda t: (str(t[2].get("step", 0)), t[0] or 0))
+
     def render(self, out: Output) -> None:
+        warnings = self._headroom()
+        if warnings:
+            head = plural(len(warnings), "headroom warning")
+            out.print(f"[bold]{head}[/bold] (values nearing their dtype's largest):")
+            for rank, _, w in warnings:
+                where = "" if rank is None else f"rank {rank}: "
+                out.print(literal(f"  {where}{w['text']}"))
         if not self.ranked:
             out.print(literal(self._none_line()))
         for n, (rank, rec, r) in enumerate(self.ranked, 1):
@@ -130,6 +152,27 @@ class Alerts(Report):
                 else ""
             )
         )
+
+
+_HEADROOM_FIELDS = (
+    "step",
+    "module",
+    "path",
+    "dtype",
+    "abs_max",
+    "largest",
+    "growth",
+    "within",
+    "text",
+)
+
+
+def _module_name(rec: Recording, module: object) -> str | None:
+    """The name of module id ``module`` in ``rec``, if it is one."""
+    if isinstance(module, int) and not isinstance(module, bool):
+        found = rec.modules.get(module)
+        return found.name if found is not None else None
+    return None
 
 
 def _run_up_table(climbs: list[Climb]) -> Table:

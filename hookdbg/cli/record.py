@@ -95,6 +95,23 @@ Examples:
     "or stop the run (exit status 3).",
 )
 @click.option(
+    "--headroom",
+    type=float,
+    default=0.5,
+    show_default=True,
+    metavar="SHARE",
+    help="Warn, before it overflows, when a module output in float16, bfloat16 or an "
+    "fp8 format reaches this share of its dtype's largest finite value, or climbs "
+    "fast enough to cross it within 2 steps (at --level stats).",
+)
+@click.option(
+    "--on-headroom",
+    type=click.Choice(ON_NAN_ACTIONS),
+    default="warn",
+    show_default=True,
+    help="What a headroom warning does: as --on-nan (warn, break, raise, stop).",
+)
+@click.option(
     "--nan-check/--no-nan-check",
     default=None,
     help="Check every summarised tensor for NaN/inf [default: on at --level stats]; "

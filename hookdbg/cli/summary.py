@@ -109,6 +109,8 @@ class Summary(Report):
             "losses": [series.to_json() for series in view.losses],
             "alerts": len(rec.alerts),
             "first_alert": _first_alert(rec),
+            "headroom_warnings": len(rec.headroom),
+            "first_headroom_warning": rec.headroom[0]["text"] if rec.headroom else None,
             "dropped_rows": rec.dropped_rows,
             "write_error": rec.write_error,
             "write_failed_at": rec.write_failed_at,
@@ -205,6 +207,9 @@ def _facts(rec: Recording, view: Overview) -> list[tuple[str, str]]:
     first_alert = _first_alert(rec)
     alerts = f"{len(rec.alerts)}" + (f": {first_alert}" if first_alert else "")
     failed = [("failed", rec.failure)] if rec.failure and rec.write_error is None else []
+    if rec.headroom:  # said before the alerts: they come first
+        first = rec.headroom[0]["text"].removeprefix("headroom: ")
+        facts.append(("headroom", f"{plural(len(rec.headroom), 'warning')}, the first: {first}"))
     return [*facts, *failed, ("alerts", alerts), ("data lost", lost_text(rec))]
 
 

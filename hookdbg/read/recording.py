@@ -395,6 +395,9 @@ class Recording:
         # (recorder/alerts/pinpoint.py), by the alert's place: step, module, phase,
         # slot, path
         self.op_origins = _op_origins(utf8(r["value"]) for r in facts if r["key"] == b"op_origin")
+        # outputs that neared their dtype's largest finite value, in the order said
+        # (recorder/alerts/headroom.py): each a JSON object whose ``text`` says it
+        self.headroom = _objects(utf8(r["value"]) for r in facts if r["key"] == b"headroom")
         # what steering commands did (hookdbg ctl): (time, command number, answer), of
         # the rows read (``facts_cut``: not all were)
         self.answers = [
@@ -779,16 +782,25 @@ class Recording:
         return self._capture_data
 
 
-def _op_origins(values: Iterable[str]) -> dict[tuple, dict]:
-    """``op_origin`` info rows by their alert's place (a row that is no such JSON object,
+def _objects(values: Iterable[str]) -> list[dict]:
+    """Info rows that are JSON objects saying something in ``text`` (a row that is not,
     from a damaged or foreign file, is left out)."""
-    found: dict[tuple, dict] = {}
+    found = []
     for value in values:
         try:
             row = json.loads(value)
-            key = tuple(row["alert"])
-        except (ValueError, KeyError, TypeError):
+        except ValueError:
             continue
-        if isinstance(row, dict) and len(key) == 5 and isinstance(row.get("text"), str):
-            found.setdefault(key, row)
+        if isinstance(row, dict) and isinstance(row.get("text"), str):
+            found.append(row)
+    return found
+
+
+def _op_origins(values: Iterable[str]) -> dict[tuple, dict]:
+    """``op_origin`` info rows by their alert's place."""
+    found: dict[tuple, dict] = {}
+    for row in _objects(values):
+        key = row.get("alert")
+        if isinstance(key, list) and len(key) == 5:
+            found.setdefault(tuple(key), row)
     return found

@@ -6,10 +6,11 @@ import os
 
 from hookdbg.options import Level, OptionError, RecordOptions, StepRange
 from hookdbg.ranks import rank_path
-from hookdbg.recorder.alerts.actions import NonFiniteError, NonFiniteStop
+from hookdbg.recorder.alerts.actions import HeadroomError, NonFiniteError, NonFiniteStop
 from hookdbg.recorder.core import Recorder, RecordError
 
 __all__ = [
+    "HeadroomError",
     "Level",
     "NonFiniteError",
     "NonFiniteStop",
@@ -29,6 +30,8 @@ def record(
     every: int = 1,
     steps: str | StepRange | None = None,
     on_nan: str = "warn",
+    headroom: float = 0.5,
+    on_headroom: str = "warn",
     nan_check: bool | None = None,
     capture: str | list[str] | tuple[str, ...] | None = None,
     capture_steps: str | StepRange | None = None,
@@ -46,7 +49,9 @@ def record(
 
     Same options as ``hookdbg record``: ``level`` timing|shapes|stats, ``modules``
     globs (``!glob`` excludes), ``every`` N steps, ``steps`` "A:B", ``on_nan``
-    warn|break|raise|stop, ``capture`` globs of modules whose full tensors to store,
+    warn|break|raise|stop, ``headroom`` the share of a reduced-range dtype's range at
+    which a module output warns before it overflows, ``on_headroom`` what that warning
+    does (as ``on_nan``), ``capture`` globs of modules whose full tensors to store,
     ``histograms`` N bins of each summarised tensor's values (None: none), ``idle``:
     record no step until steered (``rec.record_next(5)``, ``hookdbg ctl``), ``keep_last``
     N: keep the detail of the last N recorded steps only (0: all).
@@ -60,6 +65,8 @@ def record(
             every=every,
             steps=steps,
             on_nan=on_nan,
+            headroom=headroom,
+            on_headroom=on_headroom,
             nan_check=nan_check,
             capture=capture,
             capture_steps=capture_steps,

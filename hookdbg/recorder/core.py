@@ -51,6 +51,7 @@ from hookdbg.ranks import placement
 from hookdbg.recorder import accelerated
 from hookdbg.recorder.alerts.actions import Actions, NonFiniteStop
 from hookdbg.recorder.alerts.capture import Capturer, FlightRecorder
+from hookdbg.recorder.alerts.headroom import HeadroomWatch
 from hookdbg.recorder.alerts.nonfinite import OriginDetector
 from hookdbg.recorder.alerts.pinpoint import Pinpointer
 from hookdbg.recorder.calls.calls import StepState
@@ -178,9 +179,21 @@ class Recorder:
             flight,
             self.path,
             pinpoint,
+            options.on_headroom,
         )
+        headroom = HeadroomWatch(options.headroom) if checks else None
         self._parts = parts = Parts(
-            options, guard, rows, handoff, registry, steps, detector, flight, self.warn, pinpoint
+            options,
+            guard,
+            rows,
+            handoff,
+            registry,
+            steps,
+            detector,
+            flight,
+            self.warn,
+            pinpoint,
+            headroom,
         )
         self.observer = observer = per_call.observer(parts, self._capturer, self.actions.alert)
         observer.defer_all = defer_cpu

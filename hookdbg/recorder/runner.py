@@ -66,13 +66,8 @@ def run(target: str, as_module: bool, args: list[str], recorder: Recorder) -> En
     except NonFiniteStop as exc:
         status, code, message = "stopped", STOPPED, str(exc)
         prefix = status_prefix()
-        where = (
-            "where a NaN/inf first came from another rank"
-            if exc.alert.received
-            else "at the first NaN/inf origin"
-        )
         print(
-            f"{prefix}stopped {where} (--on-nan stop): {exc}\n"
+            f"{prefix}stopped {exc.where}: {exc}\n"
             f"{prefix}the recording is complete; see `hookdbg alerts {recorder.path}`",
             file=sys.stderr,
         )

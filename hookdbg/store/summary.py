@@ -23,6 +23,19 @@ SHAPE_BYTES = 64
 DTYPE_BYTES = 16
 DEVICE_BYTES = 16
 
+# the largest finite value of each floating dtype (torch.finfo(dtype).max), by the name
+# a summary holds: numbers, not torch, so that reports start without importing it
+LARGEST = {
+    "float64": 1.7976931348623157e308,
+    "float32": 3.4028234663852886e38,
+    "bfloat16": 3.3895313892515355e38,
+    "float16": 65504.0,
+    "float8_e5m2": 57344.0,
+    "float8_e5m2fnuz": 57344.0,
+    "float8_e4m3fn": 448.0,
+    "float8_e4m3fnuz": 240.0,
+}
+
 # What a summary's nan, posinf and neginf hold where no count was taken: its values
 # were not looked at (``--level shapes``, integer tensors), or, on a device, they changed
 # in place between the hook that saw the tensor and its statistics (recorder/summaries/deferred.py)

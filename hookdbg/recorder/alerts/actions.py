@@ -11,6 +11,7 @@ from time import perf_counter, time
 
 from hookdbg.recorder.alerts.alert import Alert
 from hookdbg.recorder.alerts.capture import FlightRecorder
+from hookdbg.recorder.alerts.headroom import HEADROOM, HeadroomWarning
 from hookdbg.recorder.alerts.nonfinite import OriginDetector
 from hookdbg.recorder.alerts.pinpoint import Pinpointer
 from hookdbg.recorder.calls.envelope import Guard
@@ -36,9 +37,35 @@ class NonFiniteStop(BaseException):
     """Ends the run at the first NaN/inf origin (``--on-nan stop``). A BaseException,
     so that a script's ``except Exception`` does not swallow it."""
 
-    def __init__(self, alert: Alert) -> None:
+    def __init__(self, alert: Alert | HeadroomWarning) -> None:
         super().__init__(alert.message())
         self.alert = alert
+
+    @property
+    def where(self) -> str:
+        """Where the run stopped, as its end line says."""
+        if self.alert.received:
+            return "where a NaN/inf first came from another rank (--on-nan stop)"
+        return "at the first NaN/inf origin (--on-nan stop)"
+
+
+class HeadroomStop(NonFiniteStop):
+    """Ends the run at a headroom warning (``--on-headroom stop``), before the overflow."""
+
+    @property
+    def where(self) -> str:
+        return "at a headroom warning, before the overflow (--on-headroom stop)"
+
+
+class HeadroomError(FloatingPointError):
+    """Raised into the training script by ``--on-headroom raise``: a module output's
+    values neared its dtype's largest finite value (``hookdbg alerts`` shows the run-up)."""
+
+    def __init__(self, warning: HeadroomWarning) -> None:
+        super().__init__(warning.message())
+        self.step = warning.step
+        self.module = warning.module.name
+        self.path = warning.path
 
 
 def interactive() -> bool:
@@ -99,6 +126,7 @@ class Actions:
         flight: FlightRecorder | None,
         path: Path,
         pinpoint: Pinpointer | None = None,
+        on_headroom: str = "warn",
     ) -> None:
         self.guard = guard
         self.rows = rows
@@ -110,6 +138,7 @@ class Actions:
         self.flight = flight
         self.path = path
         self.pinpoint = pinpoint
+        self.on_headroom = on_headroom
         guard.act = self.act
 
     def alert(self, alert: Alert | None, **context: object) -> None:
@@ -139,10 +168,16 @@ class Actions:
 
     def _act(self, actions: bool) -> None:
         guard = self.guard
-        alerts, guard.alerts = guard.alerts, []
+        found, guard.alerts = guard.alerts, []
+        alerts = [a for a in found if isinstance(a, Alert)]
+        headroom = [a for a in found if isinstance(a, HeadroomWarning)]
         new_origin = None
         action = self.on_nan
         try:
+            for warning in headroom:
+                with guard.lock:
+                    self.rows.info.append((time(), HEADROOM, warning.value()[:MESSAGE_BYTES]))
+                self.report(warning.message())
             for alert in alerts:
                 new = self.detector.is_new_origin(alert)
                 if self.pinpoint is not None:
@@ -159,7 +194,9 @@ class Actions:
                     self.handoff()  # what led here is on its way to disk before anything else
         except Exception:  # a bug in hookdbg: the recording stops, not the training
             guard.broken()  # nor the action asked for
-        if action == "warn" or not actions:
+        if headroom and actions and self.on_headroom != "warn":
+            self._headroom_action(headroom[0])
+        if action == "warn" or not actions or not alerts:
             return
         stop_at = alerts[0] if action in ("raise", "stop") else None
         if action == "break" and new_origin is not None:
@@ -178,6 +215,30 @@ class Actions:
         if action == "raise":
             raise NonFiniteError(stop_at)
         raise NonFiniteStop(stop_at)
+
+    def _headroom_action(self, warning: HeadroomWarning) -> None:
+        """--on-headroom break, raise or stop, at the first warning of a hook."""
+        with self.guard.lock:
+            self.handoff()  # what led here is on its way to disk before anything else
+        action = self.on_headroom
+        if action == "break" and interactive():
+            print(
+                f"\nhookdbg: in the debugger at a {warning.message()}. Locals: warning, "
+                "step, module (the module's name); 'c' continues training.",
+                file=sys.stderr,
+                flush=True,
+            )
+            step, module = warning.step, warning.module.name  # noqa: F841 (for the prompt)
+            breakpoint()
+            return
+        if action == "break":
+            self.report(
+                "--on-headroom break needs a terminal to type into (stdin is not one); "
+                "stopping instead"
+            )
+        if action == "raise":
+            raise HeadroomError(warning)
+        raise HeadroomStop(warning)
 
     def _pinpoint(self, alert: Alert, new: bool) -> None:
         """The op that made a new origin, or one the watch looks for (pinpoint.py). A

@@ -16,6 +16,7 @@ from torch.compiler import is_compiling
 
 if TYPE_CHECKING:
     from hookdbg.recorder.alerts.alert import Alert
+    from hookdbg.recorder.alerts.headroom import HeadroomWarning
 
 
 class Guard:
@@ -30,7 +31,7 @@ class Guard:
         self.live = False
         self.lock = threading.RLock()
         self.ovh = 0.0  # seconds spent inside hookdbg's hooks so far
-        self.alerts: list[Alert] = []
+        self.alerts: list[Alert | HeadroomWarning] = []
         self.act: Callable[[], None] = lambda: None  # set by the recorder
         # what a stop says and records (set by the recorder: Recorder._stopped)
         self.stopped: Callable[[], None] | None = None

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from hookdbg.options import RecordOptions
 from hookdbg.recorder.alerts.capture import FlightRecorder
+from hookdbg.recorder.alerts.headroom import HeadroomWatch
 from hookdbg.recorder.alerts.nonfinite import OriginDetector
 from hookdbg.recorder.alerts.pinpoint import Pinpointer
 from hookdbg.recorder.calls.envelope import Guard
@@ -38,3 +39,4 @@ class Parts:
     flight: FlightRecorder | None  # the last steps' tensors, kept for an alert
     warn: Callable[[str], None]  # a warning to the user
     pinpoint: Pinpointer | None = None  # the op that made an origin (None: no checks)
+    headroom: HeadroomWatch | None = None  # outputs nearing their dtype's top (ditto)

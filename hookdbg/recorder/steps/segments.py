@@ -25,6 +25,7 @@ import torch
 
 from hookdbg.options import RecordOptions
 from hookdbg.recorder.alerts.capture import FlightRecorder
+from hookdbg.recorder.alerts.headroom import HeadroomWarning
 from hookdbg.recorder.alerts.nonfinite import OriginDetector
 from hookdbg.recorder.calls.calls import Segment, StepState
 from hookdbg.recorder.calls.envelope import Guard
@@ -60,6 +61,7 @@ class Segments:
         self.registry: ModuleRegistry = parts.registry
         self.flight: FlightRecorder | None = parts.flight
         self.pinpoint = parts.pinpoint
+        self.headroom = parts.headroom
         self.handoff: Handoff = parts.handoff
         self.warn: Callable[[str], None] = parts.warn
         options = parts.options
@@ -255,6 +257,8 @@ class Segments:
         )
         self.step_rows.append((row, state.scaler, self.guard.ovh - state.ovh))
         self._complete_step_rows()
+        if self.headroom is not None and state.recording:
+            self._headroom(self.headroom.step_ended(state))
         state.memo = {}  # drop references to this step's tensors now, not at the next step
         if state.batch is not None:
             state.batch.launch()
@@ -301,7 +305,14 @@ class Segments:
             self.detector.new_step()
             for check, args in batch.checks:
                 check(*args)
+        if self.headroom is not None and self.headroom.waiting:
+            self._headroom(self.headroom.read())
         self._complete_step_rows()
+
+    def _headroom(self, found: list[HeadroomWarning]) -> None:
+        """Headroom warnings go with the alerts: said, recorded and acted on as
+        --on-headroom says after the hook that found them (recorder/alerts/actions.py)."""
+        self.guard.alerts.extend(found)
 
     def _complete_step_rows(self) -> None:
         """Steps rows to the writer, in order, once their GradScaler columns are known."""
