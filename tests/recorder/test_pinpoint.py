@@ -41,17 +41,22 @@ def test_ops_run_while_hookdbg_is_busy_are_not_the_models():
 
 
 class _Block(nn.Module):
-    """Batch norm and dropout (state a re-run must leave as it found it), then a
-    standardisation without an epsilon: a row of zeros divides 0 by 0."""
+    """Batch norm, dropout, a call counter and a list of what it saw (state a re-run
+    must leave as it found it), then a standardisation without an epsilon: a row of
+    zeros divides 0 by 0."""
 
     def __init__(self):
         super().__init__()
         self.lin = nn.Linear(6, 6)
         self.bn = nn.BatchNorm1d(6)
         self.drop = nn.Dropout(0.3)
+        self.calls = 0
+        self.seen: list[torch.Tensor] = []
 
     def forward(self, x, keep):
+        self.calls += 1
         h = self.drop(self.bn(self.lin(x))) * keep
+        self.seen.append(h.detach())
         return (h - h.mean(-1, keepdim=True)) / h.std(-1, keepdim=True)
 
 
@@ -74,6 +79,7 @@ def _steps(record: bool, path) -> list[torch.Tensor]:
             losses.append(loss.detach().clone())
     losses.append(model.bn.running_mean.clone())
     losses.append(torch.rand(3))  # the random generator's state afterwards
+    losses.append(torch.tensor([model.calls, len(model.seen)]))
     return losses
 
 

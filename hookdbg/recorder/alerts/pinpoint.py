@@ -4,8 +4,9 @@ The module-level checks (nonfinite.py) name the module; naming the op costs a Py
 per torch operation, so hookdbg pays it only once an origin is known, in one of two ways:
 
 * **re-run**: a forward origin is run again at once, inside its forward hook, on copies
-  of the inputs it was given and of its buffers, under the op-level check below, the
-  random generators put back afterwards: the script computes what it would have. Only
+  of the inputs it was given and of its buffers, under the op-level check below; the
+  random generators and what the run changed of its modules' attributes are put back
+  afterwards: the script computes what it would have. Only
   where that is safe: the module's inputs at hand (not when checks wait for the device),
   plain tensors and values among them (a cache object would be changed twice), no hook
   of the script's own in it (it would run twice) and one process (a collective run on
@@ -26,6 +27,7 @@ The alert's own tensor then says which birth it holds. Ops hookdbg runs inside i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import linecache
 import os
@@ -104,6 +106,7 @@ class OpCheck(TorchDispatchMode):
         self.carried: WeakIdKeyDictionary = WeakIdKeyDictionary()  # tensor -> Birth | _CAME_IN
         self.births: list[tuple[int, Birth]] = []  # (step, birth), the first few, in order
         self.step = -1  # the step running (set by the Pinpointer)
+        self.failure: str | None = None  # why it stopped looking (a bug in hookdbg)
 
     def __torch_dispatch__(
         self, func: object, types: object, args: tuple = (), kwargs: dict | None = None
@@ -111,9 +114,13 @@ class OpCheck(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))  # type: ignore[operator]
         if self.ours():
             return out
-        bad = [t for t in _floating(out) if _finite(t) is False]
-        if bad:
-            self._follow(func, args, kwargs or {}, bad)
+        try:
+            bad = [t for t in _floating(out) if _finite(t) is False]
+            if bad:
+                self._follow(func, args, kwargs or {}, bad)
+        except Exception as exc:  # a bug in hookdbg: the op's result goes on untouched
+            self.failure = f"{type(exc).__name__}: {exc}"
+            self.ours = _always  # and the check looks at nothing more
         return out
 
     def _follow(self, func: object, args: tuple, kwargs: dict, bad: list[torch.Tensor]) -> None:
@@ -219,7 +226,12 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 def _floating(value: object) -> Iterator[torch.Tensor]:
     """The floating tensors in an op's output or arguments (nested in lists, dicts)."""
     for _, t in iter_tensors(value):
-        if t.is_floating_point() and t.numel() and t.device.type != "meta":
+        if (
+            t.is_floating_point()
+            and t.layout == torch.strided
+            and t.device.type != "meta"
+            and t.numel()
+        ):
             yield t
 
 
@@ -352,22 +364,15 @@ def rerun(
     devices = sorted(
         {t.device.index or 0 for t in (*module.parameters(), *module.buffers()) if t.is_cuda}
     )
-    # the run goes on copies of the buffers (batch norm's running statistics): an
-    # in-place update of the real ones would move their version counters, which the
-    # first run's backward checks
-    kept = [(sub, dict(sub._buffers)) for sub in module.modules() if sub._buffers]
     check = OpCheck(ours, _RERUN_CODE)
     try:
-        for sub, buffers in kept:
-            for name, b in buffers.items():
-                if b is not None:
-                    sub._buffers[name] = b.detach().clone()
         rng = torch.random.fork_rng(devices=devices, device_type="cuda")
-        with paused(), rng, check:  # type: ignore[attr-defined]
+        with _isolated(module), paused(), rng, check:  # type: ignore[attr-defined]
             out = _forward(module, a, kw)
-    finally:
-        for sub, buffers in kept:
-            sub._buffers.update(buffers)
+    except Exception as exc:  # its forward cannot run twice as it stands
+        return f"run again, it raised {type(exc).__name__}: {exc}"
+    if check.failure is not None:
+        return f"the op-level check failed: {check.failure}"
     for p, t in iter_tensors(out):
         if p == path:
             birth = check.birth_of(t)
@@ -378,6 +383,63 @@ def rerun(
     if check.births:
         return check.births[0][1]
     return "run again, the op that made it was not seen"
+
+
+_CONTAINERS = (list, dict, set)
+
+
+@contextlib.contextmanager
+def _isolated(module: torch.nn.Module) -> Iterator[None]:
+    """What a second run of ``module`` may change of its modules' state, put back after
+    it: the attributes it binds, the lists, dicts and sets it changes in place (a list
+    of kept activations, a counter), in place again; and it runs on copies of their
+    tensors that are not parameters, batch norm's running statistics among them (an
+    in-place update of the real ones would move their version counters, which the
+    first run's backward checks)."""
+    kept = []
+    for sub in module.modules():
+        attrs = vars(sub)
+        before = dict(attrs)
+        contents = {
+            k: v.copy() for k, v in before.items() if type(v) in _CONTAINERS
+        }  # the hook and buffer dicts too
+        kept.append((attrs, before, contents))
+    try:
+        for sub in module.modules():
+            buffers = sub._buffers
+            for name, b in list(buffers.items()):
+                if b is not None:
+                    buffers[name] = b.detach().clone()
+            attrs = vars(sub)
+            for k, v in list(attrs.items()):
+                if type(v) is torch.Tensor:
+                    attrs[k] = v.detach().clone()
+        yield
+    finally:
+        for attrs, before, contents in kept:
+            for k in [k for k in attrs if k not in before]:
+                del attrs[k]
+            for k, v in before.items():
+                if attrs.get(k) is not v:
+                    attrs[k] = v
+            for k, saved in contents.items():
+                _put_back(before[k], saved)
+
+
+def _put_back(container: object, saved: object) -> None:
+    """``container`` holds what ``saved`` (its copy) does again, compared by identity."""
+    if isinstance(container, list) and isinstance(saved, list):
+        if len(container) != len(saved) or any(
+            a is not b for a, b in zip(container, saved, strict=True)
+        ):
+            container[:] = saved
+    elif isinstance(container, dict) and isinstance(saved, dict):
+        if container.keys() != saved.keys() or any(container[k] is not v for k, v in saved.items()):
+            container.clear()
+            container.update(saved)
+    elif isinstance(container, set) and isinstance(saved, set) and container != saved:
+        container.clear()
+        container.update(saved)
 
 
 def _forward(module: torch.nn.Module, args: object, kwargs: object) -> object:
@@ -477,6 +539,13 @@ class Pinpointer:
         """A segment (a step, an eval batch) of step ``step`` begins: the watch ends for
         what it sought long enough."""
         if self.check is None:
+            return
+        if self.check.failure is not None:  # a bug in hookdbg: said, and the watch ends
+            failure = f"op-level check failed, and is off: {self.check.failure}"
+            self.say(failure)
+            self.note(self.FAILED_KEY, failure)
+            self.sought.clear()
+            self.stop()
             return
         self.check.step = step
         for sought in [s for s in self.sought if step > s.until]:
