@@ -164,7 +164,7 @@ class Recorder:
         self._capturer = Capturer(options, self.warn) if options.capture else None
         self._handoff = handoff = Handoff(rows, min(0.5, options.flush_interval / 2))
         pinpoint = (
-            Pinpointer(_owned_by(guard.lock), self._paused, self.report, self._note)
+            Pinpointer(_owned_by(guard.lock), self._paused, self.report, self.warn, self._note)
             if checks
             else None
         )

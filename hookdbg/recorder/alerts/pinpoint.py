@@ -475,11 +475,13 @@ class Pinpointer:
         ours: Callable[[], bool],
         paused: Callable[[], object],
         say: Callable[[str], None],
+        status: Callable[[str], None],
         note: Callable[[str, str], None],
     ) -> None:
         self.ours = ours
         self.paused = paused
-        self.say = say  # a line on stderr
+        self.say = say  # a line on stderr, what was found
+        self.status = status  # a status line, which --quiet hides
         self.note = note  # an info row (key, value)
         self.compiled = False  # a compiled model ran: no op-level check (a mode would
         # make torch.compile run its graphs differently)
@@ -601,7 +603,7 @@ class Pinpointer:
         label = f"the {alert.kind} {alert.segment.when} in {alert.where}"
         self.sought.append(_Sought(_key(alert), label, alert.kind, alert.step + WATCH_STEPS))
         reason = f" ({why})" if why else ""
-        self.say(
+        self.status(
             f"op-level check: on for the next {WATCH_STEPS} steps, to name the op that "
             f"makes {label} if it comes again{reason}"
         )
