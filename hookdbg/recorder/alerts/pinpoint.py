@@ -492,9 +492,11 @@ class Pinpointer:
     def origin(self, alert: Alert) -> None:
         """A new origin: run it again at once where it can, else watch for it. Not for
         a value no op of the script made: a weight already non-finite (changed outside
-        any op hookdbg sees), one that came from another rank."""
+        any op hookdbg sees), one that came from another rank or in the data."""
         if alert.received or self.compiled or alert.slot in (Slot.PARAM, Slot.STEP_GRAD):
             return
+        if alert.slot == Slot.INPUT and alert.origin is not None and alert.origin.parent is None:
+            return  # the model's input: the data
         if self.check is not None:  # the watch is on: it saw this one born
             birth = self._carried(alert)
             if birth is not None:
