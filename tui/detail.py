@@ -20,6 +20,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.events import Resize
+from textual.strip import Strip
 from textual.widgets import DataTable, Static
 
 from hookdbg.analysis.histograms import has_histogram, sparkline
@@ -185,7 +186,33 @@ def fit(
 
 class DetailTable(DataTable[Text]):
     """←/→ belong to steps; shift+←/→ move across columns (the replay's bindings,
-    wherever the focus is)."""
+    wherever the focus is). Scrolled sideways, a column that would show in part is
+    left blank: the tail of ``0.09269`` read ``9`` next to the frozen slot column."""
+
+    def render_line(self, y: int) -> Strip:
+        strip = super().render_line(y)
+        width, x = self.size.width, int(self.scroll_x)
+        edges, start = [], 0
+        for column in self.ordered_columns:
+            end = start + column.get_render_width(self)
+            edges.append((start, end))
+            start = end
+        fixed = edges[self.fixed_columns - 1][1] if self.fixed_columns and edges else 0
+        shown = [
+            (a, b) for a, b in edges[self.fixed_columns :] if a >= x + fixed and b <= x + width
+        ]
+        if not x or not shown:
+            return strip  # not scrolled: the table's width is one of whole columns
+        left, right = shown[0][0] - x, shown[-1][1] - x
+        blank = self.rich_style
+        return Strip.join(
+            [
+                strip.crop(0, fixed),
+                Strip.blank(left - fixed, blank),
+                strip.crop(left, right),
+                Strip.blank(width - right, blank),
+            ]
+        )
 
 
 class DetailPane(Vertical):
@@ -209,6 +236,7 @@ class DetailPane(Vertical):
         # (module, step, compared) the rows are of
         self._showing: tuple[str, str, bool] | None = None
         self._shown: list[Column] = []
+        self._histogram_of: Detail | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="detail-title")
@@ -250,6 +278,8 @@ class DetailPane(Vertical):
     def on_resize(self, event: Resize) -> None:
         if self._rows:
             self._fill()
+        if self._histogram_of is not None:
+            self._histogram(self._histogram_of)
 
     def _style(self, name: str) -> str:
         return str(self.get_component_rich_style(f"detail-pane--{name}", partial=True))
@@ -366,6 +396,8 @@ class DetailPane(Vertical):
         return row.copy.get(key, row.cells[key])
 
     def _histogram(self, detail: Detail) -> None:
+        self._histogram_of = detail  # drawn again to a new width
+        width = self.content_region.width
         box = self.query_one("#histogram", Static)
         box.set_class(not detail.captures, "hidden")
         if not detail.captures:
@@ -376,17 +408,29 @@ class DetailPane(Vertical):
             box.update(Text(said, style="dim"))
             return
         counts, low, high = detail.histogram
-        peak = max(counts) or 1.0
-        bars = "".join(" ▁▂▃▄▅▆▇█"[min(8, math.ceil(8 * c / peak))] for c in counts)
-        box.update(
-            Text.assemble(
-                ("values ", "dim"),
-                (f"{stat_text(low)} ", ""),
-                (bars, "green"),
-                (f" {stat_text(high)}", ""),
-                (f"  ({shown.label}, {shown.source})", "dim"),
-            )
-        )
+        box.update(histogram_line(counts, low, high, f"{shown.label}, {shown.source}", width))
+
+
+def histogram_line(counts: list[float], low: float, high: float, what: str, width: int) -> Text:
+    """``values low ▁▃█ high  (what)`` in ``width`` cells (0: any): what the values are
+    goes first, then neighbouring bars are merged, so that neither number is cut."""
+    ends = f"values {stat_text(low)}  {stat_text(high)}"
+    label = f"  ({what})"
+    if width and len(ends) + len(counts) + len(label) > width:
+        label = ""
+    room = width - len(ends) if width else len(counts)
+    if 0 < room < len(counts):  # each bar the sum of ``merge`` bins, the range the same
+        merge = math.ceil(len(counts) / room)
+        counts = [sum(counts[i : i + merge]) for i in range(0, len(counts), merge)]
+    peak = max(counts) or 1.0
+    bars = "".join(" ▁▂▃▄▅▆▇█"[min(8, math.ceil(8 * c / peak))] for c in counts)
+    return Text.assemble(
+        ("values ", "dim"),
+        (f"{stat_text(low)} ", ""),
+        (bars if room > 0 else "", "green"),
+        (f" {stat_text(high)}", ""),
+        (label, "dim"),
+    )
 
 
 def _whole_columns(widths: list[int], room: int) -> int | None:

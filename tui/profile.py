@@ -59,10 +59,11 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3f} ms"
 
 
-def meters(time: StepTime, width: int) -> Text:
+def meters(time: StepTime, width: int, steps: int = 1) -> Text:
     """A meter a line for each part of the step: its name, a bar of its share, the
-    share and the milliseconds; then the step and hookdbg's own time. The bar takes
-    what room the words leave, and goes before a word is cut."""
+    share and the milliseconds; then the step (a mean where ``steps`` are several) and
+    hookdbg's own time. The bar takes what room the words leave, and goes before a
+    word is cut."""
     step = time.step or 1.0
     name_w = max(len(name) for name, _ in PARTS)
     numbers = [(f"{value / step:.0%}", _ms(value)) for value in time.parts.values()]
@@ -79,7 +80,8 @@ def meters(time: StepTime, width: int) -> Text:
             line.append(" " * (bar_w - filled) + "]")
         line.append(f" {share.rjust(share_w)} {ms.rjust(ms_w)}")
         lines.append(line)
-    total = [Text(f"{'step'.rjust(name_w)}  {_ms(time.step)} (mean)", style="bold")]
+    mean = " (mean)" if steps > 1 else ""
+    total = [Text(f"{'step'.rjust(name_w)}  {_ms(time.step)}{mean}", style="bold")]
     if not math.isnan(time.hookdbg):
         total.append(Text(f"hookdbg's own {_ms(time.hookdbg)}: left out of every time", "dim"))
     lines.append(packed(total, width))
@@ -136,7 +138,8 @@ class ProfileScreen(Closing, Screen[Jump | None]):
 
     def _meters(self) -> None:
         box = self.query_one("#profile-meters", Static)
-        box.update(meters(self.profile.time, (box.size.width or self.size.width) - 2))
+        width = (box.size.width or self.size.width) - 2
+        box.update(meters(self.profile.time, width, self.profile.steps))
 
     def _fill(self) -> None:
         p = self.profile

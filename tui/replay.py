@@ -191,6 +191,9 @@ class ReplayScreen(Screen[None]):
 
     def on_resize(self, event: Resize) -> None:
         self.set_class(event.size.width < 120, "narrow")  # hookdbg.tcss: less chrome
+        # a short screen's notice is one line: three took the tensor table's rows away
+        self.set_class(event.size.height < 30, "short")
+        self._notice()
 
     def _title(self) -> None:
         title = self.run.name if self.other is None else f"{self.run.name}  vs  {self.other.name}"
@@ -204,7 +207,7 @@ class ReplayScreen(Screen[None]):
         modules one run lacks). A line at the top, rather than a toast over the plot
         and the step bar."""
         lines = [self._opening, status_notice(self.run, self.following), *self._diff_notes]
-        text = "\n".join(line for line in lines if line)
+        text = ("; " if self.has_class("short") else "\n").join(line for line in lines if line)
         notice = self.query_one("#notice", Static)
         notice.set_class(not text, "hidden")
         notice.update(Text(text))
@@ -230,7 +233,12 @@ class ReplayScreen(Screen[None]):
             return
         name = printable(self.run.rec.modules.name(self.module))
         unit = "eval batch" if self.evals else "step"
-        self._announce_alerts(f"; opened where the first was born: {name}, {unit} {self.step}")
+        # as the tree's origin mark says it: a NaN/inf that came in (the data's, another
+        # rank's) was not born in the module
+        origin = self.run.step_table(self.step, self.evals).get(self.module)
+        came = origin.origin_from if origin is not None else ""
+        where = f"came in from {came}" if came else "was born"
+        self._announce_alerts(f"; opened where the first {where}: {name}, {unit} {self.step}")
 
     def _show_steps(self) -> None:
         bar = self.query_one(StepBar)
@@ -730,6 +738,19 @@ class ReplayScreen(Screen[None]):
         )
 
     def action_record_next(self) -> None:
+        self._record_next_if_live()
+
+    @work(thread=True, exclusive=True, group="steer")
+    def _record_next_if_live(self) -> None:
+        """A run not followed was last read when it opened: its last progress row looks
+        old (silent, cut short) while the recorder writes on. Its tail read again first
+        (following, the poll keeps it read)."""
+        if not self.following:
+            for view in self.ranks:
+                view.refresh()
+        self.app.call_from_thread(self._ask_steps)
+
+    def _ask_steps(self) -> None:
         if self.run.status is not Status.LIVE:
             self.notify(
                 f"this recording is not being written ({self.run.status.value}): "

@@ -152,7 +152,9 @@ class AlertsScreen(Closing, Screen[Jump | None]):
             for climb in climbs:
                 cells = map(climb.text, range(len(steps)))
                 table.add_row(printable(climb.label), climb.dtype, *cells)
-            title = Text(f"run-up, last {len(steps)} recorded steps: {TITLE}", style="bold")
+            # Climb.text gives the share only from 1% up: a cell without one is below
+            said = f"run-up, last {len(steps)} recorded steps: {TITLE}"
+            title = Text(said, style="bold")
             parts += [title, table]  # the title as wide as the screen, not the table
         shown.update(Group(*parts) if parts else "")
 

@@ -213,12 +213,14 @@ class SearchScreen(Closing, Screen[Jump | None]):
         self.set_timer(self.COUNT_AFTER, lambda value=event.value: self._count(value))
 
     def _count(self, value: str) -> None:
-        if value != self._typed or value.strip() == self._listed:
-            return  # typed on since, or Enter listed its matches
+        if value != self._typed:
+            return  # typed on since
         status = self.query_one("#search-status", Static)
-        if not value.strip():
+        if not value.strip():  # emptied: no count of what was there before stays up
             status.update(Text("type a query: the number of matches is said as you type", "dim"))
             return
+        if value.strip() == self._listed:
+            return  # Enter listed its matches
         try:
             query = parse(value)
         except QueryError as exc:

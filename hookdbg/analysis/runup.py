@@ -18,7 +18,7 @@ from hookdbg.store.summary import LARGEST
 from hookdbg.text import utf8
 
 STEPS = 5  # recorded steps shown, the alert's the last
-TITLE = "largest finite magnitude (% of dtype's max)"
+TITLE = "largest finite magnitude (% of dtype's max, shown from 1%)"
 
 
 @dataclass(frozen=True)

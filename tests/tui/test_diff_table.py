@@ -9,6 +9,7 @@ from hookdbg.read import open_recording
 from hookdbg.store.schema import Slot, parse_slot_label, slot_label
 from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.detail import DetailPane, DetailTable
+from tests.helpers import ROOT
 from tests.tui.pilot import columns, records, settle, until
 
 
@@ -100,3 +101,46 @@ async def test_a_module_called_several_times_numbers_its_calls(gan_h5, mlp_h5):
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(app, pilot)
         assert "call" not in columns(app.screen.query_one(DetailTable))
+
+
+async def test_scrolled_sideways_no_number_is_shown_cut():
+    """At 80x24, shift+→ scrolled the table a cell at a time: next to the frozen slot
+    column stood the tail of a cut number ("b input[0]  9  1.042", 9 the end of
+    0.09269), under a blank header. A column shows whole, or not at all."""
+    a, b = (open_recording(ROOT / "tests" / "data" / f"nan_{x}.h5") for x in "ab")
+    app = HookdbgApp(a, b)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        assert await until(app, pilot, lambda: app.screen.diff is not None)
+        await settle(app, pilot)
+        table = app.screen.query_one(DetailTable)
+        scrolled = False
+        for _ in range(len(table.columns)):
+            await pilot.press("shift+right")
+            await settle(app, pilot)
+            scrolled = scrolled or table.scroll_x > 0
+            rows = [columns(table)] + [  # each line on screen: the header, then rows
+                [str(c) for c in table.get_row_at(i)]
+                for i in range(int(table.scroll_y), table.row_count)
+            ]
+            for y, cells in enumerate(rows[: table.size.height]):
+                words = {w for cell in cells for w in cell.split()}
+                line = table.render_line(y).text.split()
+                assert set(line) <= words, (y, line, table.scroll_x)
+        assert scrolled  # the table was wider than the pane
+
+
+async def test_a_short_screens_notice_leaves_the_table_its_rows(mlp_h5, deep_h5):
+    """At 80x24 the notice (the first divergence, the modules one run lacks, the rows
+    without a counterpart) took three lines for the session and left the tensor table
+    its header alone: a short screen folds it to one line."""
+    app = HookdbgApp(open_recording(mlp_h5), open_recording(deep_h5))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        assert await until(app, pilot, lambda: app.screen.diff is not None)
+        await settle(app, pilot)
+        assert len(app.screen._diff_notes) >= 1  # said with the opening: two lines or more
+        notice = app.screen.query_one("#notice")
+        assert notice.display and notice.size.height == 1
+        table = app.screen.query_one(DetailTable)
+        assert table.row_count and table.size.height >= 3, table.size  # header and rows

@@ -218,3 +218,27 @@ async def test_R_records_the_next_steps_of_an_idle_run(tmp_path):
         await settle(app, pilot)
         await pilot.press("R")
         assert any("R steers a live run" in n for n in notices(app)), notices(app)
+
+
+async def test_R_reads_the_tail_again_before_calling_a_live_run_cut_short(tmp_path):
+    """Opened without following, a live run's last progress row read grew old (10 s):
+    R said "not being written (cut short)" while `hookdbg ctl status` said live."""
+    import numpy as np
+
+    from hookdbg.read import Status
+    from hookdbg.tui.dialogs import RecordStepsScreen
+
+    path = tmp_path / "live.h5"
+    with live_recording(path, pause=0.05):
+        rec = open_recording(path)
+        app = HookdbgApp(rec)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(app, pilot)
+            assert not app.screen.following
+            old = np.array([rec.last_progress])
+            old["time"] -= 60  # as if opened a minute ago, without sleeping through it
+            rec.last_progress = old[0]
+            assert rec.status is Status.CUT_SHORT
+            await pilot.press("R")
+            assert await until(app, pilot, lambda: isinstance(app.screen, RecordStepsScreen))
+            assert not any("not being written" in n for n in notices(app)), notices(app)

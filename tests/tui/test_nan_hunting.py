@@ -2,6 +2,7 @@
 readable table at 80x24, and plots that mark NaN/inf steps."""
 
 import numpy as np
+import pytest
 
 from hookdbg.cells import stat_text
 from hookdbg.read import open_recording
@@ -10,7 +11,7 @@ from hookdbg.tui.detail import DetailPane, DetailTable
 from hookdbg.tui.stepbar import StepBar
 from hookdbg.tui.tree import ModuleTree
 from tests.helpers import hookdbg
-from tests.tui.pilot import SIZE, SMALL, columns, notices, records, settle, text
+from tests.tui.pilot import SIZE, SIZES, SMALL, columns, notices, records, settle, text
 
 
 async def test_non_finite_values_read_as_such_in_a_small_terminal(nan_h5):
@@ -90,6 +91,26 @@ async def test_the_stored_tensors_histogram_says_which_tensor_it_is_of(nan_h5):
         assert said.endswith("(output, flight recorder)")
         assert said.startswith(f"values {stat_text(finite.min())} ")
         assert f" {stat_text(finite.max())}  (output" in said
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_the_histogram_line_never_cuts_its_largest_value(nan_h5, size):
+    """At 80 columns the line ran past the pane's edge and lost the largest value and
+    what the values are of: what they are of goes first, then bars are merged."""
+    rec = open_recording(nan_h5)
+    app = HookdbgApp(rec)
+    async with app.run_test(size=size) as pilot:
+        await settle(app, pilot)  # it opens on the origin, model.standardize
+        box = app.screen.query_one("#histogram")
+        said = text(box)
+        (output,) = [c for c in rec.captured(app.screen.module, 3) if c.label == "output"]
+        values = rec.tensor(output)
+        finite = values[np.isfinite(values)]
+        assert len(said) <= box.size.width, (said, box.size)
+        assert said.startswith(f"values {stat_text(finite.min())} ")
+        assert f" {stat_text(finite.max())}" in said, said
+        if size[0] >= 220:
+            assert said.endswith(f" {stat_text(finite.max())}  (output, flight recorder)")
 
 
 LOSS_NAN = """

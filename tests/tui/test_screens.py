@@ -1,6 +1,7 @@
 """The alerts screen as a user meets it: the list of origins, and under it the
 highlighted alert's run-up, read back from the screen."""
 
+from hookdbg.analysis.runup import TITLE
 from hookdbg.read import open_recording
 from hookdbg.tui.app import HookdbgApp
 from hookdbg.tui.screens import AlertsScreen
@@ -16,6 +17,8 @@ async def test_the_alerts_screen_shows_the_highlighted_alerts_run_up(fp16_h5):
         assert isinstance(app.screen, AlertsScreen)
         shown = text(app.screen.query_one("#alert-run-up"))
         assert "run-up, last 5 recorded steps" in shown
+        # a cell below 1% of the dtype's max shows no share: the title says so
+        assert TITLE in shown
         [output] = [line for line in shown.splitlines() if line.lstrip().startswith("output ")]
         assert "(50%)" in output and output.rstrip().endswith(" inf"), shown  # model.0's
         # model.0's inf was found where model.1 passed it on: its op, seen a step later

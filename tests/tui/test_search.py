@@ -115,3 +115,27 @@ async def test_search_teaches_itself_as_you_type(nan_h5, size):
         assert query.value == "nan"
         await pilot.press("down", "down")  # back to what was being typed
         assert query.value == "type:"
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_an_emptied_query_box_says_no_count(nan_h5, size):
+    """Backspaced to nothing, or ↓ past the newest query, the box is empty: the count of
+    what was in it ("12 module calls would match") went on being said."""
+    app = HookdbgApp(open_recording(nan_h5))
+    async with app.run_test(size=size) as pilot:
+        await settle(app, pilot)
+        await pilot.press("slash", *"nan")
+        await settle(app, pilot)
+        status = app.screen.query_one("#search-status")
+        assert await until(app, pilot, lambda: "would match" in text(status))
+        await pilot.press("backspace", "backspace", "backspace")
+        assert await until(app, pilot, lambda: "type a query" in text(status)), text(status)
+        await pilot.press(*"nan", "enter")
+        assert await until(app, pilot, lambda: app.screen.hits)
+        await pilot.press("escape", "slash")
+        await settle(app, pilot)
+        status = app.screen.query_one("#search-status")
+        await pilot.press("up")  # the query searched before, counted
+        assert await until(app, pilot, lambda: "would match" in text(status))
+        await pilot.press("down")  # past the newest: the empty box
+        assert await until(app, pilot, lambda: "type a query" in text(status)), text(status)

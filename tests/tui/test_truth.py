@@ -132,3 +132,19 @@ async def test_an_attention_mask_reads_minus_inf_without_alarm(masked_h5):
         assert (mask["nan/inf"], mask["min"], mask["max"]) == ("-inf ×28", "-inf", "0")
         i = next(i for i, r in enumerate(records(table)) if r["slot"] == "input[src_mask]")
         assert not any(cell.style for cell in table.get_row_at(i))  # no tint, no red
+
+
+async def test_the_opening_notice_says_the_first_nan_came_in_rather_than_was_born(ddp_nan_h5):
+    """The notice said "opened where the first was born: model" where the alert said the
+    NaN came in from the data, and rank 0's that it came from another rank."""
+    run = open_run(ddp_nan_h5)
+    ranks = [run[r] for r in run.ranks]
+    for views, said in (
+        (ranks, "opened where the first came in from the data: model, step 2"),
+        (ranks[:1], "opened where the first came in from another rank: model.body.0, step 2"),
+    ):
+        app = HookdbgApp(views[0], more_ranks=views[1:])
+        async with app.run_test(size=SMALL) as pilot:
+            await settle(app, pilot)
+            notice = text(app.screen.query_one("#notice"))
+            assert said in notice and "born" not in notice, notice
