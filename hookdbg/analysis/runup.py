@@ -13,7 +13,7 @@ import numpy as np
 from hookdbg.analysis.alerts import AlertReport
 from hookdbg.cells import TENSOR_COLUMNS, num, slot_label
 from hookdbg.read.recording import Recording
-from hookdbg.store.schema import Slot
+from hookdbg.store.schema import Phase, Slot
 from hookdbg.store.summary import LARGEST
 from hookdbg.text import utf8
 
@@ -74,8 +74,11 @@ def run_up(recording: Recording, report: AlertReport, steps: int = STEPS) -> lis
         if not len(mine):
             continue
         per_step = [mine[mine["step"] == s] for s in shown]
+        label = slot_label(slot, utf8(path))
+        if phase == Phase.OPT:  # as the optimizer step left it, not as the module ran
+            label += " after the step"
         climb = Climb(
-            label=slot_label(slot, utf8(path)),
+            label=label,
             dtype=utf8(mine[-1]["dtype"]),
             steps=tuple(shown),
             absmax=tuple(_absmax(r) for r in per_step),
