@@ -193,3 +193,30 @@ def test_under_tensor_parallel_the_watch_reads_shards_and_names_the_op(tmp_path)
     assert "aten::div (inf) from " in found[0] and "tp_pinpoint.py:" in found[0]
     assert "then NaN by aten::addmm" in found[0]
     assert "came from another rank" in out.stderr
+
+
+class _Scale(nn.Module):
+    def forward(self, x, by):
+        return x / by
+
+
+class _Wrapper(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.scale = _Scale()
+
+    def forward(self, x):
+        return self.scale(self.lin(x), by=torch.zeros(()))  # x / 0: inf, a keyword argument
+
+
+def test_an_inf_said_where_a_later_module_passed_it_on_is_run_again_where_it_was_born(tmp_path):
+    """The inf is seen to be no mask only when the wrapper returns it; the op-level check
+    runs the module it was born in again, with that call's own inputs and keywords."""
+    model = _Wrapper()
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        model(torch.ones(2, 4))
+    message = tables(tmp_path / "run.h5")["alerts"]["message"][0].decode()
+    assert message.startswith("inf first appeared at step 0 in model.scale (_Scale) forward output")
+    assert "; model returned it; made by aten::div (inf) from " in message
+    assert "return x / by" in message and "(run again on its inputs)" in message

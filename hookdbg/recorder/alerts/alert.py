@@ -43,6 +43,9 @@ class Alert:
     origin: Call | None = field(default=None, repr=False)  # the call, when there is one
     # live objects for an interactive breakpoint; never written to the file
     context: dict[str, object] = field(default_factory=dict, repr=False)
+    # an inf's birth, said where a later module passed it on: the call it was born in
+    # (its module, inputs and keyword arguments), for the op-level check to run again
+    born: dict[str, object] | None = field(default=None, repr=False)
 
     @property
     def step(self) -> int:

@@ -104,8 +104,7 @@ class OpCheck(TorchDispatchMode):
         self.ours = ours
         self.stop = stop
         self.carried: WeakIdKeyDictionary = WeakIdKeyDictionary()  # tensor -> Birth | _CAME_IN
-        self.births: list[tuple[int, Birth]] = []  # (step, birth), the first few, in order
-        self.step = -1  # the step running (set by the Pinpointer)
+        self.births: list[Birth] = []  # the first few, in the order they happened
         self.failure: str | None = None  # why it stopped looking (a bug in hookdbg)
 
     def __torch_dispatch__(
@@ -163,7 +162,7 @@ class OpCheck(TorchDispatchMode):
         op = schema.name if schema is not None else str(func)
         birth = Birth(op, kind, name, where, code, cause)
         if len(self.births) < 64:
-            self.births.append((self.step, birth))
+            self.births.append(birth)
         return birth
 
     def _line(self) -> tuple[str | None, str | None]:
@@ -316,7 +315,7 @@ def _own_hooks(module: torch.nn.Module) -> bool:
     return False
 
 
-def _call_kwargs(module: torch.nn.Module) -> dict | None:
+def call_kwargs(module: object) -> dict | None:
     """The keyword arguments ``module`` was called with, from torch's ``_call_impl``
     frame around the forward hook that is running (None if it cannot be seen)."""
     frame: types.FrameType | None = sys._getframe(1)
@@ -359,8 +358,8 @@ def rerun(
     if a is None or kw is None:
         return "an argument is an object a second run could change"
     for t in _floating((a, kw)):
-        if _finite(t) is False:
-            return "its inputs were changed in place while it ran"
+        if _has_nan(t):  # an origin's inputs held none (infs they may)
+            return "its inputs were changed in place since it ran"
     devices = sorted(
         {t.device.index or 0 for t in (*module.parameters(), *module.buffers()) if t.is_cuda}
     )
@@ -381,7 +380,7 @@ def rerun(
             if not t.is_floating_point() or _finite(t) is not False:
                 return "run again, it gave finite values: a random or non-deterministic op"
     if check.births:
-        return check.births[0][1]
+        return check.births[0]
     return "run again, the op that made it was not seen"
 
 
@@ -458,7 +457,6 @@ class _Sought:
 
     key: tuple
     label: str  # "the NaN at step 3 in model.norm (L2Norm) backward grad_input[0]"
-    kind: str  # "NaN", "inf", "NaN and inf"
     until: int  # the last step watched
 
 
@@ -505,11 +503,15 @@ class Pinpointer:
                 return
         why = None
         if alert.phase == Phase.FWD and alert.slot == Slot.OUTPUT:
-            module, args = alert.context.get("module"), alert.context.get("inputs")
+            # the call it was found in, or, for an inf said where a later module passed
+            # it on, the one it was born in
+            context, alert.born = alert.born or alert.context, None
+            module, args = context.get("module"), context.get("inputs")
             why = why_not_rerun(module, alert.module.ref(), args, _ranks() > 1)
             if why is None:
                 assert isinstance(module, torch.nn.Module) and isinstance(args, tuple)
-                kwargs = _call_kwargs(module)
+                given = context.get("kwargs", call_kwargs(module))
+                kwargs = given if isinstance(given, dict) else None
                 if kwargs is None:
                     why = "its keyword arguments could not be seen"
                 else:
@@ -551,7 +553,6 @@ class Pinpointer:
             self.sought.clear()
             self.stop()
             return
-        self.check.step = step
         for sought in [s for s in self.sought if step > s.until]:
             self.sought.remove(sought)
             self._not_found(sought, f"in the {WATCH_STEPS} steps after it")
@@ -579,31 +580,18 @@ class Pinpointer:
             self._anomaly = None
 
     def _not_found(self, sought: _Sought, when: str) -> None:
-        """Said of an origin that did not come again at its place: and the first value
-        of its kind born while the check was on, if one was (likely the same fault: the
-        script may have skipped the step where it would have been seen, as trainers do
-        with a non-finite loss)."""
-        kind = "NaN" if "NaN" in sought.kind else "inf"
-        seen = next(
-            ((s, b) for s, b in (self.check.births if self.check else []) if b.kind == kind), None
+        """Said of an origin that did not come again at its place."""
+        text = (
+            f"op-level check: {sought.label} did not come again at its place {when}, so "
+            "the op that made it is not known"
         )
-        value: dict[str, object] = {"alert": list(sought.key), "found": False}
-        text = f"op-level check: {sought.label} did not come again at its place {when}"
-        if seen is None:
-            text += ", so the op that made it is not known"
-        else:
-            step, birth = seen
-            text += (
-                f"; the first {kind} born while it looked was made by {birth.text()} at step {step}"
-            )
-            value.update(nearest=birth.fields(), nearest_step=step)
         self.say(text)
-        value["text"] = text.removeprefix("op-level check: ")
+        value = {"alert": list(sought.key), "found": False, "text": text.split(": ", 1)[1]}
         self.note(self.INFO_KEY, _fitted(value))
 
     def _watch(self, alert: Alert, why: str | None) -> None:
         label = f"the {alert.kind} {alert.segment.when} in {alert.where}"
-        self.sought.append(_Sought(_key(alert), label, alert.kind, alert.step + WATCH_STEPS))
+        self.sought.append(_Sought(_key(alert), label, alert.step + WATCH_STEPS))
         reason = f" ({why})" if why else ""
         self.status(
             f"op-level check: on for the next {WATCH_STEPS} steps, to name the op that "
@@ -615,7 +603,6 @@ class Pinpointer:
         self._anomaly = (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled())
         torch.set_anomaly_enabled(True, False)  # keeps each node's forward line
         self.check = OpCheck(self.ours)
-        self.check.step = self.sought[-1].key[0]
         self.check.__enter__()
 
     def _carried(self, alert: Alert) -> Birth | None:
@@ -652,7 +639,7 @@ def _fitted(value: dict[str, object]) -> str:
     not fit, the fields that repeat them are dropped (source lines first)."""
     text = json.dumps(value)
     cause = value.get("from")
-    for drop in ("code", "from.code", "nearest", "from", "where"):
+    for drop in ("code", "from.code", "from", "where"):
         if len(text.encode()) <= MESSAGE_BYTES:
             break
         if drop == "from.code" and isinstance(cause, dict):

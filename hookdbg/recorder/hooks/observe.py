@@ -21,6 +21,7 @@ from hookdbg.options import Level
 from hookdbg.recorder.alerts.alert import checked
 from hookdbg.recorder.alerts.capture import Capturer, FlightRecorder
 from hookdbg.recorder.alerts.nonfinite import OriginDetector
+from hookdbg.recorder.alerts.pinpoint import call_kwargs
 from hookdbg.recorder.calls.calls import Call, Seen, Segment, StepState
 from hookdbg.recorder.calls.cboundary import called_from_c
 from hookdbg.recorder.calls.envelope import Guard
@@ -348,6 +349,11 @@ class TensorObserver:
         # replayed after its step's optimizer stepped: its weights are not those it ran with
         weights = None if deferred and seg.stepped else live
         alert = self.detector.forward_output(call, path, seen, weights, seg, when)
+        birth = seen.birth
+        if birth is not None and birth.origin is call and not birth.reported and not deferred:
+            # an inf, said once a later module passes it on: what the op-level check
+            # needs to run this call again then (pinpoint.py), held until the step ends
+            birth.born = {"module": live, "inputs": args, "kwargs": call_kwargs(live)}
         self.alert(alert, module=live, inputs=args, output=result)
 
     @called_from_c
