@@ -179,7 +179,9 @@ class Plot(Widget):
                 continue
             level = (top - lo) / (hi - lo) if hi > lo else 0.5
             eighths = max(1, round(level * rows * 8)) - 8 * (rows - 1 - row)
-            style = self._style("here" if here else RUNS[k])
+            # the current step's colour where one run is drawn; in a diff each run keeps
+            # its own (the ▲ under the axis says which step is the current one)
+            style = self._style("here" if here and count == 1 else RUNS[k])
             out.append(BLOCKS[min(8, max(0, eighths))] * cells, style)
         out.append(" " * gap)
         return out

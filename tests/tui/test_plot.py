@@ -97,6 +97,12 @@ async def test_two_runs_share_one_plot_one_scale_and_one_height(size, monkeypatc
                 else:
                     assert tall[0] == tall[1] or (tall[0] > tall[1]) == (top_a > top_b), step
         assert len(curve_a.steps) and len(curve_b.steps)
+        here = plot._buckets[plot._here]  # the current step's bars: a's colour, then b's
+        rows = len(lines) - 1
+        lo, hi = plot._range or (0.0, 0.0)
+        drawn_here = plot._column(here, 8, rows - 1, rows, lo, hi, here=True)
+        styles = {str(drawn_here.get_style_at_offset(app.console, i)) for i in (0, 5)}
+        assert len(styles) == 2, styles
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
