@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 import hookdbg
+from hookdbg.store.schema import Slot
 from tests.helpers import SAMPLES, tables
 from tests.helpers import hookdbg as run_hookdbg
 
@@ -99,3 +100,27 @@ def test_a_headroom_share_outside_the_range_is_refused(tmp_path, share):
     assert out.returncode == 2
     assert "--headroom must be a share of the range above 0 and at most 1" in out.stderr
     assert not (tmp_path / "run.h5").exists()
+
+
+class _ToFp8(nn.Module):
+    def forward(self, x):
+        return x.to(torch.float8_e5m2)
+
+
+@pytest.mark.skipif(not hasattr(torch, "float8_e5m2"), reason="no float8 in this torch")
+def test_an_fp8_output_is_summarised_and_its_climb_warned_of(tmp_path):
+    """float8_e5m2 tops out at 57344: an output growing 4x a step is warned of at 14%."""
+    model = nn.Sequential(nn.Linear(4, 4), _ToFp8())
+    with torch.no_grad():
+        model[0].weight.fill_(0.5)
+        model[0].bias.zero_()
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        for step in range(8):  # outputs 2 x 4**step: 8192 (14%) at step 6
+            model(torch.full((2, 4), 4.0**step)).float().sum().backward()
+    t = tables(tmp_path / "run.h5")["tensors"]
+    rows = t[(t["dtype"] == b"float8_e5m2") & (t["step"] == 2) & (t["slot"] == Slot.OUTPUT)]
+    assert len(rows) and (rows["max"] == 32.0).all() and (rows["nan"] == 0).all()  # 16 x 2
+    [warning] = _warnings(tmp_path / "run.h5")
+    assert warning["dtype"] == "float8_e5m2" and warning["largest"] == 57344.0
+    assert warning["step"] == 6 and warning["within"] == 2
+    assert warning["growth"] == pytest.approx(4.0)

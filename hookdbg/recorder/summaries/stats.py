@@ -73,6 +73,13 @@ _MEASURED = _FLOATS | _INTEGERS
 INTEGER_CONTRACT = ("min", "max", "nan", "posinf", "neginf", "zero_frac")
 INTEGER_NAMES = frozenset(str(d).removeprefix("torch.") for d in _INTEGERS)  # dtype names
 _NATIVE = frozenset({torch.float32, torch.float64})
+# the 8-bit floating formats: summarised on the host in float32, which holds them exactly
+# (the one-pass kernel and the device's batched statistics leave them shape-only)
+_FP8 = frozenset(
+    getattr(torch, name)
+    for name in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+    if hasattr(torch, name)
+)
 _NAN = float("nan")
 
 
@@ -250,9 +257,9 @@ def _torch_summary(t: torch.Tensor) -> Summary:
     t = t.detach()
     dtype = t.dtype
     n = t.numel()
-    if dtype not in _FLOATS or n == 0:
+    if (dtype not in _FLOATS and dtype not in _FP8) or n == 0:
         return _integer(t, n) if n and dtype in _INTEGERS else shape_only(t)
-    if n == 1:
+    if n == 1 and dtype not in _FP8:
         return _one_value(t)
     if n <= NUMPY_MAX and dtype in _NATIVE and t.is_cpu:
         return _small(t, n)
