@@ -622,7 +622,11 @@ class Pinpointer:
         if sought is None:
             return
         self.sought.remove(sought)
-        how = f"seen again at step {alert.step}"
+        how = (
+            f"seen again at step {alert.step}"
+            if alert.step != sought.key[0]
+            else f"seen again, still in step {alert.step}: no optimizer step came between"
+        )
         self.say(f"op-level check: {sought.label} was made by {birth.text()} ({how})")
         self._row(alert, birth, how, sought.key)
         if not self.sought:
