@@ -20,6 +20,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.events import Resize
+from textual.message import Message
 from textual.strip import Strip
 from textual.widgets import DataTable, Static
 
@@ -189,6 +190,15 @@ class DetailTable(DataTable[Text]):
     wherever the focus is). Scrolled sideways, a column that would show in part is
     left blank: the tail of ``0.09269`` read ``9`` next to the frozen slot column."""
 
+    @dataclass
+    class Taller(Message):
+        """The table's height changed (its pane's did not, or not as much)."""
+
+        height: int
+
+    def on_resize(self, event: Resize) -> None:
+        self.post_message(self.Taller(event.size.height))
+
     def render_line(self, y: int) -> Strip:
         strip = super().render_line(y)
         width, x = self.size.width, int(self.scroll_x)
@@ -237,6 +247,7 @@ class DetailPane(Vertical):
         self._showing: tuple[str, str, bool] | None = None
         self._shown: list[Column] = []
         self._histogram_of: Detail | None = None
+        self._tall = False  # the rows were taller than the table at the last fill
 
     def compose(self) -> ComposeResult:
         yield Static(id="detail-title")
@@ -281,6 +292,13 @@ class DetailPane(Vertical):
         if self._histogram_of is not None:
             self._histogram(self._histogram_of)
 
+    def on_detail_table_taller(self, event: DetailTable.Taller) -> None:
+        """The table grew or shrank inside the pane (a notice or the histogram line
+        above or below it changed): whether its rows need a vertical scrollbar, and so
+        which columns fit, may have changed with it."""
+        if self._rows and (len(self._rows) + 1 > event.height) != self._tall:
+            self._fill()
+
     def _style(self, name: str) -> str:
         return str(self.get_component_rich_style(f"detail-pane--{name}", partial=True))
 
@@ -302,6 +320,7 @@ class DetailPane(Vertical):
         # or than the table less a row for the horizontal one that a narrowed table has
         width, lines = self.content_region.width, len(self._rows) + 1
         tall, tall_narrowed = lines > table.size.height, lines > table.size.height - 1
+        self._tall = tall
         room = width - tall if width else 0
         needed = frozenset(k for r in self._rows for k in r.differ)
         self._shown = fit(columns, widths, room, needed | {"run", "slot"}) if room else columns

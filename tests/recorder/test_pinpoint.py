@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 import hookdbg
+from hookdbg.read import Status, open_recording
 from hookdbg.recorder.alerts.pinpoint import OpCheck
 from tests.helpers import hookdbg as run_hookdbg
 from tests.helpers import tables, torchrun
@@ -184,9 +185,12 @@ def test_under_tensor_parallel_the_watch_reads_shards_and_names_the_op(tmp_path)
     rank says the NaN came from another rank. Both finish, as without hookdbg."""
     script = Path(__file__).with_name("tp_pinpoint.py")
     plain = torchrun(script, cwd=tmp_path)
-    assert plain.returncode == 0, plain.stderr
+    _finished(plain)
     out = torchrun("-m", "hookdbg", "record", "-o", tmp_path / "run.h5", script, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
+    _finished(out)
+    for rank in (0, 1):
+        with open_recording(tmp_path / f"run.rank{rank}.h5") as rec:
+            assert rec.status is Status.COMPLETE
     # two ranks write to one pipe: a line may run into the next
     losses = re.compile(r"rank \d step \d loss (?:nan|-?[\d.]+)")
     assert sorted(losses.findall(out.stdout)) == sorted(losses.findall(plain.stdout))
@@ -223,3 +227,13 @@ def test_an_inf_said_where_a_later_module_passed_it_on_is_run_again_where_it_was
     assert message.startswith("inf first appeared at step 0 in model.scale (_Scale) forward output")
     assert "; model returned it; made by aten::div (inf) from " in message
     assert "return x / by" in message and "(run again on its inputs)" in message
+
+
+def _finished(run: subprocess.CompletedProcess[str]) -> None:
+    """Both ranks ran to their end. Now and then torch's threads abort a process as the
+    interpreter tears them down, after everything is done and printed ("terminate
+    called without an active exception", tests/cli/sharded_train.py says how often):
+    that exit is torch's, not the run's."""
+    if run.returncode != 0:
+        assert "terminate called without an active exception" in run.stderr, run.stderr
+    assert run.stdout.count("step 4 loss") == 2, run.stdout
