@@ -45,7 +45,7 @@ def placement(env: Mapping[str, str] | None = None) -> Placement:
     else what the launcher put in the environment (torchrun: ``RANK``, ``WORLD_SIZE``,
     ``LOCAL_RANK``). Lightning's launcher sets ``WORLD_SIZE`` and ``LOCAL_RANK`` but no
     ``RANK``: on one node the local rank is the rank."""
-    live = _initialized_process_group()
+    live = initialized_process_group()
     env = os.environ if env is None else env
     local = _int(env.get("LOCAL_RANK"), 0)
     if live is not None:
@@ -56,7 +56,7 @@ def placement(env: Mapping[str, str] | None = None) -> Placement:
     return Placement(rank if 0 <= rank < world else 0, world, local)
 
 
-def _initialized_process_group() -> tuple[int, int] | None:
+def initialized_process_group() -> tuple[int, int] | None:
     """(rank, world size) of torch.distributed's default group, if the script has set one
     up; torch is not imported for this (if it is not loaded, nothing was set up)."""
     dist = sys.modules.get("torch.distributed")

@@ -256,8 +256,7 @@ class Actions:
                 pinpoint.stop()
             problem = f"op-level check failed, and is off: {type(exc).__name__}: {exc}"
             self.warn(problem)
-            with self.guard.lock:
-                self.rows.info.append((time(), pinpoint.FAILED_KEY, problem[:MESSAGE_BYTES]))
+            pinpoint.note(pinpoint.FAILED_KEY, problem)
 
     def _fly(self, alert: Alert) -> None:
         """Write the flight recorder's tensors around a new origin."""

@@ -40,6 +40,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
+from hookdbg.ranks import initialized_process_group
 from hookdbg.recorder.alerts.alert import Alert
 from hookdbg.recorder.calls.labels import HOOKDBG_DIR, TORCH_DIR
 from hookdbg.recorder.calls.tensors import iter_args, iter_tensors
@@ -281,7 +282,7 @@ def _copies(value: object) -> object:
     an in-place op); None where something in it is neither a tensor nor a plain value (a
     cache object, which a re-run would change)."""
     if isinstance(value, torch.Tensor):
-        if type(value) not in (torch.Tensor, torch.nn.Parameter):
+        if type(value) not in _PLAIN:
             return None  # a subclass (a DTensor) may run collectives
         return value.detach().clone().requires_grad_(value.requires_grad)
     if isinstance(value, _VALUES):
@@ -496,7 +497,7 @@ class Pinpointer:
         if alert.slot == Slot.INPUT and alert.origin is not None and alert.origin.parent is None:
             return  # the model's input: the data
         if self.check is not None:  # the watch is on: it saw this one born
-            birth = self._carried(alert)
+            birth = self._birth_of(alert)
             if birth is not None:
                 alert.note += f"; made by {birth.text()} (the op-level check was on)"
                 self._row(alert, birth, "the op-level check was on")
@@ -507,10 +508,10 @@ class Pinpointer:
             # it on, the one it was born in
             context, alert.born = alert.born or alert.context, None
             module, args = context.get("module"), context.get("inputs")
-            why = why_not_rerun(module, alert.module.ref(), args, _ranks() > 1)
+            why = why_not_rerun(module, alert.module.ref(), args, _several_ranks())
             if why is None:
                 assert isinstance(module, torch.nn.Module) and isinstance(args, tuple)
-                given = context.get("kwargs", call_kwargs(module))
+                given = context["kwargs"] if "kwargs" in context else call_kwargs(module)
                 kwargs = given if isinstance(given, dict) else None
                 if kwargs is None:
                     why = "its keyword arguments could not be seen"
@@ -527,7 +528,7 @@ class Pinpointer:
         """An alert while the watch is on: does its tensor carry a birth it saw?"""
         if self.check is None or not self.sought:
             return
-        birth = self._carried(alert)
+        birth = self._birth_of(alert)
         if birth is not None:
             self._found(alert, birth)
 
@@ -605,7 +606,8 @@ class Pinpointer:
         self.check = OpCheck(self.ours)
         self.check.__enter__()
 
-    def _carried(self, alert: Alert) -> Birth | None:
+    def _birth_of(self, alert: Alert) -> Birth | None:
+        """The birth the watch saw that the alert's own tensor carries."""
         check = self.check
         if check is None:
             return None
@@ -662,9 +664,10 @@ def _always() -> bool:
     return True
 
 
-def _ranks() -> int:
-    dist = torch.distributed
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+def _several_ranks() -> bool:
+    """Whether the script set up a process group of more than one rank."""
+    group = initialized_process_group()
+    return group is not None and group[1] > 1
 
 
 def _key(alert: Alert) -> tuple:
