@@ -131,10 +131,10 @@ class AlertsScreen(Closing, Screen[Jump | None]):
         words do not say it already) and its run-up."""
         shown = self.query_one("#alert-run-up", Static)
         rank, report = self.reports[i]
-        op = report.op
+        op = report.op_said_apart
         parts: list[RenderableType] = []
-        if op is not None and op["text"] not in utf8(report.alert["message"]):
-            parts.append(Text(printable(f"the op: {op['text']}")))
+        if op is not None:
+            parts.append(Text(printable(f"the op: {op}")))
         if i not in self._climbs:
             try:
                 self._climbs[i] = run_up(self.recordings[rank], report)

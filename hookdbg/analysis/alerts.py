@@ -28,6 +28,14 @@ class AlertReport:
     # its ``text`` says it; recorder/alerts/pinpoint.py), None if not looked for
     op: dict | None = None
 
+    @property
+    def op_said_apart(self) -> str | None:
+        """What was found of the op, where the alert's own words do not say it already
+        (a re-run's finding is in them; a watch's came later)."""
+        if self.op is None or self.op["text"] in utf8(self.alert["message"]):
+            return None
+        return str(self.op["text"])
+
 
 def alert_reports(recording: Recording) -> list[AlertReport]:
     reports = []

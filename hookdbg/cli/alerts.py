@@ -121,8 +121,9 @@ class Alerts(Report):
             where = "" if rank is None else f" on rank {rank}"
             message = literal(utf8(r.alert["message"]))
             out.print(f"\n{mark}[bold]alert {n}{where}[/bold]: {message}")
-            if r.op is not None and r.op["text"] not in message:
-                out.print(literal(f"  the op: {r.op['text']}"))
+            op = r.op_said_apart
+            if op is not None:
+                out.print(literal(f"  the op: {op}"))
             if r.tensor is not None:
                 out.print(tensor_table(None, [r.tensor], rec))
             if len(r.context):
