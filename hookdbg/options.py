@@ -207,8 +207,8 @@ def _finite(value: object) -> bool:
 
 
 def _fraction(value: object) -> bool:
-    """A number in (0, 1]."""
-    return isinstance(value, numbers.Real) and 0 < float(value) <= 1
+    """A number in (0, 1] (``_finite``'s: not a bool, not NaN)."""
+    return _finite(value) and 0 < float(value) <= 1  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -248,7 +248,7 @@ class RecordOptions:
                 f"unknown --on-headroom action {self.on_headroom!r}; use one of: "
                 f"{', '.join(ON_NAN_ACTIONS)}"
             )
-        if isinstance(self.headroom, bool) or not _fraction(self.headroom):
+        if not _fraction(self.headroom):
             raise OptionError(
                 f"--headroom must be a share of the range above 0 and at most 1, not "
                 f"{self.headroom!r}"

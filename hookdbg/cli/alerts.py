@@ -104,7 +104,7 @@ class Alerts(Report):
         run = self.run
         recs = run.recordings.items() if isinstance(run, RankSet) else [(None, run)]
         found = [(rank, rec, w) for rank, rec in recs for w in rec.headroom]
-        return sorted(found, key=lambda t: (str(t[2].get("step", 0)), t[0] or 0))
+        return sorted(found, key=lambda t: (_step(t[2]), t[0] or 0))
 
     def render(self, out: Output) -> None:
         warnings = self._headroom()
@@ -166,6 +166,12 @@ _HEADROOM_FIELDS = (
     "within",
     "text",
 )
+
+
+def _step(warning: dict) -> int:
+    """A headroom warning's step (0 where its row, damaged, has none)."""
+    step = warning.get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else 0
 
 
 def _module_name(rec: Recording, module: object) -> str | None:

@@ -124,3 +124,23 @@ def test_an_fp8_output_is_summarised_and_its_climb_warned_of(tmp_path):
     assert warning["dtype"] == "float8_e5m2" and warning["largest"] == 57344.0
     assert warning["step"] == 6 and warning["within"] == 2
     assert warning["growth"] == pytest.approx(4.0)
+
+
+def test_alerts_lists_headroom_warnings_in_step_order(tmp_path):
+    """Two float16 outputs doubling a step would reach half the range at steps 3 and 12;
+    each is warned of a step ahead, and `alerts` says them in step order (as numbers: 2
+    before 11)."""
+    fast, slow = nn.Linear(1, 1).half(), nn.Linear(1, 1).half()
+    with torch.no_grad():
+        for layer in (fast, slow):
+            layer.bias.zero_()
+        fast.weight.fill_(4096.0)  # 4096 x 2**step: 32768 = 50% at step 3
+        slow.weight.fill_(8.0)  # 8 x 2**step: 32768 at step 12
+    with hookdbg.record(tmp_path / "run.h5", quiet=True):
+        for step in range(13):
+            x = torch.full((1, 1), 2.0**step).half()
+            fast(x).float().sum().backward()
+            slow(x).float().sum().backward()
+    report = json.loads(run_hookdbg("alerts", "--json", tmp_path / "run.h5").stdout)
+    steps = [(w["module"], w["step"]) for w in report["headroom"]]
+    assert steps == [("fast", 2), ("slow", 11)], steps
