@@ -150,7 +150,27 @@ class ModuleFilter:
         return " ".join([*self.include, *(f"!{p}" for p in self.exclude)]) or "*"
 
 
-ON_NAN_ACTIONS = ("warn", "break", "raise", "stop")
+ON_NAN_ACTIONS = ("record", "warn", "break", "raise", "stop")
+ON_HEADROOM_ACTIONS = ("warn", "break", "raise", "stop")
+ZOOM_STEPS = 5  # the steps ``--on-nan record`` records at stats after an unchecked NaN
+MAX_ZOOM = 100_000
+
+
+def on_nan_action(text: str) -> tuple[str, int]:
+    """``--on-nan``'s action and, for ``record[=N]``, the steps it records."""
+    action, equals, steps = text.partition("=")
+    if action not in ON_NAN_ACTIONS or (equals and action != "record"):
+        raise OptionError(
+            f"unknown --on-nan action {text!r}; use one of: record[=N], "
+            f"{', '.join(ON_NAN_ACTIONS[1:])}"
+        )
+    if not equals:
+        return action, ZOOM_STEPS
+    if not steps.isdigit() or not 1 <= int(steps) <= MAX_ZOOM:
+        raise OptionError(
+            f"--on-nan record=N takes the steps to record, 1 to {MAX_ZOOM:,}, not {steps!r}"
+        )
+    return action, int(steps)
 
 
 MB = 1 << 20
@@ -219,10 +239,13 @@ class RecordOptions:
     modules: ModuleFilter = field(default_factory=ModuleFilter)
     every: int = 1
     steps: StepRange = field(default_factory=StepRange)
-    on_nan: str = "warn"  # what a NaN/inf origin does
+    on_nan: str = "record"  # what a NaN/inf origin does
+    zoom: int = ZOOM_STEPS  # steps "record" records at stats after a NaN seen unchecked
     headroom: float = 0.5  # the share of a reduced-range dtype's range that warns
     on_headroom: str = "warn"  # what a headroom warning does (recorder/alerts/headroom.py)
-    nan_check: bool | None = None  # None: on at --level stats, off below
+    # every tensor checked: None: at --level stats (below it, the sentinel's check
+    # only); False: no check at all
+    nan_check: bool | None = None
     capture: ModuleFilter | None = None  # modules whose full tensors are stored
     capture_steps: StepRange = field(default_factory=StepRange)
     capture_budget: int = 512 * MB
@@ -239,14 +262,14 @@ class RecordOptions:
             raise OptionError(f"--every must be a whole number of steps, not {self.every!r}")
         if self.every < 1:
             raise OptionError(f"--every must be at least 1, not {self.every}")
-        if self.on_nan not in ON_NAN_ACTIONS:
-            raise OptionError(
-                f"unknown --on-nan action {self.on_nan!r}; use one of: {', '.join(ON_NAN_ACTIONS)}"
-            )
-        if self.on_headroom not in ON_NAN_ACTIONS:
+        action, zoom = on_nan_action(self.on_nan)
+        if action != self.on_nan:  # "record=N"
+            object.__setattr__(self, "on_nan", action)
+            object.__setattr__(self, "zoom", zoom)
+        if self.on_headroom not in ON_HEADROOM_ACTIONS:
             raise OptionError(
                 f"unknown --on-headroom action {self.on_headroom!r}; use one of: "
-                f"{', '.join(ON_NAN_ACTIONS)}"
+                f"{', '.join(ON_HEADROOM_ACTIONS)}"
             )
         if not _fraction(self.headroom):
             raise OptionError(
@@ -261,9 +284,8 @@ class RecordOptions:
         megabytes("--capture-budget", self.capture_budget / MB, off=False)
         megabytes("--flight-recorder", self.flight_budget / MB, off=True)
         megabytes("--max-backlog", self.max_backlog_bytes / MB, off=False)
-        if self.on_nan != "warn" and not self.checks_nan:
-            fix = "drop --no-nan-check" if self.nan_check is False else "add --nan-check"
-            raise OptionError(f"--on-nan {self.on_nan} needs NaN checks: {fix}")
+        if self.on_nan not in ("record", "warn") and not self.sentinel:
+            raise OptionError(f"--on-nan {self.on_nan} needs NaN checks: drop --no-nan-check")
         if self.idle and (self.steps != StepRange() or self.every != 1):
             raise OptionError(
                 "--idle records no step until `hookdbg ctl` asks: drop --steps and --every"
@@ -285,7 +307,14 @@ class RecordOptions:
 
     @property
     def checks_nan(self) -> bool:
+        """Every tensor of a recorded step is checked for NaN/inf."""
         return self.level == Level.STATS if self.nan_check is None else self.nan_check
+
+    @property
+    def sentinel(self) -> bool:
+        """NaN/inf are checked at all: where not in every tensor, by the sentinel
+        (recorder/alerts/sentinel.py)."""
+        return self.nan_check is not False
 
     @classmethod
     def build(
@@ -328,7 +357,7 @@ class RecordOptions:
             "modules": str(self.modules),
             "every": self.every,
             "steps": str(self.steps),
-            "on_nan": self.on_nan,
+            "on_nan": f"record={self.zoom}" if self.on_nan == "record" else self.on_nan,
             "headroom": self.headroom,
             "on_headroom": self.on_headroom,
             "nan_check": self.checks_nan,

@@ -268,6 +268,8 @@ def _print_status(rank: int, rec: Recording) -> None:
     for when, seq, text in rec.answers[-5:]:
         stamp = time.strftime("%H:%M:%S", time.localtime(when))
         click.echo(printable(f"    {stamp}  {seq}: {text}"))
+    for zoom in rec.zooms[-3:]:
+        click.echo(printable(f"  after a NaN: {zoom['text']}"))
     for when, text in rec.channel_notes[-3:]:
         stamp = time.strftime("%H:%M:%S", time.localtime(when))
         click.echo(printable(f"  control file, {stamp}: {text}"))

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from hookdbg.cli.common import BadInput, human_bytes, plural
-from hookdbg.options import ON_NAN_ACTIONS, OptionError, RecordOptions
+from hookdbg.options import ON_HEADROOM_ACTIONS, ZOOM_STEPS, OptionError, RecordOptions
 from hookdbg.ranks import placement, rank_path
 from hookdbg.store import owner
 from hookdbg.store.owner import busy
@@ -87,12 +87,14 @@ Examples:
 )
 @click.option(
     "--on-nan",
-    type=click.Choice(ON_NAN_ACTIONS),
-    default="warn",
+    default="record",
     show_default=True,
-    help="What the origin of a NaN or +/-inf does: warn and go on; break into pdb there "
-    "(falls back to stop without a terminal); raise hookdbg.NonFiniteError in the script; "
-    "or stop the run (exit status 3).",
+    metavar="ACTION",
+    help="What the origin of a NaN or +/-inf does: record[=N] warns, and where the step's "
+    "module calls were not checked (below --level stats, a step --every or --idle leaves "
+    f"out) records the next N steps (default {ZOOM_STEPS}) at stats to find where it was "
+    "born; warn only warns; break drops into pdb there (stop without a terminal); raise "
+    "raises hookdbg.NonFiniteError in the script; stop ends the run (exit status 3).",
 )
 @click.option(
     "--headroom",
@@ -106,7 +108,7 @@ Examples:
 )
 @click.option(
     "--on-headroom",
-    type=click.Choice(ON_NAN_ACTIONS),
+    type=click.Choice(ON_HEADROOM_ACTIONS),
     default="warn",
     show_default=True,
     help="What a headroom warning does: as --on-nan (warn, break, raise, stop).",
@@ -114,9 +116,10 @@ Examples:
 @click.option(
     "--nan-check/--no-nan-check",
     default=None,
-    help="Check every summarised tensor for NaN/inf [default: on at --level stats]; "
-    "at timing/shapes, --nan-check adds a cheap min/max check, and the weights' norms "
-    "after each optimizer step.",
+    help="Check every summarised tensor for NaN/inf [default: at --level stats]. Where "
+    "tensors are not checked (timing, shapes, steps not recorded) a sentinel still reads "
+    "the model's outputs, the loss and the gradients once a step; --nan-check at "
+    "timing/shapes checks every tensor by min/max, --no-nan-check checks nothing.",
 )
 @click.option(
     "--capture",

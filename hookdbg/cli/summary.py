@@ -111,6 +111,7 @@ class Summary(Report):
             "first_alert": _first_alert(rec),
             "headroom_warnings": len(rec.headroom),
             "first_headroom_warning": rec.headroom[0]["text"] if rec.headroom else None,
+            "recorded_after_nan": [zoom["text"] for zoom in rec.zooms],
             "dropped_rows": rec.dropped_rows,
             "write_error": rec.write_error,
             "write_failed_at": rec.write_failed_at,
@@ -165,7 +166,10 @@ class Summary(Report):
 
 
 def _first_alert(rec: Recording) -> str | None:
-    return next((utf8(a["message"]) for a in rec.alerts if a["first"]), None)
+    """The first origin named, else (the sentinel's findings only) the first alert."""
+    alerts = rec.alerts
+    first = next((a for a in alerts if a["first"]), alerts[0] if len(alerts) else None)
+    return None if first is None else utf8(first["message"])
 
 
 def _facts(rec: Recording, view: Overview) -> list[tuple[str, str]]:
@@ -210,7 +214,8 @@ def _facts(rec: Recording, view: Overview) -> list[tuple[str, str]]:
     if rec.headroom:  # said before the alerts: they come first
         first = rec.headroom[0]["text"].removeprefix("headroom: ")
         facts.append(("headroom", f"{plural(len(rec.headroom), 'warning')}, the first: {first}"))
-    return [*facts, *failed, ("alerts", alerts), ("data lost", lost_text(rec))]
+    zooms = [("after NaN", zoom["text"]) for zoom in rec.zooms]
+    return [*facts, *failed, ("alerts", alerts), *zooms, ("data lost", lost_text(rec))]
 
 
 def _cut_attributes(cut: dict[str, str]) -> str:

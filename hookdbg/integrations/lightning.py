@@ -35,7 +35,7 @@ __all__ = ["HookdbgCallback"]
 
 class HookdbgCallback(Callback):  # type: ignore[misc]
     """Record ``trainer.fit`` into ``path`` (``run.rankN.h5`` per rank under a
-    multi-process strategy). ``on_nan``: warn, break, raise, or stop (the trainer
+    multi-process strategy). ``on_nan``: record[=N], warn, break, raise, or stop (the trainer
     stops cleanly at the end of the batch). ``ranks``: record only these ranks
     (default: all). Other keywords are those of ``hookdbg.record`` (``level``,
     ``modules``, ``every``, ``steps``, ``capture``, ``force``, ``quiet``, ...)."""
@@ -44,7 +44,7 @@ class HookdbgCallback(Callback):  # type: ignore[misc]
         self,
         path: str = "hookdbg.h5",
         *,
-        on_nan: str = "warn",
+        on_nan: str = "record",
         ranks: Iterable[int] | None = None,
         **options: Any,
     ) -> None:

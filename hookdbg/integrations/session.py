@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from hookdbg.options import ON_NAN_ACTIONS, OptionError, RecordOptions
+from hookdbg.options import OptionError, RecordOptions, on_nan_action
 from hookdbg.ranks import placement, rank_files
 from hookdbg.read import RecordingError, open_recording
 from hookdbg.recorder import Recorder, RecordError, record
@@ -47,7 +47,7 @@ class RecordingSession:
     def __init__(
         self,
         path: str,
-        on_nan: str = "warn",
+        on_nan: str = "record",
         ranks: Iterable[int] | None = None,
         options: dict[str, Any] | None = None,
     ) -> None:
@@ -58,8 +58,10 @@ class RecordingSession:
                 f"unknown hookdbg option {unknown[0]!r}; options are "
                 f"{', '.join(sorted(_RECORD_OPTIONS - {'on_nan'}))}"
             )
-        if on_nan not in ON_NAN_ACTIONS:
-            raise OptionError(f"unknown on_nan {on_nan!r}; use one of: {', '.join(ON_NAN_ACTIONS)}")
+        try:
+            on_nan_action(on_nan)
+        except OptionError as exc:
+            raise exc.as_keywords() from None
         self.path = path
         self.on_nan = on_nan
         self.ranks = None if ranks is None else frozenset(ranks)

@@ -28,7 +28,7 @@ __all__ = ["HookdbgCallback"]
 
 class HookdbgCallback(TrainerCallback):  # type: ignore[misc]
     """Record ``trainer.train()`` into ``path`` (``run.rankN.h5`` per process under
-    torchrun or accelerate). ``on_nan``: warn, break, raise, or stop (the trainer stops
+    torchrun or accelerate). ``on_nan``: record[=N], warn, break, raise, or stop (the trainer stops
     cleanly). ``ranks``: record only these process indexes (default: all). Other
     keywords are those of ``hookdbg.record`` (``level``, ``modules``, ``every``,
     ``steps``, ``capture``, ``force``, ``quiet``, ...)."""
@@ -37,7 +37,7 @@ class HookdbgCallback(TrainerCallback):  # type: ignore[misc]
         self,
         path: str = "hookdbg.h5",
         *,
-        on_nan: str = "warn",
+        on_nan: str = "record",
         ranks: Iterable[int] | None = None,
         **options: Any,
     ) -> None:

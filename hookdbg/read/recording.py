@@ -398,6 +398,9 @@ class Recording:
         # outputs that neared their dtype's largest finite value, in the order said
         # (recorder/alerts/headroom.py): each a JSON object whose ``text`` says it
         self.headroom = _objects(utf8(r["value"]) for r in facts if r["key"] == b"headroom")
+        # steps recorded at stats because the sentinel saw a NaN/inf where nothing was
+        # checked (recorder/alerts/sentinel.py, --on-nan record), in order
+        self.zooms = _objects(utf8(r["value"]) for r in facts if r["key"] == b"zoom")
         # what steering commands did (hookdbg ctl): (time, command number, answer), of
         # the rows read (``facts_cut``: not all were)
         self.answers = [

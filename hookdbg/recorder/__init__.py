@@ -29,7 +29,7 @@ def record(
     modules: str | list[str] | tuple[str, ...] | None = None,
     every: int = 1,
     steps: str | StepRange | None = None,
-    on_nan: str = "warn",
+    on_nan: str = "record",
     headroom: float = 0.5,
     on_headroom: str = "warn",
     nan_check: bool | None = None,
@@ -49,7 +49,7 @@ def record(
 
     Same options as ``hookdbg record``: ``level`` timing|shapes|stats, ``modules``
     globs (``!glob`` excludes), ``every`` N steps, ``steps`` "A:B", ``on_nan``
-    warn|break|raise|stop, ``headroom`` the share of a reduced-range dtype's range at
+    record[=N]|warn|break|raise|stop, ``headroom`` the share of a reduced-range dtype's range at
     which a module output warns before it overflows, ``on_headroom`` what that warning
     does (as ``on_nan``), ``capture`` globs of modules whose full tensors to store,
     ``histograms`` N bins of each summarised tensor's values (None: none), ``idle``:

@@ -115,6 +115,7 @@ static struct {
     X(broken) X(ref) X(transparent) X(selected) X(id) X(capture) X(recording)              \
     X(module_calls) X(calls) X(step) X(batch) X(seg) X(training) X(memo) X(last) X(every)  \
     X(tensors) X(rows) X(lookup) X(_recompute_inner) X(_root) X(_leave_other) X(check)     \
+    X(_root_ended)                                                                         \
     X(taint_parent) X(is_inference) X(_version) X(_base) X(requires_grad) X(numel)         \
     X(dtype) X(grad_fn) X(output_nr) X(register_prehook) X(register_hook) X(shape)         \
     X(is_cpu) X(is_contiguous) X(data_ptr) X(layout) X(_py_summarise) X(_check_input)      \
@@ -2558,6 +2559,12 @@ static int post_body(CallPath *p, double t0, PyObject *module, PyObject *args, P
     else
         p->root_time += total;
     if (result != G.RAISED && outputs(o, call, module, args, kwargs, result) < 0) goto done;
+    if (parent == Py_None) { /* the sentinel's look at a top-level call's outputs */
+        PyObject *a[2] = {(PyObject *)p, result};
+        PyObject *r = PyObject_VectorcallMethod(s__root_ended, a, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (r == NULL) goto done;
+        Py_DECREF(r);
+    }
     if (p->segment.deferring) {
         PyObject *taint = PyObject_GetAttr((PyObject *)o, s_taint_parent);
         if (taint == NULL) goto done;

@@ -31,6 +31,7 @@ import contextlib
 import dataclasses
 import gc
 import itertools
+import json
 import os
 import signal
 import sys
@@ -39,6 +40,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from time import perf_counter
 
@@ -50,10 +52,12 @@ from hookdbg.options import ModuleFilter, OptionError, RecordOptions, StepRange
 from hookdbg.ranks import placement
 from hookdbg.recorder import accelerated
 from hookdbg.recorder.alerts.actions import Actions, NonFiniteStop
+from hookdbg.recorder.alerts.alert import Alert
 from hookdbg.recorder.alerts.capture import Capturer, FlightRecorder
 from hookdbg.recorder.alerts.headroom import HeadroomWatch
-from hookdbg.recorder.alerts.nonfinite import OriginDetector
+from hookdbg.recorder.alerts.nonfinite import OriginDetector, nonfinite_weights
 from hookdbg.recorder.alerts.pinpoint import Pinpointer
+from hookdbg.recorder.alerts.sentinel import ZOOM, Sentinel
 from hookdbg.recorder.calls.calls import StepState
 from hookdbg.recorder.calls.handoff import Handoff
 from hookdbg.recorder.calls.naming import ModuleInfo, ModuleRegistry, compiled_model
@@ -153,7 +157,7 @@ class Recorder:
         self.guard = guard = per_call.guard()
         self.rows = rows = Rows(schema.tables(options.histograms))
         self.detector = detector = OriginDetector()
-        detector.watch_loss = options.checks_nan
+        detector.watch_loss = options.sentinel
         self._steps = steps = StepTracker()
         self._hooks = HookSet()
         self._registry = registry = ModuleRegistry(options.modules.selects, self._on_new_module)
@@ -165,7 +169,7 @@ class Recorder:
         self._handoff = handoff = Handoff(rows, min(0.5, options.flush_interval / 2))
         pinpoint = (
             Pinpointer(_owned_by(guard.lock), self._paused, self.report, self.warn, self._note)
-            if checks
+            if options.sentinel
             else None
         )
         self.actions = Actions(
@@ -182,6 +186,13 @@ class Recorder:
             options.on_headroom,
         )
         headroom = HeadroomWatch(options.headroom) if checks else None
+        sentinel = (
+            Sentinel(detector, self.actions.alert, partial(nonfinite_weights, registry))
+            if options.sentinel
+            else None
+        )
+        if sentinel is not None:
+            sentinel.defer_all = defer_cpu
         self._parts = parts = Parts(
             options,
             guard,
@@ -194,7 +205,10 @@ class Recorder:
             self.warn,
             pinpoint,
             headroom,
+            sentinel,
         )
+        if options.on_nan == "record":
+            self.actions.zoom = self._zoom
         self.observer = observer = per_call.observer(parts, self._capturer, self.actions.alert)
         observer.defer_all = defer_cpu
         # the segments (training steps and eval batches: recorder/steps/steps.py)
@@ -203,6 +217,8 @@ class Recorder:
         self.steering = Steering(options, control_path(self.path) if steerable else None)
         self._echo = AnswerEcho(self.warn)  # the answers said on stderr
         self._dumped = -1  # the last call whose flight recorder tensors ctl dump wrote
+        # the step and words of a finding whose next steps go at stats (``_zoom``)
+        self._zoom_after: tuple[int, str] | None = None
         self._plan = Plan(True, options.level, options.modules, options.capture)
         segments.plan = self._plan_step
         segments.boundary = self._boundary
@@ -212,6 +228,7 @@ class Recorder:
             guard, registry, observer, segments, rows, handoff, self._call_ids
         )
         segments.hooks = self._calls
+        self._calls.sentinel = parts.sentinel
         self._writer: Writer | None = None
         self._elsewhere: Elsewhere | None = None  # forked children's word (from start)
         self._backward: BackwardWatch | None = None  # set by start
@@ -459,6 +476,38 @@ class Recorder:
         or none (``idle``: the loss still watched). What ``hookdbg ctl FILE level`` asks."""
         self._submit("level", level=level)
 
+    def _zoom(self, alert: Alert) -> None:
+        """--on-nan record: the sentinel saw a NaN/inf where module calls were not
+        checked, so the next steps are recorded at stats, where a NaN that comes again
+        has its origin named (``_zoom_in``, at the next segment). A model run again
+        before its step ended begins that segment: a script that skips ``backward()``
+        and the optimizer step on a bad loss would otherwise never end its step."""
+        if self._zoom_after is None:  # what it found, in the words said then
+            self._zoom_after = (alert.step, f"{alert.kind} {alert.segment.when} in {alert.where}")
+        self._steps.split = True
+
+    def _zoom_in(self, step: int) -> None:
+        """At the beginning of ``step``: record it and the next at stats, as asked by
+        the sentinel's finding. Said on stderr and in the recording (``zoom``)."""
+        found, self._zoom_after = self._zoom_after, None
+        if found is None:
+            return
+        seen, what = found
+        command = Command(seq=0, op="record", steps=self.options.zoom, level="stats")
+        text = self.steering.apply(command, step)
+        if text.startswith(REFUSED):
+            line = f"not recording at stats after the {what}: {text.removeprefix(REFUSED)}"
+        else:
+            line = f"{text} to find where the {what} was born (--on-nan record)"
+            weights = nonfinite_weights(self._registry)
+            if weights:
+                line += (
+                    f"; but {plural(len(weights), 'weight')} already hold NaN/inf (as "
+                    f"{weights[0]}): what these steps find may have spread from them"
+                )
+        self.warn(line)
+        self._note(ZOOM, json.dumps({"text": line, "seen": seen}))
+
     def _submit(self, op: str, **fields: object) -> None:
         if self._closed:
             raise RecordError(f"the recording to {self.path} has ended: there is nothing to steer")
@@ -524,6 +573,7 @@ class Recorder:
         each in the recording (one flight recorder dump however many asked for it).
         True if one stopped the recording."""
         steering = self.steering
+        self._zoom_in(step)
         dumped = ""
         for command in steering.commands(time.monotonic()):
             if isinstance(command, Refused):
@@ -656,6 +706,8 @@ class Recorder:
                     after = f"{now - trained:.6f}"
                     self.rows.info.append((time.time(), "after_training", after))
             segments.read_batches(wait=True)
+            if self._parts.sentinel is not None:
+                self._parts.sentinel.read()
             if guard.alerts:
                 self.actions.act(actions=False)  # the script is over: nothing to stop
         except Exception:

@@ -175,8 +175,8 @@ def test_nan_check_switches(tmp_path):
     # from Python, errors name the keyword arguments, not the command line's flags
     with pytest.raises(ValueError, match="on_nan raise needs NaN checks: drop nan_check=False"):
         hookdbg.record(tmp_path / "x.h5", on_nan="raise", nan_check=False)
-    with pytest.raises(ValueError, match="needs NaN checks: add nan_check=True"):
-        hookdbg.record(tmp_path / "x.h5", on_nan="stop", level="timing")
+    # below stats the sentinel's check is one: an action can be asked of it
+    assert hookdbg.record(tmp_path / "y.h5", on_nan="stop", level="timing").options.sentinel
     with pytest.raises(ValueError, match=r"^every must be at least 1, not 0"):
         hookdbg.record(tmp_path / "x.h5", every=0)
     with pytest.raises(ValueError, match=r"module globs must be strings like 'layer3\.\*', not 5"):

@@ -17,7 +17,7 @@ from hookdbg.options import Level
 from hookdbg.read import open_recording
 from hookdbg.recorder import Recorder, RecordOptions, accelerated
 from hookdbg.recorder.steps.steering import Steering
-from hookdbg.store.schema import CaptureReason, Phase
+from hookdbg.store.schema import CaptureReason, Phase, Slot
 
 PATHS = [pytest.param(False, id="c"), pytest.param(True, id="python")]
 
@@ -128,9 +128,10 @@ def test_a_non_finite_loss_in_an_idle_step_is_an_alert_naming_the_weights(tmp_pa
             train.net[2].weight[0, 0] = float("nan")
         train.steps(3)
     rec = open_recording(tmp_path / "run.h5")
-    (alert,) = rec.alerts
+    (alert,) = rec.alerts  # the model's output, first: the loss and gradients spread from it
     message = alert["message"].decode()
-    assert alert["step"] == 3 and "not recorded" in message
+    assert alert["step"] == 3 and int(alert["slot"]) == int(Slot.OUTPUT)
+    assert "module calls were not checked" in message
     assert "these weights already held NaN/inf: net.2.weight" in message
 
 

@@ -139,6 +139,9 @@ class Actions:
         self.path = path
         self.pinpoint = pinpoint
         self.on_headroom = on_headroom
+        # --on-nan record: what records the steps after an alert the sentinel made
+        # (sentinel.py; set by the recorder)
+        self.zoom: Callable[[Alert], None] | None = None
         guard.act = self.act
 
     def alert(self, alert: Alert | None, **context: object) -> None:
@@ -172,7 +175,7 @@ class Actions:
         alerts = [a for a in found if isinstance(a, Alert)]
         headroom = [a for a in found if isinstance(a, HeadroomWarning)]
         new_origin = None
-        action = self.on_nan
+        action = "warn" if self.on_nan == "record" else self.on_nan
         try:
             for warning in headroom:
                 with guard.lock:
@@ -180,7 +183,8 @@ class Actions:
                 self.report(warning.message())
             for alert in alerts:
                 new = self.detector.is_new_origin(alert)
-                if self.pinpoint is not None:
+                # the sentinel's: run again where found at once (its call at hand)
+                if self.pinpoint is not None and (not alert.unchecked or "inputs" in alert.context):
                     self._pinpoint(alert, new)
                 with guard.lock:
                     self.rows.alerts.append(alert.row())
@@ -189,6 +193,8 @@ class Actions:
                     self.report(alert.message())
                     with guard.lock:
                         self._fly(alert)
+                if alert.unchecked and self.zoom is not None:
+                    self.zoom(alert)
             if action != "warn" and actions:
                 with guard.lock:
                     self.handoff()  # what led here is on its way to disk before anything else

@@ -46,6 +46,9 @@ class Alert:
     # an inf's birth, said where a later module passed it on: the call it was born in
     # (its module, inputs and keyword arguments), for the op-level check to run again
     born: dict[str, object] | None = field(default=None, repr=False)
+    # found by the sentinel (sentinel.py) in a step whose module calls were not checked:
+    # where it was seen, not born
+    unchecked: bool = False
 
     @property
     def step(self) -> int:

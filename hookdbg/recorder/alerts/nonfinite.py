@@ -70,9 +70,9 @@ import torch
 
 from hookdbg.recorder.alerts.alert import Alert, checked, finite_inputs_note, has_nan
 from hookdbg.recorder.calls.calls import Call, Seen, Segment
-from hookdbg.recorder.calls.naming import ModuleInfo
+from hookdbg.recorder.calls.naming import ModuleInfo, ModuleRegistry
 from hookdbg.recorder.summaries.stats import NUMEL, Summary, local, summarise
-from hookdbg.store.schema import Phase, Slot
+from hookdbg.store.schema import ModuleKind, Phase, Slot
 
 
 class OriginDetector:
@@ -80,6 +80,7 @@ class OriginDetector:
 
     def __init__(self) -> None:
         self.alerts = 0
+        self.born = 0  # of them, origins the checks named (not the sentinel's findings)
         self.origins: dict[tuple, int] = {}  # (module, phase, slot, path) -> occurrences
         self.step_tainted = False  # a problem was seen in the current step
         # the segment in which a parameter was found non-finite with no origin before it:
@@ -111,11 +112,14 @@ class OriginDetector:
         self.step_tainted = False
 
     def is_new_origin(self, alert: Alert) -> bool:
-        """Count the alert; True the first time its place shows up (warn once per place)."""
-        key = (alert.module.id, alert.phase, alert.slot, alert.path)
+        """Count the alert; True the first time its place shows up (warn once per place).
+        The sentinel's findings (sentinel.py) have places of their own, and none of them
+        is the run's first origin: that is where the checks name one."""
+        key = (alert.module.id, alert.phase, alert.slot, alert.path, alert.unchecked)
         seen = self.origins.get(key, 0)
         self.origins[key] = seen + 1
-        alert.first = self.alerts == 0
+        alert.first = self.born == 0 and not alert.unchecked  # the first origin named
+        self.born += not alert.unchecked
         alert.again = seen > 0
         self.alerts += 1
         return seen == 0
@@ -459,8 +463,9 @@ class OriginDetector:
     def unrecorded_loss(
         self, site: ModuleInfo, summary: Summary, seg: Segment, weights: list[str], now: float
     ) -> Alert | None:
-        """The loss of a step that is not recorded is non-finite: where it was born is
-        unknown (no module was checked), but whether the weights already were is known.
+        """The loss of a step whose module calls are not checked (not recorded, or below
+        --level stats) is non-finite: where it was born is unknown, but whether the
+        weights already were is known.
         (Not asked when the loss before it was non-finite too: the same problem.)"""
         held = (
             f"these weights already held NaN/inf: {', '.join(weights[:3])}"
@@ -468,15 +473,16 @@ class OriginDetector:
             if weights
             else "every weight was finite: it came from this step's data or computation"
         )
-        return _loss_alert(
+        alert = _loss_alert(
             site,
             summary,
             seg,
             now,
-            f"in a step that was not recorded, so where it was born is unknown; {held}. "
-            "Record the steps around it (`hookdbg ctl FILE record --steps N`, or --steps) "
-            "to find its origin",
+            f"in a step whose module calls were not checked, so where it was born is "
+            f"unknown; {held}",
         )
+        alert.unchecked = True
+        return alert
 
     # -- optimizer and ranks ----------------------------------------------------------
 
@@ -595,12 +601,14 @@ def _own_shard_bad(module: torch.nn.Module, name: str, call: Call) -> bool | Non
     return None
 
 
-def nonfinite_weights(modules: list[ModuleInfo]) -> list[str]:
-    """The parameters of ``modules`` holding NaN/inf (this rank's shard of a DTensor),
-    by full name: read when a loss turns non-finite where nothing was recorded."""
+def nonfinite_weights(registry: ModuleRegistry) -> list[str]:
+    """The parameters of the modules seen holding NaN/inf (this rank's shard of a
+    DTensor), by full name: read when a value turns non-finite where nothing was checked."""
     found = []
     with torch.no_grad():
-        for info in modules:
+        for info in registry.infos:
+            if info.kind != ModuleKind.MODULE:
+                continue
             module = info.ref()
             if not isinstance(module, torch.nn.Module):
                 continue

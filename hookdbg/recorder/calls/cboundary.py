@@ -52,6 +52,7 @@ BOUNDARY: tuple[Name, ...] = (
     # Python methods the C path leaves the rare cases to
     Name("_root", _MODULEHOOKS, "a call with no module call around it: new segment?"),
     Name("_leave_other", _MODULEHOOKS, "the end of a call not recorded (muted, run again)"),
+    Name("_root_ended", _MODULEHOOKS, "a top-level call's end: the sentinel's outputs"),
     Name("_recompute_inner", _MODULEHOOKS, "a call inside a forward run again in backward"),
     Name("_elsewhere", _MODULEHOOKS, "a module call on a thread that does not record"),
     Name("lookup", "hookdbg.recorder.calls.naming:ModuleRegistry", "a module seen the first time"),

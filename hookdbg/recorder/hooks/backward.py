@@ -51,7 +51,7 @@ from hookdbg.recorder.calls.tensors import iter_tensors
 from hookdbg.recorder.hooks.timing import NO_PASS, STARTED
 from hookdbg.recorder.summaries import stats
 from hookdbg.recorder.summaries.deferred import Pending, resolved
-from hookdbg.store.schema import ModuleKind, Phase
+from hookdbg.store.schema import Phase
 
 if TYPE_CHECKING:
     from hookdbg.recorder.hooks.gradscaler import ScalerWatch
@@ -313,11 +313,10 @@ class BackwardWatch:
         detector = observer.detector
         finite = stats.is_finite(summary)
         bad_before, detector.loss_bad = detector.loss_bad, not finite
-        if not run.recording:  # its modules were not checked: only the loss is watched
-            if finite or not detector.watch_loss or bad_before:
-                return
-            modules = [i for i in observer.registry.infos if i.kind == ModuleKind.MODULE]
-            weights = nonfinite_weights(modules)
+        if not (run.recording and observer.check_nan):  # its modules were not checked
+            if finite or not detector.watch_loss or bad_before or detector.step_tainted:
+                return  # the same problem, or one the sentinel found in this step
+            weights = nonfinite_weights(observer.registry)
             observer.alert(detector.unrecorded_loss(run.site, summary, seg, weights, time()))
             return
         if not observer.check_nan or finite:

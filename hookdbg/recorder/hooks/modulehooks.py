@@ -46,6 +46,7 @@ from hookdbg.store.rows import Rows
 from hookdbg.store.schema import Phase, Slot
 
 if TYPE_CHECKING:
+    from hookdbg.recorder.alerts.sentinel import Sentinel
     from hookdbg.recorder.steps.segments import Segments
 
 _RAISED = object()  # forward raised: torch calls always_call hooks without kwargs
@@ -99,6 +100,11 @@ class ModuleHooks:
         self.others = OtherThreads()  # what ran on other threads, not recorded
         # while a recorded segment's model runs on CUDA: its calls' device times
         self.device_clock: DeviceClock | None = None
+        # the check of top-level outputs where module calls are not (sentinel.py), and
+        # the top-level call open now that began or continued a segment: its module's
+        # info, the module and its positional inputs (for the op-level check's re-run)
+        self.sentinel: Sentinel | None = None
+        self._step_root: tuple[ModuleInfo, torch.nn.Module, tuple] | None = None
 
     def start(self, origin: float) -> None:
         """The recording starts now, on this thread, at ``origin`` on its clock."""
@@ -192,6 +198,7 @@ class ModuleHooks:
             self.stack.append(_MUTED)
             return False
         self.state = self.segments.root_call(info, module, now)
+        self._step_root = (info, module, args)
         if not self.state.recording:
             self._mute = 1
             self.stack.append(_MUTED)
@@ -230,6 +237,8 @@ class ModuleHooks:
         muted one, a module not selected, or one run again inside backward."""
         if frame is _MUTED:
             self._mute -= 1
+        if not self.stack and frame.__class__ is not Recompute:
+            self._root_ended(result)
         if result is _RAISED:
             return
         if isinstance(frame, Recompute):
@@ -239,6 +248,15 @@ class ModuleHooks:
                 self.observer.recomputed(frame, (result,), _GRAD_OUTPUT)
         elif not self.stack and not self.segments.steps.saw_backward:
             self._watch_backward(result)  # a root call that is not recorded
+
+    @called_from_c
+    def _root_ended(self, result: object) -> None:
+        """A top-level call ended: the sentinel reads its outputs if it began or
+        continued a segment whose module calls are not checked."""
+        root, self._step_root = self._step_root, None
+        sentinel = self.sentinel
+        if root is not None and sentinel is not None and sentinel.armed and result is not _RAISED:
+            sentinel.outputs(*root, result, self.state.seg)
 
     def _watch_backward(self, result: object) -> None:
         """Hear of the backward pass of a root call that is not recorded (its segment
@@ -283,6 +301,8 @@ class ModuleHooks:
         observer = self.observer
         if result is not _RAISED:
             observer.outputs(call, module, args, kwargs, result)
+        if parent is None:
+            self._root_ended(result)
         state = self.state
         if state.batch is not None:
             observer.check(observer.taint_parent, call)

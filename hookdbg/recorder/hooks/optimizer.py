@@ -77,6 +77,7 @@ class OptimizerObserver:
         self.origin = origin  # the recording's start, on its clock
         self.distributed = False  # torch.distributed with several ranks
         self.calls = calls  # their root_time: what ran inside a step is not its own
+        self.sentinel = parts.sentinel  # the gradients a step is given, where not checked
         self._started: dict[int, tuple[float, float]] = {}  # when, and root_time then
         # inside the outermost step open: the optimizers it stepped, and the parameters
         # whose step gradients have their rows
@@ -88,6 +89,10 @@ class OptimizerObserver:
         if self.calls.on_other_thread():  # another training loop's: counted, not recorded
             self.calls.others.optimizer_step()
             return
+        sentinel = self.sentinel
+        if sentinel is not None and sentinel.armed:
+            owner = self.tensors.gradients.param_owner
+            sentinel.gradients(opt, self.registry.optimizer(opt), owner, self.tensors.state.seg)
         if _inside_another_step():  # part of the outer step: its gradients, if new
             tensors = self.tensors
             if self.distributed and tensors.state.recording and tensors.level == Level.STATS:

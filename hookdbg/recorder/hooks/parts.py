@@ -16,6 +16,7 @@ from hookdbg.recorder.alerts.capture import FlightRecorder
 from hookdbg.recorder.alerts.headroom import HeadroomWatch
 from hookdbg.recorder.alerts.nonfinite import OriginDetector
 from hookdbg.recorder.alerts.pinpoint import Pinpointer
+from hookdbg.recorder.alerts.sentinel import Sentinel
 from hookdbg.recorder.calls.envelope import Guard
 from hookdbg.recorder.calls.handoff import Handoff
 from hookdbg.recorder.calls.naming import ModuleRegistry
@@ -40,3 +41,4 @@ class Parts:
     warn: Callable[[str], None]  # a warning to the user
     pinpoint: Pinpointer | None = None  # the op that made an origin (None: no checks)
     headroom: HeadroomWatch | None = None  # outputs nearing their dtype's top (ditto)
+    sentinel: Sentinel | None = None  # the check where module calls are not (--no-nan-check: None)

@@ -62,12 +62,13 @@ class Segments:
         self.flight: FlightRecorder | None = parts.flight
         self.pinpoint = parts.pinpoint
         self.headroom = parts.headroom
+        self.sentinel = parts.sentinel
         self.handoff: Handoff = parts.handoff
         self.warn: Callable[[str], None] = parts.warn
         options = parts.options
         # device tensors' statistics are read back a step later (recorder/summaries/deferred.py),
         # unless an action must happen inside the hook; defer_all does it on CPU too
-        self.defer = options.on_nan in ("warn", "stop") and options.checks_nan
+        self.defer = options.on_nan in ("record", "warn", "stop") and options.checks_nan
         self.defer_all = defer_all
         self.inflight: collections.deque[StepBatch] = collections.deque()
         self.learned: dict[int, tuple] = {}  # tensors copied at their hook (StepBatch.learned)
@@ -203,6 +204,9 @@ class Segments:
         self._time_on_device(on_cuda, state)
         state.ovh = self.guard.ovh
         self.observer.begin(state)
+        if self.sentinel is not None:
+            checked = recording and self.observer.check_nan
+            self.sentinel.begin(checked, self.detector.step_tainted)
         if self.flight is not None:
             self.flight.new_step(seg)
         if self.pinpoint is not None:

@@ -426,6 +426,13 @@ def _nonfinite_summary(t: torch.Tensor, v: torch.Tensor) -> Summary:
     return _summary(t, n, **stats, nan=nan, posinf=posinf, neginf=neginf, zero_frac=zero)
 
 
+def with_counts(summary: Summary, nan: int, posinf: int, neginf: int) -> Summary:
+    """``summary`` (shape-only: nothing else was measured) with NaN/inf counts."""
+    counted = list(summary)
+    counted[NAN], counted[POSINF], counted[NEGINF] = nan, posinf, neginf
+    return tuple(counted)
+
+
 def check_finite(t: torch.Tensor) -> Summary:
     """Shape, dtype, min and max, and NaN/inf counts when there are any: the cheap NaN
     check of ``--nan-check`` below ``--level stats`` (one pass instead of three)."""

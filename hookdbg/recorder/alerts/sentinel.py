@@ -1,0 +1,278 @@
+"""The sentinel: NaN/inf checked at every level, in the steps whose module calls are
+not (``--level timing`` or ``shapes``, a step ``--every`` or ``--idle`` leaves out).
+
+At ``--level stats`` every tensor of a recorded step is checked and the origin rules
+(nonfinite.py) name where a NaN was born; that costs a pass over every module's
+tensors. Where those checks are off, the sentinel reads only what a non-finite value
+on its way to the weights cannot avoid: the outputs of each top-level module call (what
+the model returns to the script, even a script that skips ``backward()`` on a bad
+loss), the loss a backward pass starts from (backward.py), and the gradients an
+optimizer step is given (their largest magnitudes, one fused call). It cannot say where
+a value was born, only in which step and what it reached; with ``--on-nan record`` (the
+default) the steps after it are recorded at stats (``Recorder._zoom``), so a NaN that
+comes again has its origin named without a restart.
+
+On the host a finding is known at once. On a device the counts are left there, and
+read once at the next segment's beginning (or at the end of the recording), so the
+sentinel waits for the device at most once a step, never inside the step. A value that
+stays non-finite is said once, where it appeared: it is said again only after the
+sentinel found that place finite again, and in one step only the first finding is said
+(the model's output, else the loss, else the gradients): the rest spread from it.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Callable
+from time import time
+
+import torch
+
+from hookdbg.recorder.alerts.alert import Alert
+from hookdbg.recorder.alerts.nonfinite import OriginDetector
+from hookdbg.recorder.calls.calls import Segment
+from hookdbg.recorder.calls.naming import ModuleInfo
+from hookdbg.recorder.calls.tensors import iter_tensors
+from hookdbg.recorder.summaries import stats
+from hookdbg.store.schema import Phase, Slot
+
+ZOOM = "zoom"  # the key of the info row saying which steps a finding had recorded
+_INF = float("inf")
+Found = Callable[[list[float]], "Alert | None"]  # the alert for a device's read values
+
+
+class Sentinel:
+    """What the sentinel checks, and its findings waiting on a device."""
+
+    def __init__(
+        self,
+        detector: OriginDetector,
+        alert: Callable[..., None],
+        weights: Callable[[], list[str]],
+    ) -> None:
+        self.detector = detector  # its ``step_tainted``: a finding said in this step
+        self.alert = alert  # queues an alert (actions.py) with its live objects
+        self.weights = weights  # the parameters holding NaN/inf now, by full name
+        self.armed = False  # the current segment's module calls are not checked
+        # the checks of a segment before found a problem, and the sentinel has seen
+        # nothing finite since: what it finds spread from that (said there), not said
+        self.spread = False
+        self.defer_all = False  # findings on the host read as a device's are (tests)
+        self._bad: set[tuple[int, int]] = set()  # (module id, slot) last found non-finite
+        self._pending: list[tuple[torch.Tensor, Found]] = []
+
+    def begin(self, checked: bool, tainted: bool) -> None:
+        """A segment begins, its module calls ``checked`` or not; ``tainted``: those of
+        the segment before found a NaN/inf (read only if they were checked)."""
+        self.read()  # what it left on a device in the segment before
+        if not self.armed:
+            self.spread = tainted
+        self.armed = not checked
+
+    def outputs(
+        self, info: ModuleInfo, module: torch.nn.Module, args: tuple, result: object, seg: Segment
+    ) -> None:
+        """A top-level call of ``module`` (``info``) on ``args`` returned ``result`` in
+        ``seg``. Inside torch.func's transforms (``vmap``, ``grad``), the values under
+        the wrappers are read."""
+        if not self.armed:
+            return
+        call = (info, module, args, result, seg)
+        if not stats.transforms_active():
+            self._outputs(*call, stats.local)
+            return
+        with stats.outside_transforms():
+            self._outputs(*call, stats.physical)
+
+    def _outputs(
+        self,
+        info: ModuleInfo,
+        module: torch.nn.Module,
+        args: tuple,
+        result: object,
+        seg: Segment,
+        values: Callable[[torch.Tensor], torch.Tensor],
+    ) -> None:
+        key = (info.id, int(Slot.OUTPUT))
+        found: Found | None = None
+        for path, t in iter_tensors(result):
+            v = values(t)
+            if not _readable(v):
+                continue
+            v = v.detach()
+            if v.is_cpu and not self.defer_all:
+                if _finite_on_host(v):
+                    continue
+                found = self._output(key, info, path, v, seg)
+                # found at once: the op-level check may run the call again on its inputs
+                self._judge(found, _counts(v).tolist(), module=module, inputs=args, output=result)
+                return
+            found = self._output(key, info, path, v, seg)
+            self._pending.append((_counts(v), found))
+        if found is None:
+            self._once(key, False)
+
+    def gradients(
+        self, opt: torch.optim.Optimizer, opt_info: ModuleInfo, owner: dict, seg: Segment
+    ) -> None:
+        """An optimizer step begins with the gradients its parameters hold. ``owner``
+        names a parameter by id (its module's info and its name); one it does not know
+        goes under the optimizer's ``opt_info``."""
+        if not self.armed:
+            return
+        by_device: dict[torch.device, list[tuple[str, ModuleInfo, torch.Tensor]]] = {}
+        for g_index, group in enumerate(opt.param_groups):
+            for p_index, p in enumerate(group["params"]):
+                g = p.grad
+                if g is None:
+                    continue
+                g = stats.local(g)
+                if not _readable(g):
+                    continue
+                info, name = owner.get(id(p), (opt_info, f"param_groups[{g_index}][{p_index}]"))
+                by_device.setdefault(g.device, []).append((name, info, g.detach()))
+        key = (id(opt), int(Slot.STEP_GRAD))
+        deferred = False
+        for device, grads in by_device.items():
+            largest = torch.stack(
+                [m.float() for m in torch._foreach_norm([g for _, _, g in grads], _INF)]
+            )
+            found = self._gradient(key, grads, seg)
+            if device.type == "cpu" and not self.defer_all:
+                if not bool(torch.isfinite(largest).all()):
+                    self._judge(found, largest.tolist())
+                    return
+            else:
+                self._pending.append((largest, found))
+                deferred = True
+        if not deferred:
+            self._once(key, False)
+
+    def read(self) -> None:
+        """Read the findings left on a device (one wait for it), and alert on them."""
+        pending, self._pending = self._pending, []
+        for values, found in pending:
+            self._judge(found, values.tolist())
+
+    def _judge(self, found: Found, values: list[float], **context: object) -> None:
+        self.alert(found(values), **context)
+
+    def _once(self, key: tuple[int, int], bad: bool) -> bool:
+        """Whether a finding at ``key`` is to be said: bad, and not bad when last read."""
+        if not bad:
+            self._bad.discard(key)
+            self.spread = False
+            return False
+        detector = self.detector
+        said = key in self._bad or self.spread or detector.step_tainted
+        self._bad.add(key)
+        detector.step_tainted = True
+        return not said
+
+    def _output(
+        self, key: tuple[int, int], info: ModuleInfo, path: str, v: torch.Tensor, seg: Segment
+    ) -> Found:
+        shape = stats.shape_only(v)
+
+        def found(counts: list[float]) -> Alert | None:
+            if not self._once(key, any(counts)):
+                return None
+            nan, posinf, neginf = (int(n) for n in counts)
+            return Alert(
+                seg,
+                -1,
+                info,
+                Phase.FWD,
+                Slot.OUTPUT,
+                path,
+                stats.with_counts(shape, nan, posinf, neginf),
+                time(),
+                f"{_UNCHECKED}; {_held(self.weights())}",
+                unchecked=True,
+            )
+
+        return found
+
+    def _gradient(
+        self, key: tuple[int, int], grads: list[tuple[str, ModuleInfo, torch.Tensor]], seg: Segment
+    ) -> Found:
+        """The alert on the first of ``grads`` whose largest magnitude is not finite.
+        The gradients are held by weak reference only: one freed (``zero_grad``) or
+        changed before a device's values are read is said by kind, its count unknown."""
+        named = [
+            (name, info, stats.shape_only(g), weakref.ref(g), g._version) for name, info, g in grads
+        ]
+
+        def found(largest: list[float]) -> Alert | None:
+            bad = [i for i, m in enumerate(largest) if not math.isfinite(m)]
+            if not self._once(key, bool(bad)):
+                return None
+            name, info, shape, ref, version = named[bad[0]]
+            g = ref()
+            if g is not None and g._version == version:
+                nan, posinf, neginf = (int(n) for n in _counts(g).tolist())
+                counted = ""
+            else:  # its kind, from the largest magnitude; at least one
+                nan, posinf, neginf = (1, 0, 0) if math.isnan(largest[bad[0]]) else (0, 1, 0)
+                counted = " (at least one: the gradient changed before it could be counted)"
+            more = len(bad) - 1
+            also = (
+                ""
+                if not more
+                else "; 1 other parameter's gradient too"
+                if more == 1
+                else f"; {more} other parameters' gradients too"
+            )
+            return Alert(
+                seg,
+                -1,
+                info,
+                Phase.OPT,
+                Slot.STEP_GRAD,
+                name,
+                stats.with_counts(shape, nan, posinf, neginf),
+                time(),
+                f"the gradient an optimizer step was given{counted}{also}; {_UNCHECKED}; "
+                f"{_held(self.weights())}",
+                unchecked=True,
+            )
+
+        return found
+
+
+_UNCHECKED = (
+    "its module calls were not checked (--level timing or shapes, or a step --every or "
+    "--idle leaves out), so the module where it was born is not known"
+)
+
+
+def _readable(t: object) -> bool:
+    return (
+        isinstance(t, torch.Tensor)
+        and t.dtype.is_floating_point
+        and t.layout is torch.strided
+        and not t.is_meta
+        and t.numel() > 0
+    )
+
+
+def _finite_on_host(v: torch.Tensor) -> bool:
+    """One pass: NaN reaches the minimum and maximum, and so does an inf."""
+    flat = v.reshape(-1)
+    if flat.dtype not in (torch.float32, torch.float64):
+        flat = flat.float()
+    lo, hi = torch.aminmax(flat)
+    return math.isfinite(lo.item()) and math.isfinite(hi.item())
+
+
+def _counts(v: torch.Tensor) -> torch.Tensor:
+    """NaN, +inf and -inf counts of ``v``, left where it is."""
+    return torch.stack([torch.isnan(v).sum(), torch.isposinf(v).sum(), torch.isneginf(v).sum()])
+
+
+def _held(weights: list[str]) -> str:
+    if not weights:
+        return "every weight was finite: it came from this step's data or computation"
+    more = f" and {len(weights) - 3} more" if len(weights) > 3 else ""
+    return f"these weights already held NaN/inf: {', '.join(weights[:3])}{more}"
