@@ -17,6 +17,7 @@ in every configuration alike (``keep_freed_memory``; ``--glibc-defaults`` leaves
     python benchmarks/overhead.py            # tiny MLP + resnet18, a few minutes
     python benchmarks/overhead.py --quick    # fewer rounds (noisier)
     python benchmarks/overhead.py --only mlp
+    python benchmarks/overhead.py --configs hookdbg   # hookdbg's configurations only
     python benchmarks/overhead.py --device cuda   # wall time is what counts there
 
 Workloads (the issue's and docs/performance.md's):
@@ -225,11 +226,15 @@ def anomaly(_: Path) -> Iterator[None]:
         yield
 
 
-def hookdbg_at(level: str, steps: str | None = None) -> Context:
+def hookdbg_at(level: str, steps: str | None = None, nan_check: bool | None = None) -> Context:
+    """``nan_check=False``: no check at all, the sentinel's included (its cost apart)."""
+
     @contextlib.contextmanager
     def recording(workdir: Path) -> Iterator[Recorder]:
-        path = workdir / f"{level}-{steps}.h5"
-        with record(path, level=level, steps=steps, force=True, quiet=True) as rec:
+        path = workdir / f"{level}-{steps}-{nan_check}.h5"
+        with record(
+            path, level=level, steps=steps, nan_check=nan_check, force=True, quiet=True
+        ) as rec:
             yield rec
 
     return recording
@@ -251,9 +256,11 @@ CONFIGS: dict[str, Context] = {
     "torch.profiler(with_modules)": profiler,
     "detect_anomaly": anomaly,
     "hookdbg timing": hookdbg_at("timing"),
+    "hookdbg timing --no-nan-check": hookdbg_at("timing", nan_check=False),
     "hookdbg shapes": hookdbg_at("shapes"),
     "hookdbg stats": hookdbg_at("stats"),
     "hookdbg stats, steps not recorded": hookdbg_at("stats", steps=f"{10**9}:"),
+    "hookdbg not recorded --no-nan-check": hookdbg_at("stats", f"{10**9}:", nan_check=False),
     "hookdbg stats --histograms 32": hookdbg_histograms,
 }
 
@@ -289,13 +296,19 @@ def measure(step: Step, context: Context | None, warmup: int, steps: int, workdi
     return Costs(per_step, cpu() - cpu_open - (warmup + steps) * per_step[1])
 
 
-def compare(name: str, make: Callable[[], tuple[Step, int]], rounds: int, steps: int) -> None:
+def compare(
+    name: str,
+    make: Callable[[], tuple[Step, int]],
+    rounds: int,
+    steps: int,
+    configs: list[str],
+) -> None:
     step, calls = make()
     warmup = WARMUP[name]
-    results: dict[str | None, list[Costs]] = {None: [], **{c: [] for c in CONFIGS}}
+    results: dict[str | None, list[Costs]] = {None: [], **{c: [] for c in configs}}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
-            for config in (None, *CONFIGS):
+            for config in (None, *configs):
                 context = CONFIGS[config] if config else None
                 results[config].append(measure(step, context, warmup, steps, Path(tmp)))
             print(f"  {name}: round {r + 1}/{rounds}", end="\r", file=sys.stderr)
@@ -316,7 +329,7 @@ def compare(name: str, make: Callable[[], tuple[Step, int]], rounds: int, steps:
         f"{warmup}); 'once': open, first steps and close, CPU ms above unrecorded"
     )
     print(f"  {'':36s} {'CPU':>8s} {'us/call':>9s}   {'wall':>8s} {'us/call':>9s}   {'once':>7s}")
-    for config in CONFIGS:
+    for config in configs:
         wall, cpu, once = medians(config)
         print(
             f"  {config:36s} {cpu / base_cpu:7.3f}x {(cpu - base_cpu) / calls * 1e6:+9.1f}"
@@ -361,7 +374,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--only", choices=list(WORKLOADS), help="one workload")
     parser.add_argument("--device", default="cpu", help="where the models run (cpu, cuda)")
+    parser.add_argument(
+        "--configs", metavar="TEXT", help="only the configurations whose name holds TEXT"
+    )
     args = parser.parse_args()
+    configs = [c for c in CONFIGS if args.configs is None or args.configs in c]
+    if not configs:
+        parser.error(f"no configuration's name holds {args.configs!r}: {', '.join(CONFIGS)}")
     global DEVICE
     DEVICE = torch.device(args.device)
     torch.set_num_threads(args.threads)
@@ -376,7 +395,7 @@ def main() -> None:
         if name == "resnet18-224" and DEVICE.type == "cpu" and args.only != name:
             continue  # minutes per round on a CPU
         if args.only in (None, name):
-            compare(name, make, rounds, steps)
+            compare(name, make, rounds, steps, configs)
 
 
 if __name__ == "__main__":
