@@ -361,6 +361,7 @@ class RecordOptions:
             "headroom": self.headroom,
             "on_headroom": self.on_headroom,
             "nan_check": self.checks_nan,
+            "sentinel": self.sentinel,
             "capture": str(self.capture) if self.capture else "",
             "capture_steps": str(self.capture_steps),
             "capture_budget_mb": self.capture_budget / MB,

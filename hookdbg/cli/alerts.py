@@ -141,11 +141,10 @@ class Alerts(Report):
         """No alert: say whether values were checked, and what GradScaler skipped."""
         run = self.run
         recs = run.recordings.values() if isinstance(run, RankSet) else [run]
-        unchecked = any(rec.info.options.get("level") != "stats" for rec in recs)
         skipped = sum(v.skipped for v in map(scaler_view, recs) if v is not None)
         return (
             f"{run.path}: no NaN/inf alerts"
-            + (" (recorded without --level stats: values were not checked)" if unchecked else "")
+            + _how_checked([rec.info.options for rec in recs])
             + (
                 f"; AMP's GradScaler skipped {plural(skipped, 'step')} whose scaled "
                 "gradients overflowed, which is no alert"
@@ -153,6 +152,23 @@ class Alerts(Report):
                 else ""
             )
         )
+
+
+def _how_checked(options: list[dict]) -> str:
+    """What an answer of no alert rests on: every tensor, the sentinel, or nothing."""
+    if all(o.get("nan_check") and _every_step(o) for o in options):
+        return ""
+    if not any(o.get("nan_check") or o.get("sentinel") for o in options):
+        return " (recorded with no NaN/inf check: --no-nan-check, or below --level stats)"
+    return (
+        " (where steps were not recorded at --level stats, the sentinel checked each "
+        "step's top-level outputs, loss and gradients, not every tensor)"
+    )
+
+
+def _every_step(options: dict) -> bool:
+    """The recording recorded every step as launched (unless steered)."""
+    return not options.get("idle") and options.get("every", 1) == 1 and options.get("steps") == "0:"
 
 
 _HEADROOM_FIELDS = (

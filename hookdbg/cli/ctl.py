@@ -259,17 +259,21 @@ def _print_status(rank: int, rec: Recording) -> None:
         f"on {info.host}, {size}"
     )
     segments = rec.segments
-    now = "recording" if len(segments) and segments["recorded"][-1] else "not recording"
+    if rec.status is not Status.LIVE:
+        now = "ended"
+    else:
+        recording = len(segments) and segments["recorded"][-1]
+        now = f"{'recording' if recording else 'not recording'} now"
     alerts = f"; {plural(len(rec.alerts), 'NaN/inf alert')}" if len(rec.alerts) else ""
     click.echo(
-        f"  launched {launched}, {now} now; {plural(len(recorded), 'step')} recorded{last}"
+        f"  launched {launched}, {now}; {plural(len(recorded), 'step')} recorded{last}"
         f"{alerts}; steering: {commands_answered(rec)} answered"
     )
     for when, seq, text in rec.answers[-5:]:
         stamp = time.strftime("%H:%M:%S", time.localtime(when))
         click.echo(printable(f"    {stamp}  {seq}: {text}"))
     for zoom in rec.zooms[-3:]:
-        click.echo(printable(f"  after a NaN: {zoom['text']}"))
+        click.echo(printable(f"  after a NaN: {rec.zoom_text(zoom)}"))
     for when, text in rec.channel_notes[-3:]:
         stamp = time.strftime("%H:%M:%S", time.localtime(when))
         click.echo(printable(f"  control file, {stamp}: {text}"))

@@ -111,7 +111,7 @@ class Summary(Report):
             "first_alert": _first_alert(rec),
             "headroom_warnings": len(rec.headroom),
             "first_headroom_warning": rec.headroom[0]["text"] if rec.headroom else None,
-            "recorded_after_nan": [zoom["text"] for zoom in rec.zooms],
+            "recorded_after_nan": [rec.zoom_text(zoom) for zoom in rec.zooms],
             "dropped_rows": rec.dropped_rows,
             "write_error": rec.write_error,
             "write_failed_at": rec.write_failed_at,
@@ -214,7 +214,7 @@ def _facts(rec: Recording, view: Overview) -> list[tuple[str, str]]:
     if rec.headroom:  # said before the alerts: they come first
         first = rec.headroom[0]["text"].removeprefix("headroom: ")
         facts.append(("headroom", f"{plural(len(rec.headroom), 'warning')}, the first: {first}"))
-    zooms = [("after NaN", zoom["text"]) for zoom in rec.zooms]
+    zooms = [("after NaN", rec.zoom_text(zoom)) for zoom in rec.zooms]
     return [*facts, *failed, ("alerts", alerts), *zooms, ("data lost", lost_text(rec))]
 
 

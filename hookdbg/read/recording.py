@@ -635,6 +635,15 @@ class Recording:
     def recorded_steps(self) -> np.ndarray:
         return self.steps["step"][self.steps["recorded"] == 1]
 
+    def zoom_text(self, zoom: dict) -> str:
+        """What a ``zoom`` row asked for, and how many of its steps were recorded."""
+        first, last = zoom.get("first"), zoom.get("last")
+        if not (isinstance(first, int) and isinstance(last, int) and "found" in zoom):
+            return str(zoom["text"])
+        done = int(((self.recorded_steps >= first) & (self.recorded_steps <= last)).sum())
+        span = f"step {first}" if first == last else f"steps {first}-{last}"
+        return f"{span} asked at stats after the {zoom['found']}: {done} recorded"
+
     @property
     def size(self) -> int:
         return self.path.stat().st_size

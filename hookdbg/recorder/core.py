@@ -479,12 +479,10 @@ class Recorder:
     def _zoom(self, alert: Alert) -> None:
         """--on-nan record: the sentinel saw a NaN/inf where module calls were not
         checked, so the next steps are recorded at stats, where a NaN that comes again
-        has its origin named (``_zoom_in``, at the next segment). A model run again
-        before its step ended begins that segment: a script that skips ``backward()``
-        and the optimizer step on a bad loss would otherwise never end its step."""
+        has its origin named (``_zoom_in``, as the next segment begins: never inside the
+        step that found it, whose calls before it were not recorded)."""
         if self._zoom_after is None:  # what it found, in the words said then
             self._zoom_after = (alert.step, f"{alert.kind} {alert.segment.when} in {alert.where}")
-        self._steps.split = True
 
     def _zoom_in(self, step: int) -> None:
         """At the beginning of ``step``: record it and the next at stats, as asked by
@@ -493,8 +491,16 @@ class Recorder:
         if found is None:
             return
         seen, what = found
-        command = Command(seq=0, op="record", steps=self.options.zoom, level="stats")
+        steps = self.options.zoom
+        command = Command(seq=0, op="record", steps=steps, level="stats", first=seen + 1)
         text = self.steering.apply(command, step)
+        window = next(
+            (w for w in self.steering.windows if w.first > seen and w.stop - w.first == steps),
+            None,
+        )
+        fact: dict[str, object] = {"seen": seen, "found": what}
+        if window is not None:
+            fact.update(first=window.first, last=window.stop - 1)
         if text.startswith(REFUSED):
             line = f"not recording at stats after the {what}: {text.removeprefix(REFUSED)}"
         else:
@@ -502,11 +508,11 @@ class Recorder:
             weights = nonfinite_weights(self._registry)
             if weights:
                 line += (
-                    f"; but {plural(len(weights), 'weight')} already hold NaN/inf (as "
-                    f"{weights[0]}): what these steps find may have spread from them"
+                    f"; since it was found, {plural(len(weights), 'weight')} came to hold "
+                    f"NaN/inf (as {weights[0]}): what these steps find may spread from them"
                 )
         self.warn(line)
-        self._note(ZOOM, json.dumps({"text": line, "seen": seen}))
+        self._note(ZOOM, json.dumps({**fact, "text": line}))
 
     def _submit(self, op: str, **fields: object) -> None:
         if self._closed:

@@ -4,6 +4,7 @@ calls are not checked, and the steps after it recorded at stats (--on-nan record
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterable
 
 import pytest
 import torch
@@ -21,22 +22,25 @@ NAN_FROM = 3  # the step the model's own code first makes a NaN
 
 
 class Shifted(nn.Module):
-    """A log of its input less a shift that grows each step: NaN from ``NAN_FROM`` on."""
+    """A log of its input, shifted below zero in the iterations ``bad``: NaN there."""
 
-    def __init__(self) -> None:
+    def __init__(self, bad: Iterable[int]) -> None:
         super().__init__()
         self.lin = nn.Linear(8, 8)
+        self.bad = set(bad)
         self.step = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.sigmoid(self.lin(x))
-        return torch.log(y + 1.0 - (self.step >= NAN_FROM) * 2.0)
+        return torch.log(y + 1.0 - (self.step in self.bad) * 2.0)
 
 
-def train(steps: int, skip_bad: bool = True) -> list[float]:
-    """A loop that skips backward and the optimizer step on a bad loss, as many do."""
+def train(steps: int, bad: Iterable[int] = (3, 5), skip_bad: bool = True) -> list[float]:
+    """A loop that skips backward and the optimizer step on a bad loss, as many do: a
+    skipped iteration is part of hookdbg's step with the next one (no optimizer step
+    ended it), so iterations 3 and 4 are step 3, and iteration 5 is in step 4."""
     torch.manual_seed(0)
-    shifted = Shifted()
+    shifted = Shifted(bad)
     net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), shifted, nn.Linear(8, 1))
     opt = torch.optim.SGD(net.parameters(), lr=0.05)
     losses = []
@@ -74,12 +78,13 @@ def test_below_stats_a_nan_is_found_and_the_steps_after_it_name_its_origin(
     assert "module calls were not checked" in message and "every weight was finite" in message
     # found at once, the model's call is run again on its inputs: the op and line named
     assert "made by aten::log (NaN) from " in message and "test_sentinel.py:" in message
-    # the model runs again before its step ends (the loop skipped it): that run begins
-    # the steps recorded at stats, where the module that made the NaN is named
+    # the steps after it are recorded at stats, where the module that made the NaN
+    # when it comes again is named
     (zoom,) = rec.zooms
-    assert zoom["seen"] == NAN_FROM
-    assert zoom["text"].startswith(f"recording steps {NAN_FROM}-{NAN_FROM + 4} at stats")
+    assert (zoom["seen"], zoom["first"], zoom["last"]) == (NAN_FROM, NAN_FROM + 1, NAN_FROM + 5)
+    assert zoom["text"].startswith(f"recording steps {NAN_FROM + 1}-{NAN_FROM + 5} at stats")
     born = later[0]
+    assert int(born["step"]) == NAN_FROM + 1 and bool(born["first"])
     assert rec.modules.name(int(born["module"])) == "net.2"
     assert int(born["slot"]) == int(Slot.OUTPUT)
     assert "its inputs and parameters were finite" in born["message"].decode()
@@ -99,7 +104,7 @@ def test_an_idle_run_names_the_module_where_a_nan_was_born_and_says_why_it_recor
             for step in range(12):
                 x = torch.randn(8, 4)
                 y = net(x)
-                if step >= {NAN_FROM}:
+                if step in ({NAN_FROM}, {NAN_FROM + 2}):
                     y = torch.sqrt(y - 10)  # tensor code after the model: NaN
                 loss = mse(y, torch.zeros_like(y))
                 print(step, repr(loss.item()))
@@ -115,7 +120,7 @@ def test_an_idle_run_names_the_module_where_a_nan_was_born_and_says_why_it_recor
     run = cli("record", "--idle", "-o", tmp_path / "run.h5", script)
     assert run.returncode == 0, run.stderr
     assert run.stdout == plain.stdout
-    assert "recording steps 3-7 at stats to find where the NaN at step 3" in run.stderr
+    assert "recording steps 4-8 at stats to find where the NaN at step 3" in run.stderr
     rec = open_recording(tmp_path / "run.h5")
     first, born = rec.alerts[:2]
     # the loss module's output: the script never calls backward() on it
@@ -123,17 +128,19 @@ def test_an_idle_run_names_the_module_where_a_nan_was_born_and_says_why_it_recor
     # recorded at stats: a NaN that no module made reached the loss module
     assert rec.modules.name(int(born["module"])) == "mse" and int(born["slot"]) == int(Slot.INPUT)
     assert "no recorded module produced it" in born["message"].decode()
+    asked = "steps 4-8 asked at stats after the NaN at step 3 in mse (MSELoss) forward output"
     summary = cli("summary", tmp_path / "run.h5")
-    assert "after NaN  recording steps 3-7 at stats" in summary.stdout
+    assert f"after NaN  {asked}: 5 recorded" in summary.stdout
     status = cli("ctl", tmp_path / "run.h5", "status")
-    assert "after a NaN: recording steps 3-7 at stats" in status.stdout
+    assert f"after a NaN: {asked}: 5 recorded" in status.stdout
 
 
 def test_warn_only_warns_and_no_nan_check_checks_nothing(tmp_path):
+    stays = range(NAN_FROM, 6)
     with hookdbg.record(tmp_path / "warn.h5", level="timing", on_nan="warn", quiet=True):
-        train(6)
+        train(8, stays)
     with hookdbg.record(tmp_path / "off.h5", level="timing", nan_check=False, quiet=True):
-        train(6)
+        train(8, stays)
     warned = open_recording(tmp_path / "warn.h5")
     assert len(warned.alerts) == 1 and not warned.zooms  # a NaN that stays: said once
     assert len(open_recording(tmp_path / "off.h5").alerts) == 0
@@ -145,7 +152,7 @@ def test_record_n_records_that_many_steps(tmp_path):
     rec = open_recording(tmp_path / "run.h5")
     (zoom,) = rec.zooms
     assert zoom["text"].startswith(f"recording steps {NAN_FROM + 1}-{NAN_FROM + 2} at stats")
-    assert "weights already hold NaN/inf" in zoom["text"]  # what they find may be spread
+    assert "weights came to hold NaN/inf" in zoom["text"]  # what they find may be spread
     assert set(rec.recorded_steps.tolist()) == set(range(8))
     assert rec.info.options["on_nan"] == "record=2"
 
@@ -164,11 +171,14 @@ class NanGrad(torch.autograd.Function):
 
 
 @pytest.mark.parametrize("deferred", [False, True], ids=["host", "read-next-segment"])
-def test_a_gradient_born_nan_is_found_at_the_optimizer_step(tmp_path, deferred):
-    """``deferred``: found as on a device, read when the next segment begins."""
+def test_a_gradient_born_nan_is_found_as_its_backward_pass_ends(tmp_path, deferred):
+    """The loop clips the gradients and skips the optimizer step on a NaN norm: no
+    optimizer step is given them. ``deferred``: found as on a device, read when the
+    next segment begins."""
     torch.manual_seed(0)
     first, second = nn.Linear(4, 8), nn.Linear(8, 1)
-    opt = torch.optim.SGD([*first.parameters(), *second.parameters()], lr=0.1)
+    params = [*first.parameters(), *second.parameters()]
+    opt = torch.optim.SGD(params, lr=0.1)
     options = RecordOptions.build(level="timing", quiet=True)
     with Recorder(tmp_path / "run.h5", options, defer_cpu=deferred):
         for step in range(6):
@@ -176,23 +186,38 @@ def test_a_gradient_born_nan_is_found_at_the_optimizer_step(tmp_path, deferred):
             loss = second(h).pow(2).mean()
             opt.zero_grad()
             loss.backward()
-            opt.step()
-            with torch.no_grad():  # the script mends its weights: only that step is bad
-                for p in first.parameters():
-                    p.nan_to_num_(0.0)
+            if torch.isfinite(nn.utils.clip_grad_norm_(params, 1.0)):
+                opt.step()
     rec = open_recording(tmp_path / "run.h5")
     alert = rec.alerts[0]
-    assert (int(alert["step"]), int(alert["phase"])) == (NAN_FROM, int(Phase.OPT))
-    assert int(alert["slot"]) == int(Slot.STEP_GRAD)
+    assert (int(alert["step"]), int(alert["phase"])) == (NAN_FROM, int(Phase.BWD))
+    assert int(alert["slot"]) == int(Slot.PARAM_GRAD)
     assert alert["path"] == b"weight" and rec.modules.name(int(alert["module"])) == "first"
     message = alert["message"].decode()
-    assert "the gradient an optimizer step was given" in message
+    assert "the gradient a backward pass left" in message
     assert "1 other parameter's gradient too" in message  # the bias's
     if deferred:  # freed by zero_grad before it was read: its kind is known, not its count
-        assert "(at least one: the gradient changed before it could be counted)" in message
+        assert "(at least one NaN: it changed before it could be counted)" in message
         assert int(alert["nan"]) == 1
     else:
         assert int(alert["nan"]) == 32
+
+
+def test_gradients_set_by_hand_are_read_at_the_optimizer_step(tmp_path):
+    torch.manual_seed(0)
+    net = nn.Linear(4, 2)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    with hookdbg.record(tmp_path / "run.h5", level="timing", quiet=True):
+        for step in range(4):
+            net(torch.randn(3, 4))
+            for p in net.parameters():  # a gradient of the script's own making
+                p.grad = torch.full_like(p, float("nan") if step == 2 else 0.1)
+            opt.step()
+    (alert,) = open_recording(tmp_path / "run.h5").alerts
+    assert (int(alert["step"]), int(alert["phase"])) == (2, int(Phase.OPT))
+    assert (
+        "the gradient an optimizer step was given; 1 other parameter's" in alert["message"].decode()
+    )
 
 
 def test_a_healthy_run_below_stats_raises_no_alert(tmp_path):

@@ -193,7 +193,7 @@ class Actions:
                     self.report(alert.message())
                     with guard.lock:
                         self._fly(alert)
-                if alert.unchecked and self.zoom is not None:
+                if new and alert.unchecked and self.zoom is not None:
                     self.zoom(alert)
             if action != "warn" and actions:
                 with guard.lock:

@@ -306,6 +306,8 @@ class OriginDetector:
         look; later non-finite values are spread from it."""
         name, param, shard = bad
         if self.alerts or self.unrecorded_in is not None or self.from_elsewhere or param is None:
+            if param is not None and not self.from_elsewhere:  # spread from what was said:
+                self.unrecorded_in = seg.id  # so are the weights after this step's update
             return None
         self.unrecorded_in = seg.id
         where = " in this rank's shard of it" if shard else ""

@@ -522,6 +522,8 @@ class Pinpointer:
                         self._row(alert, found, "run again on its inputs")
                         return
                     why = found
+        if alert.unchecked:  # seen, not born: the steps recorded after it look for that
+            return
         self._watch(alert, why)
 
     def seen(self, alert: Alert) -> None:

@@ -7,7 +7,7 @@ tensors. Where those checks are off, the sentinel reads only what a non-finite v
 on its way to the weights cannot avoid: the outputs of each top-level module call (what
 the model returns to the script, even a script that skips ``backward()`` on a bad
 loss), the loss a backward pass starts from (backward.py), and the gradients an
-optimizer step is given (their largest magnitudes, one fused call). It cannot say where
+optimizer step is given (their norms: NaN and inf reach a norm). It cannot say where
 a value was born, only in which step and what it reached; with ``--on-nan record`` (the
 default) the steps after it are recorded at stats (``Recorder._zoom``), so a NaN that
 comes again has its origin named without a restart.
@@ -32,13 +32,12 @@ import torch
 from hookdbg.recorder.alerts.alert import Alert
 from hookdbg.recorder.alerts.nonfinite import OriginDetector
 from hookdbg.recorder.calls.calls import Segment
-from hookdbg.recorder.calls.naming import ModuleInfo
+from hookdbg.recorder.calls.naming import ModuleInfo, ModuleRegistry
 from hookdbg.recorder.calls.tensors import iter_tensors
 from hookdbg.recorder.summaries import stats
-from hookdbg.store.schema import Phase, Slot
+from hookdbg.store.schema import ModuleKind, Phase, Slot
 
 ZOOM = "zoom"  # the key of the info row saying which steps a finding had recorded
-_INF = float("inf")
 Found = Callable[[list[float]], "Alert | None"]  # the alert for a device's read values
 
 
@@ -55,10 +54,11 @@ class Sentinel:
         self.alert = alert  # queues an alert (actions.py) with its live objects
         self.weights = weights  # the parameters holding NaN/inf now, by full name
         self.armed = False  # the current segment's module calls are not checked
-        # the checks of a segment before found a problem, and the sentinel has seen
-        # nothing finite since: what it finds spread from that (said there), not said
+        # a problem was found (by the checks of a segment before, or the sentinel) and
+        # the sentinel has seen nothing finite since: what it finds spread from that
         self.spread = False
         self.defer_all = False  # findings on the host read as a device's are (tests)
+        self.grads_read = False  # a backward pass of this segment had them read
         self._bad: set[tuple[int, int]] = set()  # (module id, slot) last found non-finite
         self._pending: list[tuple[torch.Tensor, Found]] = []
 
@@ -69,6 +69,7 @@ class Sentinel:
         if not self.armed:
             self.spread = tainted
         self.armed = not checked
+        self.grads_read = False
 
     def outputs(
         self, info: ModuleInfo, module: torch.nn.Module, args: tuple, result: object, seg: Segment
@@ -113,38 +114,63 @@ class Sentinel:
         if found is None:
             self._once(key, False)
 
+    def backward_ended(self, registry: ModuleRegistry, seg: Segment) -> None:
+        """A backward pass ended: the gradients the modules' parameters hold now. Read
+        here, not only at an optimizer step, so that a script that skips the step on a
+        bad gradient norm (or has no optimizer) has them read too."""
+        if not self.armed:
+            return
+        held: list[tuple[str, ModuleInfo, torch.Tensor | None]] = []
+        for info in registry.infos:
+            module = info.ref() if info.kind == ModuleKind.MODULE else None
+            if isinstance(module, torch.nn.Module):
+                held.extend(
+                    (name, info, p.grad) for name, p in module.named_parameters(recurse=False)
+                )
+        self.grads_read = True
+        self._gradients((-1, int(Slot.PARAM_GRAD)), held, seg, Phase.BWD)
+
     def gradients(
         self, opt: torch.optim.Optimizer, opt_info: ModuleInfo, owner: dict, seg: Segment
     ) -> None:
-        """An optimizer step begins with the gradients its parameters hold. ``owner``
-        names a parameter by id (its module's info and its name); one it does not know
-        goes under the optimizer's ``opt_info``."""
-        if not self.armed:
+        """An optimizer step begins with the gradients its parameters hold, where no
+        backward pass read them since the segment began (set by hand, or by another
+        hook). ``owner`` names a parameter by id (its module's info and its name); one it
+        does not know goes under the optimizer's ``opt_info``."""
+        if not self.armed or self.grads_read:
             return
-        by_device: dict[torch.device, list[tuple[str, ModuleInfo, torch.Tensor]]] = {}
+        held = []
         for g_index, group in enumerate(opt.param_groups):
             for p_index, p in enumerate(group["params"]):
-                g = p.grad
-                if g is None:
-                    continue
-                g = stats.local(g)
-                if not _readable(g):
-                    continue
                 info, name = owner.get(id(p), (opt_info, f"param_groups[{g_index}][{p_index}]"))
+                held.append((name, info, p.grad))
+        self._gradients((id(opt), int(Slot.STEP_GRAD)), held, seg, Phase.OPT)
+
+    def _gradients(
+        self,
+        key: tuple[int, int],
+        held: list[tuple[str, ModuleInfo, torch.Tensor | None]],
+        seg: Segment,
+        phase: Phase,
+    ) -> None:
+        by_device: dict[torch.device, list[tuple[str, ModuleInfo, torch.Tensor]]] = {}
+        for name, info, grad in held:
+            g = None if grad is None else stats.local(grad)
+            if _readable(g):
+                assert g is not None
                 by_device.setdefault(g.device, []).append((name, info, g.detach()))
-        key = (id(opt), int(Slot.STEP_GRAD))
         deferred = False
         for device, grads in by_device.items():
-            largest = torch.stack(
-                [m.float() for m in torch._foreach_norm([g for _, _, g in grads], _INF)]
-            )
-            found = self._gradient(key, grads, seg)
+            tensors = [g for _, _, g in grads]
+            found = self._gradient(key, grads, seg, phase)
             if device.type == "cpu" and not self.defer_all:
-                if not bool(torch.isfinite(largest).all()):
-                    self._judge(found, largest.tolist())
+                norms = stats.norms_of(tensors)  # one pass each, in double: no overflow
+                if not all(math.isfinite(n) for n in norms):
+                    self._judge(found, norms)
                     return
-            else:
-                self._pending.append((largest, found))
+            else:  # one fused call, left on the device
+                norms_left = torch._foreach_norm(tensors, 2.0, dtype=torch.float32)
+                self._pending.append((torch.stack(norms_left), found))
                 deferred = True
         if not deferred:
             self._once(key, False)
@@ -167,7 +193,7 @@ class Sentinel:
         detector = self.detector
         said = key in self._bad or self.spread or detector.step_tainted
         self._bad.add(key)
-        detector.step_tainted = True
+        detector.step_tainted = self.spread = True  # what it finds next spread from it
         return not said
 
     def _output(
@@ -195,27 +221,43 @@ class Sentinel:
         return found
 
     def _gradient(
-        self, key: tuple[int, int], grads: list[tuple[str, ModuleInfo, torch.Tensor]], seg: Segment
+        self,
+        key: tuple[int, int],
+        grads: list[tuple[str, ModuleInfo, torch.Tensor]],
+        seg: Segment,
+        phase: Phase,
     ) -> Found:
-        """The alert on the first of ``grads`` whose largest magnitude is not finite.
-        The gradients are held by weak reference only: one freed (``zero_grad``) or
-        changed before a device's values are read is said by kind, its count unknown."""
+        """The alert on the first of ``grads`` whose norm is not finite. A device's norms
+        are in float32: values beyond about 1e19 overflow them, so a gradient still there
+        is counted, and one that is finite after all is no finding. The gradients are
+        held by weak reference only: one freed (``zero_grad``) or changed before a
+        device's norms are read is said by its norm, its count unknown."""
         named = [
             (name, info, stats.shape_only(g), weakref.ref(g), g._version) for name, info, g in grads
         ]
 
-        def found(largest: list[float]) -> Alert | None:
-            bad = [i for i, m in enumerate(largest) if not math.isfinite(m)]
-            if not self._once(key, bool(bad)):
-                return None
-            name, info, shape, ref, version = named[bad[0]]
-            g = ref()
+        def counted(i: int, norm: float) -> tuple[tuple[int, int, int], str]:
+            g, version = named[i][3](), named[i][4]
             if g is not None and g._version == version:
                 nan, posinf, neginf = (int(n) for n in _counts(g).tolist())
-                counted = ""
-            else:  # its kind, from the largest magnitude; at least one
-                nan, posinf, neginf = (1, 0, 0) if math.isnan(largest[bad[0]]) else (0, 1, 0)
-                counted = " (at least one: the gradient changed before it could be counted)"
+                return (nan, posinf, neginf), ""
+            if math.isnan(norm):
+                return (1, 0, 0), " (at least one NaN: it changed before it could be counted)"
+            return (0, 1, 0), (
+                " (its norm was inf, read after it changed: an inf, or values beyond about 1e19)"
+            )
+
+        def found(norms: list[float]) -> Alert | None:
+            bad = []
+            for i, norm in enumerate(norms):
+                if not math.isfinite(norm):
+                    counts, note = counted(i, norm)
+                    if any(counts):
+                        bad.append((i, counts, note))
+            if not self._once(key, bool(bad)):
+                return None
+            first, (nan, posinf, neginf), note = bad[0]
+            name, info, shape = named[first][:3]
             more = len(bad) - 1
             also = (
                 ""
@@ -224,17 +266,17 @@ class Sentinel:
                 if more == 1
                 else f"; {more} other parameters' gradients too"
             )
+            given = "a backward pass left" if phase == Phase.BWD else "an optimizer step was given"
             return Alert(
                 seg,
                 -1,
                 info,
-                Phase.OPT,
-                Slot.STEP_GRAD,
+                phase,
+                Slot(key[1]),
                 name,
                 stats.with_counts(shape, nan, posinf, neginf),
                 time(),
-                f"the gradient an optimizer step was given{counted}{also}; {_UNCHECKED}; "
-                f"{_held(self.weights())}",
+                f"the gradient {given}{note}{also}; {_UNCHECKED}; {_held(self.weights())}",
                 unchecked=True,
             )
 
@@ -247,7 +289,7 @@ _UNCHECKED = (
 )
 
 
-def _readable(t: object) -> bool:
+def _readable(t: torch.Tensor | None) -> bool:
     return (
         isinstance(t, torch.Tensor)
         and t.dtype.is_floating_point
@@ -273,6 +315,6 @@ def _counts(v: torch.Tensor) -> torch.Tensor:
 
 def _held(weights: list[str]) -> str:
     if not weights:
-        return "every weight was finite: it came from this step's data or computation"
+        return "every weight was finite then"
     more = f" and {len(weights) - 3} more" if len(weights) > 3 else ""
     return f"these weights already held NaN/inf: {', '.join(weights[:3])}{more}"

@@ -249,6 +249,9 @@ class BackwardWatch:
             clock.pass_ended(run.call)
         if state.batch is not None:  # gradients are final: summarised before clipping,
             state.batch.summarise_held()  # a GradScaler's unscale_ or zero_grad change them
+        sentinel = self.calls.sentinel
+        if sentinel is not None and state.id == run.segment:  # the same, where not checked
+            sentinel.backward_ended(observer.registry, state.seg)
         if state.recording and (state.batch is not None or clock is not None):
             # the earlier steps' statistics and times, read while the device runs this
             # pass's kernels (at the next step's first call, it would wait for the host)

@@ -189,17 +189,12 @@ class StepTracker:
         self._models: dict[int, torch.nn.Module] = {}
         self._excused: set[int] = set()
         self._excused_for = -1
-        self.split = False
         self.saw_backward = False  # in the current segment
         self._any_backward = False  # in the whole recording
         self._in_optimizer = 0
         self._searched = False
         self.optimizer_steps = 0  # in the current segment
         self.optimizer_calls = 0  # in the whole recording
-        # a model run again in the current segment begins the next one (once): set
-        # after a NaN seen where module calls were not checked (recorder/core.py's
-        # ``_zoom``), so that the steps recorded after it begin
-        self.split = False
 
     @property
     def is_training(self) -> bool:
@@ -218,9 +213,6 @@ class StepTracker:
         self.kind = kind
         if kind == RootKind.SAMPLE:
             return False
-        if self.split and module in self._roots:
-            self.split = False
-            return True
         if self._complete(module):  # also inside an optimizer: LBFGS's closure
             return True
         eval_batch = not self.is_training and bool(self._roots)
