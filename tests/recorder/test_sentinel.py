@@ -260,3 +260,32 @@ def test_bad_on_nan_values_are_refused(tmp_path, text, error):
     script.write_text("")
     run = cli("record", "--on-nan", text, "-o", tmp_path / "x.h5", script)
     assert run.returncode == 2 and error in run.stderr and not (tmp_path / "x.h5").exists()
+
+
+class TwoHeads(nn.Module):
+    """Two outputs, the second NaN in the iterations ``bad``."""
+
+    def __init__(self, bad: set[int]) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.bad = bad
+        self.step = 0
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.lin(x)
+        return y, y.sqrt() if self.step in self.bad else y.abs()
+
+
+@pytest.mark.parametrize("deferred", [False, True], ids=["host", "read-next-segment"])
+def test_a_call_with_several_outputs_is_one_finding(tmp_path, deferred):
+    """Read together, a NaN output beside a finite one is said once, by its path, and
+    not again while it stays (the finite one does not clear it)."""
+    torch.manual_seed(0)
+    net = TwoHeads({2, 3})
+    options = RecordOptions.build(level="timing", quiet=True)
+    with Recorder(tmp_path / "run.h5", options, defer_cpu=deferred), torch.no_grad():
+        for step in range(5):
+            net.step = step
+            net(torch.randn(2, 4))
+    (alert,) = open_recording(tmp_path / "run.h5").alerts  # eval batches: no training
+    assert alert["path"] == b"1" and "NaN first appeared in eval batch 2 " in str(alert["message"])

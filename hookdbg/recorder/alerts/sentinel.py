@@ -96,7 +96,7 @@ class Sentinel:
         values: Callable[[torch.Tensor], torch.Tensor],
     ) -> None:
         key = (info.id, int(Slot.OUTPUT))
-        found: Found | None = None
+        left: list[tuple[str, torch.Tensor]] = []  # on a device: counted there, read later
         for path, t in iter_tensors(result):
             v = values(t)
             if not _readable(v):
@@ -105,13 +105,15 @@ class Sentinel:
             if v.is_cpu and not self.defer_all:
                 if _finite_on_host(v):
                     continue
-                found = self._output(key, info, path, v, seg)
+                found = self._output(key, info, [(path, v)], seg)
                 # found at once: the op-level check may run the call again on its inputs
                 self._judge(found, _counts(v).tolist(), module=module, inputs=args, output=result)
                 return
-            found = self._output(key, info, path, v, seg)
-            self._pending.append((_counts(v), found))
-        if found is None:
+            left.append((path, v))
+        if left:  # one reading for all of them: one finding of the call
+            counts = torch.cat([_counts(v).to(left[0][1].device) for _, v in left])
+            self._pending.append((counts, self._output(key, info, left, seg)))
+        else:
             self._once(key, False)
 
     def backward_ended(self, registry: ModuleRegistry, seg: Segment) -> None:
@@ -197,14 +199,22 @@ class Sentinel:
         return not said
 
     def _output(
-        self, key: tuple[int, int], info: ModuleInfo, path: str, v: torch.Tensor, seg: Segment
+        self,
+        key: tuple[int, int],
+        info: ModuleInfo,
+        tensors: list[tuple[str, torch.Tensor]],
+        seg: Segment,
     ) -> Found:
-        shape = stats.shape_only(v)
+        """The alert on the first of a call's output ``tensors`` holding NaN/inf, from
+        their counts (three each, in order)."""
+        shapes = [(path, stats.shape_only(v)) for path, v in tensors]
 
         def found(counts: list[float]) -> Alert | None:
-            if not self._once(key, any(counts)):
+            bad = [i for i in range(len(shapes)) if any(counts[3 * i : 3 * i + 3])]
+            if not self._once(key, bool(bad)):
                 return None
-            nan, posinf, neginf = (int(n) for n in counts)
+            path, shape = shapes[bad[0]]
+            nan, posinf, neginf = (int(n) for n in counts[3 * bad[0] : 3 * bad[0] + 3])
             return Alert(
                 seg,
                 -1,
