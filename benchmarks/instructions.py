@@ -45,7 +45,11 @@ def configs() -> dict[str, dict[str, object]]:
     loss watched), which older revisions lack."""
     from versus import CONFIGS
 
-    return {**CONFIGS, "idle": {"idle": True}}
+    return {
+        **CONFIGS,
+        "idle": {"idle": True},
+        "idle-unchecked": {"idle": True, "nan_check": False},
+    }
 
 
 def child(config: str, steps: int, control: str) -> None:

@@ -39,9 +39,11 @@ ROOT = Path(__file__).resolve().parent.parent
 THEN = "hookdbg_then"
 CONFIGS: dict[str, dict[str, object]] = {
     "timing": {"level": "timing"},
+    "timing-unchecked": {"level": "timing", "nan_check": False},  # without the sentinel
     "shapes": {"level": "shapes"},
     "stats": {"level": "stats"},
     "skip": {"level": "stats", "steps": f"{10**9}:"},  # steps not recorded
+    "skip-unchecked": {"level": "stats", "steps": f"{10**9}:", "nan_check": False},
     "hist32": {"level": "stats", "histograms": 32},
 }
 WORKLOADS = {"mlp": (mlp, 200), "resnet18": (resnet18, 6)}

@@ -29,6 +29,7 @@ from time import time
 
 import torch
 
+from hookdbg.ranks import initialized_process_group
 from hookdbg.recorder.alerts.alert import Alert
 from hookdbg.recorder.alerts.nonfinite import OriginDetector
 from hookdbg.recorder.calls.calls import Segment
@@ -60,6 +61,10 @@ class Sentinel:
         self.defer_all = False  # findings on the host read as a device's are (tests)
         self.grads_read = False  # a backward pass of this segment had them read
         self._bad: set[tuple[int, int]] = set()  # (module id, slot) last found non-finite
+        # the modules with parameters of their own, as last looked up (when the registry
+        # held that many modules); held by the registry's weak references only
+        self._holders: list[ModuleInfo] = []
+        self._holders_of = -1
         self._pending: list[tuple[torch.Tensor, Found]] = []
 
     def begin(self, checked: bool, tainted: bool) -> None:
@@ -122,13 +127,19 @@ class Sentinel:
         bad gradient norm (or has no optimizer) has them read too."""
         if not self.armed:
             return
-        held: list[tuple[str, ModuleInfo, torch.Tensor | None]] = []
-        for info in registry.infos:
-            module = info.ref() if info.kind == ModuleKind.MODULE else None
-            if isinstance(module, torch.nn.Module):
-                held.extend(
-                    (name, info, p.grad) for name, p in module.named_parameters(recurse=False)
-                )
+        if len(registry.infos) != self._holders_of:  # modules seen since: look again
+            self._holders_of = len(registry.infos)
+            self._holders = [
+                info
+                for info in registry.infos
+                if info.kind == ModuleKind.MODULE and getattr(info.ref(), "_parameters", None)
+            ]
+        held = [
+            (name, info, p.grad)
+            for info in self._holders
+            for name, p in getattr(info.ref(), "_parameters", {}).items()
+            if p is not None
+        ]
         self.grads_read = True
         self._gradients((-1, int(Slot.PARAM_GRAD)), held, seg, Phase.BWD)
 
@@ -164,14 +175,14 @@ class Sentinel:
         deferred = False
         for device, grads in by_device.items():
             tensors = [g for _, _, g in grads]
-            found = self._gradient(key, grads, seg, phase)
             if device.type == "cpu" and not self.defer_all:
                 norms = stats.norms_of(tensors)  # one pass each, in double: no overflow
                 if not all(math.isfinite(n) for n in norms):
-                    self._judge(found, norms)
+                    self._judge(self._gradient(key, grads, seg, phase), norms)
                     return
             else:  # one fused call, left on the device
                 norms_left = torch._foreach_norm(tensors, 2.0, dtype=torch.float32)
+                found = self._gradient(key, grads, seg, phase)
                 self._pending.append((torch.stack(norms_left), found))
                 deferred = True
         if not deferred:
@@ -324,7 +335,12 @@ def _counts(v: torch.Tensor) -> torch.Tensor:
 
 
 def _held(weights: list[str]) -> str:
+    """What the weights were when it was found (this rank's shards, on several ranks:
+    where those were finite, it may have come from another rank)."""
+    group = initialized_process_group()
     if not weights:
+        if group is not None and group[1] > 1:
+            return "this rank's weights were finite then (it may have come from another rank)"
         return "every weight was finite then"
     more = f" and {len(weights) - 3} more" if len(weights) > 3 else ""
     return f"these weights already held NaN/inf: {', '.join(weights[:3])}{more}"
