@@ -73,7 +73,7 @@ def test_an_exception_in_training_closes_the_recording(tmp_path):
 def test_bad_options_fail_before_training(tmp_path):
     with pytest.raises(TypeError, match="unknown hookdbg option 'levl'"):
         HookdbgCallback(str(tmp_path / "run.h5"), levl="stats")
-    with pytest.raises(OptionError, match="unknown on_nan 'explode'"):
+    with pytest.raises(OptionError, match="unknown on_nan action 'explode'; use one of: record"):
         HookdbgCallback(str(tmp_path / "run.h5"), on_nan="explode")
     with pytest.raises(OptionError, match=r"^every must be at least 1"):
         HookdbgCallback(str(tmp_path / "run.h5"), every=0)
@@ -166,5 +166,5 @@ def test_importable_without_the_frameworks():
 
 
 def test_a_stop_that_could_never_fire_is_refused_when_the_callback_is_made(tmp_path):
-    with pytest.raises(OptionError, match="needs NaN checks"):
-        HookdbgCallback(str(tmp_path / "run.h5"), on_nan="stop", level="timing")
+    with pytest.raises(OptionError, match="needs NaN checks: drop nan_check=False"):
+        HookdbgCallback(str(tmp_path / "run.h5"), on_nan="stop", nan_check=False)

@@ -166,26 +166,24 @@ class Sentinel:
         seg: Segment,
         phase: Phase,
     ) -> None:
+        # per gradient, as little as can be: it runs for every parameter of every step
+        present = [(n, i, g) for n, i, g in held if g is not None and g.layout is _STRIDED]
+        on_host = [] if self.defer_all else [h for h in present if h[2].is_cpu]
+        if on_host:
+            norms = stats.norms_of([g for _, _, g in on_host])  # in double: no overflow
+            if not all(map(math.isfinite, norms)):
+                grads = [(name, info, stats.local(g)) for name, info, g in on_host]
+                self._judge(self._gradient(key, grads, seg, phase), norms)
+                return
         by_device: dict[torch.device, list[tuple[str, ModuleInfo, torch.Tensor]]] = {}
-        for name, info, grad in held:
-            g = None if grad is None else stats.local(grad)
-            if _readable(g):
-                assert g is not None
+        for name, info, grad in present if len(on_host) < len(present) else ():
+            g = stats.local(grad)
+            if (self.defer_all or not g.is_cpu) and _readable(g):
                 by_device.setdefault(g.device, []).append((name, info, g.detach()))
-        deferred = False
-        for device, grads in by_device.items():
-            tensors = [g for _, _, g in grads]
-            if device.type == "cpu" and not self.defer_all:
-                norms = stats.norms_of(tensors)  # one pass each, in double: no overflow
-                if not all(math.isfinite(n) for n in norms):
-                    self._judge(self._gradient(key, grads, seg, phase), norms)
-                    return
-            else:  # one fused call, left on the device
-                norms_left = torch._foreach_norm(tensors, 2.0, dtype=torch.float32)
-                found = self._gradient(key, grads, seg, phase)
-                self._pending.append((torch.stack(norms_left), found))
-                deferred = True
-        if not deferred:
+        for grads in by_device.values():  # one fused call each, left on the device
+            norms_left = torch._foreach_norm([g for _, _, g in grads], 2.0, dtype=torch.float32)
+            self._pending.append((torch.stack(norms_left), self._gradient(key, grads, seg, phase)))
+        if not by_device:
             self._once(key, False)
 
     def read(self) -> None:
@@ -308,6 +306,9 @@ _UNCHECKED = (
     "its module calls were not checked (--level timing or shapes, or a step --every or "
     "--idle leaves out), so the module where it was born is not known"
 )
+
+
+_STRIDED = torch.strided
 
 
 def _readable(t: torch.Tensor | None) -> bool:
