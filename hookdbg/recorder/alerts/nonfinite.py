@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import torch
 
+from hookdbg.ranks import initialized_process_group
 from hookdbg.recorder.alerts.alert import Alert, checked, finite_inputs_note, has_nan
 from hookdbg.recorder.calls.calls import Call, Seen, Segment
 from hookdbg.recorder.calls.naming import ModuleInfo, ModuleRegistry
@@ -469,19 +470,13 @@ class OriginDetector:
         --level stats) is non-finite: where it was born is unknown, but whether the
         weights already were is known.
         (Not asked when the loss before it was non-finite too: the same problem.)"""
-        held = (
-            f"these weights already held NaN/inf: {', '.join(weights[:3])}"
-            + (f" and {len(weights) - 3} more" if len(weights) > 3 else "")
-            if weights
-            else "every weight was finite: it came from this step's data or computation"
-        )
         alert = _loss_alert(
             site,
             summary,
             seg,
             now,
             f"in a step whose module calls were not checked, so where it was born is "
-            f"unknown; {held}",
+            f"unknown; {weights_note(weights)}",
         )
         alert.unchecked = True
         return alert
@@ -619,6 +614,19 @@ def nonfinite_weights(registry: ModuleRegistry) -> list[str]:
                 if v.is_floating_point() and not bool(torch.isfinite(v).all()):
                     found.append(f"{info.name}.{name}")
     return found
+
+
+def weights_note(weights: list[str]) -> str:
+    """What the weights were when a value was found non-finite where nothing was
+    checked (``nonfinite_weights``: this rank's shards; on several ranks, where those
+    were finite, it may have come from another rank)."""
+    if not weights:
+        group = initialized_process_group()
+        if group is not None and group[1] > 1:
+            return "this rank's weights were finite then (it may have come from another rank)"
+        return "every weight was finite then"
+    more = f" and {len(weights) - 3} more" if len(weights) > 3 else ""
+    return f"these weights already held NaN/inf: {', '.join(weights[:3])}{more}"
 
 
 def _loss_alert(site: ModuleInfo, summary: Summary, seg: Segment, now: float, why: str) -> Alert:

@@ -29,9 +29,8 @@ from time import time
 
 import torch
 
-from hookdbg.ranks import initialized_process_group
 from hookdbg.recorder.alerts.alert import Alert
-from hookdbg.recorder.alerts.nonfinite import OriginDetector
+from hookdbg.recorder.alerts.nonfinite import OriginDetector, weights_note
 from hookdbg.recorder.calls.calls import Segment
 from hookdbg.recorder.calls.naming import ModuleInfo, ModuleRegistry
 from hookdbg.recorder.calls.tensors import iter_tensors
@@ -224,20 +223,23 @@ class Sentinel:
                 return None
             path, shape = shapes[bad[0]]
             nan, posinf, neginf = (int(n) for n in counts[3 * bad[0] : 3 * bad[0] + 3])
-            return Alert(
-                seg,
-                -1,
-                info,
-                Phase.FWD,
-                Slot.OUTPUT,
-                path,
-                stats.with_counts(shape, nan, posinf, neginf),
-                time(),
-                f"{_UNCHECKED}; {_held(self.weights())}",
-                unchecked=True,
-            )
+            where = (info, Phase.FWD, Slot.OUTPUT, path)
+            return self._finding(seg, where, stats.with_counts(shape, nan, posinf, neginf), "")
 
         return found
+
+    def _finding(
+        self,
+        seg: Segment,
+        where: tuple[ModuleInfo, Phase, Slot, str],
+        summary: stats.Summary,
+        what: str,
+    ) -> Alert:
+        """The alert on a finding at ``where`` (module, phase, slot, path): ``what`` it
+        was, that its module calls were not checked, and what the weights were then."""
+        info, phase, slot, path = where
+        note = f"{what}{_UNCHECKED}; {weights_note(self.weights())}"
+        return Alert(seg, -1, info, phase, slot, path, summary, time(), note, unchecked=True)
 
     def _gradient(
         self,
@@ -286,18 +288,9 @@ class Sentinel:
                 else f"; {more} other parameters' gradients too"
             )
             given = "a backward pass left" if phase == Phase.BWD else "an optimizer step was given"
-            return Alert(
-                seg,
-                -1,
-                info,
-                phase,
-                Slot(key[1]),
-                name,
-                stats.with_counts(shape, nan, posinf, neginf),
-                time(),
-                f"the gradient {given}{note}{also}; {_UNCHECKED}; {_held(self.weights())}",
-                unchecked=True,
-            )
+            where = (info, phase, Slot(key[1]), name)
+            summary = stats.with_counts(shape, nan, posinf, neginf)
+            return self._finding(seg, where, summary, f"the gradient {given}{note}{also}; ")
 
         return found
 
@@ -333,15 +326,3 @@ def _finite_on_host(v: torch.Tensor) -> bool:
 def _counts(v: torch.Tensor) -> torch.Tensor:
     """NaN, +inf and -inf counts of ``v``, left where it is."""
     return torch.stack([torch.isnan(v).sum(), torch.isposinf(v).sum(), torch.isneginf(v).sum()])
-
-
-def _held(weights: list[str]) -> str:
-    """What the weights were when it was found (this rank's shards, on several ranks:
-    where those were finite, it may have come from another rank)."""
-    group = initialized_process_group()
-    if not weights:
-        if group is not None and group[1] > 1:
-            return "this rank's weights were finite then (it may have come from another rank)"
-        return "every weight was finite then"
-    more = f" and {len(weights) - 3} more" if len(weights) > 3 else ""
-    return f"these weights already held NaN/inf: {', '.join(weights[:3])}{more}"
