@@ -90,7 +90,7 @@ class OptimizerObserver:
             self.calls.others.optimizer_step()
             return
         sentinel = self.sentinel
-        if sentinel is not None and sentinel.armed:
+        if sentinel is not None and sentinel.armed and not sentinel.grads_read:
             owner = self.tensors.gradients.param_owner
             sentinel.gradients(opt, self.registry.optimizer(opt), owner, self.tensors.state.seg)
         if _inside_another_step():  # part of the outer step: its gradients, if new
