@@ -267,9 +267,11 @@ CONFIGS: dict[str, Context] = {
 
 @dataclass
 class Costs:
-    """One configuration's (wall, CPU) seconds per step while recording, and CPU once."""
+    """One configuration's seconds per step while recording (wall, CPU of all threads,
+    CPU of the training thread: the rest is the writer's and other threads'), and CPU
+    once."""
 
-    per_step: tuple[float, float]
+    per_step: tuple[float, float, float]
     once: float
 
 
@@ -278,7 +280,7 @@ def measure(step: Step, context: Context | None, warmup: int, steps: int, workdi
     recorder is flushed before and after the timed steps, so that they hold the writer's
     work on their own rows and no other (wall time waits for that last flush: an upper
     bound where the writer would have worked beside training)."""
-    wall, cpu = time.perf_counter, time.process_time
+    wall, cpu, own = time.perf_counter, time.process_time, time.thread_time
     cpu_open = cpu()
     with context(workdir) if context else contextlib.nullcontext() as recorder:
         flush = getattr(recorder, "flush", lambda: True)
@@ -286,13 +288,13 @@ def measure(step: Step, context: Context | None, warmup: int, steps: int, workdi
             step()
         if not flush():
             raise RuntimeError("the recorder did not write the warm-up steps")
-        wall0, cpu0 = wall(), cpu()
+        wall0, cpu0, own0 = wall(), cpu(), own()
         for _ in range(steps):
             step()
         if not flush():
             raise RuntimeError("the recorder did not write the timed steps")
-        wall1, cpu1 = wall(), cpu()
-    per_step = ((wall1 - wall0) / steps, (cpu1 - cpu0) / steps)
+        wall1, cpu1, own1 = wall(), cpu(), own()
+    per_step = ((wall1 - wall0) / steps, (cpu1 - cpu0) / steps, (own1 - own0) / steps)
     return Costs(per_step, cpu() - cpu_open - (warmup + steps) * per_step[1])
 
 
@@ -313,26 +315,32 @@ def compare(
                 results[config].append(measure(step, context, warmup, steps, Path(tmp)))
             print(f"  {name}: round {r + 1}/{rounds}", end="\r", file=sys.stderr)
 
-    def medians(config: str | None) -> tuple[float, float, float]:
-        """Per-step wall and CPU, CPU once."""
+    def medians(config: str | None) -> tuple[float, float, float, float]:
+        """Per-step wall, CPU and the other threads' CPU; CPU once."""
         rounds = results[config]
         return (
             statistics.median(c.per_step[0] for c in rounds),
             statistics.median(c.per_step[1] for c in rounds),
+            statistics.median(c.per_step[1] - c.per_step[2] for c in rounds),
             statistics.median(c.once for c in rounds),
         )
 
-    base_wall, base_cpu, base_once = medians(None)
+    base_wall, base_cpu, base_others, base_once = medians(None)
     print(
         f"\n{name}: {calls} module calls per step; unrecorded step {base_cpu * 1e3:.2f} ms CPU, "
         f"{base_wall * 1e3:.2f} ms wall (median over {rounds} rounds of {steps} steps after "
-        f"{warmup}); 'once': open, first steps and close, CPU ms above unrecorded"
+        f"{warmup}); 'writer': of the CPU us/call, other threads' (the writer's); 'once': "
+        "open, first steps and close, CPU ms above unrecorded"
     )
-    print(f"  {'':36s} {'CPU':>8s} {'us/call':>9s}   {'wall':>8s} {'us/call':>9s}   {'once':>7s}")
+    print(
+        f"  {'':36s} {'CPU':>8s} {'us/call':>9s} {'writer':>7s}   {'wall':>8s} {'us/call':>9s}"
+        f"   {'once':>7s}"
+    )
     for config in configs:
-        wall, cpu, once = medians(config)
+        wall, cpu, others, once = medians(config)
         print(
             f"  {config:36s} {cpu / base_cpu:7.3f}x {(cpu - base_cpu) / calls * 1e6:+9.1f}"
+            f" {(others - base_others) / calls * 1e6:+7.1f}"
             f"   {wall / base_wall:7.3f}x {(wall - base_wall) / calls * 1e6:+9.1f}"
             f"   {(once - base_once) * 1e3:+7.1f}"
         )
