@@ -886,7 +886,7 @@ def _append_at(ds: h5py.Dataset, n: int, values: np.ndarray) -> None:
     """``values`` written from row ``n`` of ``ds``, grown to fit, through h5py's low-level
     API: a high-level resize and slice assignment spend about 40 us per column in Python
     around the write, a drain appends to some 50 columns, and on a model with long steps
-    that showed in the step time (docs/performance.md, seventh pass)."""
+    that showed in the step time (docs/performance.md, "The writer")."""
     values = np.ascontiguousarray(values, dtype=ds.dtype)
     dsid = ds.id
     dsid.set_extent((n + len(values), *values.shape[1:]))
@@ -899,7 +899,7 @@ def _filters(dtype: np.dtype) -> dict[str, object]:
     """How a column is compressed: statistics and times (floats) with LZF after shuffle,
     which takes half gzip's time for them and reads faster, for 7-9% more bytes (they
     are mostly mantissa, which neither compresses much); the rest with gzip after
-    shuffle (docs/performance.md, seventh pass)."""
+    shuffle (docs/performance.md, "The writer")."""
     if dtype.base.kind == "f":
         return {"compression": "lzf", "shuffle": True}
     return {"compression": "gzip", "compression_opts": 1, "shuffle": True}
