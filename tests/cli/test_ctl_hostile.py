@@ -1,8 +1,8 @@
 """The steering channel attacked from a second process while a real recorder trains:
 lines nobody should be able to slip in, lines too long or too many, things put at the
 control file's path, numbers out of range, half-written lines (hookdbg/control.py has
-the contract). One recorder serves the tests of this file, in order; each leaves the
-control file as ``ctl`` made it."""
+the contract). One recorder serves the tests of this file, in order (but one that needs
+a recorder of its own); each leaves the control file as ``ctl`` made it."""
 
 from __future__ import annotations
 
@@ -237,15 +237,21 @@ def test_a_refused_control_file_is_said_once_and_kept_in_the_recording(run):
     assert answer_to(run, 907, 0) is None  # its stop was never read
 
 
-def test_ctl_and_the_recorder_show_a_glob_s_control_characters_escaped(run):
-    said = len(run.stderr)
-    glob = "\x1b]0;PWNED\x07\x1b[2J\u202eevil"
-    asked = ctl(run, "record", "--steps", "1", "--level", "timing", "--modules", glob)
-    assert asked.returncode == 0, asked.stdout + asked.stderr
-    assert "\x1b" not in asked.stdout and "\\x1b]0;PWNED\\x07" in asked.stdout
-    run.wait_for(lambda: any("PWNED" in line for line in run.stderr[said:]), "never said")
-    echoed = "".join(run.stderr[said:])
-    assert "\x1b" not in echoed and "\u202e" not in echoed and "\\x1b]0;PWNED" in echoed
+def test_ctl_and_the_recorder_show_a_glob_s_control_characters_escaped(tmp_path):
+    """On a recorder of its own: the shared one's stderr says only a count of answers
+    for a while after the floods of the tests before (steering.AnswerEcho)."""
+    run = LiveRun(tmp_path)
+    try:
+        said = len(run.stderr)
+        glob = "\x1b]0;PWNED\x07\x1b[2J\u202eevil"
+        asked = ctl(run, "record", "--steps", "1", "--level", "timing", "--modules", glob)
+        assert asked.returncode == 0, asked.stdout + asked.stderr
+        assert "\x1b" not in asked.stdout and "\\x1b]0;PWNED\\x07" in asked.stdout
+        run.wait_for(lambda: any("PWNED" in line for line in run.stderr[said:]), "never said")
+        echoed = "".join(run.stderr[said:])
+        assert "\x1b" not in echoed and "\u202e" not in echoed and "\\x1b]0;PWNED" in echoed
+    finally:
+        run.kill()
 
 
 def test_ctl_reaches_the_recorder_through_a_link_to_its_recording(run):
