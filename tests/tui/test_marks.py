@@ -124,4 +124,7 @@ async def test_containers_show_their_total_time_and_leaves_their_own(mlp_h5):
         assert total > 2 * share("model.body", "self")  # its children's time, counted in
         assert f"Σ{total:.0%}" in body
         head = tree.label_of(rec.modules.resolve("model.head").id)  # a leaf: its own time
-        assert f" {share('model.head', 'self'):.0%}" in head and "Σ" not in head
+        own = share("model.head", "self")
+        # a share under half a percent (a step the machine stalled in) is not shown
+        assert (f" {own:.0%}" in head) if own >= 0.005 else ("%" not in head)
+        assert "Σ" not in head
