@@ -42,7 +42,7 @@ from pathlib import Path
 
 import overhead
 import torch
-from overhead import Costs, Step, hookdbg_at, measure
+from overhead import Costs, Step, hookdbg_at, hookdbg_idle, measure
 from torch import nn
 from torch.nn import functional as F
 
@@ -51,10 +51,6 @@ from hookdbg.recorder.accelerated import PURE_PYTHON
 from hookdbg.recorder.summaries import stats
 
 # -- the models ----------------------------------------------------------------------
-
-
-def resnet18() -> tuple[Step, int]:
-    return overhead.resnet18()
 
 
 def mobilenet() -> tuple[Step, int]:
@@ -138,7 +134,7 @@ def lstm() -> tuple[Step, int]:
 
 MODELS: dict[str, tuple[Callable[[], tuple[Step, int]], int, int]] = {
     # name: (make, steps timed, warm-up steps): about a second timed per round
-    "resnet18": (resnet18, 6, 4),
+    "resnet18": (overhead.resnet18, 6, 4),
     "mobilenet_v3_small": (mobilenet, 16, 4),
     "gpt": (gpt, 24, 4),
     "lstm": (lstm, 24, 4),
@@ -194,8 +190,10 @@ def noting(reads: Reads) -> Iterator[None]:
 def reads_of(step: Step, warmup: int, workdir: Path) -> Reads:
     """Record ``warmup`` steps and one more at stats, noting what that last one reads."""
     reads = Reads()
+    before = os.environ.get(PURE_PYTHON)
     os.environ[PURE_PYTHON] = "1"
     try:
+        # noting first: a recorder takes its summary function when it opens
         with noting(reads), record(workdir / "reads.h5", force=True, quiet=True) as rec:
             for _ in range(warmup):
                 step()
@@ -204,10 +202,13 @@ def reads_of(step: Step, warmup: int, workdir: Path) -> Reads:
             reads.normed.clear()
             step()
             rec.flush()  # the step's backward rows come as it ends
-            kept = Reads()
+            kept = Reads()  # as of now: what the close may read is not the step's
             kept.summarised, kept.normed = list(reads.summarised), list(reads.normed)
     finally:
-        del os.environ[PURE_PYTHON]
+        if before is None:
+            del os.environ[PURE_PYTHON]
+        else:
+            os.environ[PURE_PYTHON] = before
     return kept
 
 
@@ -216,16 +217,8 @@ def reads_of(step: Step, warmup: int, workdir: Path) -> Reads:
 CONFIGS: dict[str, overhead.Context] = {
     "timing": hookdbg_at("timing"),
     "stats": hookdbg_at("stats"),
+    "idle": hookdbg_idle,
 }
-
-
-@contextlib.contextmanager
-def idle(workdir: Path) -> Iterator[object]:
-    with record(workdir / "idle.h5", idle=True, force=True, quiet=True) as rec:
-        yield rec
-
-
-CONFIGS["idle"] = idle
 
 
 def floor_times(reads: Reads, rounds: int) -> tuple[float, float]:

@@ -240,6 +240,11 @@ def hookdbg_at(level: str, steps: str | None = None, nan_check: bool | None = No
     return recording
 
 
+def hookdbg_idle(workdir: Path) -> contextlib.AbstractContextManager[Recorder]:
+    """``--idle``: no step recorded, each step's loss and the sentinel's checks watched."""
+    return record(workdir / "idle.h5", idle=True, force=True, quiet=True)
+
+
 @contextlib.contextmanager
 def hookdbg_histograms(workdir: Path) -> Iterator[Recorder]:
     """--level stats with --histograms 32."""

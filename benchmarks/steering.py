@@ -35,17 +35,13 @@ import time
 from pathlib import Path
 
 import torch
-from overhead import Costs, keep_freed_memory, measure, mlp, resnet18
+from overhead import Costs, hookdbg_idle, keep_freed_memory, measure, mlp, resnet18
 
 from hookdbg.control import Command, control_path, send
 from hookdbg.read import Status, open_recording
 from hookdbg.recorder import record
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def idle(workdir: Path) -> contextlib.AbstractContextManager[object]:
-    return record(workdir / "idle.h5", idle=True, force=True, quiet=True)
 
 
 def unrecorded_steps(workdir: Path) -> contextlib.AbstractContextManager[object]:
@@ -56,7 +52,7 @@ def unrecorded_steps(workdir: Path) -> contextlib.AbstractContextManager[object]
 def cost(rounds: int) -> None:
     for name, make, steps, warmup in (("mlp", mlp, 400, 20), ("resnet18", resnet18, 8, 4)):
         step, calls = make()
-        contexts = {"unrecorded": None, "--every": unrecorded_steps, "idle": idle}
+        contexts = {"unrecorded": None, "--every": unrecorded_steps, "idle": hookdbg_idle}
         runs: dict[str, list[Costs]] = {k: [] for k in contexts}
         with tempfile.TemporaryDirectory() as tmp:
             for _ in range(rounds):
