@@ -83,7 +83,7 @@ _FP8 = frozenset(
 _NAN = float("nan")
 
 
-def values(**named: float) -> tuple:
+def values(**named: float | int) -> tuple:
     """A summary's values (``layout.VALUES``): those named, and what the others hold
     where nothing was measured (NaN; counts ``NOT_LOOKED``)."""
     out = list(layout.NO_VALUES)
@@ -200,7 +200,7 @@ def has_stats(t: torch.Tensor) -> bool:
     return t.dtype in _MEASURED and t.numel() > 0
 
 
-def _summary(t: torch.Tensor, n: int, **named: float) -> Summary:
+def _summary(t: torch.Tensor, n: int, **named: float | int) -> Summary:
     """The summary of ``t`` (``n`` elements) holding the values ``named``."""
     return (shape_of(t), dtype_name(t.dtype), device_name(t), n, *values(**named))
 
