@@ -843,11 +843,6 @@ class Recorder:
         return self._segments.unmatched_globs
 
     @property
-    def _stack(self) -> list:
-        """The module call stack (empty between calls)."""
-        return self._calls.stack
-
-    @property
     def modules(self) -> list[ModuleInfo]:
         """Every module seen so far (optimizers excluded)."""
         return [i for i in self._registry.infos if i.kind == ModuleKind.MODULE]

@@ -233,7 +233,7 @@ def test_exception_in_forward_keeps_the_call_stack_and_removes_hooks(tmp_path):
     assert t["end"]["status"][0] == b"exception" and b"the script fails" in t["end"]["message"][0]
     last = t["calls"][-1]
     assert module_names(t)[int(last["module"])] == "model.0" and last["depth"] == 0
-    assert rec._stack == []
+    assert rec._calls.stack == []
 
 
 def test_keyboard_interrupt_is_recorded_as_such(tmp_path):

@@ -95,13 +95,6 @@ def test_non_contiguous_tensor():
     assert as_dict(stats.summarise(t))["mean"] == pytest.approx(reference(t)["mean"], abs=1e-6)
 
 
-def test_norms_only_fuses_and_falls_back_on_nonfinite():
-    a, b = torch.ones(4), torch.tensor([1.0, float("inf")])
-    first, second = stats.norms_only([a, b])
-    assert first[8] == pytest.approx(2.0) and math.isnan(first[4])
-    assert second[10] == 1 and not stats.is_finite(second)
-
-
 @pytest.mark.skipif(stats._norms is None, reason="the C statistics pass is not built")
 def test_norms_of_cpu_parameters_in_c_and_the_rest_by_torch():
     g = torch.Generator().manual_seed(3)

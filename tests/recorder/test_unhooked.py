@@ -63,7 +63,7 @@ def test_cleared_hooks_stop_the_recording_and_training_goes_on(
     with hookdbg.record(path) as rec:
         recorded = train(cleared)
         assert rec.failure is not None  # at once, not only when the recording ends
-        assert len(rec._stack) <= 1 and rec.calls_recorded == 12  # 4 a step, 3 steps
+        assert len(rec._calls.stack) <= 1 and rec.calls_recorded == 12  # 4 a step, 3 steps
     assert recorded == plain
     said = capsys.readouterr().err
     assert said.count("hooks were removed from") == 1, said

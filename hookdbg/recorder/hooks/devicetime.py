@@ -197,8 +197,3 @@ def _elapsed(start: torch.cuda.Event, end: torch.cuda.Event) -> float | None:
         return start.elapsed_time(end) * _MS
     except RuntimeError:
         return None
-
-
-def available() -> bool:
-    """Whether this process can time on a CUDA device."""
-    return torch.cuda.is_available()

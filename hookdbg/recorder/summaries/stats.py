@@ -488,12 +488,3 @@ def norm_summary(t: torch.Tensor, norm: float) -> Summary:
     """A summary holding just ``t``'s (finite) L2 norm."""
     t = local(t)
     return _summary(t, t.numel(), norm=norm, **_FINITE)
-
-
-def norms_only(tensors: list[torch.Tensor]) -> list[Summary]:
-    """Summaries holding just the L2 norm (``norms_of``); a non-finite norm gets the
-    full summary, with its NaN/inf counts."""
-    return [
-        norm_summary(t, norm) if math.isfinite(norm) else summarise(t)
-        for t, norm in zip(tensors, norms_of(tensors), strict=True)
-    ]
