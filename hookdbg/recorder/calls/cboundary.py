@@ -139,7 +139,8 @@ MARKED: set[str] = set()
 def called_from_c(fn: F) -> F:
     """Mark a method that _hot.c calls by name (see ``BOUNDARY``): renaming it, or
     changing what it takes, changes the C path too. Returns ``fn`` itself."""
-    MARKED.add(f"{fn.__module__}:{fn.__qualname__}")
+    # compiled by mypyc, a method is a descriptor without the names: it is marked by none
+    MARKED.add(f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', '?')}")
     return fn
 
 

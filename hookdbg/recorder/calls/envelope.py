@@ -114,4 +114,7 @@ def run_eagerly(code: CodeType) -> None:
         eval_frame.set_code_exec_strategy(code, strategy(action.SKIP, action.SKIP))
 
 
-run_eagerly(hook(lambda self, t0: None).__code__)  # every hook shares this code
+# every hook shares this code (compiled, by mypyc, a hook has none: no frame to skip)
+_shared = getattr(hook(lambda self, t0: None), "__code__", None)
+if _shared is not None:
+    run_eagerly(_shared)

@@ -332,4 +332,5 @@ class ModuleHooks:
 # called from the frames of a compiled model that dynamo resumes after a graph break, the
 # hooks would be compiled as frames of their own, guarded on the grad mode (envelope.py)
 for _hook in (ModuleHooks.pre, ModuleHooks.post, ModuleHooks._backward_ran):
-    run_eagerly(_hook.__code__)
+    if hasattr(_hook, "__code__"):  # compiled (mypyc), it runs in no frame of its own
+        run_eagerly(_hook.__code__)
