@@ -5,7 +5,7 @@
  * most of the cost, and on large ones each pass reads the tensor again from memory.
  * This reads it once: min and max over the finite values, their mean, population std
  * (ddof 0) and L2 norm as exact as a float64 two-pass computation (see ``Acc``), the
- * counts of NaN, +inf, -inf and zeros, the mean of |x|, and the values equal to the min
+ * counts of NaN, +inf, -inf, zeros and values below 0, the mean of |x|, and the values equal to the min
  * or the max (counted in a second pass over a block that reaches them).
  *
  * summary(address, n, kind, shape, dtype) -> a summary tuple
@@ -93,14 +93,15 @@ static inline float from_f16(uint16_t h) {
  * pass over memory. */
 typedef struct {
     double lo, hi, mean, mean_lo, m2, abs; /* abs: the sum of |x| */
-    int64_t finite, nan, posinf, neginf, zeros, at_lo, at_hi; /* at_lo: values equal to lo */
+    int64_t finite, nan, posinf, neginf, zeros, negs, at_lo, at_hi; /* at_lo: values equal to lo */
 } Acc;
 
-/* One block's finite values about a shift c: their range, zero count and the values
- * at either end of it, the sums of y = x - c and of y^2, and of |x|. */
+/* One block's finite values about a shift c: their range, counts of zeros and of
+ * values below 0, the values at either end of the range, the sums of y = x - c and of
+ * y^2, and of |x|. */
 typedef struct {
     double lo, hi, s, q, abs;
-    int64_t n, zeros, at_lo, at_hi;
+    int64_t n, zeros, negs, at_lo, at_hi;
 } Part;
 
 /* Values a block (the merge and the lanes' sums cost about 100 cycles a block: a
@@ -152,6 +153,7 @@ static void merge(Acc *a, const Part *b, double c) {
     a->mean_lo = (mean - (sum - v)) + (t - v);
     a->finite += b->n;
     a->zeros += b->zeros;
+    a->negs += b->negs;
     a->abs += b->abs;
 }
 
@@ -194,13 +196,13 @@ static inline double lanes_total(double *s) {
         enum { HALF = LANES / 2 };                                             \
         TYPE lo[HALF], hi[HALF];                                               \
         double s[LANES], q[LANES], ab[HALF];                                   \
-        int32_t zeros[HALF];                                                   \
+        int32_t zeros[HALF], negs[HALF];                                       \
         (void)c;                                                               \
         for (int j = 0; j < LANES; j++) s[j] = q[j] = 0.0;                     \
         for (int j = 0; j < HALF; j++) {                                       \
             lo[j] = (TYPE)INFINITY;                                            \
             hi[j] = (TYPE)-INFINITY;                                           \
-            zeros[j] = 0;                                                      \
+            zeros[j] = negs[j] = 0;                                            \
             ab[j] = 0.0;                                                       \
         }                                                                      \
         Py_ssize_t i = 0;                                                      \
@@ -211,6 +213,7 @@ static inline double lanes_total(double *s) {
                 lo[j] = small < lo[j] ? small : lo[j];                         \
                 hi[j] = large > hi[j] ? large : hi[j];                         \
                 zeros[j] += (a == 0) + (b == 0);                               \
+                negs[j] += (a < 0) + (b < 0);                                  \
                 double ya = (double)a SHIFT, yb = (double)b SHIFT;             \
                 s[j] += ya;                                                    \
                 s[j + HALF] += yb;                                             \
@@ -221,12 +224,13 @@ static inline double lanes_total(double *s) {
         }                                                                      \
         TYPE tail_lo = lo[0], tail_hi = hi[0];                                 \
         double tail_s = 0.0, tail_q = 0.0, tail_ab = 0.0;                      \
-        int64_t tail_zeros = 0;                                                \
+        int64_t tail_zeros = 0, tail_negs = 0;                                 \
         for (; i < n; i++) {                                                   \
             TYPE x = p[i];                                                     \
             tail_lo = x < tail_lo ? x : tail_lo;                               \
             tail_hi = x > tail_hi ? x : tail_hi;                               \
             tail_zeros += (x == 0);                                            \
+            tail_negs += (x < 0);                                              \
             double y = (double)x SHIFT;                                        \
             tail_s += y;                                                       \
             tail_q += y * y;                                                   \
@@ -238,10 +242,12 @@ static inline double lanes_total(double *s) {
         out->lo = tail_lo;                                                     \
         out->hi = tail_hi;                                                     \
         out->zeros = tail_zeros;                                               \
+        out->negs = tail_negs;                                                 \
         for (int j = 0; j < HALF; j++) {                                       \
             if (lo[j] < out->lo) out->lo = lo[j];                              \
             if (hi[j] > out->hi) out->hi = hi[j];                              \
             out->zeros += zeros[j];                                            \
+            out->negs += negs[j];                                              \
             out->abs += ab[j];                                                 \
         }                                                                      \
         out->n = n;                                                            \
@@ -415,6 +421,7 @@ static void f64_block(Acc *a, const double *p, Py_ssize_t n, double *scratch) {
             if (v < lo) lo = v;                                \
             if (v > hi) hi = v;                                \
             zeros += (v == 0);                                 \
+            negs += (v < 0);                                   \
         }                                                      \
         ilo = (double)lo;                                      \
         ihi = (double)hi;                                      \
@@ -426,7 +433,7 @@ static PyObject *cpu_name; /* "cpu", the device of every summary made here */
  * every declared field: the module does not import where one is left out (``fills``). */
 static struct {
     Py_ssize_t shape, dtype, device, numel, min, max, mean, std, norm, nan, posinf, neginf,
-        zero_frac, sat_frac, absmean;
+        zero_frac, sat_frac, absmean, neg_frac;
 } at;
 static const SummaryField named[] = {
     {"shape", &at.shape}, {"dtype", &at.dtype},   {"device", &at.device},
@@ -434,6 +441,7 @@ static const SummaryField named[] = {
     {"mean", &at.mean},   {"std", &at.std},       {"norm", &at.norm},
     {"nan", &at.nan},     {"posinf", &at.posinf}, {"neginf", &at.neginf},
     {"zero_frac", &at.zero_frac}, {"sat_frac", &at.sat_frac}, {"absmean", &at.absmean},
+    {"neg_frac", &at.neg_frac},
 };
 static Py_ssize_t length; /* summary.LENGTH */
 
@@ -467,7 +475,7 @@ static int fills(void) {
 static PyObject *summary_tuple(PyObject *shape, PyObject *dtype, Py_ssize_t n, double lo,
                                double hi, double mean, double std, double norm, long long nan,
                                long long posinf, long long neginf, double zero_frac,
-                               double sat_frac, double absmean) {
+                               double sat_frac, double absmean, double neg_frac) {
     PyObject *t = PyTuple_New(length);
     if (t == NULL) return NULL;
     int bad = 0;
@@ -486,6 +494,7 @@ static PyObject *summary_tuple(PyObject *shape, PyObject *dtype, Py_ssize_t n, d
     PUT(t, at.zero_frac, PyFloat_FromDouble(zero_frac));
     PUT(t, at.sat_frac, PyFloat_FromDouble(sat_frac));
     PUT(t, at.absmean, PyFloat_FromDouble(absmean));
+    PUT(t, at.neg_frac, PyFloat_FromDouble(neg_frac));
     if (bad) { /* out of memory: the tuple's NULL items are skipped as it goes */
         Py_DECREF(t);
         return NULL;
@@ -521,7 +530,7 @@ static PyObject *summary(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 
     if (kind >= I64) {
         double ilo = 0, ihi = 0;
-        int64_t zeros = 0;
+        int64_t zeros = 0, negs = 0;
         if (n >= 32768) released = PyEval_SaveThread();
         switch (kind) {
             case I64: INT_LOOP(int64_t); break;
@@ -532,7 +541,7 @@ static PyObject *summary(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         }
         if (released) PyEval_RestoreThread(released);
         return summary_tuple(shape, dtype, n, ilo, ihi, NAN, NAN, NAN, 0, 0, 0,
-                             (double)zeros / (double)n, NAN, NAN);
+                             (double)zeros / (double)n, NAN, NAN, (double)negs / (double)n);
     }
     if (kind > BF16) {
         PyErr_SetString(PyExc_ValueError, "summary: unknown element kind");
@@ -569,7 +578,8 @@ static PyObject *summary(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     }
     return summary_tuple(shape, dtype, n, lo, hi, mean, std, norm, (long long)acc.nan,
                          (long long)acc.posinf, (long long)acc.neginf,
-                         (double)acc.zeros / (double)n, sat, absmean);
+                         (double)acc.zeros / (double)n, sat, absmean,
+                         (double)(acc.negs + acc.neginf) / (double)n);
 }
 
 

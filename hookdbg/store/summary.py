@@ -128,6 +128,19 @@ FIELDS: tuple[Field, ...] = (
         shown=True,
         merge=FINITE_MEAN,
     ),
+    Field(
+        "neg_frac",
+        "<f4",
+        "neg",
+        FRACTION,
+        _NAN,
+        "the fraction of values below 0, -inf among them (a ReLU's dead inputs)",
+        since=9,
+        search=True,
+        scalar=True,
+        shown=True,
+        merge=ELEMENT_MEAN,
+    ),
 )
 
 NAMES: tuple[str, ...] = tuple(f.name for f in FIELDS)

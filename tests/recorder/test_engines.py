@@ -10,16 +10,18 @@ The contract for floating tensors: min and max exact; mean, population std (ddof
 and L2 norm within 1e-12 (relative) of numpy's on the values converted to float64,
 over the finite values; the std of a constant tensor exactly 0; NaN, +inf and -inf
 counted exactly, and the values equal to the finite min or max (``sat_frac``, a
-fraction of all values); the mean of |x| over the finite values (``absmean``) within
-1e-12 as well. A mean may also be off by 1e-14 of the values' mean magnitude: where
-the values cancel to a mean near 0, no float64 sum (numpy's neither) resolves it more
-finely. On the device path a tensor holding NaN or inf gets its counts and no
-statistics (deferred.from_raw). A recording must not depend on which engine made it:
-``hookdbg diff`` compares them at 1e-5.
+fraction of all values), and the values below 0, -inf among them (``neg_frac``, a
+fraction of all values, also where NaN or inf withhold the others); the mean of |x|
+over the finite values (``absmean``) within 1e-12 as well. A mean may also be off by
+1e-14 of the values' mean magnitude: where the values cancel to a mean near 0, no
+float64 sum (numpy's neither) resolves it more finely. On the device path a tensor
+holding NaN or inf gets its counts and no statistics (deferred.from_raw). A recording
+must not depend on which engine made it: ``hookdbg diff`` compares them at 1e-5.
 
 For integer and bool tensors (token ids, labels, masks; stats.INTEGER_CONTRACT): min
-and max exact (the values converted to float64, a bool as 0 or 1), the fraction of
-zeros exact (padding, a mask's False), no NaN or inf; their mean, std, norm, absmean and
+and max exact (the values converted to float64, a bool as 0 or 1), the fractions of
+zeros (padding, a mask's False) and of values below 0 (an ignored label's -100) exact,
+no NaN or inf; their mean, std, norm, absmean and
 sat_frac are not measured (NaN), by every engine alike.
 """
 
@@ -118,6 +120,7 @@ def reference(t: torch.Tensor) -> dict[str, float]:
         "nan": int(np.isnan(a).sum()),
         "posinf": int(np.isposinf(a).sum()),
         "neginf": int(np.isneginf(a).sum()),
+        "neg_frac": np.count_nonzero(a < 0) / a.size,
     }
     if finite.size == 0:
         return counts
@@ -221,8 +224,8 @@ def test_every_engine_agrees_with_float64(case: str, engine: str, monkeypatch) -
     got = dict(zip(stats.FIELDS, run(t, monkeypatch), strict=False))
     want = reference(t)
     assert got["numel"] == t.numel()
-    for key in ("nan", "posinf", "neginf"):
-        assert got[key] == want[key], key
+    for key in ("nan", "posinf", "neginf", "neg_frac"):
+        assert got[key] == want[key], (key, got[key], want[key])
     withheld = on_the_device and (want["nan"] or want["posinf"] or want["neginf"])
     if withheld or "min" not in want:  # no statistics: none, not zeros
         values = ("min", "max", "mean", "std", "norm", "sat_frac", "absmean")
@@ -275,8 +278,9 @@ def test_every_engine_follows_the_integer_contract(case: str, engine: str, monke
     assert got["numel"] == t.numel() and (got["nan"], got["posinf"], got["neginf"]) == (0, 0, 0)
     assert (got["min"], got["max"]) == (a.min(), a.max())
     assert got["zero_frac"] == np.count_nonzero(a == 0) / a.size
+    assert got["neg_frac"] == np.count_nonzero(a < 0) / a.size
     measured = set(stats.INTEGER_CONTRACT)
-    assert measured == {"min", "max", "nan", "posinf", "neginf", "zero_frac"}
+    assert measured == {"min", "max", "nan", "posinf", "neginf", "zero_frac", "neg_frac"}
     unmeasured = [k for k in stats.FIELDS[stats.MIN :] if k not in measured]
     assert all(math.isnan(got[k]) for k in unmeasured), {k: got[k] for k in unmeasured}
 

@@ -34,7 +34,7 @@ _MIN, _MAX, _SUM, _M2 = (tl.constexpr(PARTIAL.index(n)) for n in ("min", "max", 
 _NAN, _POSINF, _NEGINF = (tl.constexpr(PARTIAL.index(n)) for n in ("nan", "posinf", "neginf"))
 _ZEROS, _COUNT, _SHIFTED = (tl.constexpr(PARTIAL.index(n)) for n in ("zeros", "count", "shifted"))
 _AT_MIN, _AT_MAX = (tl.constexpr(PARTIAL.index(n)) for n in ("at_min", "at_max"))
-_ABSSUM = tl.constexpr(PARTIAL.index("abssum"))
+_ABSSUM, _NEGATIVES = (tl.constexpr(PARTIAL.index(n)) for n in ("abssum", "negatives"))
 
 
 @triton.jit(do_not_specialize=["first_row"])
@@ -65,8 +65,8 @@ def table_stats(table, rows, DTYPE: tl.constexpr, BLOCK: tl.constexpr, COLUMNS: 
 @triton.jit
 def summarise_range(x, start, end, row, BLOCK: tl.constexpr):
     """Summarise ``x[start:end]`` into ``row`` (float64: min, max, sum, M2, NaN, +inf,
-    -inf, zeros, sum of |x|, the values equal to the min and to the max, element count,
-    and the sum of x - shift: rawrow.PARTIAL).
+    -inf, zeros, sum of |x|, values below 0, the values equal to the min and to the max,
+    element count, and the sum of x - shift: rawrow.PARTIAL).
 
     Per BLOCK-sized chunk the mean and the sum of squared deviations are exact two-pass
     values in float64; Chan's formula merges them into the range's running totals, so
@@ -88,6 +88,7 @@ def summarise_range(x, start, end, row, BLOCK: tl.constexpr):
     posinf = tl.zeros([BLOCK], tl.int32)
     neginf = tl.zeros([BLOCK], tl.int32)
     zeros = tl.zeros([BLOCK], tl.int32)
+    negatives = tl.zeros([BLOCK], tl.int32)
     at_lo = tl.zeros([BLOCK], tl.int32)
     at_hi = tl.zeros([BLOCK], tl.int32)
     count = tl.zeros([], tl.float64)
@@ -125,6 +126,7 @@ def summarise_range(x, start, end, row, BLOCK: tl.constexpr):
         posinf += (v == float("inf")).to(tl.int32)
         neginf += (v == float("-inf")).to(tl.int32)
         zeros += (inside & (v == 0.0)).to(tl.int32)
+        negatives += (inside & (v < 0.0)).to(tl.int32)
     smallest = tl.min(lo, axis=0)
     largest = tl.max(hi, axis=0)
     tl.store(row + _MIN, smallest)
@@ -138,5 +140,6 @@ def summarise_range(x, start, end, row, BLOCK: tl.constexpr):
     tl.store(row + _POSINF, tl.sum(posinf, axis=0).to(tl.float64))
     tl.store(row + _NEGINF, tl.sum(neginf, axis=0).to(tl.float64))
     tl.store(row + _ZEROS, tl.sum(zeros, axis=0).to(tl.float64))
+    tl.store(row + _NEGATIVES, tl.sum(negatives, axis=0).to(tl.float64))
     tl.store(row + _COUNT, count)
     tl.store(row + _SHIFTED, shifted)

@@ -97,6 +97,7 @@ def exact_row(t: torch.Tensor) -> list[float]:
         "zeros": (v == 0).sum().item(),
         "sat": ((v == usable.min()) | (v == usable.max())).sum().item(),
         "abssum": v.abs().sum().item(),
+        "negatives": (v < 0).sum().item(),
     }
     return [row[name] for name in RAW]
 
@@ -153,6 +154,7 @@ def arena_stats(values: torch.Tensor, lengths: list[int]) -> torch.Tensor:
         "zeros": per_segment((values == 0).double(), "sum"),
         "sat": per_segment(at_ends.double(), "sum"),
         "abssum": absolute,
+        "negatives": per_segment((values < 0).double(), "sum"),
     }
     return torch.stack([row[name] for name in RAW], dim=1)
 
@@ -170,7 +172,8 @@ def tensor_stats(t: torch.Tensor) -> torch.Tensor:
         v = v.view(torch.uint8) if v.dtype == torch.bool else v
         lo, hi = torch.aminmax(v)
         columns = dict.fromkeys(RAW, torch.zeros((), dtype=torch.float64, device=v.device))
-        columns |= {"min": lo, "max": hi, "zeros": n - torch.count_nonzero(v)}
+        zeros, negatives = n - torch.count_nonzero(v), torch.count_nonzero(v < 0)
+        columns |= {"min": lo, "max": hi, "zeros": zeros, "negatives": negatives}
         return torch.stack([columns[name].to(torch.float64) for name in RAW])[None]
     total = v.sum(dtype=torch.float64)
     lo, hi = torch.aminmax(v)
@@ -188,6 +191,7 @@ def tensor_stats(t: torch.Tensor) -> torch.Tensor:
         "zeros": v.numel() - torch.count_nonzero(v),
         "sat": torch.count_nonzero((v == lo) | (v == hi)),
         "abssum": v.abs().sum(dtype=torch.float64),
+        "negatives": torch.count_nonzero(v < 0),
     }
     return torch.stack([row[name].to(torch.float64) for name in RAW])[None]
 
@@ -208,9 +212,10 @@ def from_raw(meta: tuple, raw: list[float]) -> tuple:
     may hold the rounding of its mean), as on the CPU path. An integer or bool tensor
     keeps what its contract measures (``stats.INTEGER_CONTRACT``)."""
     n = meta[stats.NUMEL]
-    lo, hi, total, m2, nan, posinf, neginf, zeros, abssum, sat = raw  # RAW's names
+    lo, hi, total, m2, nan, posinf, neginf, zeros, abssum, negatives, sat = raw  # RAW's names
+    fractions = {"zero_frac": zeros / n, "neg_frac": negatives / n}
     if meta[stats.DTYPE] in stats.INTEGER_NAMES:
-        return (*meta, *stats.values(min=lo, max=hi, zero_frac=zeros / n, **_FINITE))
+        return (*meta, *stats.values(min=lo, max=hi, **fractions, **_FINITE))
     if nan or posinf or neginf:
         lo = hi = mean = std = norm = sat = absmean = _NAN
     else:
@@ -230,7 +235,7 @@ def from_raw(meta: tuple, raw: list[float]) -> tuple:
             std=std,
             norm=norm,
             **counts,
-            zero_frac=zeros / n,
+            **fractions,
             sat_frac=sat,
             absmean=absmean,
         ),

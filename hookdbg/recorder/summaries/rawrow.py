@@ -12,8 +12,9 @@ from __future__ import annotations
 
 # the columns whose programs' values add up to the tensor's: blockstats.combine sums them
 # with no code of their own (a new summable column goes at the end of these)
-SUMMED = ("nan", "posinf", "neginf", "zeros", "abssum")
-# ``abssum``: the sum of |x|; ``sat``: the values equal to the min or the max
+SUMMED = ("nan", "posinf", "neginf", "zeros", "abssum", "negatives")
+# ``abssum``: the sum of |x|; ``negatives``: the values below 0, -inf among them; ``sat``:
+# the values equal to the min or the max
 RAW = ("min", "max", "sum", "m2", *SUMMED, "sat")
 # a program's partial row: the raw row of its range, but for the values equal to its min
 # and to its max apart, its element count, and its sum less the shift

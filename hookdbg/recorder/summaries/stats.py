@@ -26,7 +26,7 @@ and blockstats.py) gives min and max exactly and mean, population std and norm w
 made it: float32 sums, numpy's and torch's own reductions of float32 among them, are
 off by 1e-7 of the mean, enough for ``hookdbg diff`` to tell two recordings of one
 seeded run apart. Of an integer or bool tensor every path measures the same fields
-(``INTEGER_CONTRACT``): its range and its exact zero fraction.
+(``INTEGER_CONTRACT``): its range and its exact fractions of zeros and of values below 0.
 
 On a CUDA (or other non-CPU) device nothing may be read back inside a hook: tensors
 are copied into a per-step device buffer and summarised together at the step's end
@@ -68,9 +68,9 @@ _FLOATS = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16
 _INTEGERS = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool})
 _MEASURED = _FLOATS | _INTEGERS
 # What every engine measures of an integer or bool tensor (tests/recorder/test_engines.py):
-# its range, its zero fraction (exact), and NaN/inf counts of 0; the other values read
-# as not measured
-INTEGER_CONTRACT = ("min", "max", "nan", "posinf", "neginf", "zero_frac")
+# its range, its fractions of zeros and of values below 0 (exact), and NaN/inf counts of
+# 0; the other values read as not measured
+INTEGER_CONTRACT = ("min", "max", "nan", "posinf", "neginf", "zero_frac", "neg_frac")
 INTEGER_NAMES = frozenset(str(d).removeprefix("torch.") for d in _INTEGERS)  # dtype names
 _NATIVE = frozenset({torch.float32, torch.float64})
 # the 8-bit floating formats: summarised on the host in float32, which holds them exactly
@@ -274,12 +274,16 @@ def _torch_summary(t: torch.Tensor) -> Summary:
     mean, m2, absolute = _moments(v, n)
     std, zeros = _std(lo, hi, m2, n), _zero_fraction(v, n)
     squares = m2 + n * mean * mean
-    return _finite(t, n, lo, hi, mean, std, squares, zeros, _at_ends(v, lo, hi) / n, absolute / n)
+    at_ends, below = _ends_and_negatives(v, lo, hi)
+    return _finite(t, n, lo, hi, mean, std, squares, zeros, at_ends / n, absolute / n, below / n)
 
 
-def _at_ends(v: torch.Tensor, lo: float, hi: float) -> int:
-    """How many values of ``v`` equal ``lo`` or ``hi`` (one read back)."""
-    return int(torch.count_nonzero((v == lo) | (v == hi)).item())
+def _ends_and_negatives(v: torch.Tensor, lo: float, hi: float) -> tuple[int, int]:
+    """How many values of ``v`` equal ``lo`` or ``hi``, and how many are below 0, -inf
+    among them (one read back)."""
+    counts = torch.stack([torch.count_nonzero((v == lo) | (v == hi)), torch.count_nonzero(v < 0)])
+    at_ends, below = counts.tolist()
+    return at_ends, below
 
 
 def _integer(t: torch.Tensor, n: int) -> Summary:
@@ -292,9 +296,11 @@ def _integer(t: torch.Tensor, n: int) -> Summary:
     if v.dtype == torch.bool:
         v = v.view(torch.uint8)
     lo, hi = torch.aminmax(v)
-    zeros = n - torch.count_nonzero(v)
-    lo_f, hi_f, zeros_f = torch.stack([lo.double(), hi.double(), zeros.double()]).tolist()
-    return _summary(t, n, min=lo_f, max=hi_f, zero_frac=zeros_f / n, **_FINITE)
+    zeros, below = n - torch.count_nonzero(v), torch.count_nonzero(v < 0)
+    counts = torch.stack([lo.double(), hi.double(), zeros.double(), below.double()]).tolist()
+    lo_f, hi_f, zeros_f, below_f = counts
+    fractions = {"zero_frac": zeros_f / n, "neg_frac": below_f / n}
+    return _summary(t, n, min=lo_f, max=hi_f, **fractions, **_FINITE)
 
 
 def _finite(
@@ -308,19 +314,22 @@ def _finite(
     zeros: float,
     sat: float,
     absmean: float,
+    negatives: float,
 ) -> Summary:
     return _summary(
         t, n, min=lo, max=hi, mean=mean, std=std, norm=math.sqrt(squares), **_FINITE,
-        zero_frac=zeros, sat_frac=sat, absmean=absmean,
+        zero_frac=zeros, sat_frac=sat, absmean=absmean, neg_frac=negatives,
     )  # fmt: skip
 
 
 def _one_value(t: torch.Tensor) -> Summary:
     x = t.item()
     if math.isfinite(x):
-        return _finite(t, 1, x, x, x, 0.0, x * x, 1.0 if x == 0 else 0.0, 1.0, abs(x))
+        zero, below = float(x == 0), float(x < 0)
+        return _finite(t, 1, x, x, x, 0.0, x * x, zero, 1.0, abs(x), below)
     nan, posinf, neginf = int(math.isnan(x)), int(x == math.inf), int(x == -math.inf)
-    return _summary(t, 1, nan=nan, posinf=posinf, neginf=neginf, zero_frac=0.0)
+    counts = {"nan": nan, "posinf": posinf, "neginf": neginf}
+    return _summary(t, 1, **counts, zero_frac=0.0, neg_frac=float(neginf))
 
 
 def _small(t: torch.Tensor, n: int) -> Summary:
@@ -349,6 +358,7 @@ def _small(t: torch.Tensor, n: int) -> Summary:
         1.0 - int(np.count_nonzero(a)) / n,
         int(np.count_nonzero((a == lo) | (a == hi))) / n,
         absolute / n,
+        int(np.count_nonzero(a < 0)) / n,
     )
 
 
@@ -421,9 +431,11 @@ def _nonfinite_summary(t: torch.Tensor, v: torch.Tensor) -> Summary:
         stats = {"min": lo, "max": hi, "mean": mean, "std": _std(lo, hi, m2, m)}
         stats["absmean"] = absolute / m
         stats["norm"] = math.sqrt(m2 + m * mean * mean)
-        stats["sat_frac"] = _at_ends(finite, lo, hi) / n
+        stats["sat_frac"] = int(torch.count_nonzero((finite == lo) | (finite == hi))) / n
     zero = 1.0 - torch.count_nonzero(v).item() / n
-    return _summary(t, n, **stats, nan=nan, posinf=posinf, neginf=neginf, zero_frac=zero)
+    below = int(torch.count_nonzero(v < 0)) / n
+    counts = {"nan": nan, "posinf": posinf, "neginf": neginf}
+    return _summary(t, n, **stats, **counts, zero_frac=zero, neg_frac=below)
 
 
 def with_counts(summary: Summary, nan: int, posinf: int, neginf: int) -> Summary:
