@@ -113,7 +113,7 @@ static struct {
  * in hookdbg/recorder/calls/cboundary.py (held to this list by tests/recorder/test_cboundary.py) */
 #define NAMES(X)                                                                           \
     X(broken) X(ref) X(transparent) X(selected) X(id) X(capture) X(recording)              \
-    X(module_calls) X(calls) X(step) X(batch) X(seg) X(training) X(memo) X(last) X(every)  \
+    X(module_calls) X(calls) X(step) X(batch) X(seg) X(memo) X(last) X(every)  \
     X(tensors) X(rows) X(lookup) X(_recompute_inner) X(_root) X(_leave_other) X(check)     \
     X(_root_ended)                                                                         \
     X(taint_parent) X(is_inference) X(_version) X(_base) X(requires_grad) X(numel)         \
@@ -1784,11 +1784,6 @@ static int grad_body(TensorPath *o, double t0, Seen *seen, PyObject *grad) {
         /* once per segment: what it sets stays set until the segment ends */
         if ((r = call_method0(o->steps, s_backward_ran)) == NULL) return -1;
         Py_DECREF(r);
-        PyObject *seg = slot_get(&SLOTS.seg, o->segment.state);
-        if (seg == NULL) return -1;
-        int bad = PyObject_SetAttr(seg, s_training, Py_True);
-        Py_DECREF(seg);
-        if (bad < 0) return -1;
         o->heard = o->segment.id;
     }
     double v = t0 - ((Guard *)o->guard)->ovh;

@@ -19,6 +19,7 @@ from hookdbg.recorder.calls.recompute import RecomputeIndex
 
 if TYPE_CHECKING:
     from hookdbg.recorder.alerts.alert import Alert
+    from hookdbg.recorder.steps.steps import StepTracker
     from hookdbg.recorder.summaries.deferred import Pending, StepBatch
     from hookdbg.recorder.summaries.stats import Summary
 
@@ -30,16 +31,28 @@ LATER = float("inf")  # a time no interval begins at
 
 
 class Segment:
-    """One training step or eval batch (hookdbg/recorder/steps/steps.py). ``training`` and
-    ``eval`` are settled when it ends; checks replayed later read the settled values."""
+    """One training step or eval batch (hookdbg/recorder/steps/steps.py). Whether it is a
+    training step is asked of ``Steps`` while it is open and settled when it ends
+    (``settle``): checks replayed later read the settled value."""
 
-    __slots__ = ("eval", "held", "id", "interrupted", "reduced", "step", "stepped", "training")
+    __slots__ = (
+        "_open_in",
+        "_settled",
+        "eval",
+        "held",
+        "id",
+        "interrupted",
+        "reduced",
+        "step",
+        "stepped",
+    )
 
-    def __init__(self, id: int, step: int, training: bool | None, eval: int) -> None:
+    def __init__(self, id: int, step: int, eval: int, open_in: StepTracker | None = None) -> None:
         self.id = id
         self.step = step  # training steps completed before it (its number, if training)
-        self.training = training  # None: not known yet
         self.eval = eval  # its number among eval batches (meaningful if not training)
+        self._open_in = open_in  # the steps it is open in (None: a segment never begun)
+        self._settled: bool | None = None
         # --on-nan raise or stop raised into the script in it: a training forward cut
         # short there is a training step (the one its alert named), not an eval batch
         self.interrupted = False
@@ -54,6 +67,18 @@ class Segment:
         # a GradScaler scaled its loss: its gradients' alerts, held until the scaler
         # decides (recorder/hooks/gradscaler.py); None: not scaled
         self.held: list[tuple[Alert, dict[str, object]]] | None = None
+
+    @property
+    def training(self) -> bool | None:
+        """Whether it is a training step: so far while it is open (None: not known yet),
+        then as its end settled it."""
+        steps = self._open_in
+        return self._settled if steps is None else steps.training_so_far
+
+    def settle(self, training: bool) -> None:
+        """It ended, as a training step or not."""
+        self._settled = training
+        self._open_in = None
 
     @property
     def when(self) -> str:

@@ -152,7 +152,6 @@ class GradientObserver:
         if seen.segment != state.id:
             return
         self.steps.backward_ran()
-        state.seg.training = True
         v = t0 - self.guard.ovh
         task = _graph_task_id()
         summary = tensors.summarise(grad) if tensors.summary is not None else None

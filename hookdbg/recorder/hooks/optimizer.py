@@ -150,7 +150,7 @@ class OptimizerObserver:
         self.steps.optimizer_end(opt, self._inner)
         state.done = v
         self._inner = []
-        state.seg.training = state.seg.stepped = True
+        state.seg.stepped = True
 
     def _owned(
         self,

@@ -83,7 +83,7 @@ class Segments:
         self.optimizer: OptimizerObserver | None = None
         self.scaler: ScalerWatch | None = None
         self.warned_device = False
-        self.state = StepState(Segment(-1, 0, None, 0), False, 0.0, None)  # none yet
+        self.state = StepState(Segment(-1, 0, 0), False, 0.0, None)  # none yet
         observer.begin(self.state)
         # each segment's backward spans, or the same in C (recorder/accelerated.py)
         self.backward_rows: BackwardRows = backward_rows
@@ -127,20 +127,13 @@ class Segments:
                 self.end(now if kind == RootKind.TRAIN else self.last_end(now))
             steps.begin()
             if self.boundary(steps.step):  # stopped: this call and all after go unrecorded
-                return StepState(Segment(-1, steps.step, None, 0), False, now, None)
+                return StepState(Segment(-1, steps.step, 0), False, now, None)
             self.begin(now, module)
             self.read_batches(wait=False)
         steps.root_ran(info.id, module)
         if self.pinpoint is not None and self.pinpoint.waiting:
             self.pinpoint.begin()
-        state = self.state
-        seg = state.seg
-        if seg.training is None:  # what messages call it until it ends
-            if steps.is_training:
-                seg.training = True
-            elif steps.kind == RootKind.EVAL:
-                seg.training = False
-        return state
+        return self.state
 
     def pass_call(self, now: float, loss: torch.Tensor | None) -> StepState:
         """A backward pass the script starts from ``loss`` at ``now``, outside any module
@@ -154,7 +147,7 @@ class Segments:
                 self.end(now)
             steps.begin()
             if self.boundary(steps.step):  # stopped: nothing more is recorded
-                return StepState(Segment(-1, steps.step, None, 0), False, now, None)
+                return StepState(Segment(-1, steps.step, 0), False, now, None)
             self.begin(now, loss)
             self.read_batches(wait=False)
             if self.hooks is not None:  # module calls of this segment go in it
@@ -165,8 +158,6 @@ class Segments:
             for opt in steps.awaited():
                 if any(id(p) not in owned for g in opt.param_groups for p in g["params"]):
                     self.registry.optimizer(opt)
-        if steps.is_training:  # what messages call it until it ends
-            self.state.seg.training = True
         return self.state
 
     def begin(self, now: float, module: torch.nn.Module | torch.Tensor | None) -> None:
@@ -182,7 +173,7 @@ class Segments:
             self._learn_distributed(optimizer)
         steps = self.steps
         options = self.options
-        seg = Segment(steps.segment, steps.step, None, steps.evals)
+        seg = Segment(steps.segment, steps.step, steps.evals, steps)
         recording = self.plan(seg.step)
         on_device = recording and _on_device(module)
         on_cuda = recording and _on_cuda(module)  # its calls timed with CUDA events
@@ -235,7 +226,8 @@ class Segments:
         state = self.state
         steps = self.steps
         origin = self.origin
-        state.seg.training = training = steps.end(cut, state.seg.interrupted)
+        training = steps.end(cut, state.seg.interrupted)
+        state.seg.settle(training)
         if training:
             self.trained_until = now
         if training and state.done and not cut:

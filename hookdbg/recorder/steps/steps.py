@@ -201,6 +201,14 @@ class StepTracker:
         """Whether the current segment is a training step (so far; settled at its end)."""
         return self._trained or self.saw_backward or bool(self._stepped)
 
+    @property
+    def training_so_far(self) -> bool | None:
+        """What messages call the current segment until it ends (calls.Segment.training):
+        a training step, an eval batch, or None where neither is known yet."""
+        if self.is_training:
+            return True
+        return False if self.kind == RootKind.EVAL else None
+
     def starts_segment(self, module: int, kind: RootKind, obj: torch.nn.Module) -> bool:
         """Whether a root call of ``obj`` (``module``: its id), of ``kind``, starting now
         begins a new segment; sets ``kind`` to what the call counts as."""
