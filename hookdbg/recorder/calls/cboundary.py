@@ -84,7 +84,6 @@ BOUNDARY: tuple[Name, ...] = (
     Name("batch", _STATE, "the step's device statistics (StepBatch), or None"),
     Name("calls", _STATE, "the segment's calls, in order"),
     Name("module_calls", _STATE, "each module's calls in the segment"),
-    Name("training", "hookdbg.recorder.calls.calls:Segment", "set: a gradient makes it training"),
     Name(
         "rows",
         "hookdbg.recorder.summaries.deferred:StepBatch",
