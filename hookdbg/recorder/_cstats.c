@@ -5,8 +5,8 @@
  * most of the cost, and on large ones each pass reads the tensor again from memory.
  * This reads it once: min and max over the finite values, their mean, population std
  * (ddof 0) and L2 norm as exact as a float64 two-pass computation (see ``Acc``), the
- * counts of NaN, +inf, -inf, zeros and values below 0, the mean of |x|, and the values equal to the min
- * or the max (counted in a second pass over a block that reaches them).
+ * counts of NaN, +inf, -inf, zeros and values below 0, the mean of |x|, and the values
+ * equal to the min or the max (counted in a second pass over a block that reaches them).
  *
  * summary(address, n, kind, shape, dtype) -> a summary tuple
  *
@@ -93,7 +93,8 @@ static inline float from_f16(uint16_t h) {
  * pass over memory. */
 typedef struct {
     double lo, hi, mean, mean_lo, m2, abs; /* abs: the sum of |x| */
-    int64_t finite, nan, posinf, neginf, zeros, negs, at_lo, at_hi; /* at_lo: values equal to lo */
+    /* negs: values below 0; at_lo: values equal to lo */
+    int64_t finite, nan, posinf, neginf, zeros, negs, at_lo, at_hi;
 } Acc;
 
 /* One block's finite values about a shift c: their range, counts of zeros and of

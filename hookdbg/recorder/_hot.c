@@ -113,7 +113,7 @@ static struct {
  * in hookdbg/recorder/calls/cboundary.py (held to this list by tests/recorder/test_cboundary.py) */
 #define NAMES(X)                                                                           \
     X(broken) X(ref) X(transparent) X(selected) X(id) X(capture) X(recording)              \
-    X(module_calls) X(calls) X(step) X(batch) X(seg) X(memo) X(last) X(every)  \
+    X(module_calls) X(calls) X(step) X(batch) X(seg) X(memo) X(last) X(every)              \
     X(tensors) X(rows) X(lookup) X(_recompute_inner) X(_root) X(_leave_other) X(check)     \
     X(_root_ended)                                                                         \
     X(taint_parent) X(is_inference) X(_version) X(_base) X(requires_grad) X(numel)         \

@@ -32,7 +32,7 @@ LATER = float("inf")  # a time no interval begins at
 
 class Segment:
     """One training step or eval batch (hookdbg/recorder/steps/steps.py). Whether it is a
-    training step is asked of ``Steps`` while it is open and settled when it ends
+    training step is asked of the step tracker while it is open and settled when it ends
     (``settle``): checks replayed later read the settled value."""
 
     __slots__ = (
@@ -51,7 +51,7 @@ class Segment:
         self.id = id
         self.step = step  # training steps completed before it (its number, if training)
         self.eval = eval  # its number among eval batches (meaningful if not training)
-        self._open_in = open_in  # the steps it is open in (None: a segment never begun)
+        self._open_in = open_in  # the tracker it is open in (None: ended, or never begun)
         self._settled: bool | None = None
         # --on-nan raise or stop raised into the script in it: a training forward cut
         # short there is a training step (the one its alert named), not an eval batch

@@ -423,6 +423,7 @@ def _nonfinite_summary(t: torch.Tensor, v: torch.Tensor) -> Summary:
     finite = v[torch.isfinite(v)]
     n = v.numel()
     stats: dict[str, float] = {}
+    below = neginf  # -inf is below 0
     if finite.numel():
         lo_t, hi_t = torch.aminmax(finite)
         m = finite.numel()
@@ -431,11 +432,12 @@ def _nonfinite_summary(t: torch.Tensor, v: torch.Tensor) -> Summary:
         stats = {"min": lo, "max": hi, "mean": mean, "std": _std(lo, hi, m2, m)}
         stats["absmean"] = absolute / m
         stats["norm"] = math.sqrt(m2 + m * mean * mean)
-        stats["sat_frac"] = int(torch.count_nonzero((finite == lo) | (finite == hi))) / n
+        at_ends, finite_below = _ends_and_negatives(finite, lo, hi)
+        stats["sat_frac"] = at_ends / n
+        below += finite_below
     zero = 1.0 - torch.count_nonzero(v).item() / n
-    below = int(torch.count_nonzero(v < 0)) / n
     counts = {"nan": nan, "posinf": posinf, "neginf": neginf}
-    return _summary(t, n, **stats, **counts, zero_frac=zero, neg_frac=below)
+    return _summary(t, n, **stats, **counts, zero_frac=zero, neg_frac=below / n)
 
 
 def with_counts(summary: Summary, nan: int, posinf: int, neginf: int) -> Summary:
