@@ -20,7 +20,7 @@
  *
  * Types:
  *   Lock       the guard's reentrant lock, taken here without a Python call
- *   Guard      what every hook reads first (envelope.py): live, lock, ovh, alerts, act
+ *   Guard      what every hook reads first (envelope.py): live, lock, ovh, alerts, actions
  *   Call       a recorded module call (calls.py)
  *   Seen       a tensor seen in a segment (calls.py); called, it is the hook on the
  *              autograd node that made the tensor (or on the leaf tensor itself)
@@ -471,7 +471,7 @@ typedef struct {
     double ovh;       /* seconds spent inside hookdbg's hooks so far */
     PyObject *lock;   /* a Lock: the writer thread takes it to collect the rows */
     PyObject *alerts; /* NaN/inf origins found, not acted on yet */
-    PyObject *act;    /* acts on them (recorder/alerts/actions.py) */
+    PyObject *actions; /* acts on them (recorder/alerts/actions.py) */
     PyObject *stopped; /* what a stop says and records (Recorder._stopped), or None */
 } Guard;
 
@@ -489,9 +489,9 @@ static PyObject *Guard_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     if (self == NULL) return NULL;
     self->lock = PyObject_CallNoArgs((PyObject *)&LockType);
     self->alerts = PyList_New(0);
-    self->act = PyCFunction_New(&noop_def, NULL);
+    self->actions = PyCFunction_New(&noop_def, NULL);
     self->stopped = Py_NewRef(Py_None);
-    if (self->lock == NULL || self->alerts == NULL || self->act == NULL) goto fail;
+    if (self->lock == NULL || self->alerts == NULL || self->actions == NULL) goto fail;
     return (PyObject *)self;
 fail:
     Py_DECREF(self);
@@ -501,7 +501,7 @@ fail:
 static int Guard_traverse(Guard *self, visitproc visit, void *arg) {
     Py_VISIT(self->lock);
     Py_VISIT(self->alerts);
-    Py_VISIT(self->act);
+    Py_VISIT(self->actions);
     Py_VISIT(self->stopped);
     return 0;
 }
@@ -509,7 +509,7 @@ static int Guard_traverse(Guard *self, visitproc visit, void *arg) {
 static int Guard_clear(Guard *self) {
     Py_CLEAR(self->lock);
     Py_CLEAR(self->alerts);
-    Py_CLEAR(self->act);
+    Py_CLEAR(self->actions);
     Py_CLEAR(self->stopped);
     return 0;
 }
@@ -547,9 +547,20 @@ static PyObject *Guard_broken(Guard *self, PyObject *unused) {
     return r;
 }
 
+/* Act on the alerts (``actions``; it may raise into the script), the time it takes
+ * counted as hookdbg's (envelope.py's ``Guard.act``). */
+static PyObject *Guard_act(Guard *self, PyObject *unused) {
+    double t0 = now();
+    PyObject *r = PyObject_CallNoArgs(self->actions);
+    self->ovh += now() - t0;
+    return r;
+}
+
 static PyMethodDef Guard_methods[] = {
     {"broken", (PyCFunction)Guard_broken, METH_NOARGS,
      "A bug in hookdbg must never break training: stop recording, say so, go on."},
+    {"act", (PyCFunction)Guard_act, METH_NOARGS,
+     "Act on the alerts, the time it takes counted as hookdbg's."},
     {NULL},
 };
 
@@ -558,7 +569,7 @@ static PyMemberDef Guard_members[] = {
     {"ovh", T_DOUBLE, offsetof(Guard, ovh), 0, "seconds spent inside hookdbg's hooks so far"},
     {"lock", T_OBJECT_EX, offsetof(Guard, lock), READONLY, "the lock the writer also takes"},
     {"alerts", T_OBJECT_EX, offsetof(Guard, alerts), 0, "origins found, not acted on yet"},
-    {"act", T_OBJECT_EX, offsetof(Guard, act), 0, "acts on the alerts"},
+    {"actions", T_OBJECT_EX, offsetof(Guard, actions), 0, "what acts on the alerts"},
     {"stopped", T_OBJECT, offsetof(Guard, stopped), 0, "what a stop says and records"},
     {NULL},
 };
@@ -615,7 +626,7 @@ static PyObject *envelope_leave(Guard *g, double t0, int failed) {
     }
     if (released < 0) return NULL;
     if (g->alerts != NULL && PyList_Check(g->alerts) && PyList_GET_SIZE(g->alerts) > 0) {
-        PyObject *r = PyObject_CallNoArgs(g->act);
+        PyObject *r = Guard_act(g, NULL);
         if (r == NULL) return NULL;
         Py_DECREF(r);
     }

@@ -7,6 +7,7 @@ column for column, except the columns that hold times.
 
 import contextlib
 import math
+import time
 
 import h5py
 import numpy as np
@@ -396,5 +397,9 @@ def test_the_c_records_are_the_python_records():
     py_guard = envelope.Guard()
     assert {"live", "ovh", "alerts"} <= set(_fields(c_guard))
     assert (c_guard.live, c_guard.ovh, c_guard.alerts) == (py_guard.live, py_guard.ovh, [])
-    with c_guard.lock:
-        assert c_guard.act() is None
+    for guard in (c_guard, py_guard):  # act: the actions, their time counted as hookdbg's
+        acted: list[object] = []
+        guard.actions = lambda acted=acted: acted.append(time.sleep(0.002))
+        with guard.lock:
+            assert guard.act() is None
+        assert acted == [None] and guard.ovh >= 0.002

@@ -7,7 +7,7 @@ import contextlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from time import perf_counter, time
+from time import time
 
 from hookdbg.recorder.alerts.alert import Alert
 from hookdbg.recorder.alerts.capture import FlightRecorder
@@ -142,7 +142,7 @@ class Actions:
         # --on-nan record: what records the steps after an alert the sentinel made
         # (sentinel.py; set by the recorder)
         self.zoom: Callable[[Alert], None] | None = None
-        guard.act = self.act
+        guard.actions = self.act
 
     def alert(self, alert: Alert | None, **context: object) -> None:
         """Queue an origin found by a hook, with the live objects a debugger would want.
@@ -161,15 +161,9 @@ class Actions:
         self.guard.alerts.append(alert)
 
     def act(self, actions: bool = True) -> None:
-        """``_act``, its time (a warning, the flight recorder's dump, a debugger prompt)
-        counted as hookdbg's own, which module and step times leave out."""
-        t0 = perf_counter()
-        try:
-            self._act(actions)
-        finally:
-            self.guard.ovh += perf_counter() - t0
-
-    def _act(self, actions: bool) -> None:
+        """Act on the alerts the hooks queued (``Guard.act`` calls this, its time counted
+        as hookdbg's); ``actions`` False: record and report them only (the script is
+        over)."""
         guard = self.guard
         found, guard.alerts = guard.alerts, []
         alerts = [a for a in found if isinstance(a, Alert)]

@@ -10,13 +10,15 @@ import traceback
 from collections.abc import Callable
 from time import perf_counter
 from types import CodeType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from torch.compiler import is_compiling
 
 if TYPE_CHECKING:
     from hookdbg.recorder.alerts.alert import Alert
     from hookdbg.recorder.alerts.headroom import HeadroomWarning
+
+R = TypeVar("R")
 
 
 class Guard:
@@ -25,16 +27,27 @@ class Guard:
     out), and the NaN/inf origins found but not yet acted on. A recording on the C path
     has its twin, ``_hot.Guard`` (hookdbg/recorder/accelerated.py), for C to read."""
 
-    __slots__ = ("act", "alerts", "live", "lock", "ovh", "stopped")
+    __slots__ = ("actions", "alerts", "live", "lock", "ovh", "stopped")
 
     def __init__(self) -> None:
         self.live = False
         self.lock = threading.RLock()
         self.ovh = 0.0  # seconds spent inside hookdbg's hooks so far
         self.alerts: list[Alert | HeadroomWarning] = []
-        self.act: Callable[[], None] = lambda: None  # set by the recorder
+        # what acts on the alerts (set by the recorder: recorder/alerts/actions.py)
+        self.actions: Callable[[], None] = lambda: None
         # what a stop says and records (set by the recorder: Recorder._stopped)
         self.stopped: Callable[[], None] | None = None
+
+    def act(self) -> None:
+        """Act on the alerts (a warning, the flight recorder's tensors, a debugger
+        prompt; ``--on-nan raise`` raises into the script from here), the time it takes
+        counted as hookdbg's, which module and step times leave out."""
+        t0 = perf_counter()
+        try:
+            self.actions()
+        finally:
+            self.ovh += perf_counter() - t0
 
     def broken(self) -> None:
         """A bug in hookdbg must never break training: stop recording, say so, go on
@@ -47,7 +60,7 @@ class Guard:
         traceback.print_exc(file=sys.stderr)
 
 
-def hook(body: Callable[..., None]) -> Callable[..., None]:
+def hook(body: Callable[..., R]) -> Callable[..., R | None]:
     """Wrap a recorder hook ``body(self, t0, *args)`` (``self.guard`` is its Guard) so that:
 
     * the time it takes counts as hookdbg's overhead, which module timings leave out
@@ -57,7 +70,9 @@ def hook(body: Callable[..., None]) -> Callable[..., None]:
       collect the rows the hooks gathered;
     * the NaN/inf origins the body found are acted on after that guard, so that
       ``--on-nan raise`` can raise into the training code;
-    * the hook returns None: hookdbg never changes what a module or tensor passes on;
+    * the hook returns what the body returns, None where it did not run or failed
+      (a module's or tensor's hook body returns None: hookdbg never changes what a
+      module or tensor passes on);
     * while torch.compile traces a model it does nothing at all, first thing, so that
       dynamo traces nothing of hookdbg into the graph: the compiled code is what it
       would be without hookdbg (see recorder/hooks/compiled.py).
@@ -66,31 +81,33 @@ def hook(body: Callable[..., None]) -> Callable[..., None]:
     return _guarded(body, compiling=True)
 
 
-def inner_hook(body: Callable[..., None]) -> Callable[..., None]:
+def inner_hook(body: Callable[..., R]) -> Callable[..., R | None]:
     """``hook`` for a body reached only from an entry that has already returned while
     torch.compile traces (the module hooks check that before their mute counter): the
     same guard, without checking again on every module call."""
     return _guarded(body, compiling=False)
 
 
-def _guarded(body: Callable[..., None], compiling: bool) -> Callable[..., None]:
+def _guarded(body: Callable[..., R], compiling: bool) -> Callable[..., R | None]:
     @functools.wraps(body)
-    def guarded(self: Any, *args: Any) -> None:
+    def guarded(self: Any, *args: Any) -> R | None:
         if compiling and is_compiling():
-            return
+            return None
         t0 = perf_counter()
         guard = self.guard
         if not guard.live:
-            return
+            return None
+        result = None
         with guard.lock:
             try:
-                body(self, t0, *args)
+                result = body(self, t0, *args)
             except Exception:
                 guard.broken()
             finally:
                 guard.ovh += perf_counter() - t0
         if guard.alerts:
             guard.act()
+        return result
 
     return guarded
 

@@ -44,7 +44,7 @@ from torch.compiler import is_compiling
 from hookdbg.recorder.alerts.alert import checked
 from hookdbg.recorder.alerts.nonfinite import nonfinite_weights
 from hookdbg.recorder.calls.calls import Call, Segment
-from hookdbg.recorder.calls.envelope import run_eagerly
+from hookdbg.recorder.calls.envelope import inner_hook, run_eagerly
 from hookdbg.recorder.calls.labels import HOOKDBG_DIR, TORCH_DIR
 from hookdbg.recorder.calls.naming import ModuleInfo, recordable
 from hookdbg.recorder.calls.tensors import iter_tensors
@@ -154,56 +154,22 @@ class BackwardWatch:
 
     def begin(self, tensors: object) -> Pass | None:
         """A pass is about to start from ``tensors``: record its loss (and act on an
-        alert it raises, which may stop the script here). None: not a pass to record."""
-        if is_compiling():
+        alert it raises, which may stop the script here). None: not a pass to record
+        (one on another thread, or inside another pass)."""
+        if is_compiling() or _get_ident() != self.calls._tid or _graph_task_id() != -1:
             return None
-        guard = self.guard
-        if not guard.live or _get_ident() != self.calls._tid or _graph_task_id() != -1:
-            if self.counting and _graph_task_id() == -1:
+        if not self.guard.live:
+            if self.counting:
                 self.unrecorded += 1
             return None
-        t0 = perf_counter()
-        run = None
-        with guard.lock:
-            try:
-                if self.going_on():
-                    run = self._begin(tensors, t0 - guard.ovh)
-                else:
-                    self.unrecorded += 1  # the first pass the recording misses
-            except Exception:
-                guard.broken()
-            finally:
-                guard.ovh += perf_counter() - t0
-        if guard.alerts:
-            guard.act()
-        return run
+        return self._begin(tensors)
 
-    def started(self, run: Pass) -> None:
-        """The pass starts now: backward intervals are measured from here."""
-        guard = self.guard
-        with guard.lock:
-            observer = self.observer
-            observer.bwd_mark_task = STARTED
-            observer.bwd_attributed = 0.0
-            observer.bwd_current = observer.bwd_last = None
-            clock = self.calls.device_clock
-            if clock is not None:
-                clock.pass_started()
-            run.start = observer.bwd_mark = perf_counter() - guard.ovh
-
-    def end(self, run: Pass) -> None:
-        """The pass returned (or raised): its time, as a call of its loss site."""
-        t0 = perf_counter()
-        guard = self.guard
-        with guard.lock:
-            try:
-                self._end(run, t0 - guard.ovh)
-            except Exception:
-                guard.broken()
-            finally:
-                guard.ovh += perf_counter() - t0
-
-    def _begin(self, tensors: object, now: float) -> Pass | None:
+    @inner_hook
+    def _begin(self, t0: float, tensors: object) -> Pass | None:
+        if not self.going_on():
+            self.unrecorded += 1  # the first pass the recording misses
+            return None
+        now = t0 - self.guard.ovh
         observer = self.observer
         losses = [t for _, t in iter_tensors(tensors)]
         if not self.calls.stack:  # not inside a module call: it may begin a step
@@ -238,7 +204,23 @@ class BackwardWatch:
             )
         return run
 
-    def _end(self, run: Pass, now: float) -> None:
+    def started(self, run: Pass) -> None:
+        """The pass starts now: backward intervals are measured from here."""
+        guard = self.guard
+        with guard.lock:
+            observer = self.observer
+            observer.bwd_mark_task = STARTED
+            observer.bwd_attributed = 0.0
+            observer.bwd_current = observer.bwd_last = None
+            clock = self.calls.device_clock
+            if clock is not None:
+                clock.pass_started()
+            run.start = observer.bwd_mark = perf_counter() - guard.ovh
+
+    @inner_hook
+    def end(self, t0: float, run: Pass) -> None:
+        """The pass returned (or raised): its time, as a call of its loss site."""
+        now = t0 - self.guard.ovh
         observer = self.observer
         state = observer.state
         wall = now - run.start

@@ -36,7 +36,7 @@ import torch
 from torch.compiler import is_compiling
 
 from hookdbg.recorder.calls.calls import Segment
-from hookdbg.recorder.calls.envelope import Guard, run_eagerly
+from hookdbg.recorder.calls.envelope import Guard, inner_hook, run_eagerly
 from hookdbg.recorder.summaries import stats
 from hookdbg.recorder.summaries.deferred import resolved
 
@@ -88,7 +88,7 @@ class ScalerWatch:
             before = steps.optimizer_calls
             result = step(scaler, optimizer, *args, **kw)
             if scaler.is_enabled() and not is_compiling():
-                watch.stepped(scaler, optimizer, ran=steps.optimizer_calls != before)
+                watch.stepped(scaler, optimizer, steps.optimizer_calls != before)
             return result
 
         for wrapper, original in ((scale_wrapper, scale), (step_wrapper, step)):
@@ -104,18 +104,19 @@ class ScalerWatch:
 
     # -- what the wrappers do, under the recorder's guard ------------------------------
 
-    def scaled(self, scaler: torch.amp.GradScaler, outputs: object, result: object) -> None:
+    @inner_hook
+    def scaled(
+        self, t0: float, scaler: torch.amp.GradScaler, outputs: object, result: object
+    ) -> None:
         """The loss of the current step was scaled: hold its non-finite gradients."""
-        guard = self.guard
-        if not guard.live or self.elsewhere():
+        if self.elsewhere():
             return
-        with guard.lock:
-            seg = self.observer.state.seg
-            if seg.held is None:
-                seg.held = []
-            self._last = None
-            if isinstance(outputs, torch.Tensor) and isinstance(result, torch.Tensor):
-                self._last = (id(result), weakref.ref(outputs), scaler)
+        seg = self.observer.state.seg
+        if seg.held is None:
+            seg.held = []
+        self._last = None
+        if isinstance(outputs, torch.Tensor) and isinstance(result, torch.Tensor):
+            self._last = (id(result), weakref.ref(outputs), scaler)
 
     def unscaled(self, loss: object) -> tuple[torch.Tensor | None, torch.Tensor] | None:
         """Where ``loss`` is a GradScaler's last scaled tensor: what it scaled (None if
@@ -125,23 +126,21 @@ class ScalerWatch:
             return None
         return last[1](), last[2]._scale
 
+    @inner_hook
     def stepped(
-        self, scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer, ran: bool
+        self,
+        t0: float,
+        scaler: torch.amp.GradScaler,
+        optimizer: torch.optim.Optimizer,
+        ran: bool,
     ) -> None:
         """``scaler.step(optimizer)`` returned: note whether the optimizer stepped (the
         step's end depends on it) and queue the check of what the scaler found."""
-        guard = self.guard
-        if not guard.live or self.elsewhere():
+        if self.elsewhere():
             return
-        with guard.lock:
-            try:
-                if not ran:
-                    self.steps.optimizer_skipped(optimizer)
-                self._decide(scaler, optimizer)
-            except Exception:
-                guard.broken()
-        if guard.alerts:
-            guard.act()
+        if not ran:
+            self.steps.optimizer_skipped(optimizer)
+        self._decide(scaler, optimizer)
 
     def _decide(self, scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer) -> None:
         observer = self.observer
