@@ -1257,6 +1257,7 @@ static PyObject *summarise_now(TensorPath *o, PyObject *t) {
  * whose values cannot be read here (a torch.func wrapper has no storage of its own) is
  * left to Python too, which unwraps it or raises the error again. */
 static PyObject *summarise(TensorPath *o, PyObject *t) {
+    if (o->summary == Py_None) return Py_NewRef(Py_None); /* timing: no summary */
     if (o->segment.deferring) return call_method1((PyObject *)o, s__py_summarise, t);
     PyObject *summary = summarise_now(o, t);
     if (summary == NULL && PyErr_ExceptionMatches(PyExc_RuntimeError)) {
@@ -1545,10 +1546,7 @@ static Seen *see(TensorPath *o, PyObject *t, int reuse, int likely) {
             }
         }
     }
-    if (summary == NULL && o->summary != Py_None) {
-        if ((summary = summarise(o, t)) == NULL) goto fail;
-    }
-    if (summary == NULL) summary = Py_NewRef(Py_None);
+    if (summary == NULL && (summary = summarise(o, t)) == NULL) goto fail;
     int finite = 1;
     if (o->check_nan && summary != Py_None && !is_pending(summary)) {
         if ((finite = summary_finite(summary)) < 0) goto fail;
@@ -1802,11 +1800,7 @@ static int grad_body(TensorPath *o, double t0, Seen *seen, PyObject *grad) {
     task = PyLong_AsLongLong(task_obj);
     Py_DECREF(task_obj);
     if (task == -1 && PyErr_Occurred()) return -1;
-    if (o->summary != Py_None) {
-        if ((summary = summarise(o, grad)) == NULL) return -1;
-    } else {
-        summary = Py_NewRef(Py_None);
-    }
+    if ((summary = summarise(o, grad)) == NULL) return -1;
     int timing_only = seen->timing_only;
     int keeping = o->keeping && !timing_only;
     long long version = 0;
@@ -1997,11 +1991,7 @@ static int param_body(ParamHook *h, double t0, PyObject *param) {
         }
         if (attribute(o, v, task, in_pass(enclosing, task)) < 0) goto done;
     }
-    if (o->summary != Py_None) {
-        if ((summary = summarise(o, grad)) == NULL) goto done;
-    } else {
-        summary = Py_NewRef(Py_None);
-    }
+    if ((summary = summarise(o, grad)) == NULL) goto done;
     if (o->keeping) {
         long long version = 0;
         if (o->flight != NULL && o->flight != Py_None && tensor_version(grad, 1, &version) < 0)

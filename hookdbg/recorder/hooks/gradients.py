@@ -154,7 +154,7 @@ class GradientObserver:
         self.steps.backward_ran()
         v = t0 - self.guard.ovh
         task = _graph_task_id()
-        summary = tensors.summarise(grad) if tensors.summary is not None else None
+        summary = tensors.summarise(grad)
         timing_only = seen.timing_only
         keeping = tensors.keeping and not timing_only
         version = _version(grad) if tensors.flight is not None else 0
@@ -284,7 +284,7 @@ class GradientObserver:
         timed = owner if calls else _in_pass(self._enclosing_calls(info), task)
         # the interval up to here was the module's node's; the next is still its work
         attribute(tensors, v, task, timed)
-        summary = tensors.summarise(grad) if tensors.summary is not None else None
+        summary = tensors.summarise(grad)
         if tensors.keeping:
             version = _version(grad) if tensors.flight is not None else 0
             if owner is not None:

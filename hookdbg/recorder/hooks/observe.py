@@ -149,7 +149,7 @@ class TensorObserver:
                 and base.dtype == t.dtype
             ):
                 summary = stats.reshaped(of.summary, t)
-        if summary is None and self.summary is not None:
+        if summary is None:
             summary = self.summarise(t)
         finite = (
             not self.check_nan
@@ -164,10 +164,14 @@ class TensorObserver:
         return seen
 
     @called_from_c
-    def summarise(self, t: torch.Tensor) -> Summary | Pending:
-        """The summary of ``t`` at this level: computed now (one C pass on CPU), or,
+    def summarise(self, t: torch.Tensor) -> Summary | Pending | None:
+        """The summary of ``t`` at this level, the one place that decides whether a
+        tensor is summarised (None at ``timing``): computed now (one C pass on CPU), or,
         deferring, copied to the step's device buffer to be read with the rest. Inside
         torch.func's transforms, that of the tensor under the wrappers (``physical``)."""
+        summary = self.summary
+        if summary is None:
+            return None
         batch = self.state.batch
         t = stats.local(t)  # a DTensor's own shard
         if (
@@ -182,8 +186,6 @@ class TensorObserver:
                 return batch.add(t)  # held, not copied: no torch op (deferred.py)
             with stats.outside_transforms():  # there, t.detach() would be a wrapper
                 return batch.add(stats.physical(t).detach())
-        summary = self.summary
-        assert summary is not None
         try:
             if t.layout is not torch.strided:
                 return stats.shape_only(t)

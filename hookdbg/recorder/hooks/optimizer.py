@@ -211,7 +211,7 @@ class OptimizerObserver:
         if (state.batch is not None and (observer.defer_all or not tensors[0].is_cpu)) or (
             observer.histogram_bins  # histograms asked for: of the weights too
         ):
-            summaries: Sequence[Summary | Pending] = [observer.summarise(t) for t in tensors]
+            summaries: Sequence[Summary | Pending | None] = [observer.summarise(t) for t in tensors]
         else:  # norms only, and their rows: only what is not finite comes back, to check
             modules = [owner.id for _, (owner, _) in owned]
             names = [name for _, (_, name) in owned]
@@ -234,6 +234,8 @@ class OptimizerObserver:
             return
         rows = self.rows.tensors if state.batch is None else state.batch.rows
         for (p, (owner, name)), summary in zip(owned, summaries, strict=True):
+            if summary is None:  # not summarised at this level (summarise decides)
+                continue
             row = (call, step, segment, owner.id, _OPT, column, name, summary)
             if type(summary) is Pending:
                 rows.append(row)
