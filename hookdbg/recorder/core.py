@@ -129,6 +129,17 @@ def _disable_after_fork() -> None:
 os.register_at_fork(after_in_child=_disable_after_fork)
 
 
+def _check_writable(path: Path, force: bool) -> Path:
+    """``path`` if a recording may be written there, else why not (RecordError)."""
+    if path.is_dir():
+        raise RecordError(f"{path} is a directory; give a file name like run.h5")
+    if path.exists() and not force:
+        raise RecordError(f"{path} already exists; pass --force to overwrite it")
+    if owner.written_by_another(path):
+        raise RecordError(busy(path))
+    return path
+
+
 class Recorder:
     """Records every module call of this process into one HDF5 file. Use as a context
     manager, or ``start()`` / ``close()``; see ``hookdbg.record``."""
@@ -144,17 +155,29 @@ class Recorder:
         steerable: bool = True,
     ) -> None:
         self.options = options = options or RecordOptions()
-        self.path = Path(path)
-        if self.path.is_dir():
-            raise RecordError(f"{self.path} is a directory; give a file name like run.h5")
-        if self.path.exists() and not force:
-            raise RecordError(f"{self.path} already exists; pass --force to overwrite it")
-        if owner.written_by_another(self.path):
-            raise RecordError(busy(self.path))
+        self.path = _check_writable(Path(path), force)
         self._argv = list(sys.argv if argv is None else argv)
+        self._make_parts(options, defer_cpu)
+        self._make_segments(options, steerable, defer_cpu)
+        self._writer: Writer | None = None
+        self._elsewhere: Elsewhere | None = None  # forked children's word (from start)
+        self._backward: BackwardWatch | None = None  # set by start
+        self._room: RecursionRoom | None = None  # set by start
+        self._signals: TerminationSignals | None = None  # set by start
+        self.failure: str | None = None  # why recording stopped while the script went on
+        self.guard.stopped = self._stopped
+        self._closed = False
+        self._started = False
+        self._froze = False
+        self._warning_filter: tuple | None = None
+        self.thread = ""  # the name of the thread it records (set by start)
+
+    def _make_parts(self, options: RecordOptions, defer_cpu: bool) -> None:
+        """The pieces every hook shares (``Parts``): the guard, the rows, names, steps,
+        NaN/inf origins and what an alert does."""
         # the per-call path, C where it is built and its names are there (accelerated.py)
-        self._per_call = per_call = accelerated.chosen()
-        self.guard = guard = per_call.guard()
+        self._per_call = accelerated.chosen()
+        self.guard = guard = self._per_call.guard()
         self.rows = rows = Rows(schema.tables(options.histograms))
         self.detector = detector = OriginDetector()
         detector.watch_loss = options.sentinel
@@ -193,7 +216,7 @@ class Recorder:
         )
         if sentinel is not None:
             sentinel.defer_all = defer_cpu
-        self._parts = parts = Parts(
+        self._parts = Parts(
             options,
             guard,
             rows,
@@ -209,6 +232,12 @@ class Recorder:
         )
         if options.on_nan == "record":
             self.actions.zoom = self._zoom
+
+    def _make_segments(self, options: RecordOptions, steerable: bool, defer_cpu: bool) -> None:
+        """The tensor observer, the segments and the module hooks, and what steering
+        (hookdbg ctl) may change of them."""
+        parts, per_call, guard = self._parts, self._per_call, self.guard
+        rows, handoff, registry = self.rows, self._handoff, self._registry
         self.observer = observer = per_call.observer(parts, self._capturer, self.actions.alert)
         observer.defer_all = defer_cpu
         # the segments (training steps and eval batches: recorder/steps/steps.py)
@@ -229,18 +258,6 @@ class Recorder:
         )
         segments.hooks = self._calls
         self._calls.sentinel = parts.sentinel
-        self._writer: Writer | None = None
-        self._elsewhere: Elsewhere | None = None  # forked children's word (from start)
-        self._backward: BackwardWatch | None = None  # set by start
-        self._room: RecursionRoom | None = None  # set by start
-        self._signals: TerminationSignals | None = None  # set by start
-        self.failure: str | None = None  # why recording stopped while the script went on
-        guard.stopped = self._stopped
-        self._closed = False
-        self._started = False
-        self._froze = False
-        self._warning_filter: tuple | None = None
-        self.thread = ""  # the name of the thread it records (set by start)
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -276,6 +293,31 @@ class Recorder:
         return self
 
     def _start(self) -> None:
+        self._open_writer()
+        self.steering.listen(since=time.time())  # commands sent from now on
+        self._elsewhere = Elsewhere()
+        origin = self._handoff.last = perf_counter()
+        self._calls.start(origin)
+        opt = OptimizerObserver(self._parts, self.observer, self._call_ids, origin, self._calls)
+        self._install_global_hooks(opt)
+        # Full garbage collections scan every tracked object, ~300,000 of them torch's
+        # own; the flight recorder makes them come sooner (it keeps tensors alive for
+        # two steps). Objects from before the recording are frozen out of those scans
+        # (NumNet MLP: 417 -> 28 us of collection per step) and unfrozen at close.
+        self._froze = gc.isenabled()
+        if self._froze:
+            gc.freeze()
+        scaler = self._install_watches(origin)
+        self._signals = TerminationSignals(self._terminated)  # kept until closed
+        self._segments.start(origin, opt, scaler)
+        # torch.compile(model) warns that global hooks fire for its wrapper too: they
+        # are hookdbg's, which expects that (recorder/calls/naming.py), not the script's
+        warnings.filterwarnings("ignore", message=_COMPILE_WARNING, category=UserWarning)
+        self._warning_filter = warnings.filters[0]
+        self.guard.live = True
+
+    def _open_writer(self) -> None:
+        """The file created with the run's metadata, and its writer thread started."""
         meta = run_metadata(self._argv, self.options)
         meta["per_call_path"] = self._per_call.name
         if self._per_call.why_not_c is not None:
@@ -294,13 +336,10 @@ class Recorder:
         except WriterError as exc:
             raise RecordError(str(exc)) from None
         self._handoff.writer = self._writer
-        self.steering.listen(since=time.time())  # commands sent from now on
-        self._elsewhere = Elsewhere()
-        origin = self._handoff.last = perf_counter()
-        self._calls.start(origin)
-        opt = OptimizerObserver(self._parts, self.observer, self._call_ids, origin, self._calls)
-        calls = self._calls
-        hooks = self._hooks
+
+    def _install_global_hooks(self, opt: OptimizerObserver) -> None:
+        """torch's global module and optimizer hooks, owned by the hook set."""
+        calls, hooks = self._calls, self._hooks
         self._room = hooks.add(RecursionRoom)  # for the frame torch adds per nested call
         hooks.add_global(
             module_hooks,
@@ -328,13 +367,11 @@ class Recorder:
             optimizer_hooks.register_optimizer_step_post_hook,
             opt.post,
         )
-        # Full garbage collections scan every tracked object, ~300,000 of them torch's
-        # own; the flight recorder makes them come sooner (it keeps tensors alive for
-        # two steps). Objects from before the recording are frozen out of those scans
-        # (NumNet MLP: 417 -> 28 us of collection per step) and unfrozen at close.
-        self._froze = gc.isenabled()
-        if self._froze:
-            gc.freeze()
+
+    def _install_watches(self, origin: float) -> ScalerWatch:
+        """The wrappers around what global hooks do not see: models compiled in place,
+        torch.distributed's collectives, GradScaler and backward passes."""
+        calls, hooks = self._calls, self._hooks
         hooks.add(InPlaceCompiled, calls.pre, calls.post)
         hooks.add(CollectiveWatch, self.guard, calls, self.observer)  # other ranks' values
         scaler = hooks.add(
@@ -348,13 +385,7 @@ class Recorder:
         )
         self._backward = hooks.add(BackwardWatch, calls, self._call_ids, origin, scaler)
         self._backward.going_on = self._pass_begins
-        self._signals = TerminationSignals(self._terminated)  # kept until closed
-        self._segments.start(origin, opt, scaler)
-        # torch.compile(model) warns that global hooks fire for its wrapper too: they
-        # are hookdbg's, which expects that (recorder/calls/naming.py), not the script's
-        warnings.filterwarnings("ignore", message=_COMPILE_WARNING, category=UserWarning)
-        self._warning_filter = warnings.filters[0]
-        self.guard.live = True
+        return scaler
 
     @contextlib.contextmanager
     def _paused(self) -> Iterator[None]:
