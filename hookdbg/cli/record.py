@@ -198,16 +198,16 @@ def record(
     and exit status come through unchanged (after Ctrl-C hookdbg ends by SIGINT, as
     python does); hookdbg's status lines go to stderr.
     """
-    end_by = _SignalAtExit()  # first: the script's exit handlers, registered later, run before
-    atexit.register(end_by)
+    exit_signal = _SignalAtExit()  # first: the script's exit handlers, registered later, run before
+    atexit.register(exit_signal)
     script_args = list(args[1:] if args[:1] == ("--",) else args)
     try:  # everything that can be refused is, before torch loads
         opts = RecordOptions.build(**options)  # the other options carry its argument names
     except OptionError as exc:
         raise BadInput(str(exc)) from None
-    goal = Target(target, as_module)
-    goal.check()
-    path = rank_path(Path(output) if output else Path(f"hookdbg-{goal.stem}.{os.getpid()}.h5"))
+    script = Target(target, as_module)
+    script.check()
+    path = rank_path(Path(output) if output else Path(f"hookdbg-{script.stem}.{os.getpid()}.h5"))
     existed = _check_output(path, force)
 
     from hookdbg.recorder import Recorder, RecordError
@@ -236,7 +236,7 @@ def record(
         say(f"--modules {glob!r} matched no module (names look like {_example_name(recorder)})")
     sys.stdout.flush()
     if ended.status == "interrupted":
-        end_by.signum = signal.SIGINT
+        exit_signal.signum = signal.SIGINT
     sys.exit(ended.code)
 
 

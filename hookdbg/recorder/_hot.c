@@ -19,20 +19,21 @@
  * call's row and each tensor's row become numpy records as they are made.
  *
  * Types:
- *   Lock       the guard's reentrant lock, taken here without a Python call
- *   Guard      what every hook reads first (envelope.py): live, lock, ovh, alerts, actions
- *   Call       a recorded module call (calls.py)
- *   Seen       a tensor seen in a segment (calls.py); called, it is the hook on the
- *              autograd node that made the tensor (or on the leaf tensor itself)
- *   CallPath   base of the module hooks (modulehooks.py): fast_pre, fast_post
- *   TensorPath base of the tensor observer (observe.py): inputs, outputs, see, keep,
- *              summarise, fast_watch; the gradient hooks' bodies
- *   ParamHook  the post-accumulate-grad hook of one parameter (gradients.py)
+ *   Lock        the guard's reentrant lock, taken here without a Python call
+ *   Guard       what every hook reads first (envelope.py): live, lock, overhead,
+ *               alerts, actions
+ *   Call        a recorded module call (calls.py)
+ *   SeenTensor  a tensor seen in a segment (calls.py); called, it is the hook on the
+ *               autograd node that made the tensor (or on the leaf tensor itself)
+ *   CallPath    base of the module hooks (modulehooks.py): fast_pre, fast_post
+ *   TensorPath  base of the tensor observer (observe.py): inputs, outputs, see, keep,
+ *               summarise, fast_watch; the gradient hooks' bodies
+ *   ParamHook   the post-accumulate-grad hook of one parameter (gradients.py)
  *
  * Each hook body runs inside the same envelope as envelope.py's ``hook``: its time
- * counts as hookdbg's (guard.ovh), it runs under the guard's lock, an Exception in it
- * stops the recording (guard.broken()) and not the training, and the NaN/inf origins
- * it found are acted on after the lock is released.
+ * counts as hookdbg's (guard.overhead), it runs under the guard's lock, an Exception in
+ * it stops the recording (guard.broken()) and not the training, and the NaN/inf
+ * origins it found are acted on after the lock is released.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -468,9 +469,9 @@ static PyTypeObject LockType = {
 typedef struct {
     PyObject_HEAD
     char live;
-    double ovh;       /* seconds spent inside hookdbg's hooks so far */
-    PyObject *lock;   /* a Lock: the writer thread takes it to collect the rows */
-    PyObject *alerts; /* NaN/inf origins found, not acted on yet */
+    double overhead;   /* seconds spent inside hookdbg's hooks so far */
+    PyObject *lock;    /* a Lock: the writer thread takes it to collect the rows */
+    PyObject *alerts;  /* NaN/inf origins found, not acted on yet */
     PyObject *actions; /* acts on them (recorder/alerts/actions.py) */
     PyObject *stopped; /* what a stop says and records (Recorder._stopped), or None */
 } Guard;
@@ -552,7 +553,7 @@ static PyObject *Guard_broken(Guard *self, PyObject *unused) {
 static PyObject *Guard_act(Guard *self, PyObject *unused) {
     double t0 = now();
     PyObject *r = PyObject_CallNoArgs(self->actions);
-    self->ovh += now() - t0;
+    self->overhead += now() - t0;
     return r;
 }
 
@@ -566,7 +567,8 @@ static PyMethodDef Guard_methods[] = {
 
 static PyMemberDef Guard_members[] = {
     {"live", T_BOOL, offsetof(Guard, live), 0, "whether recording is live"},
-    {"ovh", T_DOUBLE, offsetof(Guard, ovh), 0, "seconds spent inside hookdbg's hooks so far"},
+    {"overhead", T_DOUBLE, offsetof(Guard, overhead), 0,
+     "seconds spent inside hookdbg's hooks so far"},
     {"lock", T_OBJECT_EX, offsetof(Guard, lock), READONLY, "the lock the writer also takes"},
     {"alerts", T_OBJECT_EX, offsetof(Guard, alerts), 0, "origins found, not acted on yet"},
     {"actions", T_OBJECT_EX, offsetof(Guard, actions), 0, "what acts on the alerts"},
@@ -617,7 +619,7 @@ static PyObject *envelope_leave(Guard *g, double t0, int failed) {
             PyErr_Fetch(&type, &value, &tb);
         }
     }
-    g->ovh += now() - t0;
+    g->overhead += now() - t0;
     int released = lock_give((Lock *)g->lock);
     if (failed) {
         if (released < 0) PyErr_Clear();
@@ -643,7 +645,7 @@ typedef struct {
     long long bwd_task; /* the backward pass (autograd graph task) that reached it */
     int index;          /* which call of its module in the segment */
     int depth;
-    double vstart, total, child_time;
+    double start, total, child_time;
     double bwd_self;  /* backward time attributed to it (timing.py) */
     double bwd_first; /* when the first of those intervals began (LATER: none) */
     char grad_on, nan_in, tainted, bad_grad, below_bad;
@@ -655,14 +657,14 @@ typedef struct {
 
 static PyTypeObject CallType;
 
-static Call *new_call(long long id, PyObject *info, int index, PyObject *parent, double vstart) {
+static Call *new_call(long long id, PyObject *info, int index, PyObject *parent, double start) {
     Call *c = PyObject_GC_New(Call, &CallType);
     if (c == NULL) return NULL;
     c->id = id;
     c->bwd_task = -1;
     c->index = index;
     c->depth = parent == Py_None ? 0 : ((Call *)parent)->depth + 1;
-    c->vstart = vstart;
+    c->start = start;
     c->total = c->child_time = 0.0;
     c->bwd_self = 0.0;
     c->bwd_first = LATER;
@@ -684,19 +686,19 @@ static Call *new_call(long long id, PyObject *info, int index, PyObject *parent,
 }
 
 static PyObject *Call_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    static char *kw[] = {"id", "info", "index", "parent", "vstart", NULL};
+    static char *kw[] = {"id", "info", "index", "parent", "start", NULL};
     long long id;
     int index;
-    double vstart;
+    double start;
     PyObject *info, *parent;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "LOiOd", kw, &id, &info, &index, &parent,
-                                     &vstart))
+                                     &start))
         return NULL;
     if (parent != Py_None && !PyObject_TypeCheck(parent, &CallType)) {
         PyErr_SetString(PyExc_TypeError, "a Call's parent is a Call or None");
         return NULL;
     }
-    return (PyObject *)new_call(id, info, index, parent, vstart);
+    return (PyObject *)new_call(id, info, index, parent, start);
 }
 
 static int Call_traverse(Call *self, visitproc visit, void *arg) {
@@ -752,7 +754,7 @@ static PyMemberDef Call_members[] = {
     {"info", T_OBJECT_EX, offsetof(Call, info), 0, NULL},
     {"index", T_INT, offsetof(Call, index), 0, NULL},
     {"depth", T_INT, offsetof(Call, depth), 0, NULL},
-    {"vstart", T_DOUBLE, offsetof(Call, vstart), 0, NULL},
+    {"start", T_DOUBLE, offsetof(Call, start), 0, NULL},
     {"total", T_DOUBLE, offsetof(Call, total), 0, NULL},
     {"child_time", T_DOUBLE, offsetof(Call, child_time), 0, NULL},
     {"grad_on", T_BOOL, offsetof(Call, grad_on), 0, NULL},
@@ -809,7 +811,7 @@ static PyTypeObject CallType = {
     .tp_methods = Call_methods,
 };
 
-/* -- Seen ------------------------------------------------------------------------------- */
+/* -- SeenTensor ------------------------------------------------------------------------------- */
 
 typedef struct {
     PyObject_HEAD
@@ -818,11 +820,11 @@ typedef struct {
     char finite, alerted, hooked, timing_only;
     PyObject *ref, *summary, *producer, *grad_slots, *birth;
     PyObject *owner; /* the TensorPath whose gradient hook it is (set when hooked here) */
-} Seen;
+} SeenTensor;
 
-static PyTypeObject SeenType;
+static PyTypeObject SeenTensorType;
 
-static Seen *new_seen(PyObject *t, long long version, PyObject *summary, int finite,
+static SeenTensor *new_seen(PyObject *t, long long version, PyObject *summary, int finite,
                       long long segment) {
     PyObject *ref = PyWeakref_NewRef(t, NULL);
     if (ref == NULL) return NULL;
@@ -831,7 +833,7 @@ static Seen *new_seen(PyObject *t, long long version, PyObject *summary, int fin
         Py_DECREF(ref);
         return NULL;
     }
-    Seen *s = PyObject_GC_New(Seen, &SeenType);
+    SeenTensor *s = PyObject_GC_New(SeenTensor, &SeenTensorType);
     if (s == NULL) {
         Py_DECREF(ref);
         Py_DECREF(slots);
@@ -855,7 +857,7 @@ static Seen *new_seen(PyObject *t, long long version, PyObject *summary, int fin
     return s;
 }
 
-static PyObject *Seen_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+static PyObject *SeenTensor_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kw[] = {"tensor", "version", "summary", "finite", "segment", NULL};
     PyObject *t, *summary;
     long long version, segment;
@@ -866,7 +868,7 @@ static PyObject *Seen_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     return (PyObject *)new_seen(t, version, summary, finite, segment);
 }
 
-static int Seen_traverse(Seen *self, visitproc visit, void *arg) {
+static int SeenTensor_traverse(SeenTensor *self, visitproc visit, void *arg) {
     Py_VISIT(self->ref);
     Py_VISIT(self->summary);
     Py_VISIT(self->producer);
@@ -876,7 +878,7 @@ static int Seen_traverse(Seen *self, visitproc visit, void *arg) {
     return 0;
 }
 
-static int Seen_clear(Seen *self) {
+static int SeenTensor_clear(SeenTensor *self) {
     Py_CLEAR(self->ref);
     Py_CLEAR(self->summary);
     Py_CLEAR(self->producer);
@@ -886,13 +888,13 @@ static int Seen_clear(Seen *self) {
     return 0;
 }
 
-static void Seen_dealloc(Seen *self) {
+static void SeenTensor_dealloc(SeenTensor *self) {
     PyObject_GC_UnTrack(self);
-    Seen_clear(self);
+    SeenTensor_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *Seen_slots(Seen *self, PyObject *unused) {
+static PyObject *SeenTensor_slots(SeenTensor *self, PyObject *unused) {
     PyObject *g = self->grad_slots;
     Py_ssize_t n = PyList_GET_SIZE(g) / 3;
     PyObject *out = PyList_New(n);
@@ -910,43 +912,43 @@ static PyObject *Seen_slots(Seen *self, PyObject *unused) {
     return out;
 }
 
-static PyMethodDef Seen_methods[] = {
-    {"slots", (PyCFunction)Seen_slots, METH_NOARGS,
+static PyMethodDef SeenTensor_methods[] = {
+    {"slots", (PyCFunction)SeenTensor_slots, METH_NOARGS,
      "grad_slots as (call, slot, path) triples."},
     {NULL},
 };
 
-static PyMemberDef Seen_members[] = {
-    {"ref", T_OBJECT_EX, offsetof(Seen, ref), 0, NULL},
-    {"version", T_LONGLONG, offsetof(Seen, version), 0, NULL},
-    {"summary", T_OBJECT, offsetof(Seen, summary), 0, NULL},
-    {"finite", T_BOOL, offsetof(Seen, finite), 0, NULL},
-    {"producer", T_OBJECT, offsetof(Seen, producer), 0, NULL},
-    {"grad_slots", T_OBJECT_EX, offsetof(Seen, grad_slots), 0, NULL},
-    {"segment", T_LONGLONG, offsetof(Seen, segment), 0, NULL},
-    {"alerted", T_BOOL, offsetof(Seen, alerted), 0, NULL},
-    {"birth", T_OBJECT, offsetof(Seen, birth), 0, NULL},
-    {"hooked", T_BOOL, offsetof(Seen, hooked), 0, NULL},
-    {"nr", T_INT, offsetof(Seen, nr), 0, NULL},
-    {"timing_only", T_BOOL, offsetof(Seen, timing_only), 0, NULL},
+static PyMemberDef SeenTensor_members[] = {
+    {"ref", T_OBJECT_EX, offsetof(SeenTensor, ref), 0, NULL},
+    {"version", T_LONGLONG, offsetof(SeenTensor, version), 0, NULL},
+    {"summary", T_OBJECT, offsetof(SeenTensor, summary), 0, NULL},
+    {"finite", T_BOOL, offsetof(SeenTensor, finite), 0, NULL},
+    {"producer", T_OBJECT, offsetof(SeenTensor, producer), 0, NULL},
+    {"grad_slots", T_OBJECT_EX, offsetof(SeenTensor, grad_slots), 0, NULL},
+    {"segment", T_LONGLONG, offsetof(SeenTensor, segment), 0, NULL},
+    {"alerted", T_BOOL, offsetof(SeenTensor, alerted), 0, NULL},
+    {"birth", T_OBJECT, offsetof(SeenTensor, birth), 0, NULL},
+    {"hooked", T_BOOL, offsetof(SeenTensor, hooked), 0, NULL},
+    {"nr", T_INT, offsetof(SeenTensor, nr), 0, NULL},
+    {"timing_only", T_BOOL, offsetof(SeenTensor, timing_only), 0, NULL},
     {NULL},
 };
 
-static PyObject *Seen_call(Seen *self, PyObject *args, PyObject *kwds);
+static PyObject *SeenTensor_call(SeenTensor *self, PyObject *args, PyObject *kwds);
 
-static PyTypeObject SeenType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hookdbg.recorder._hot.Seen",
-    .tp_basicsize = sizeof(Seen),
+static PyTypeObject SeenTensorType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hookdbg.recorder._hot.SeenTensor",
+    .tp_basicsize = sizeof(SeenTensor),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "A tensor (object and version) seen in a segment (see calls.py); called with "
               "a gradient, the hook that reports it.",
-    .tp_new = Seen_new,
-    .tp_traverse = (traverseproc)Seen_traverse,
-    .tp_clear = (inquiry)Seen_clear,
-    .tp_dealloc = (destructor)Seen_dealloc,
-    .tp_members = Seen_members,
-    .tp_methods = Seen_methods,
-    .tp_call = (ternaryfunc)Seen_call,
+    .tp_new = SeenTensor_new,
+    .tp_traverse = (traverseproc)SeenTensor_traverse,
+    .tp_clear = (inquiry)SeenTensor_clear,
+    .tp_dealloc = (destructor)SeenTensor_dealloc,
+    .tp_members = SeenTensor_members,
+    .tp_methods = SeenTensor_methods,
+    .tp_call = (ternaryfunc)SeenTensor_call,
 };
 
 /* -- SegmentView: what the current segment's state says -------------------------------- */
@@ -1414,7 +1416,7 @@ static PyObject *TensorPath_keep(TensorPath *self, PyObject *const *args, Py_ssi
 /* GradientObserver.watch_tensor's hook on a node: in a GradHooks dict as the tensor's hooks,
  * registered with the node; or, for a tensor with hooks already or of a subclass, a
  * pre-hook on the node */
-static int hook_node(PyObject *node, PyObject *t, Seen *seen) {
+static int hook_node(PyObject *node, PyObject *t, SeenTensor *seen) {
     if (Py_IS_TYPE(t, (PyTypeObject *)G.Tensor)) {
         PyObject *had = PyObject_GetAttr(t, s__backward_hooks);
         if (had == NULL) return -1;
@@ -1443,8 +1445,8 @@ static int hook_node(PyObject *node, PyObject *t, Seen *seen) {
     return call_void(node, s_register_prehook, (PyObject *const *)&seen, 1);
 }
 
-/* GradientObserver.watch_tensor: the Seen record itself is the hook */
-static int watch(TensorPath *o, PyObject *t, Seen *seen) {
+/* GradientObserver.watch_tensor: the SeenTensor record itself is the hook */
+static int watch(TensorPath *o, PyObject *t, SeenTensor *seen) {
     seen->hooked = 1;
     Py_INCREF(o);
     Py_XSETREF(seen->owner, (PyObject *)o);
@@ -1457,26 +1459,26 @@ static int watch(TensorPath *o, PyObject *t, Seen *seen) {
 }
 
 static PyObject *TensorPath_fast_watch(TensorPath *self, PyObject *const *args, Py_ssize_t n) {
-    if (n != 2 || !PyObject_TypeCheck(args[1], &SeenType)) {
+    if (n != 2 || !PyObject_TypeCheck(args[1], &SeenTensorType)) {
         PyErr_SetString(PyExc_TypeError, "fast_watch(t, seen)");
         return NULL;
     }
-    if (!ready(self) || watch(self, args[0], (Seen *)args[1]) < 0) return NULL;
+    if (!ready(self) || watch(self, args[0], (SeenTensor *)args[1]) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
 /* TensorObserver.see: the segment's record of ``t`` at its current version, summarised
  * once (``likely``: see tensor_version). Returns a new reference. */
-static Seen *see(TensorPath *o, PyObject *t, int reuse, int likely) {
+static SeenTensor *see(TensorPath *o, PyObject *t, int reuse, int likely) {
     PyObject *state = o->segment.state, *memo = NULL, *key = NULL, *summary = NULL, *base = NULL;
-    Seen *seen = NULL;
+    SeenTensor *seen = NULL;
     long long version;
     int inference = tensor_version(t, likely, &version);
     if (inference < 0) return NULL;
     if ((memo = slot_get(&SLOTS.memo, state)) == NULL) return NULL;
     if ((key = PyLong_FromVoidPtr(t)) == NULL) goto fail;
-    seen = (Seen *)PyDict_GetItemWithError(memo, key); /* borrowed */
-    if (seen != NULL && Py_IS_TYPE(seen, &SeenType) && seen->version == version &&
+    seen = (SeenTensor *)PyDict_GetItemWithError(memo, key); /* borrowed */
+    if (seen != NULL && Py_IS_TYPE(seen, &SeenTensorType) && seen->version == version &&
         (reuse || !inference)) {
         PyObject *obj = deref(seen->ref);
         if (obj == NULL) goto fail;
@@ -1505,10 +1507,10 @@ static Seen *see(TensorPath *o, PyObject *t, int reuse, int likely) {
     if (base != NULL && base != Py_None) {
         PyObject *bkey = PyLong_FromVoidPtr(base);
         if (bkey == NULL) goto fail;
-        Seen *of = (Seen *)PyDict_GetItemWithError(memo, bkey);
+        SeenTensor *of = (SeenTensor *)PyDict_GetItemWithError(memo, bkey);
         Py_DECREF(bkey);
         if (of == NULL && PyErr_Occurred()) goto fail;
-        if (of != NULL && Py_IS_TYPE(of, &SeenType) && of->summary != Py_None &&
+        if (of != NULL && Py_IS_TYPE(of, &SeenTensorType) && of->summary != Py_None &&
             of->version == version && !is_pending(of->summary)) {
             PyObject *obj = deref(of->ref);
             if (obj == NULL) goto fail;
@@ -1578,7 +1580,7 @@ static PyObject *TensorPath_see(TensorPath *self, PyObject *args, PyObject *kwds
     return (PyObject *)see(self, t, reuse, 0);
 }
 
-static int extend_slots(Seen *seen, Call *call, PyObject *slot, PyObject *path) {
+static int extend_slots(SeenTensor *seen, Call *call, PyObject *slot, PyObject *path) {
     PyObject *g = seen->grad_slots;
     if (PyList_Append(g, (PyObject *)call) < 0 || PyList_Append(g, slot) < 0 ||
         PyList_Append(g, path) < 0)
@@ -1589,7 +1591,7 @@ static int extend_slots(Seen *seen, Call *call, PyObject *slot, PyObject *path) 
 /* TensorObserver.input: a tensor the call receives */
 static int input(TensorPath *o, Call *call, PyObject *path, PyObject *t, PyObject *module,
                  PyObject *args) {
-    Seen *seen = see(o, t, 1, call->grad_on);
+    SeenTensor *seen = see(o, t, 1, call->grad_on);
     if (seen == NULL) return -1;
     int rc = -1;
     if (extend_slots(seen, call, G.grad_input, path) < 0) goto done;
@@ -1609,7 +1611,7 @@ done:
 /* TensorObserver.output: a tensor the call returns */
 static int output(TensorPath *o, Call *call, PyObject *path, PyObject *t, PyObject *module,
                   PyObject *args, PyObject *result) {
-    Seen *seen = see(o, t, 0, call->grad_on);
+    SeenTensor *seen = see(o, t, 0, call->grad_on);
     if (seen == NULL) return -1;
     int rc = -1;
     if (seen->producer == Py_None) {
@@ -1784,7 +1786,7 @@ static int attribute(TensorPath *o, double v, long long task, Call *then) {
 }
 
 /* GradientObserver.grad: a gradient w.r.t. the tensor ``seen`` stands for arrived */
-static int grad_body(TensorPath *o, double t0, Seen *seen, PyObject *grad) {
+static int grad_body(TensorPath *o, double t0, SeenTensor *seen, PyObject *grad) {
     PyObject *summary = NULL, *r, *task_obj;
     long long task;
     int rc = -1;
@@ -1795,7 +1797,7 @@ static int grad_body(TensorPath *o, double t0, Seen *seen, PyObject *grad) {
         Py_DECREF(r);
         o->heard = o->segment.id;
     }
-    double v = t0 - ((Guard *)o->guard)->ovh;
+    double v = t0 - ((Guard *)o->guard)->overhead;
     if ((task_obj = PyObject_CallNoArgs(G.graph_task_id)) == NULL) return -1;
     task = PyLong_AsLongLong(task_obj);
     Py_DECREF(task_obj);
@@ -1853,12 +1855,12 @@ done:
 
 /* Called by autograd: as a tensor's hook, with its gradient (None if undefined); as a
  * node's pre-hook, with the node's output gradients (a tuple). */
-static PyObject *Seen_call(Seen *self, PyObject *args, PyObject *kwds) {
+static PyObject *SeenTensor_call(SeenTensor *self, PyObject *args, PyObject *kwds) {
     PyObject *grads;
-    if (!PyArg_UnpackTuple(args, "Seen", 1, 1, &grads)) return NULL;
+    if (!PyArg_UnpackTuple(args, "SeenTensor", 1, 1, &grads)) return NULL;
     TensorPath *o = (TensorPath *)self->owner;
     if (o == NULL || !ready(o)) {
-        PyErr_SetString(PyExc_RuntimeError, "this Seen is no tensor path's gradient hook");
+        PyErr_SetString(PyExc_RuntimeError, "this SeenTensor is no tensor path's gradient hook");
         return NULL;
     }
     int c = is_compiling();
@@ -1963,7 +1965,7 @@ static int param_body(ParamHook *h, double t0, PyObject *param) {
         Py_DECREF(grad);
         return 0;
     }
-    double v = t0 - ((Guard *)o->guard)->ovh;
+    double v = t0 - ((Guard *)o->guard)->overhead;
     PyObject *task_obj = PyObject_CallNoArgs(G.graph_task_id);
     if (task_obj == NULL) goto done;
     long long task = PyLong_AsLongLong(task_obj);
@@ -2297,7 +2299,7 @@ typedef struct {
     long mute;          /* depth inside a call that is not recorded */
     unsigned long tid;  /* the thread that records */
     char has_tid;
-    double v0;          /* the recording's start, on its clock */
+    double origin;      /* the recording's start, on its clock */
     long long calls_recorded;
     double root_time; /* top-level calls' and backward passes' time (modulehooks.py) */
 } CallPath;
@@ -2399,7 +2401,7 @@ static int pre_body(CallPath *p, double t0, PyObject *module, PyObject *args) {
         if (info == NULL) goto done;
     }
     if (pinfo == Py_None) { /* a root call: maybe a new segment (Python decides) */
-        PyObject *vv = PyFloat_FromDouble(t0 - g->ovh);
+        PyObject *vv = PyFloat_FromDouble(t0 - g->overhead);
         if (vv == NULL) goto done;
         PyObject *a[5] = {(PyObject *)p, info, module, args, vv};
         PyObject *r = PyObject_VectorcallMethod(s__root, a, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
@@ -2436,7 +2438,7 @@ static int pre_body(CallPath *p, double t0, PyObject *module, PyObject *args) {
     long long cid = PyLong_AsLongLong(id);
     if (cid == -1 && PyErr_Occurred()) goto done;
     int index = calls == NULL ? 0 : (int)PyList_GET_SIZE(calls);
-    if ((call = new_call(cid, info, index, p->open, t0 - g->ovh)) == NULL) goto done;
+    if ((call = new_call(cid, info, index, p->open, t0 - g->overhead)) == NULL) goto done;
     call->module = Py_NewRef(mid); /* its module id (call_module), read above */
     PyObject *on = PyObject_CallNoArgs(G.grad_enabled);
     if (on == NULL) goto done;
@@ -2528,25 +2530,25 @@ static int post_body(CallPath *p, double t0, PyObject *module, PyObject *args, P
     PyObject *stack = p->stack;
     Py_ssize_t depth = PyList_GET_SIZE(stack);
     if (depth == 0) return 0;
-    PyObject *frame = PyList_GET_ITEM(stack, depth - 1);
-    Py_INCREF(frame);
+    PyObject *entry = PyList_GET_ITEM(stack, depth - 1);
+    Py_INCREF(entry);
     if (PyList_SetSlice(stack, depth - 1, depth, NULL) < 0) {
-        Py_DECREF(frame);
+        Py_DECREF(entry);
         return -1;
     }
-    if (!Py_IS_TYPE(frame, &CallType)) { /* muted, not recorded, run again: Python's */
-        PyObject *a[3] = {(PyObject *)p, frame, result};
+    if (!Py_IS_TYPE(entry, &CallType)) { /* muted, not recorded, run again: Python's */
+        PyObject *a[3] = {(PyObject *)p, entry, result};
         PyObject *r = PyObject_VectorcallMethod(s__leave_other, a, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        Py_DECREF(frame);
+        Py_DECREF(entry);
         if (r == NULL) return -1;
         Py_DECREF(r);
         return 0;
     }
-    Call *call = (Call *)frame;
+    Call *call = (Call *)entry;
     Guard *g = (Guard *)p->guard;
     TensorPath *o = (TensorPath *)p->observer;
     int rc = -1;
-    double total = call->total = t0 - g->ovh - call->vstart;
+    double total = call->total = t0 - g->overhead - call->start;
     PyObject *parent = call->parent;
     Py_INCREF(parent);
     Py_SETREF(p->open, Py_NewRef(parent));
@@ -2571,8 +2573,8 @@ static int post_body(CallPath *p, double t0, PyObject *module, PyObject *args, P
     } else if (call->tainted && parent != Py_None) {
         ((Call *)parent)->tainted = 1;
     }
-    if (call_row(p->call_rows, call, G.FWD, p->segment.step, p->segment.id, call->vstart - p->v0, total,
-                 total - call->child_time) < 0)
+    if (call_row(p->call_rows, call, G.FWD, p->segment.step, p->segment.id,
+                 call->start - p->origin, total, total - call->child_time) < 0)
         goto done;
     p->calls_recorded++;
     {
@@ -2588,7 +2590,7 @@ static int post_body(CallPath *p, double t0, PyObject *module, PyObject *args, P
     }
     rc = 0;
 done:
-    Py_DECREF(frame);
+    Py_DECREF(entry);
     Py_DECREF(parent);
     return rc;
 }
@@ -2685,7 +2687,7 @@ static PyMemberDef CallPath_members[] = {
     {"_call_ids", T_OBJECT, offsetof(CallPath, call_ids), 0, NULL},
     {"stack", T_OBJECT, offsetof(CallPath, stack), 0, NULL},
     {"_mute", T_LONG, offsetof(CallPath, mute), 0, NULL},
-    {"_v0", T_DOUBLE, offsetof(CallPath, v0), 0, NULL},
+    {"_origin", T_DOUBLE, offsetof(CallPath, origin), 0, NULL},
     {"calls_recorded", T_LONGLONG, offsetof(CallPath, calls_recorded), 0, NULL},
     {"root_time", T_DOUBLE, offsetof(CallPath, root_time), 0, NULL},
     {NULL},
@@ -2875,17 +2877,17 @@ PyMODINIT_FUNC PyInit__hot(void) {
                        &summary_length) < 0)
         return NULL;
     if ((s_flag_name = PyUnicode_InternFromString("_is_compiling_flag")) == NULL) return NULL;
-    PyTypeObject *types[] = {&LockType,       &GuardType,     &CallType,    &SeenType,
+    PyTypeObject *types[] = {&LockType,       &GuardType,     &CallType,    &SeenTensorType,
                              &TensorPathType, &ParamHookType, &CallPathType};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++)
         if (PyType_Ready(types[i]) < 0) return NULL;
-    /* a Seen is a tensor's hook: torch.save need not warn that it is not saved with it */
-    if (PyDict_SetItemString(SeenType.tp_dict, "__torch_unserializable__", Py_True) < 0)
+    /* a SeenTensor is a tensor's hook: torch.save need not warn that it is not saved with it */
+    if (PyDict_SetItemString(SeenTensorType.tp_dict, "__torch_unserializable__", Py_True) < 0)
         return NULL;
-    PyType_Modified(&SeenType);
+    PyType_Modified(&SeenTensorType);
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
-    const char *names[] = {"Lock",       "Guard",     "Call",    "Seen",
+    const char *names[] = {"Lock",       "Guard",     "Call",    "SeenTensor",
                            "TensorPath", "ParamHook", "CallPath"};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         Py_INCREF(types[i]);

@@ -10,11 +10,11 @@ in C; the classes here put its methods in front of the Python ones they stand fo
   traces with fake tensors);
 * ``FastTensorObserver``: ``see``, ``inputs``, ``outputs``, ``keep``, ``summarise`` and
   ``norm_rows`` (parameters after an optimizer step);
-* ``FastGradientObserver``: each tensor's gradient hook is its ``Seen`` record itself,
+* ``FastGradientObserver``: each tensor's gradient hook is its ``SeenTensor`` record itself,
   each parameter's a ``ParamHook``, both called by autograd without a Python frame;
 * ``_hot.backward_rows``: each segment's backward spans (timing.py), at its end;
-* ``_hot.Guard``, ``_hot.Call``, ``_hot.Seen``: the records those read as C structs,
-  twins of envelope.py's ``Guard`` and calls.py's ``Call`` and ``Seen``, which the
+* ``_hot.Guard``, ``_hot.Call``, ``_hot.SeenTensor``: the records those read as C structs,
+  twins of envelope.py's ``Guard`` and calls.py's ``Call`` and ``SeenTensor``, which the
   Python path makes. ``chosen()`` is the one place a recording's path is picked, and
   its records with it.
 
@@ -61,7 +61,7 @@ from hookdbg.store.rows import RowBuffer
 from hookdbg.store.schema import Phase, Slot
 
 if TYPE_CHECKING:
-    from hookdbg.recorder.calls.calls import Call, Seen
+    from hookdbg.recorder.calls.calls import Call, SeenTensor
 
 try:
     import hookdbg.recorder._hot as _hot
@@ -163,7 +163,7 @@ if _hot is not None:
     class FastGradientObserver(GradientObserver):
         """Gradient hooks that autograd calls in C."""
 
-        def watch_tensor(self, t: torch.Tensor, seen: Seen) -> None:
+        def watch_tensor(self, t: torch.Tensor, seen: SeenTensor) -> None:
             self.tensors.fast_watch(t, seen)  # type: ignore[attr-defined]
 
         def _param_hook(self, info: ModuleInfo, name: str) -> Callable[[torch.Tensor], None]:
@@ -173,7 +173,7 @@ if _hot is not None:
         """The tensor observer with its per-tensor path in C."""
 
         gradient_observer = FastGradientObserver
-        seen_record = _hot.Seen  # C hooks the tensors it sees (recomputed ones too)
+        seen_record = _hot.SeenTensor  # C hooks the tensors it sees (recomputed ones too)
         _py_summarise = TensorObserver.summarise  # what C leaves to Python: a device batch
 
     class FastModuleHooks(_hot.CallPath, ModuleHooks):  # type: ignore[misc]
@@ -208,7 +208,7 @@ if _hot is not None:
             No lock: only this thread marks forward calls."""
             t0 = time.perf_counter()
             mark(call)
-            self.guard.ovh += time.perf_counter() - t0
+            self.guard.overhead += time.perf_counter() - t0
 
     run_eagerly(FastModuleHooks.pre.__code__)
     run_eagerly(FastModuleHooks.post.__code__)

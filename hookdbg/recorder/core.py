@@ -15,7 +15,7 @@ Hooks installed (all owned by one ``HookSet`` and removed together):
 * a wrapper around models compiled in place (compiled.py), around torch.distributed's
   reductions and gathers (collectives.py), and SIGTERM/SIGHUP handlers (signals.py).
 
-``Recorder`` is the lifecycle: it makes the parts, opens the file, installs the hooks,
+``Recorder`` is the lifecycle: it makes what the hooks share, opens the file, installs the hooks,
 and at the end removes them, writes what is pending and closes the file. Everything
 else is a part it owns and hands the shared pieces to: the ``Guard`` every hook reads
 first (envelope.py), the ``Rows`` for the writer (store/rows.py) and their hand-over
@@ -68,8 +68,8 @@ from hookdbg.recorder.hooks.elsewhere import Elsewhere, unrecorded_processes, un
 from hookdbg.recorder.hooks.gradscaler import ScalerWatch
 from hookdbg.recorder.hooks.hookset import HookSet
 from hookdbg.recorder.hooks.optimizer import OptimizerObserver
-from hookdbg.recorder.hooks.parts import Parts
 from hookdbg.recorder.hooks.recursion import RecursionRoom
+from hookdbg.recorder.hooks.shared import Shared
 from hookdbg.recorder.signals import TerminationSignals
 from hookdbg.recorder.steps.inbox import Refused
 from hookdbg.recorder.steps.meta import run_metadata
@@ -157,7 +157,7 @@ class Recorder:
         self.options = options = options or RecordOptions()
         self.path = _check_writable(Path(path), force)
         self._argv = list(sys.argv if argv is None else argv)
-        self._make_parts(options, defer_cpu)
+        self._make_shared(options, defer_cpu)
         self._make_segments(options, steerable, defer_cpu)
         self._writer: Writer | None = None
         self._elsewhere: Elsewhere | None = None  # forked children's word (from start)
@@ -172,8 +172,8 @@ class Recorder:
         self._warning_filter: tuple | None = None
         self.thread = ""  # the name of the thread it records (set by start)
 
-    def _make_parts(self, options: RecordOptions, defer_cpu: bool) -> None:
-        """The pieces every hook shares (``Parts``): the guard, the rows, names, steps,
+    def _make_shared(self, options: RecordOptions, defer_cpu: bool) -> None:
+        """The pieces every hook shares (``Shared``): the guard, the rows, names, steps,
         NaN/inf origins and what an alert does."""
         # the per-call path, C where it is built and its names are there (accelerated.py)
         self._per_call = accelerated.chosen()
@@ -216,7 +216,7 @@ class Recorder:
         )
         if sentinel is not None:
             sentinel.defer_all = defer_cpu
-        self._parts = Parts(
+        self._shared = Shared(
             options,
             guard,
             rows,
@@ -236,12 +236,12 @@ class Recorder:
     def _make_segments(self, options: RecordOptions, steerable: bool, defer_cpu: bool) -> None:
         """The tensor observer, the segments and the module hooks, and what steering
         (hookdbg ctl) may change of them."""
-        parts, per_call, guard = self._parts, self._per_call, self.guard
+        shared, per_call, guard = self._shared, self._per_call, self.guard
         rows, handoff, registry = self.rows, self._handoff, self._registry
-        self.observer = observer = per_call.observer(parts, self._capturer, self.actions.alert)
+        self.observer = observer = per_call.observer(shared, self._capturer, self.actions.alert)
         observer.defer_all = defer_cpu
         # the segments (training steps and eval batches: recorder/steps/steps.py)
-        self._segments = segments = Segments(parts, observer, defer_cpu)
+        self._segments = segments = Segments(shared, observer, defer_cpu)
         # what each step records, as launched and as steered since (hookdbg ctl)
         self.steering = Steering(options, control_path(self.path) if steerable else None)
         self._echo = AnswerEcho(self.warn)  # the answers said on stderr
@@ -257,7 +257,7 @@ class Recorder:
             guard, registry, observer, segments, rows, handoff, self._call_ids
         )
         segments.hooks = self._calls
-        self._calls.sentinel = parts.sentinel
+        self._calls.sentinel = shared.sentinel
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -298,7 +298,7 @@ class Recorder:
         self._elsewhere = Elsewhere()
         origin = self._handoff.last = perf_counter()
         self._calls.start(origin)
-        opt = OptimizerObserver(self._parts, self.observer, self._call_ids, origin, self._calls)
+        opt = OptimizerObserver(self._shared, self.observer, self._call_ids, origin, self._calls)
         self._install_global_hooks(opt)
         # Full garbage collections scan every tracked object, ~300,000 of them torch's
         # own; the flight recorder makes them come sooner (it keeps tensors alive for
@@ -578,7 +578,7 @@ class Recorder:
             return True
         segments = self._segments
         if segments.open:
-            segments.end(perf_counter() - self.guard.ovh, cut=True)
+            segments.end(perf_counter() - self.guard.overhead, cut=True)
         return False
 
     def _unhooked(self, at: str | None = None) -> bool:
@@ -731,7 +731,7 @@ class Recorder:
         gathered, and its end row."""
         guard = self.guard
         try:
-            now = perf_counter() - guard.ovh
+            now = perf_counter() - guard.overhead
             segments = self._segments
             if segments.open:
                 end = segments.last_end(now)
@@ -743,8 +743,8 @@ class Recorder:
                     after = f"{now - trained:.6f}"
                     self.rows.info.append((time.time(), "after_training", after))
             segments.read_batches(wait=True)
-            if self._parts.sentinel is not None:
-                self._parts.sentinel.read()
+            if self._shared.sentinel is not None:
+                self._shared.sentinel.read()
             if guard.alerts:
                 self.actions.act(actions=False)  # the script is over: nothing to stop
         except Exception:

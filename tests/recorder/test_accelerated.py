@@ -373,7 +373,7 @@ def _fields(obj) -> dict[str, object]:
 
 
 def test_the_c_records_are_the_python_records():
-    """Call, Seen and Guard in C (the C path's, accelerated.chosen()) have the Python
+    """Call, SeenTensor and Guard in C (the C path's, accelerated.chosen()) have the Python
     classes' attributes, methods and starting values (calls.py, envelope.py)."""
     hot = accelerated._hot
     info = object()
@@ -387,19 +387,23 @@ def test_the_c_records_are_the_python_records():
     child.mark_below_bad()
     assert c_call.inf_below == "birth" and c_call.below_bad
 
-    c_seen = hot.Seen(t, 7, None, True, 2)
-    py_seen = calls.Seen(t, 7, None, True, 2)
+    c_seen = hot.SeenTensor(t, 7, None, True, 2)
+    py_seen = calls.SeenTensor(t, 7, None, True, 2)
     assert _fields(c_seen) == _fields(py_seen) and c_seen.ref() is t
     c_seen.grad_slots.extend((child, 3, "0"))
     assert c_seen.slots() == [(child, 3, "0")]
 
     c_guard = hot.Guard()
     py_guard = envelope.Guard()
-    assert {"live", "ovh", "alerts"} <= set(_fields(c_guard))
-    assert (c_guard.live, c_guard.ovh, c_guard.alerts) == (py_guard.live, py_guard.ovh, [])
+    assert {"live", "overhead", "alerts"} <= set(_fields(c_guard))
+    assert (c_guard.live, c_guard.overhead, c_guard.alerts) == (
+        py_guard.live,
+        py_guard.overhead,
+        [],
+    )
     for guard in (c_guard, py_guard):  # act: the actions, their time counted as hookdbg's
         acted: list[object] = []
         guard.actions = lambda acted=acted: acted.append(time.sleep(0.002))
         with guard.lock:
             assert guard.act() is None
-        assert acted == [None] and guard.ovh >= 0.002
+        assert acted == [None] and guard.overhead >= 0.002

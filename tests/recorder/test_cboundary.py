@@ -81,7 +81,7 @@ def test_no_class_is_swapped_at_import():
     """calls.py and envelope.py define the classes that run on the Python path; the C
     path's twins come with the path, from accelerated.chosen()."""
     assert calls.Call.__module__ == "hookdbg.recorder.calls.calls"
-    assert calls.Seen.__module__ == "hookdbg.recorder.calls.calls"
+    assert calls.SeenTensor.__module__ == "hookdbg.recorder.calls.calls"
     assert envelope.Guard.__module__ == "hookdbg.recorder.calls.envelope"
 
 

@@ -25,7 +25,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from hookdbg.recorder.calls.calls import Call, Seen, StepState
+from hookdbg.recorder.calls.calls import Call, SeenTensor, StepState
 from hookdbg.recorder.calls.naming import ModuleInfo
 from hookdbg.recorder.summaries.deferred import Pending
 from hookdbg.recorder.summaries.stats import DTYPE, MAX, MIN
@@ -172,7 +172,7 @@ class HeadroomWatch:
         return found
 
 
-def _path(seen: Seen, producer: Call) -> str:
+def _path(seen: SeenTensor, producer: Call) -> str:
     """The path of ``seen``'s tensor in its producer's output (its first slot there)."""
     g = seen.grad_slots
     for i in range(0, len(g), 3):

@@ -59,7 +59,7 @@ An alert names the origin of a problem:
   whose backward ran just before (the gradient hooks know which).
 
 Propagation is tracked with a few flags on each ``Call`` (nan_in, inf_inputs, tainted,
-bad_grad, below_bad) and ``Seen`` (birth, alerted) and one per step, so each check is
+bad_grad, below_bad) and ``SeenTensor`` (birth, alerted) and one per step, so each check is
 O(1) and only runs when a summary is already non-finite. The ``Alert`` these rules make,
 and its words, are recorder/alerts/alert.py.
 """
@@ -70,7 +70,7 @@ import torch
 
 from hookdbg.ranks import initialized_process_group
 from hookdbg.recorder.alerts.alert import Alert, checked, finite_inputs_note, has_nan
-from hookdbg.recorder.calls.calls import Call, Seen, Segment
+from hookdbg.recorder.calls.calls import Call, SeenTensor, Segment
 from hookdbg.recorder.calls.naming import ModuleInfo, ModuleRegistry
 from hookdbg.recorder.summaries.stats import NUMEL, Summary, local, summarise
 from hookdbg.store.schema import ModuleKind, Phase, Slot
@@ -132,7 +132,7 @@ class OriginDetector:
     # -- forward ----------------------------------------------------------------------
 
     def forward_input(
-        self, call: Call, path: str, seen: Seen, seg: Segment, now: float
+        self, call: Call, path: str, seen: SeenTensor, seg: Segment, now: float
     ) -> Alert | None:
         """A non-finite tensor reached ``call`` as input ``path``."""
         summary = checked(seen.summary)
@@ -168,7 +168,7 @@ class OriginDetector:
         return _from_outside(call, path, summary, seg, now)
 
     def forward_output(
-        self, call: Call, path: str, seen: Seen, module: object, seg: Segment, now: float
+        self, call: Call, path: str, seen: SeenTensor, module: object, seg: Segment, now: float
     ) -> Alert | None:
         """Output ``path`` of ``call`` is non-finite; called after its inputs' checks.
         ``module``: None when a deferred check cannot read its weights as they were (the
@@ -335,7 +335,7 @@ class OriginDetector:
         )
 
     def _passed_on(
-        self, birth: Alert | None, seen: Seen, call: Call, how: str, now: float
+        self, birth: Alert | None, seen: SeenTensor, call: Call, how: str, now: float
     ) -> Alert | None:
         """Report an inf's birth once it proved to be no mask (it was passed on)."""
         call.tainted = True
@@ -350,7 +350,12 @@ class OriginDetector:
     # -- backward ---------------------------------------------------------------------
 
     def gradient(
-        self, seen: Seen, summary: Summary, seg: Segment, now: float, after: Call | None = None
+        self,
+        seen: SeenTensor,
+        summary: Summary,
+        seg: Segment,
+        now: float,
+        after: Call | None = None,
     ) -> Alert | None:
         """The gradient w.r.t. the tensor of ``seen`` is non-finite; ``after``: the call
         whose backward ran last before it in this pass (the module on the far side of

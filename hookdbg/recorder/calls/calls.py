@@ -1,10 +1,10 @@
 """The recorder's per-segment bookkeeping: one ``StepState`` per training step or eval
 batch (its ``Segment``, and what the hooks learn during it), one ``Call`` per recorded
-module call and one ``Seen`` per distinct tensor (object and version) seen in it.
+module call and one ``SeenTensor`` per distinct tensor (object and version) seen in it.
 
 Plain ``__slots__`` classes: thousands are made per step on the training thread.
 A recording on the C path (hookdbg/recorder/accelerated.py) makes the C twins of
-``Call`` and ``Seen`` instead (``_hot.Call``, ``_hot.Seen`` in _hot.c): the same
+``Call`` and ``SeenTensor`` instead (``_hot.Call``, ``_hot.SeenTensor`` in _hot.c): the same
 attributes and methods, as C structs its per-call path reads directly, held to the
 classes below by tests/recorder/test_accelerated.py.
 """
@@ -99,7 +99,7 @@ class StepState:
         "index",
         "memo",
         "module_calls",
-        "ovh",
+        "overhead_before",
         "recompute",
         "recording",
         "scaler",
@@ -117,9 +117,9 @@ class StepState:
         self.recording = recording  # selected by --every/--steps
         self.start = start  # on the recorder's clock
         self.done = 0.0  # when its last backward pass or optimizer step ended (0: none)
-        self.ovh = 0.0  # hookdbg's own time so far when it began (Guard.ovh)
+        self.overhead_before = 0.0  # hookdbg's own time so far when it began (Guard.overhead)
         self.batch = batch  # device statistics read back later (recorder/summaries/deferred.py)
-        self.memo: dict[int, Seen] = {}  # id(tensor) -> its record in this segment
+        self.memo: dict[int, SeenTensor] = {}  # id(tensor) -> its record in this segment
         self.index: dict[int, int] = {}  # optimizer id -> calls so far (modules: module_calls)
         self.calls: list[Call] = []
         self.module_calls: dict[int, list[Call]] = {}
@@ -148,20 +148,20 @@ class Call:
         "info",
         "nan_in",
         "parent",
+        "start",
         "tainted",
         "total",
-        "vstart",
     )
 
     def __init__(
-        self, id: int, info: ModuleInfo, index: int, parent: Call | None, vstart: float
+        self, id: int, info: ModuleInfo, index: int, parent: Call | None, start: float
     ) -> None:
         self.id = id
         self.info = info
         self.index = index
         self.parent = parent
         self.depth: int = 0 if parent is None else parent.depth + 1
-        self.vstart = vstart
+        self.start = start  # on the recorder's clock, hookdbg's own time left out
         self.total = 0.0
         self.child_time = 0.0
         self.grad_on = True  # gradients were enabled for its forward
@@ -171,7 +171,7 @@ class Call:
         self.bwd_self = 0.0
         self.bwd_first = LATER
         self.nan_in = False  # a NaN reached it as an input
-        self.inf_inputs: list[tuple[str, Seen]] | None = None  # inputs holding +/-inf only
+        self.inf_inputs: list[tuple[str, SeenTensor]] | None = None  # inputs holding +/-inf only
         self.inf_below: Alert | None = None  # where an inf made inside it was born
         self.tainted = False  # NaN, or a reported origin, in this call or below
         self.bad_grad = False  # a gradient w.r.t. one of its outputs was non-finite
@@ -193,7 +193,7 @@ class Call:
             parent = parent.parent
 
 
-class Seen:
+class SeenTensor:
     """A tensor (object + version) seen in this segment, summarised once.
 
     ``grad_slots`` lists where its gradient belongs: ``call, Slot.GRAD_OUTPUT, path``

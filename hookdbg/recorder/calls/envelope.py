@@ -27,12 +27,12 @@ class Guard:
     out), and the NaN/inf origins found but not yet acted on. A recording on the C path
     has its twin, ``_hot.Guard`` (hookdbg/recorder/accelerated.py), for C to read."""
 
-    __slots__ = ("actions", "alerts", "live", "lock", "ovh", "stopped")
+    __slots__ = ("actions", "alerts", "live", "lock", "overhead", "stopped")
 
     def __init__(self) -> None:
         self.live = False
         self.lock = threading.RLock()
-        self.ovh = 0.0  # seconds spent inside hookdbg's hooks so far
+        self.overhead = 0.0  # seconds spent inside hookdbg's hooks so far
         self.alerts: list[Alert | HeadroomWarning] = []
         # what acts on the alerts (set by the recorder: recorder/alerts/actions.py)
         self.actions: Callable[[], None] = lambda: None
@@ -47,7 +47,7 @@ class Guard:
         try:
             self.actions()
         finally:
-            self.ovh += perf_counter() - t0
+            self.overhead += perf_counter() - t0
 
     def broken(self) -> None:
         """A bug in hookdbg must never break training: stop recording, say so, go on
@@ -104,7 +104,7 @@ def _guarded(body: Callable[..., R], compiling: bool) -> Callable[..., R | None]
             except Exception:
                 guard.broken()
             finally:
-                guard.ovh += perf_counter() - t0
+                guard.overhead += perf_counter() - t0
         if guard.alerts:
             guard.act()
         return result

@@ -169,7 +169,7 @@ class BackwardWatch:
         if not self.going_on():
             self.unrecorded += 1  # the first pass the recording misses
             return None
-        now = t0 - self.guard.ovh
+        now = t0 - self.guard.overhead
         observer = self.observer
         losses = [t for _, t in iter_tensors(tensors)]
         if not self.calls.stack:  # not inside a module call: it may begin a step
@@ -215,12 +215,12 @@ class BackwardWatch:
             clock = self.calls.device_clock
             if clock is not None:
                 clock.pass_started()
-            run.start = observer.bwd_mark = perf_counter() - guard.ovh
+            run.start = observer.bwd_mark = perf_counter() - guard.overhead
 
     @inner_hook
     def end(self, t0: float, run: Pass) -> None:
         """The pass returned (or raised): its time, as a call of its loss site."""
-        now = t0 - self.guard.ovh
+        now = t0 - self.guard.overhead
         observer = self.observer
         state = observer.state
         wall = now - run.start

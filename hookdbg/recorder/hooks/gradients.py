@@ -32,7 +32,7 @@ from torch.compiler import is_compiling
 from torch.nn.parameter import Parameter, UninitializedParameter
 
 from hookdbg.recorder.alerts.alert import Alert, checked
-from hookdbg.recorder.calls.calls import Call, Seen, Segment
+from hookdbg.recorder.calls.calls import Call, SeenTensor, Segment
 from hookdbg.recorder.calls.cboundary import called_from_c
 from hookdbg.recorder.calls.envelope import hook, inner_hook
 from hookdbg.recorder.calls.labels import find_label
@@ -111,7 +111,7 @@ class GradientObserver:
 
     # -- tensors ------------------------------------------------------------------------
 
-    def watch_tensor(self, t: torch.Tensor, seen: Seen) -> None:
+    def watch_tensor(self, t: torch.Tensor, seen: SeenTensor) -> None:
         """Hear of ``t``'s gradient (see the module docstring for how)."""
         seen.hooked = True
         node = t.grad_fn
@@ -128,7 +128,7 @@ class GradientObserver:
             seen.nr = t.output_nr
             node.register_prehook(partial(self._on_grad, seen))
 
-    def _tensor_hook(self, seen: Seen) -> Callable[[torch.Tensor], None]:
+    def _tensor_hook(self, seen: SeenTensor) -> Callable[[torch.Tensor], None]:
         """A hook on the tensor's gradient, marked for torch.save, which warns of a hook
         it cannot save with a tensor unless the hook says it need not be."""
         on_grad = partial(self._on_tensor_grad, seen)
@@ -136,23 +136,23 @@ class GradientObserver:
         return on_grad
 
     @hook
-    def _on_grad(self, t0: float, seen: Seen, grads: tuple) -> None:
+    def _on_grad(self, t0: float, seen: SeenTensor, grads: tuple) -> None:
         grad = grads[seen.nr] if seen.nr < len(grads) else None
         if grad is not None:
             self.grad(t0, seen, grad)
 
     @hook
-    def _on_tensor_grad(self, t0: float, seen: Seen, grad: torch.Tensor | None) -> None:
+    def _on_tensor_grad(self, t0: float, seen: SeenTensor, grad: torch.Tensor | None) -> None:
         if grad is not None:  # undefined: no gradient flowed to this output
             self.grad(t0, seen, grad)
 
-    def grad(self, t0: float, seen: Seen, grad: torch.Tensor) -> None:
+    def grad(self, t0: float, seen: SeenTensor, grad: torch.Tensor) -> None:
         tensors = self.tensors
         state = tensors.state
         if seen.segment != state.id:
             return
         self.steps.backward_ran()
-        v = t0 - self.guard.ovh
+        v = t0 - self.guard.overhead
         task = _graph_task_id()
         summary = tensors.summarise(grad)
         timing_only = seen.timing_only
@@ -177,7 +177,7 @@ class GradientObserver:
             self._check_grad(seen, summary, grad)
 
     @called_from_c
-    def _check_grad(self, seen: Seen, summary: Summary | Pending, grad: torch.Tensor) -> None:
+    def _check_grad(self, seen: SeenTensor, summary: Summary | Pending, grad: torch.Tensor) -> None:
         """Check a gradient now or with the step's statistics (called only when it is not
         finite, or when its statistics wait for the device)."""
         tensors = self.tensors
@@ -193,7 +193,7 @@ class GradientObserver:
     def _grad_check(
         self,
         seg: Segment,
-        seen: Seen,
+        seen: SeenTensor,
         summary: Summary | Pending,
         grad: torch.Tensor | None,
         after: Call | None,
@@ -276,7 +276,7 @@ class GradientObserver:
         grad = param.grad
         if grad is None:
             return
-        v = t0 - self.guard.ovh
+        v = t0 - self.guard.overhead
         task = _graph_task_id()
         calls: Sequence[Call] = state.module_calls.get(info.id, ())
         owner = _in_pass(calls, task)  # the last call of the module in this backward pass

@@ -92,7 +92,7 @@ class ModuleHooks:
         self._open: Call | None = None
         self._mute = 0
         self._tid: int | None = None  # the thread that records (set by ``start``)
-        self._v0 = 0.0  # the recording's start, on its clock (set by ``start``)
+        self._origin = 0.0  # the recording's start, on its clock (set by ``start``)
         self.calls_recorded = 0
         # the time of top-level calls and backward passes so far, on the recorder's
         # clock: an optimizer step's self time leaves out what ran inside it (timing.py)
@@ -108,7 +108,7 @@ class ModuleHooks:
 
     def start(self, origin: float) -> None:
         """The recording starts now, on this thread, at ``origin`` on its clock."""
-        self._v0 = origin
+        self._origin = origin
         self._tid = _get_ident()
 
     def on_other_thread(self) -> bool:
@@ -157,7 +157,7 @@ class ModuleHooks:
         info = self._by_id.get(id(module))
         if info is None or info.ref() is not module:
             info = self.registry.lookup(module, pinfo)
-        if pinfo is None and not self._root(info, module, args, t0 - self.guard.ovh):
+        if pinfo is None and not self._root(info, module, args, t0 - self.guard.overhead):
             return
         if info.transparent or not info.selected:
             stack.append(info)
@@ -165,7 +165,7 @@ class ModuleHooks:
         state = self.state
         calls = state.module_calls.get(info.id)  # the module's calls so far
         index = 0 if calls is None else len(calls)
-        call = Call(next(self._call_ids), info, index, self._open, t0 - self.guard.ovh)
+        call = Call(next(self._call_ids), info, index, self._open, t0 - self.guard.overhead)
         call.grad_on = _grad_enabled()
         state.calls.append(call)
         if calls is None:
@@ -210,42 +210,42 @@ class ModuleHooks:
         run again (recorder/calls/recompute.py), or user code in a hook (not recorded)."""
         state = self.state
         calls = state.module_calls.get(info.id)
-        frame = None
+        entry = None
         if calls and state.recording:
             inputs = {id(t) for _, t in iter_tensors(args, "", 0)}
-            frame = state.recompute.outer(calls, inputs)
-        if frame is None:
+            entry = state.recompute.outer(calls, inputs)
+        if entry is None:
             self._mute = 1
             self.stack.append(_MUTED)
         else:
-            self.stack.append(frame)
+            self.stack.append(entry)
 
     @called_from_c
     def _recompute_inner(self, parent: Recompute, module: torch.nn.Module, args: tuple) -> None:
         info = self._by_id.get(id(module))
-        frame = None if info is None else self.state.recompute.inner(parent, info)
-        if frame is None:
+        entry = None if info is None else self.state.recompute.inner(parent, info)
+        if entry is None:
             self._mute = 1
             self.stack.append(_MUTED)
             return
-        self.stack.append(frame)
-        self.observer.recomputed(frame, args, _GRAD_INPUT)
+        self.stack.append(entry)
+        self.observer.recomputed(entry, args, _GRAD_INPUT)
 
     @called_from_c
-    def _leave_other(self, frame: object, result: object) -> None:
-        """The end of a call that is not recorded (``frame``, popped off the stack): a
+    def _leave_other(self, entry: object, result: object) -> None:
+        """The end of a call that is not recorded (``entry``, popped off the stack): a
         muted one, a module not selected, or one run again inside backward."""
-        if frame is _MUTED:
+        if entry is _MUTED:
             self._mute -= 1
-        if not self.stack and frame.__class__ is not Recompute:
+        if not self.stack and entry.__class__ is not Recompute:
             self._root_ended(result)
         if result is _RAISED:
             return
-        if isinstance(frame, Recompute):
-            if frame.outer:  # its own output's gradient reports for the calls inside
+        if isinstance(entry, Recompute):
+            if entry.outer:  # its own output's gradient reports for the calls inside
                 self.observer.forget_recomputed(result)
             else:
-                self.observer.recomputed(frame, (result,), _GRAD_OUTPUT)
+                self.observer.recomputed(entry, (result,), _GRAD_OUTPUT)
         elif not self.stack and not self.segments.steps.saw_backward:
             self._watch_backward(result)  # a root call that is not recorded
 
@@ -285,14 +285,14 @@ class ModuleHooks:
     ) -> None:
         if _get_ident() != self._tid or not self.stack:
             return
-        frame = self.stack.pop()
-        if frame.__class__ is not Call:
-            self._leave_other(frame, result)
+        entry = self.stack.pop()
+        if entry.__class__ is not Call:
+            self._leave_other(entry, result)
             return
-        call: Call = frame
+        call: Call = entry
         if self.device_clock is not None:
             self.device_clock.end(call)
-        total = call.total = t0 - self.guard.ovh - call.vstart
+        total = call.total = t0 - self.guard.overhead - call.start
         parent = self._open = call.parent
         if parent is not None:
             parent.child_time += total
@@ -318,7 +318,7 @@ class ModuleHooks:
                 call.index,
                 -1 if parent is None else parent.id,
                 call.depth,
-                call.vstart - self._v0,
+                call.start - self._origin,
                 total,
                 total - call.child_time,
             )

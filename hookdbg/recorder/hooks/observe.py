@@ -22,7 +22,7 @@ from hookdbg.recorder.alerts.alert import checked
 from hookdbg.recorder.alerts.capture import Capturer, FlightRecorder
 from hookdbg.recorder.alerts.nonfinite import OriginDetector
 from hookdbg.recorder.alerts.pinpoint import call_kwargs
-from hookdbg.recorder.calls.calls import Call, Seen, Segment, StepState
+from hookdbg.recorder.calls.calls import Call, SeenTensor, Segment, StepState
 from hookdbg.recorder.calls.cboundary import called_from_c
 from hookdbg.recorder.calls.envelope import Guard
 from hookdbg.recorder.calls.handoff import Handoff
@@ -39,7 +39,7 @@ from hookdbg.store.rows import Rows
 from hookdbg.store.schema import Phase, Slot
 
 if TYPE_CHECKING:
-    from hookdbg.recorder.hooks.parts import Parts
+    from hookdbg.recorder.hooks.shared import Shared
     from hookdbg.recorder.steps.steps import StepTracker
 
 _INPUT, _OUTPUT = int(Slot.INPUT), int(Slot.OUTPUT)
@@ -63,19 +63,21 @@ class TensorObserver:
     """Observes the tensors of module calls; see the module docstring."""
 
     gradient_observer = GradientObserver  # its gradient hooks (accelerated.py: in C)
-    seen_record: type[Seen] = Seen  # what it notes a tensor in (accelerated.py: in C)
+    seen_record: type[SeenTensor] = SeenTensor  # what it notes a tensor in (accelerated.py: in C)
 
-    def __init__(self, parts: Parts, capturer: Capturer | None, alert: Callable[..., None]) -> None:
-        options = parts.options
-        self.guard: Guard = parts.guard
-        self.rows: Rows = parts.rows
-        self.detector: OriginDetector = parts.detector
-        self.steps: StepTracker = parts.steps
-        self.registry: ModuleRegistry = parts.registry
-        self.flight: FlightRecorder | None = parts.flight
+    def __init__(
+        self, shared: Shared, capturer: Capturer | None, alert: Callable[..., None]
+    ) -> None:
+        options = shared.options
+        self.guard: Guard = shared.guard
+        self.rows: Rows = shared.rows
+        self.detector: OriginDetector = shared.detector
+        self.steps: StepTracker = shared.steps
+        self.registry: ModuleRegistry = shared.registry
+        self.flight: FlightRecorder | None = shared.flight
         self.capturer = capturer
         self.alert = alert  # queue an origin with its live objects (recorder/alerts/actions.py)
-        self.handoff: Handoff = parts.handoff  # hands the rows gathered so far to the writer
+        self.handoff: Handoff = shared.handoff  # hands the rows gathered so far to the writer
         self.histogram_bins = options.histograms
         self.set_level(options.level, options.nan_check, options.histograms)
         self.defer_all = False  # summarise CPU tensors on the device path too (tests)
@@ -118,7 +120,7 @@ class TensorObserver:
 
     # -- one tensor, once per segment and version -------------------------------------
 
-    def see(self, t: torch.Tensor, reuse: bool = True) -> Seen:
+    def see(self, t: torch.Tensor, reuse: bool = True) -> SeenTensor:
         """The segment's record of tensor ``t`` at its current version, summarised once."""
         state = self.state
         inference = t.is_inference()  # no version counter: cannot tell in-place changes
@@ -244,7 +246,7 @@ class TensorObserver:
 
     @called_from_c
     def _check_input(
-        self, call: Call, path: str, seen: Seen, module: torch.nn.Module, args: tuple
+        self, call: Call, path: str, seen: SeenTensor, module: torch.nn.Module, args: tuple
     ) -> None:
         """Check an input now or with the step's statistics (called only when it is not
         finite, or when checks wait for the device). A check that waits holds the
@@ -265,7 +267,7 @@ class TensorObserver:
         seg: Segment,
         call: Call,
         path: str,
-        seen: Seen,
+        seen: SeenTensor,
         module: Callable[[], object],
         args: object,
         when: float,
@@ -314,7 +316,7 @@ class TensorObserver:
         self,
         call: Call,
         path: str,
-        seen: Seen,
+        seen: SeenTensor,
         module: torch.nn.Module,
         args: tuple,
         result: object,
@@ -338,7 +340,7 @@ class TensorObserver:
         seg: Segment,
         call: Call,
         path: str,
-        seen: Seen,
+        seen: SeenTensor,
         module: Callable[[], object],
         args: object,
         result: object,
@@ -460,14 +462,14 @@ class TensorObserver:
 
     # -- forwards run again inside backward (recorder/calls/recompute.py) -------------
 
-    def recomputed(self, frame: Recompute, tensors: tuple, slot: int) -> None:
+    def recomputed(self, rerun: Recompute, tensors: tuple, slot: int) -> None:
         """Tensors of a forward run again inside backward: their gradients are the
-        gradients of ``frame.call``'s tensors; nothing else is recorded."""
-        call = frame.call
+        gradients of ``rerun.call``'s tensors; nothing else is recorded."""
+        call = rerun.call
         memo = self.state.memo
         items = iter_tensors(tensors) if slot == _GRAD_OUTPUT else iter_tensors(tensors, "", 0)
         for path, t in items:
-            if not t.requires_grad or id(t) in frame.boundary:
+            if not t.requires_grad or id(t) in rerun.boundary:
                 continue
             path = path.partition(".")[2] if slot == _GRAD_OUTPUT else path
             seen = memo.get(id(t))

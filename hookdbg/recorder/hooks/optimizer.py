@@ -35,7 +35,7 @@ from hookdbg.store.schema import Phase, Slot
 
 if TYPE_CHECKING:
     from hookdbg.recorder.hooks.modulehooks import ModuleHooks
-    from hookdbg.recorder.hooks.parts import Parts
+    from hookdbg.recorder.hooks.shared import Shared
     from hookdbg.recorder.steps.steps import StepTracker
 
 _OPT = int(Phase.OPT)
@@ -62,22 +62,22 @@ class OptimizerObserver:
 
     def __init__(
         self,
-        parts: Parts,
+        shared: Shared,
         tensors: TensorObserver,
         call_ids: Iterator[int],
         origin: float,
         calls: ModuleHooks,
     ) -> None:
-        self.guard: Guard = parts.guard
+        self.guard: Guard = shared.guard
         self.tensors = tensors  # the segment's state, summaries, checks and alerts
-        self.steps: StepTracker = parts.steps
-        self.registry: ModuleRegistry = parts.registry
-        self.rows: Rows = parts.rows
+        self.steps: StepTracker = shared.steps
+        self.registry: ModuleRegistry = shared.registry
+        self.rows: Rows = shared.rows
         self.call_ids = call_ids
         self.origin = origin  # the recording's start, on its clock
         self.distributed = False  # torch.distributed with several ranks
         self.calls = calls  # their root_time: what ran inside a step is not its own
-        self.sentinel = parts.sentinel  # the gradients a step is given, where not checked
+        self.sentinel = shared.sentinel  # the gradients a step is given, where not checked
         self._started: dict[int, tuple[float, float]] = {}  # when, and root_time then
         # inside the outermost step open: the optimizers it stepped, and the parameters
         # whose step gradients have their rows
@@ -104,7 +104,7 @@ class OptimizerObserver:
         gradients = self.tensors.gradients
         if gradients.lazy:  # modules met only inside functional_call hold their own now
             gradients.watch_lazy()
-        self._started[id(opt)] = (t0 - self.guard.ovh, self.calls.root_time)
+        self._started[id(opt)] = (t0 - self.guard.overhead, self.calls.root_time)
         state = self.tensors.state
         if self.distributed and state.recording and self.tensors.level == Level.STATS:
             self._step_grads(opt)
@@ -116,7 +116,7 @@ class OptimizerObserver:
         if _inside_another_step():  # its parameters get their rows with the outer step's
             self._inner.append(opt)
             return
-        v = t0 - self.guard.ovh
+        v = t0 - self.guard.overhead
         start, before = self._started.pop(id(opt), (v, self.calls.root_time))
         inside = self.calls.root_time - before  # LBFGS's closure: forwards, backwards
         info = self.registry.optimizer(opt)

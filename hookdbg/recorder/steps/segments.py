@@ -35,7 +35,7 @@ from hookdbg.recorder.hooks.devicetime import DeviceClock
 from hookdbg.recorder.hooks.gradscaler import ScalerWatch, step_columns
 from hookdbg.recorder.hooks.observe import TensorObserver
 from hookdbg.recorder.hooks.optimizer import OptimizerObserver
-from hookdbg.recorder.hooks.parts import Parts
+from hookdbg.recorder.hooks.shared import Shared
 from hookdbg.recorder.hooks.timing import BackwardRows, backward_rows
 from hookdbg.recorder.steps.meta import backend_name
 from hookdbg.recorder.steps.steps import RootKind, StepTracker, root_kind
@@ -51,21 +51,21 @@ if TYPE_CHECKING:
 class Segments:
     """Begins and ends the segments of a recording; ``state`` is the current one's."""
 
-    def __init__(self, parts: Parts, observer: TensorObserver, defer_all: bool) -> None:
-        self.guard: Guard = parts.guard
-        self.options: RecordOptions = parts.options
-        self.rows: Rows = parts.rows
-        self.detector: OriginDetector = parts.detector
+    def __init__(self, shared: Shared, observer: TensorObserver, defer_all: bool) -> None:
+        self.guard: Guard = shared.guard
+        self.options: RecordOptions = shared.options
+        self.rows: Rows = shared.rows
+        self.detector: OriginDetector = shared.detector
         self.observer = observer
-        self.steps: StepTracker = parts.steps
-        self.registry: ModuleRegistry = parts.registry
-        self.flight: FlightRecorder | None = parts.flight
-        self.pinpoint = parts.pinpoint
-        self.headroom = parts.headroom
-        self.sentinel = parts.sentinel
-        self.handoff: Handoff = parts.handoff
-        self.warn: Callable[[str], None] = parts.warn
-        options = parts.options
+        self.steps: StepTracker = shared.steps
+        self.registry: ModuleRegistry = shared.registry
+        self.flight: FlightRecorder | None = shared.flight
+        self.pinpoint = shared.pinpoint
+        self.headroom = shared.headroom
+        self.sentinel = shared.sentinel
+        self.handoff: Handoff = shared.handoff
+        self.warn: Callable[[str], None] = shared.warn
+        options = shared.options
         # device tensors' statistics are read back a step later (recorder/summaries/deferred.py),
         # unless an action must happen inside the hook; defer_all does it on CPU too
         self.defer = options.on_nan in ("record", "warn", "stop") and options.checks_nan
@@ -193,7 +193,7 @@ class Segments:
         batch = StepBatch(seg.id, options.histograms, self.learned) if deferring else None
         self.state = state = StepState(seg, recording, now, batch)
         self._time_on_device(on_cuda, state)
-        state.ovh = self.guard.ovh
+        state.overhead_before = self.guard.overhead
         self.observer.begin(state)
         if self.sentinel is not None:
             checked = recording and self.observer.check_nan
@@ -251,7 +251,7 @@ class Segments:
             int(steps.saw_backward),
             int(state.recording),
         )
-        self.step_rows.append((row, state.scaler, self.guard.ovh - state.ovh))
+        self.step_rows.append((row, state.scaler, self.guard.overhead - state.overhead_before))
         self._complete_step_rows()
         if self.headroom is not None and state.recording:
             self._headroom(self.headroom.step_ended(state))
@@ -281,7 +281,7 @@ class Segments:
         if state.seg.training is False and state.recording:
             for call in reversed(state.calls):
                 if call.parent is None:
-                    return min(now, call.vstart + call.total)
+                    return min(now, call.start + call.total)
             return now
         if not (state.done and self.steps.iteration_done()):
             return now

@@ -1,4 +1,4 @@
-"""``Parts``: what a recorder makes once and its hooks and segments all share.
+"""``Shared``: what a recorder makes once and its hooks and segments all share.
 
 core.py builds one and hands it to the tensor observer, the optimizer hooks and the
 segments, rather than each of them taking the same nine objects one by one. Each keeps
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Parts:
+class Shared:
     """One recording's shared objects, made by ``Recorder.__init__``."""
 
     options: RecordOptions
