@@ -21,7 +21,6 @@ from hookdbg.cli.common import BadInput, human_bytes, plural
 from hookdbg.options import ON_HEADROOM_ACTIONS, ZOOM_STEPS, OptionError, RecordOptions
 from hookdbg.ranks import placement, rank_path
 from hookdbg.store import owner
-from hookdbg.store.owner import busy
 from hookdbg.text import printable_lines
 
 if TYPE_CHECKING:  # the recorder imports torch: only once the arguments are known good
@@ -272,12 +271,9 @@ class Target:
 def _check_output(path: Path, force: bool) -> bool:
     """Refuse, before torch loads, an output the recorder would refuse or could not
     create; whether ``path`` exists already (to be replaced: --force)."""
-    if path.is_dir():
-        raise BadInput(f"{path} is a directory; give a file name like run.h5")
-    if path.exists() and not force:
-        raise BadInput(f"{path} already exists; pass --force to overwrite it")
-    if owner.written_by_another(path):
-        raise BadInput(busy(path))
+    refused = owner.not_writable(path, force)
+    if refused is not None:
+        raise BadInput(refused)
     folder = path.parent
     if not folder.is_dir():
         reason = errno.ENOTDIR if folder.exists() else errno.ENOENT

@@ -15,14 +15,14 @@ Hooks installed (all owned by one ``HookSet`` and removed together):
 * a wrapper around models compiled in place (compiled.py), around torch.distributed's
   reductions and gathers (collectives.py), and SIGTERM/SIGHUP handlers (signals.py).
 
-``Recorder`` is the lifecycle: it makes what the hooks share, opens the file, installs the hooks,
-and at the end removes them, writes what is pending and closes the file. Everything
-else is a part it owns and hands the shared pieces to: the ``Guard`` every hook reads
-first (envelope.py), the ``Rows`` for the writer (store/rows.py) and their hand-over
-(handoff.py), the module hooks, the segments' beginnings and ends (segments.py, with
-steps.py deciding them), the tensor observer (observe.py), the optimizer observer, what
-an alert does (actions.py), names (naming.py), NaN/inf origins (nonfinite.py), full
-tensors (capture.py) and the file (store/writer.py).
+``Recorder`` is the lifecycle: it makes what the hooks share, opens the file, installs
+the hooks, and at the end removes them, writes what is pending and closes the file.
+Everything else is a part it owns and hands the shared pieces to: the ``Guard`` every
+hook reads first (envelope.py), the ``Rows`` for the writer (store/rows.py) and their
+hand-over (handoff.py), the module hooks, the segments' beginnings and ends
+(segments.py, with steps.py deciding them), the tensor observer (observe.py), the
+optimizer observer, what an alert does (actions.py), names (naming.py), NaN/inf origins
+(nonfinite.py), full tensors (capture.py) and the file (store/writer.py).
 """
 
 from __future__ import annotations
@@ -78,7 +78,6 @@ from hookdbg.recorder.steps.steering import AnswerEcho, Plan, Steering
 from hookdbg.recorder.steps.steps import StepTracker
 from hookdbg.recorder.summaries.histograms import writer_layout
 from hookdbg.store import owner, schema
-from hookdbg.store.owner import busy
 from hookdbg.store.rows import Rows
 from hookdbg.store.schema import ModuleKind
 from hookdbg.store.writer import Writer, WriterError
@@ -131,12 +130,9 @@ os.register_at_fork(after_in_child=_disable_after_fork)
 
 def _check_writable(path: Path, force: bool) -> Path:
     """``path`` if a recording may be written there, else why not (RecordError)."""
-    if path.is_dir():
-        raise RecordError(f"{path} is a directory; give a file name like run.h5")
-    if path.exists() and not force:
-        raise RecordError(f"{path} already exists; pass --force to overwrite it")
-    if owner.written_by_another(path):
-        raise RecordError(busy(path))
+    refused = owner.not_writable(path, force)
+    if refused is not None:
+        raise RecordError(refused)
     return path
 
 

@@ -41,8 +41,16 @@ def written_by_another(path: Path) -> bool:
         os.close(fd)
 
 
-def busy(path: Path) -> str:
-    return (
-        f"{path} is being written by another recording that is still running: stop it "
-        "(`hookdbg ctl FILE stop`) or record to another file"
-    )
+def not_writable(path: Path, force: bool) -> str | None:
+    """Why a recording may not be written to ``path`` (None: it may), said the same by
+    the recorder and by ``hookdbg record`` before torch loads."""
+    if path.is_dir():
+        return f"{path} is a directory; give a file name like run.h5"
+    if path.exists() and not force:
+        return f"{path} already exists; pass --force to overwrite it"
+    if written_by_another(path):
+        return (
+            f"{path} is being written by another recording that is still running: stop it "
+            "(`hookdbg ctl FILE stop`) or record to another file"
+        )
+    return None
